@@ -1,0 +1,54 @@
+"""koordfw: colocation scheduling as a small asyncio kernel plus pluggable policies.
+
+Public API for plugin authors and embedders. Plugins import only from here (and ``koordfw.hookspecs``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as _np
+
+from .core.cluster import ClusterState, NodeBatch, NodeView
+from .core.errors import ConfigError, KoordfwError, ManifestError, PluginLoadError
+from .core.framework import CycleState, Handle, PostFilterResult, PreFilterResult, Scheduler, WaitingPod
+from .core.manifests import Manifests, load_manifests, load_objects
+from .core.model import Migration, Node, Pod, make_node, make_pod
+from .core.profile import Profile, load_profile, profile_from_dict
+from .core.quantity import canonical, format_quantity, parse_quantity
+from .core.status import Code, Status
+from .hookspecs import hookimpl, hookspec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ClusterState", "Code", "ConfigError", "CycleState", "Handle", "KoordfwError", "ManifestError", "Manifests",
+    "Migration", "Node", "NodeBatch", "NodeView", "Pod", "PluginLoadError", "PostFilterResult",
+    "PreFilterResult", "Profile", "Scheduler", "Status", "WaitingPod", "build_registry", "canonical",
+    "format_quantity", "hookimpl", "hookspec", "load_manifests", "load_objects", "load_profile", "make_node",
+    "make_pod", "normalize", "parse_quantity", "profile_from_dict", "simulate",
+]
+
+
+def normalize(scores: Any, reverse: bool = False, max_priority: int = 100) -> _np.ndarray:
+    """kube's DefaultNormalizeScore: ``max_priority * s / max(s)`` (integer), optionally reversed."""
+    arr = _np.asarray(scores, dtype=_np.int64)
+    top = int(arr.max()) if arr.size else 0
+    if top == 0:
+        return _np.full_like(arr, max_priority if reverse else 0)
+    out = max_priority * arr // top
+    return max_priority - out if reverse else out
+
+
+def simulate(*a: Any, **kw: Any):
+    """Schedule manifests in the embedded cluster; see :func:`koordfw.engines.embedded.simulate`."""
+    from .engines.embedded import simulate as _simulate
+
+    return _simulate(*a, **kw)
+
+
+def build_registry(*a: Any, **kw: Any):
+    """Load and configure plugins; see :func:`koordfw.engines.embedded.build_registry`."""
+    from .engines.embedded import build_registry as _build
+
+    return _build(*a, **kw)

@@ -1,0 +1,145 @@
+"""default_preemption: kube-scheduler's DefaultPreemption as a post_filter plugin.
+
+For a pod that fits nowhere, it looks for nodes where evicting lower-priority pods makes room:
+candidates are nodes rejected as Unschedulable (not Unresolvable), visited from a random offset until
+``max(numNodes * minCandidateNodesPercentage / 100, minCandidateNodesAbsolute)`` candidates are found.
+Victims per node are chosen as ``SelectVictimsOnNode`` does (remove every lower-priority pod; reprieve
+the most important ones first, PDB-violating before the rest); the node is chosen by
+``pickOneNodeForPreemption``'s criteria. ``preemptionPolicy: Never`` pods do not preempt.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from koordfw import PostFilterResult, Status, hookimpl
+from koordfw.core.status import Code
+
+
+@attrs.define
+class Args:
+    min_candidate_nodes_percentage: int = 10
+    min_candidate_nodes_absolute: int = 100
+
+
+@hookimpl
+def plugin_args():
+    return Args
+
+
+def more_important(a, b) -> bool:
+    """kube's MoreImportantPod: higher priority, then earlier start."""
+    if a.priority != b.priority:
+        return a.priority > b.priority
+    return (a.creation_timestamp or 0) < (b.creation_timestamp or 0)
+
+
+def _sort_key(p):
+    return (-p.priority, p.creation_timestamp or 0.0, p.key)
+
+
+def _selector_matches(sel, labels) -> bool:
+    if not sel:
+        return False
+    for k, v in (sel.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in sel.get("matchExpressions") or []:
+        key, op, vals = e.get("key"), e.get("operator"), e.get("values") or []
+        if op == "In" and labels.get(key) not in vals:
+            return False
+        if op == "NotIn" and labels.get(key) in vals:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def split_by_pdb(pods, pdbs):
+    """(violating, non_violating): a pod violates when a matching PDB has no disruptions left."""
+    allowed = {}
+    for key, pdb in pdbs.items():
+        st = pdb.get("status") or {}
+        allowed[key] = int(st.get("disruptionsAllowed", 0))
+    violating, ok = [], []
+    for p in pods:
+        hit = False
+        for key, pdb in pdbs.items():
+            if (pdb.get("metadata") or {}).get("namespace", "default") != p.namespace:
+                continue
+            if _selector_matches((pdb.get("spec") or {}).get("selector"), p.labels):
+                allowed[key] -= 1
+                if allowed[key] < 0:
+                    hit = True
+        (violating if hit else ok).append(p)
+    return violating, ok
+
+
+async def select_victims_on_node(pod, node_name, state, handle):
+    cluster = handle.cluster
+    lower = [p for p in cluster.pods_on(node_name) if p.priority < pod.priority]
+    if not lower:
+        return None
+    with cluster.without_pods(node_name, lower):
+        if not (await handle.run_filters(pod, node_name, state)).ok:
+            return None
+    lower.sort(key=_sort_key)
+    violating, ok = split_by_pdb(lower, cluster.objects_of("PodDisruptionBudget"))
+    victims = list(lower)
+    pdb_violations = 0
+    for group, is_violating in ((violating, True), (ok, False)):
+        for p in group:
+            trial = [v for v in victims if v.uid != p.uid]
+            with cluster.without_pods(node_name, trial):
+                fits = (await handle.run_filters(pod, node_name, state)).ok
+            if fits:
+                victims = trial
+            elif is_violating:
+                pdb_violations += 1
+    return victims, pdb_violations
+
+
+def pick_one_node(candidates):
+    """kube's pickOneNodeForPreemption, criteria in order."""
+    def key(item):
+        name, (victims, viol) = item
+        if not victims:
+            return (0, 0, 0, 0, 0, name)
+        top = max(v.priority for v in victims)
+        latest_start_of_top = max((v.creation_timestamp or 0.0) for v in victims if v.priority == top)
+        return (viol, top, sum(v.priority for v in victims), len(victims), -latest_start_of_top, name)
+
+    for name, (victims, _) in candidates:
+        if not victims:
+            return name
+    return min(candidates, key=key)[0]
+
+
+@hookimpl
+async def post_filter(pod, state, statuses, args, handle):
+    if pod.preemption_policy == "Never":
+        return Status.unresolvable("not eligible for preemption: preemptionPolicy is Never")
+    names = [n for n, st in statuses.items() if st.code == Code.UNSCHEDULABLE]
+    if not names:
+        return None
+    names.sort(key=lambda n: handle.cluster.node_index(n) or 0)
+    num = len(names) * args.min_candidate_nodes_percentage // 100
+    num = min(max(num, args.min_candidate_nodes_absolute), len(names))
+    offset = int(handle.scheduler.rng.integers(len(names)))
+    found = []
+    for k in range(len(names)):
+        name = names[(offset + k) % len(names)]
+        res = await select_victims_on_node(pod, name, state, handle)
+        if res is not None:
+            found.append((name, res))
+            if len(found) >= num:
+                break
+    if not found:
+        return Status.unschedulable("preemption: no node where evicting lower-priority pods helps")
+    node = pick_one_node(found)
+    victims = dict(found)[node][0]
+    for v in victims:
+        await handle.evict(v, f"preempted by {pod.key} on {node}")
+    return PostFilterResult(node)

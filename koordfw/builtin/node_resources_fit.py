@@ -1,0 +1,95 @@
+"""node_resources_fit: requests against allocatable (kube's NodeResourcesFit), vectorised.
+
+Filter: every resource the pod requests (``pods`` counts one) must fit in allocatable − requested,
+extended resources included (``kubernetes.io/batch-cpu``, GPUs, ...). Score, by ``scoringStrategy``:
+``LeastAllocated`` (default; spread), ``MostAllocated`` (binpack) or ``BalancedAllocation`` (even use
+across resources), each over ``resources`` with weights (default cpu and memory, weight 1).
+"""
+
+import attrs
+import numpy as np
+
+from koordfw import Status, hookimpl
+
+_STRATEGIES = {"leastallocated": "LeastAllocated", "least_allocated": "LeastAllocated",
+               "mostallocated": "MostAllocated", "most_allocated": "MostAllocated",
+               "balancedallocation": "BalancedAllocation", "balanced_allocation": "BalancedAllocation"}
+
+
+@attrs.define
+class ResourceWeight:
+    name: str
+    weight: int = 1
+
+
+def _strategy(value):
+    key = str(value).lower()
+    if key not in _STRATEGIES:
+        raise ValueError(f"unknown scoring strategy {value!r}; use LeastAllocated, MostAllocated or BalancedAllocation")
+    return _STRATEGIES[key]
+
+
+@attrs.define
+class Args:
+    scoring_strategy: str = attrs.field(default="LeastAllocated", converter=_strategy)
+    resources: list[ResourceWeight] = attrs.field(factory=lambda: [ResourceWeight("cpu"), ResourceWeight("memory")])
+    ignored_resources: list[str] = attrs.field(factory=list)
+
+
+@hookimpl
+def plugin_args():
+    return Args
+
+
+def _needed(pod, cluster, args):
+    vec = cluster.request_vector(pod)
+    need = np.flatnonzero(vec)
+    if args.ignored_resources:
+        skip = {cluster.resource_index(r) for r in args.ignored_resources}
+        need = np.array([i for i in need.tolist() if i not in skip], dtype=np.int64)
+    return vec, need
+
+
+@hookimpl
+def filter(pod, nodes, args):
+    cluster = nodes.cluster
+    vec, need = _needed(pod, cluster, args)
+    if len(need) == 0:
+        return None
+    idx = nodes.idx
+    free = cluster.allocatable[np.ix_(idx, need)] - cluster.requested[np.ix_(idx, need)]
+    short = free < vec[need]
+    bad = np.flatnonzero(short.any(axis=1))
+    if len(bad) == 0:
+        return None
+    names = cluster.resources
+    views = cluster.views
+    out = {}
+    for j in bad.tolist():
+        reasons = tuple("Too many pods" if names[need[k]] == "pods" else f"Insufficient {names[need[k]]}"
+                        for k in np.flatnonzero(short[j]).tolist())
+        out[views[int(idx[j])].name] = Status.unschedulable(*reasons)
+    return out
+
+
+@hookimpl
+def score(pod, nodes, args):
+    cluster = nodes.cluster
+    vec = cluster.request_vector(pod)
+    cols = [cluster.resource_index(r.name) for r in args.resources]
+    weights = np.array([r.weight for r in args.resources], dtype=np.int64)
+    if weights.sum() <= 0:
+        return None
+    alloc = cluster.allocatable[np.ix_(nodes.idx, cols)]
+    req = cluster.requested[np.ix_(nodes.idx, cols)] + vec[cols]
+    safe = np.where(alloc > 0, alloc, 1)
+    if args.scoring_strategy == "BalancedAllocation":
+        frac = np.minimum(req / safe, 1.0)
+        frac = np.where(alloc > 0, frac, np.nan)
+        std = np.nan_to_num(np.nanstd(frac, axis=1), nan=0.0)
+        return ((1.0 - std) * 100).astype(np.int64)
+    if args.scoring_strategy == "MostAllocated":
+        per = np.where(alloc > 0, np.minimum(req, alloc) * 100 // safe, 0)
+    else:
+        per = np.where((alloc > 0) & (req <= alloc), (alloc - req) * 100 // safe, 0)
+    return (per * weights).sum(axis=1) // weights.sum()

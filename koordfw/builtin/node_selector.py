@@ -1,0 +1,102 @@
+"""node_selector: ``spec.nodeSelector`` plus node affinity (kube's NodeAffinity).
+
+Filter: the node selector and the required terms (``requiredDuringSchedulingIgnoredDuringExecution``;
+terms are ORed, expressions inside a term ANDed). Score: the sum of the weights of matching preferred
+terms, normalised to 0..100. Pods with nothing to check are skipped at pre_filter/pre_score.
+"""
+
+import numpy as np
+
+from koordfw import Status, hookimpl, normalize
+
+REASON = "node(s) didn't match Pod's node affinity/selector"
+
+
+def _expr_matches(expr, labels):
+    key, op = expr.get("key", ""), expr.get("operator", "In")
+    values = [str(v) for v in (expr.get("values") or [])]
+    present = key in labels
+    val = labels.get(key)
+    if op == "In":
+        return present and val in values
+    if op == "NotIn":
+        return not present or val not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt"):
+        if not present or len(values) != 1:
+            return False
+        try:
+            a, b = int(val), int(values[0])
+        except ValueError:
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
+
+
+def term_matches(term, node):
+    """One NodeSelectorTerm: all matchExpressions (labels) and matchFields (metadata.name) must hold."""
+    exprs = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not exprs and not fields:
+        return False  # an empty term matches nothing (kube semantics)
+    labels = node.labels
+    if not all(_expr_matches(e, labels) for e in exprs):
+        return False
+    return all(_expr_matches(f, {"metadata.name": node.name}) for f in fields)
+
+
+def required_terms(pod):
+    na = (pod.affinity or {}).get("nodeAffinity") or {}
+    req = na.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    return req.get("nodeSelectorTerms") or []
+
+
+def preferred_terms(pod):
+    na = (pod.affinity or {}).get("nodeAffinity") or {}
+    return na.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+
+
+@hookimpl
+def pre_filter(pod):
+    if not pod.node_selector and not required_terms(pod):
+        return Status.skip()
+    return None
+
+
+@hookimpl
+def filter(pod, nodes):
+    cluster = nodes.cluster
+    ok = np.ones(len(nodes), dtype=bool)
+    for k, v in pod.node_selector.items():
+        ok &= cluster.label_mask(k, v)[nodes.idx]
+    terms = required_terms(pod)
+    if terms:
+        views = cluster.views
+        for j, i in enumerate(nodes.idx.tolist()):
+            if ok[j] and not any(term_matches(t, views[i]) for t in terms):
+                ok[j] = False
+    if ok.all():
+        return None
+    return {cluster.views[int(i)].name: Status.unresolvable(REASON) for i in nodes.idx[~ok]}
+
+
+@hookimpl
+def pre_score(pod):
+    return None if preferred_terms(pod) else Status.skip()
+
+
+@hookimpl
+def score(pod, nodes):
+    prefs = preferred_terms(pod)
+    out = np.zeros(len(nodes), dtype=np.int64)
+    for j, v in enumerate(nodes):
+        out[j] = sum(int(p.get("weight", 0)) for p in prefs if term_matches(p.get("preference") or {}, v))
+    return out
+
+
+@hookimpl
+def normalize_score(scores):
+    return normalize(scores)

@@ -1,0 +1,62 @@
+"""taint_toleration: kube's TaintToleration. Filter on NoSchedule/NoExecute taints; score by the
+number of intolerable PreferNoSchedule taints (fewer is better, normalised in reverse)."""
+
+import numpy as np
+
+from koordfw import Status, hookimpl, normalize
+
+
+class TaintToleration:
+    def __init__(self):
+        self._key = None
+        self._hard = None
+        self._soft = None
+
+    def _columns(self, cluster):
+        key = (id(cluster), cluster._labels_gen, cluster.num_nodes)
+        if key != self._key:
+            views = cluster.views
+            self._hard = np.fromiter((any(t.effect in ("NoSchedule", "NoExecute") for t in v.node.taints)
+                                      for v in views), dtype=bool, count=len(views))
+            self._soft = np.fromiter((any(t.effect == "PreferNoSchedule" for t in v.node.taints) for v in views),
+                                     dtype=bool, count=len(views))
+            self._key = key
+        return self._hard, self._soft
+
+    @hookimpl
+    def filter(self, pod, nodes):
+        hard, _ = self._columns(nodes.cluster)
+        tainted = nodes.idx[hard[nodes.idx]]
+        if len(tainted) == 0:
+            return None
+        out = {}
+        views = nodes.cluster.views
+        for i in tainted.tolist():
+            for t in views[i].node.taints:
+                if t.effect in ("NoSchedule", "NoExecute") and not any(tol.tolerates(t) for tol in pod.tolerations):
+                    out[views[i].name] = Status.unresolvable(f"node(s) had untolerated taint {{{t.key}: {t.value}}}")
+                    break
+        return out
+
+    @hookimpl
+    def pre_score(self, pod, nodes):
+        _, soft = self._columns(nodes.cluster)
+        if not soft[nodes.idx].any():
+            return Status.skip()
+        return None
+
+    @hookimpl
+    def score(self, pod, nodes):
+        _, soft = self._columns(nodes.cluster)
+        out = np.zeros(len(nodes), dtype=np.int64)
+        views = nodes.cluster.views
+        prefer_tols = [t for t in pod.tolerations if t.effect in ("", "PreferNoSchedule")]
+        for j, i in enumerate(nodes.idx.tolist()):
+            if soft[i]:
+                out[j] = sum(1 for t in views[i].node.taints if t.effect == "PreferNoSchedule"
+                             and not any(tol.tolerates(t) for tol in prefer_tols))
+        return out
+
+    @hookimpl
+    def normalize_score(self, scores):
+        return normalize(scores, reverse=True)

@@ -1,0 +1,62 @@
+"""``koordfw simulate PATH...``: schedule manifests in the embedded cluster and print the result."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ._common import add_plugin_options, registry_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="schedule manifests in the embedded in-memory cluster",
+                       description="Load nodes, pods and other objects from YAML/JSON files or directories, "
+                                   "schedule every pending pod and print placements and node utilisation.")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    add_plugin_options(p)
+    p.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table")
+    p.add_argument("--seed", type=int, default=0, help="seed for tie-breaking (default 0)")
+    p.add_argument("--deschedule", action="store_true", help="after scheduling, apply the descheduling plan and reschedule")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..core.manifests import load_manifests
+    from ..engines.embedded import run_simulation
+    from ..report import render_simulation
+
+    manifests = load_manifests(args.paths)
+    registry = registry_from_args(args)
+    for e in registry.errors:
+        print(f"koordfw: warning: plugin {e.name!r} from {e.distribution!r} failed to load: {e.error}", file=sys.stderr)
+    show_progress = args.output == "table" and sys.stderr.isatty() and len(manifests.pods) >= 200
+    if show_progress:
+        from rich.progress import Progress
+
+        with Progress(transient=True, console=_stderr_console()) as bar:
+            task = bar.add_task("scheduling", total=len(manifests.pods))
+            result = anyio.run(lambda: run_simulation(
+                manifests, registry, seed=args.seed, deschedule=args.deschedule,
+                progress=lambda done, total: bar.update(task, completed=done, total=total)))
+    else:
+        result = anyio.run(lambda: run_simulation(manifests, registry, seed=args.seed, deschedule=args.deschedule))
+    data = result.to_dict()
+    if args.output == "json":
+        json.dump(data, sys.stdout, indent=2, sort_keys=False)
+        sys.stdout.write("\n")
+    elif args.output == "yaml":
+        import yaml
+
+        yaml.safe_dump(data, sys.stdout, sort_keys=False)
+    else:
+        render_simulation(data)
+    return 0
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)

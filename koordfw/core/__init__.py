@@ -1,0 +1,1 @@
+"""The kernel's core: model, queue, cycle, hook caller. Imports no engine."""

@@ -1,0 +1,109 @@
+"""The one way hooks are called.
+
+``call`` runs one implementation: it passes the arguments the implementation asked for by name,
+awaits what is awaitable, enforces the per-plugin timeout, and turns an exception into a
+``PluginFailure`` carrying an Error ``Status`` that names the plugin. Time spent inside plugin bodies
+is accumulated per (plugin, hook) so the kernel's own overhead can be measured.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections import defaultdict
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import structlog
+
+from .plugins import Impl, Registry
+from .status import Status
+
+log = structlog.get_logger("koordfw")
+
+
+class PluginFailure(Exception):
+    """Raised by ``HookCaller.call`` when a plugin raised or timed out."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__(status.message)
+        self.status = status
+
+
+class HookCaller:
+    def __init__(self, registry: Registry, handle: Any) -> None:
+        self.registry = registry
+        self.handle = handle
+        #: (plugin, hook) -> [calls, seconds]
+        self.durations: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+        self.plugin_seconds = 0.0
+
+    def impls(self, point: str) -> list[Impl]:
+        return self.registry.impls(point)
+
+    async def call(self, impl: Impl, **kw: Any) -> Any:
+        kw["args"] = impl.args
+        kw["handle"] = self.handle
+        try:
+            kwargs = {a: kw[a] for a in impl.argnames}
+        except KeyError as e:  # the spec grew an argument this call site does not pass
+            raise PluginFailure(Status.error(f"kernel did not pass {e} to {impl.plugin}.{impl.point}",
+                                             impl.plugin)) from None
+        t0 = time.perf_counter()
+        try:
+            if impl.is_async:
+                with anyio.fail_after(impl.timeout):
+                    return await impl.fn(**kwargs)
+            if impl.threaded:
+                with anyio.fail_after(impl.timeout):
+                    return await anyio.to_thread.run_sync(functools.partial(impl.fn, **kwargs),
+                                                          abandon_on_cancel=True)
+            res = impl.fn(**kwargs)
+            if inspect.isawaitable(res):
+                with anyio.fail_after(impl.timeout):
+                    res = await res
+            return res
+        except TimeoutError:
+            msg = f"plugin {impl.plugin} timed out after {impl.timeout:g}s in {impl.point}"
+            log.error("plugin timed out", plugin=impl.plugin, hook=impl.point, timeout=impl.timeout)
+            raise PluginFailure(Status.error(msg, impl.plugin)) from None
+        except PluginFailure:
+            raise
+        except Exception as e:
+            msg = f"plugin {impl.plugin} raised {type(e).__name__} in {impl.point}: {e}"
+            log.error("plugin raised", plugin=impl.plugin, hook=impl.point, error=f"{type(e).__name__}: {e}",
+                      exc_info=True)
+            raise PluginFailure(Status.error(msg, impl.plugin)) from e
+        finally:
+            dt = time.perf_counter() - t0
+            d = self.durations[(impl.plugin, impl.point)]
+            d[0] += 1
+            d[1] += dt
+            self.plugin_seconds += dt
+
+    async def call_all(self, point: str, **kw: Any) -> list[tuple[Impl, Any]]:
+        """Call every implementation in order; collect (impl, result). Failures propagate."""
+        out = []
+        for impl in self.impls(point):
+            out.append((impl, await self.call(impl, **kw)))
+        return out
+
+    async def call_first(self, point: str, **kw: Any) -> tuple[Impl | None, Any]:
+        """First-result semantics, judged after awaiting."""
+        for impl in self.impls(point):
+            res = await self.call(impl, **kw)
+            if res is not None:
+                return impl, res
+        return None, None
+
+    async def call_safe(self, point: str, **kw: Any) -> list[tuple[Impl, Any, Status | None]]:
+        """Call every implementation; a failing plugin is logged and reported, the others still run."""
+        out = []
+        for impl in self.impls(point):
+            try:
+                out.append((impl, await self.call(impl, **kw), None))
+            except PluginFailure as f:
+                out.append((impl, None, f.status))
+        return out

@@ -1,0 +1,446 @@
+"""The object model: frozen attrs values for pods and nodes, built from Kubernetes manifests.
+
+Pods and nodes keep the manifest they came from (``raw``, ``managedFields`` dropped) so that engines
+can write back to the API; everything a plugin needs is parsed once into typed fields.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+from typing import Any, Mapping
+
+import attrs
+
+from .errors import ManifestError
+from .quantity import QuantityError, parse_resource_list
+
+# -- Koordinator wire names (apis/extension) ---------------------------------------------------------
+LABEL_QOS = "koordinator.sh/qosClass"
+LABEL_PRIORITY_CLASS = "koordinator.sh/priority-class"
+LABEL_SUB_PRIORITY = "koordinator.sh/priority"
+QOS_CLASSES = ("LSE", "LSR", "LS", "BE", "SYSTEM")
+
+PRIORITY_PROD, PRIORITY_MID, PRIORITY_BATCH, PRIORITY_FREE, PRIORITY_NONE = (
+    "koord-prod", "koord-mid", "koord-batch", "koord-free", "")
+_PRIORITY_RANGES = ((9000, 9999, PRIORITY_PROD), (7000, 7999, PRIORITY_MID),
+                    (5000, 5999, PRIORITY_BATCH), (3000, 3999, PRIORITY_FREE))
+
+GUARANTEED, BURSTABLE, BEST_EFFORT = "Guaranteed", "Burstable", "BestEffort"
+
+_uid_counter = itertools.count(1)
+
+
+def parse_time(value: object, *, where: str = "") -> float | None:
+    """RFC 3339 timestamp → POSIX seconds (None when absent)."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, _dt.datetime):
+        d = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+        return d.timestamp()
+    if not isinstance(value, str):
+        raise ManifestError(f"invalid timestamp {value!r}", field=where or None)
+    s = value.strip().replace("Z", "+00:00")
+    try:
+        d = _dt.datetime.fromisoformat(s)
+    except ValueError:
+        raise ManifestError(f"invalid timestamp {value!r}", field=where or None) from None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=_dt.timezone.utc)
+    return d.timestamp()
+
+
+def format_time(ts: float) -> str:
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def priority_class_of(priority: int, labels: Mapping[str, str], qos: str) -> str:
+    """Koordinator's priority class: the label, else the spec.priority range, else derived from QoS."""
+    label = labels.get(LABEL_PRIORITY_CLASS)
+    if label in (PRIORITY_PROD, PRIORITY_MID, PRIORITY_BATCH, PRIORITY_FREE):
+        return label
+    for lo, hi, name in _PRIORITY_RANGES:
+        if lo <= priority <= hi:
+            return name
+    return PRIORITY_NONE
+
+
+def default_priority_class_by_qos(qos: str) -> str:
+    """Koordinator's fallback when a pod has no priority class (used by batch_resource)."""
+    if qos in ("SYSTEM", "LSE", "LSR", "LS"):
+        return PRIORITY_PROD
+    if qos == "BE":
+        return PRIORITY_BATCH
+    return PRIORITY_NONE
+
+
+@attrs.frozen
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@attrs.frozen
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@attrs.frozen
+class Container:
+    name: str
+    requests: Mapping[str, int] = attrs.field(factory=dict)
+    limits: Mapping[str, int] = attrs.field(factory=dict)
+
+
+@attrs.frozen(eq=False)
+class Pod:
+    """A pod. Equality and hashing are by identity; use ``key`` or ``uid`` to compare pods."""
+
+    name: str
+    namespace: str = "default"
+    uid: str = ""
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+    annotations: Mapping[str, str] = attrs.field(factory=dict)
+    node_name: str | None = None
+    scheduler_name: str = "default-scheduler"
+    priority: int = 0
+    preemption_policy: str = "PreemptLowerPriority"
+    requests: Mapping[str, int] = attrs.field(factory=dict)
+    limits: Mapping[str, int] = attrs.field(factory=dict)
+    containers: tuple[Container, ...] = ()
+    init_containers: tuple[Container, ...] = ()
+    node_selector: Mapping[str, str] = attrs.field(factory=dict)
+    affinity: Mapping[str, Any] = attrs.field(factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    owner_kind: str = ""
+    creation_timestamp: float | None = None
+    deletion_timestamp: float | None = None
+    phase: str = "Pending"
+    nominated_node_name: str | None = None
+    kube_qos: str = BEST_EFFORT
+    qos_class: str = "BE"
+    priority_class: str = PRIORITY_NONE
+    raw: Mapping[str, Any] | None = attrs.field(default=None, repr=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def is_bound(self) -> bool:
+        return bool(self.node_name)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def is_daemonset(self) -> bool:
+        return self.owner_kind == "DaemonSet"
+
+    def request(self, resource: str) -> int:
+        return self.requests.get(resource, 0)
+
+    @property
+    def priority_class_with_default(self) -> str:
+        """Koordinator's ``GetPodPriorityClassWithDefault``: the class, else derived from the QoS."""
+        return self.priority_class or default_priority_class_by_qos(self.qos_class)
+
+
+@attrs.frozen(eq=False)
+class Node:
+    name: str
+    uid: str = ""
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+    annotations: Mapping[str, str] = attrs.field(factory=dict)
+    capacity: Mapping[str, int] = attrs.field(factory=dict)
+    allocatable: Mapping[str, int] = attrs.field(factory=dict)
+    unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
+    creation_timestamp: float | None = None
+    raw: Mapping[str, Any] | None = attrs.field(default=None, repr=False)
+
+
+@attrs.frozen
+class Migration:
+    """A descheduling proposal: move (or, with ``to`` None, evict) a pod."""
+
+    pod: str  # namespace/name
+    from_node: str
+    to: str | None
+    reason: str
+    plugin: str = ""
+
+
+# -- building from manifests ------------------------------------------------------------------------
+
+def _str_map(obj: object, where: str, ctx: str) -> dict[str, str]:
+    if obj is None:
+        return {}
+    if not isinstance(obj, dict):
+        raise ManifestError(f"expected a mapping, got {type(obj).__name__}", obj=ctx, field=where)
+    return {str(k): "" if v is None else str(v) for k, v in obj.items()}
+
+
+def _resources(obj: object, where: str, ctx: str) -> dict[str, int]:
+    try:
+        return parse_resource_list(obj, where=where)
+    except QuantityError as e:
+        raise ManifestError(str(e), obj=ctx, field=e.field or where) from None
+
+
+def _container(c: object, where: str, ctx: str) -> Container:
+    if not isinstance(c, dict):
+        raise ManifestError("expected a container mapping", obj=ctx, field=where)
+    res = c.get("resources") or {}
+    if not isinstance(res, dict):
+        raise ManifestError("expected a mapping", obj=ctx, field=f"{where}.resources")
+    limits = _resources(res.get("limits"), f"{where}.resources.limits", ctx)
+    requests = _resources(res.get("requests"), f"{where}.resources.requests", ctx)
+    # Kubernetes defaults a missing request to the limit.
+    for k, v in limits.items():
+        requests.setdefault(k, v)
+    return Container(name=str(c.get("name", "")), requests=requests, limits=limits)
+
+
+def _add(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for k, v in other.items():
+        into[k] = into.get(k, 0) + v
+
+
+def effective_requests(containers: tuple[Container, ...], init: tuple[Container, ...],
+                       overhead: Mapping[str, int], sidecars: tuple[bool, ...] = ()) -> dict[str, int]:
+    """The Kubernetes rule: Σ containers, max with each init container, plus overhead.
+
+    Restartable init containers (sidecars) run alongside the app, so they add to the sum.
+    """
+    total: dict[str, int] = {}
+    for c in containers:
+        _add(total, c.requests)
+    side: dict[str, int] = {}
+    for i, c in enumerate(init):
+        if i < len(sidecars) and sidecars[i]:
+            _add(side, c.requests)
+            _add(total, c.requests)
+            continue
+        # a regular init container runs with the sidecars started before it
+        need = dict(side)
+        _add(need, c.requests)
+        for k, v in need.items():
+            if v > total.get(k, 0):
+                total[k] = v
+    _add(total, overhead)
+    return total
+
+
+def kube_qos_of(containers: tuple[Container, ...], init: tuple[Container, ...]) -> str:
+    all_c = containers + init
+    any_set = False
+    guaranteed = True
+    for c in all_c:
+        for r in ("cpu", "memory"):
+            req, lim = c.requests.get(r), c.limits.get(r)
+            if req or lim:
+                any_set = True
+            if not lim or req != lim:
+                guaranteed = False
+    if not any_set:
+        return BEST_EFFORT
+    return GUARANTEED if guaranteed and all_c else BURSTABLE
+
+
+def koord_qos_of(labels: Mapping[str, str], kube_qos: str) -> str:
+    q = labels.get(LABEL_QOS)
+    if q in QOS_CLASSES:
+        return q
+    return {GUARANTEED: "LSR", BURSTABLE: "LS", BEST_EFFORT: "BE"}[kube_qos]
+
+
+def pod_from_manifest(obj: Mapping[str, Any], *, file: str | None = None) -> Pod:
+    """Build a Pod from a v1 Pod object; errors name the file, the pod and the field."""
+    if not isinstance(obj, dict):
+        raise ManifestError("a Pod must be a mapping", file=file)
+    meta = obj.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise ManifestError("expected a mapping", file=file, field="metadata")
+    name = meta.get("name")
+    ns = str(meta.get("namespace") or "default")
+    if not name:
+        raise ManifestError("a Pod needs metadata.name", file=file, field="metadata.name")
+    ctx = f"Pod {ns}/{name}"
+    try:
+        return _pod(obj, meta, str(name), ns, ctx)
+    except ManifestError as e:
+        if e.file is None and file is not None:
+            raise ManifestError(e.detail, file=file, obj=e.obj or ctx, field=e.field) from None
+        raise
+
+
+def _pod(obj: Mapping[str, Any], meta: dict, name: str, ns: str, ctx: str) -> Pod:
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    if not isinstance(spec, dict):
+        raise ManifestError("expected a mapping", obj=ctx, field="spec")
+    if not isinstance(status, dict):
+        raise ManifestError("expected a mapping", obj=ctx, field="status")
+    labels = _str_map(meta.get("labels"), "metadata.labels", ctx)
+    annotations = _str_map(meta.get("annotations"), "metadata.annotations", ctx)
+    raw_containers = spec.get("containers") or []
+    raw_init = spec.get("initContainers") or []
+    if not isinstance(raw_containers, list):
+        raise ManifestError("expected a list", obj=ctx, field="spec.containers")
+    if not isinstance(raw_init, list):
+        raise ManifestError("expected a list", obj=ctx, field="spec.initContainers")
+    containers = tuple(_container(c, f"spec.containers[{i}]", ctx) for i, c in enumerate(raw_containers))
+    init = tuple(_container(c, f"spec.initContainers[{i}]", ctx) for i, c in enumerate(raw_init))
+    sidecars = tuple(isinstance(c, dict) and c.get("restartPolicy") == "Always" for c in raw_init)
+    overhead = _resources(spec.get("overhead"), "spec.overhead", ctx)
+    requests = effective_requests(containers, init, overhead, sidecars)
+    limits: dict[str, int] = {}
+    for c in containers:
+        _add(limits, c.limits)
+    priority = spec.get("priority", 0)
+    if priority is None:
+        priority = 0
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        try:
+            priority = int(str(priority))
+        except ValueError:
+            raise ManifestError(f"invalid priority {priority!r}", obj=ctx, field="spec.priority") from None
+    tolerations = []
+    raw_tol = spec.get("tolerations") or []
+    if not isinstance(raw_tol, list):
+        raise ManifestError("expected a list", obj=ctx, field="spec.tolerations")
+    for i, t in enumerate(raw_tol):
+        if not isinstance(t, dict):
+            raise ManifestError("expected a mapping", obj=ctx, field=f"spec.tolerations[{i}]")
+        tolerations.append(Toleration(key=str(t.get("key") or ""), operator=str(t.get("operator") or "Equal"),
+                                      value=str(t.get("value") or ""), effect=str(t.get("effect") or "")))
+    affinity = spec.get("affinity") or {}
+    if not isinstance(affinity, dict):
+        raise ManifestError("expected a mapping", obj=ctx, field="spec.affinity")
+    owners = meta.get("ownerReferences") or []
+    owner_kind = ""
+    if isinstance(owners, list):
+        for o in owners:
+            if isinstance(o, dict) and o.get("controller", True):
+                owner_kind = str(o.get("kind") or "")
+                break
+    kube_qos = kube_qos_of(containers, init)
+    qos = koord_qos_of(labels, kube_qos)
+    raw = dict(obj)
+    if "managedFields" in meta:
+        raw["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return Pod(
+        name=name, namespace=ns, uid=str(meta.get("uid") or f"uid-{ns}-{name}"),
+        labels=labels, annotations=annotations,
+        node_name=str(spec["nodeName"]) if spec.get("nodeName") else None,
+        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+        priority=priority, preemption_policy=str(spec.get("preemptionPolicy") or "PreemptLowerPriority"),
+        requests=requests, limits=limits, containers=containers, init_containers=init,
+        node_selector=_str_map(spec.get("nodeSelector"), "spec.nodeSelector", ctx),
+        affinity=affinity, tolerations=tuple(tolerations), owner_kind=owner_kind,
+        creation_timestamp=parse_time(meta.get("creationTimestamp"), where="metadata.creationTimestamp"),
+        deletion_timestamp=parse_time(meta.get("deletionTimestamp"), where="metadata.deletionTimestamp"),
+        phase=str(status.get("phase") or ("Running" if spec.get("nodeName") else "Pending")),
+        nominated_node_name=status.get("nominatedNodeName") or None,
+        kube_qos=kube_qos, qos_class=qos,
+        priority_class=priority_class_of(priority, labels, qos),
+        raw=raw,
+    )
+
+
+def node_from_manifest(obj: Mapping[str, Any], *, file: str | None = None) -> Node:
+    if not isinstance(obj, dict):
+        raise ManifestError("a Node must be a mapping", file=file)
+    meta = obj.get("metadata") or {}
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not name:
+        raise ManifestError("a Node needs metadata.name", file=file, field="metadata.name")
+    ctx = f"Node {name}"
+    try:
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        if not isinstance(spec, dict):
+            raise ManifestError("expected a mapping", obj=ctx, field="spec")
+        if not isinstance(status, dict):
+            raise ManifestError("expected a mapping", obj=ctx, field="status")
+        capacity = _resources(status.get("capacity"), "status.capacity", ctx)
+        allocatable = _resources(status.get("allocatable"), "status.allocatable", ctx)
+        if not allocatable:
+            allocatable = dict(capacity)
+        if not capacity:
+            capacity = dict(allocatable)
+        allocatable.setdefault("pods", 110)
+        capacity.setdefault("pods", allocatable["pods"])
+        taints = []
+        raw_taints = spec.get("taints") or []
+        if not isinstance(raw_taints, list):
+            raise ManifestError("expected a list", obj=ctx, field="spec.taints")
+        for i, t in enumerate(raw_taints):
+            if not isinstance(t, dict) or not t.get("key"):
+                raise ManifestError("a taint needs a key", obj=ctx, field=f"spec.taints[{i}]")
+            taints.append(Taint(str(t["key"]), str(t.get("value") or ""), str(t.get("effect") or "NoSchedule")))
+        raw = dict(obj)
+        if "managedFields" in meta:
+            raw["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+        return Node(
+            name=str(name), uid=str(meta.get("uid") or f"uid-node-{name}"),
+            labels=_str_map(meta.get("labels"), "metadata.labels", ctx),
+            annotations=_str_map(meta.get("annotations"), "metadata.annotations", ctx),
+            capacity=capacity, allocatable=allocatable, unschedulable=bool(spec.get("unschedulable")),
+            taints=tuple(taints),
+            creation_timestamp=parse_time(meta.get("creationTimestamp"), where="metadata.creationTimestamp"),
+            raw=raw,
+        )
+    except ManifestError as e:
+        if e.file is None and file is not None:
+            raise ManifestError(e.detail, file=file, obj=e.obj or ctx, field=e.field) from None
+        raise
+
+
+def make_pod(name: str, namespace: str = "default", *, requests: Mapping[str, object] | None = None,
+             limits: Mapping[str, object] | None = None, labels: Mapping[str, str] | None = None,
+             annotations: Mapping[str, str] | None = None, priority: int = 0, node_name: str | None = None,
+             **spec_extra: Any) -> Pod:
+    """Convenience constructor (tests, benchmarks, embedders): builds the manifest and parses it."""
+    container: dict[str, Any] = {"name": "main", "resources": {}}
+    if requests:
+        container["resources"]["requests"] = dict(requests)
+    if limits:
+        container["resources"]["limits"] = dict(limits)
+    spec: dict[str, Any] = {"containers": [container], "priority": priority}
+    if node_name:
+        spec["nodeName"] = node_name
+    spec.update(spec_extra)
+    return pod_from_manifest({"apiVersion": "v1", "kind": "Pod",
+                              "metadata": {"name": name, "namespace": namespace,
+                                           "uid": f"uid-{next(_uid_counter)}-{namespace}-{name}",
+                                           "labels": dict(labels or {}), "annotations": dict(annotations or {})},
+                              "spec": spec})
+
+
+def make_node(name: str, *, allocatable: Mapping[str, object] | None = None,
+              labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
+              taints: list[dict] | None = None, unschedulable: bool = False) -> Node:
+    alloc = dict(allocatable or {"cpu": "8", "memory": "32Gi", "pods": "110"})
+    return node_from_manifest({"apiVersion": "v1", "kind": "Node",
+                               "metadata": {"name": name, "labels": dict(labels or {}),
+                                            "annotations": dict(annotations or {})},
+                               "spec": {"taints": taints or [], "unschedulable": unschedulable},
+                               "status": {"capacity": alloc, "allocatable": alloc}})

@@ -1,0 +1,244 @@
+"""Plugin discovery and the registry: which plugin implements which hook, in profile order.
+
+Plugins come from the entry-point group ``koordfw`` (built-ins included, through the same path).
+An entry point may name a module (functions marked with ``@hookimpl``) or a class, which is
+instantiated once per registry, so stateful plugins get fresh state per scheduler.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+from importlib import metadata
+from typing import Any, Callable
+
+import attrs
+import pluggy
+import structlog
+
+from .. import hookspecs
+from .errors import ConfigError, PluginLoadError
+from .profile import CONVERTER, Profile, structure_args
+
+log = structlog.get_logger("koordfw.plugins")
+
+ENTRY_POINT_GROUP = "koordfw"
+
+#: built-in plugins in their default order (also declared as entry points in koordfw's pyproject)
+BUILTINS: dict[str, str] = {
+    "priority_sort": "koordfw.builtin.priority_sort",
+    "node_unschedulable": "koordfw.builtin.node_unschedulable",
+    "node_selector": "koordfw.builtin.node_selector",
+    "taint_toleration": "koordfw.builtin.taint_toleration:TaintToleration",
+    "node_resources_fit": "koordfw.builtin.node_resources_fit",
+    "default_preemption": "koordfw.builtin.default_preemption",
+    "default_binder": "koordfw.builtin.default_binder",
+}
+
+#: hooks whose implementations may come in a per-node form (``node`` instead of ``nodes``)
+PER_NODE_HOOKS = ("filter", "score")
+
+
+def create_plugin_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+@attrs.define
+class PluginInfo:
+    name: str
+    obj: Any
+    distribution: str = ""
+    version: str = ""
+    builtin: bool = False
+    args_cls: type | None = None
+
+    def hooks(self, pm: pluggy.PluginManager) -> list[str]:
+        return sorted(h.name for h in pm.get_hookcallers(self.obj) or [])
+
+
+@attrs.define
+class LoadError:
+    name: str
+    distribution: str
+    error: str
+
+
+@attrs.define
+class Impl:
+    """One plugin's implementation of one hook, ready to call."""
+
+    plugin: str
+    point: str
+    fn: Callable[..., Any]
+    argnames: tuple[str, ...]
+    is_async: bool
+    per_node: bool = False
+    weight: int = 1
+    args: Any = None
+    timeout: float = 30.0
+    threaded: bool = False
+
+
+class Registry:
+    """The loaded plugins of one scheduler (or agent), with their args, ordered per hook point."""
+
+    def __init__(self, profile: Profile | None = None) -> None:
+        self.pm = create_plugin_manager()
+        self.profile = profile or Profile()
+        self.plugins: dict[str, PluginInfo] = {}
+        self.errors: list[LoadError] = []
+        self.args: dict[str, Any] = {}
+        self._impls: dict[str, list[Impl]] = {}
+
+    # -- loading --------------------------------------------------------------------------------
+    def register(self, name: str, obj: Any, *, distribution: str = "", version: str = "",
+                 builtin: bool = False) -> PluginInfo:
+        if inspect.isclass(obj):
+            obj = obj()
+        if name in self.plugins:
+            raise PluginLoadError(f"plugin {name!r} is registered twice "
+                                  f"({self.plugins[name].distribution or 'in-process'} and {distribution or 'in-process'})")
+        try:
+            self.pm.register(obj, name=name)
+        except pluggy.PluginValidationError as e:
+            raise PluginLoadError(f"plugin {name!r}: {e}") from None
+        unknown = [h.name for h in self.pm.get_hookcallers(obj) or [] if not h.has_spec()]
+        if unknown:
+            self.pm.unregister(obj)
+            raise ConfigError(f"plugin {name!r} ({distribution or 'in-process'}) implements unknown hook(s) "
+                              f"{', '.join(sorted(unknown))}; known hooks: {', '.join(hookspecs.HOOK_NAMES)}")
+        info = PluginInfo(name, obj, distribution, version, builtin)
+        fn = getattr(obj, "plugin_args", None)
+        if fn is not None and getattr(fn, "koordfw_impl", None) is not None:
+            info.args_cls = fn()
+        self.plugins[name] = info
+        self._impls.clear()
+        return info
+
+    def load(self, *, autoload: bool | None = None, disable: set[str] | None = None, strict: bool = False,
+             extra: dict[str, Any] | None = None, only: set[str] | None = None) -> Registry:
+        """Load built-ins and entry-point plugins, then extra in-process ones; configure args.
+
+        ``only`` restricts the entry-point plugins (not the built-ins) to those names.
+        """
+        disable = set(disable or ()) | set(self.profile.disable)
+        if autoload is None:
+            autoload = os.environ.get("KOORDFW_DISABLE_PLUGIN_AUTOLOAD", "") not in ("1", "true", "yes")
+        seen: set[str] = set()
+        eps = sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+        by_name = {e.name: e for e in eps}
+        # Built-ins always load (they are koordfw's own); they come first, in their default order.
+        for name, module in BUILTINS.items():
+            seen.add(name)
+            if name in disable:
+                continue
+            ep = by_name.get(name)
+            self._load_one(name, ep, module, strict, builtin=True)
+        if autoload:
+            for ep in eps:
+                if ep.name in seen or ep.name in disable or (only is not None and ep.name not in only):
+                    continue
+                seen.add(ep.name)
+                self._load_one(ep.name, ep, None, strict, builtin=False)
+        for name, obj in (extra or {}).items():
+            if name not in disable:
+                self.register(name, obj, distribution="in-process")
+        self.configure()
+        return self
+
+    def _load_one(self, name: str, ep: metadata.EntryPoint | None, module: str | None, strict: bool,
+                  builtin: bool) -> None:
+        dist = (ep.dist.name if ep is not None and ep.dist is not None else "koordfw")
+        version = (ep.dist.version if ep is not None and ep.dist is not None else "")
+        try:
+            if ep is not None:
+                obj = ep.load()
+            else:
+                mod, _, attr = (module or "").partition(":")
+                obj = importlib.import_module(mod)
+                obj = getattr(obj, attr) if attr else obj
+            self.register(name, obj, distribution=dist, version=version, builtin=builtin)
+        except ConfigError:
+            raise
+        except Exception as e:  # a broken plugin must not take the others down
+            msg = f"{type(e).__name__}: {e}"
+            if strict:
+                raise PluginLoadError(f"plugin {name!r} from distribution {dist!r} failed to load: {msg}") from e
+            self.errors.append(LoadError(name, dist, msg))
+            log.warning("plugin failed to load", plugin=name, distribution=dist, error=msg)
+
+    def configure(self) -> None:
+        """Validate the profile against the loaded plugins and structure every plugin's args."""
+        known = set(self.plugins)
+        broken = {e.name for e in self.errors}
+        for name in sorted(self.profile.names_mentioned()):
+            if name not in known and name not in self.profile.disable and name not in broken:
+                raise ConfigError(f"{self.profile.source}: unknown plugin {name!r}; "
+                                  f"available: {', '.join(sorted(known))}")
+        for name, info in self.plugins.items():
+            raw = self.profile.plugin_config.get(name)
+            if info.args_cls is None:
+                if raw:
+                    raise ConfigError(f"{self.profile.source}: plugin {name!r} takes no args "
+                                      f"but pluginConfig.{name} was given")
+                self.args[name] = None
+            else:
+                self.args[name] = structure_args(name, info.args_cls, raw, self.profile.source)
+        self._impls.clear()
+
+    def args_as_dict(self, name: str) -> dict:
+        a = self.args.get(name)
+        return {} if a is None else CONVERTER.unstructure(a)
+
+    # -- ordering -------------------------------------------------------------------------------
+    def impls(self, point: str) -> list[Impl]:
+        cached = self._impls.get(point)
+        if cached is not None:
+            return cached
+        hc = getattr(self.pm.hook, point)
+        by_plugin: dict[str, Any] = {}
+        for hi in hc.get_hookimpls():
+            by_plugin[hi.plugin_name] = hi
+        default_order = [n for n in self.plugins if n in by_plugin]
+        ps = self.profile.plugins.get(point)
+        multi = self.profile.plugins.get("*")
+        order: list[tuple[str, int]] = []
+        disabled = set(self.profile.disable)
+        for s in (multi, ps):
+            if s is not None:
+                disabled |= s.disabled
+        if "*" not in disabled:
+            order = [(n, 0) for n in default_order if n not in disabled]
+        for s in (multi, ps):
+            if s is None:
+                continue
+            for n, w in s.enabled:
+                if n not in by_plugin:
+                    continue  # enabled at a point it does not implement: nothing to run there
+                order = [(m, mw) for m, mw in order if m != n] + [(n, w)]
+        impls = []
+        for n, w in order:
+            hi = by_plugin[n]
+            fn = hi.function
+            argnames = tuple(hi.argnames)
+            per_node = point in PER_NODE_HOOKS and "node" in argnames and "nodes" not in argnames
+            weight = w or self.profile.weight(n)
+            impls.append(Impl(plugin=n, point=point, fn=fn, argnames=argnames,
+                              is_async=inspect.iscoroutinefunction(fn), per_node=per_node, weight=weight,
+                              args=self.args.get(n), timeout=self.profile.plugin_timeout_seconds,
+                              threaded=n in self.profile.threaded_plugins))
+        self._impls[point] = impls
+        return impls
+
+    def describe(self) -> list[dict[str, Any]]:
+        out = []
+        for name, info in sorted(self.plugins.items()):
+            out.append({"name": name, "distribution": info.distribution, "version": info.version,
+                        "builtin": info.builtin, "hooks": info.hooks(self.pm)})
+        for e in self.errors:
+            out.append({"name": e.name, "distribution": e.distribution, "version": "", "builtin": False,
+                        "hooks": [], "error": e.error})
+        return out

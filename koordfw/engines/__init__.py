@@ -1,0 +1,1 @@
+"""Engines: where the kernel runs (embedded cluster, Kubernetes, extender, node agent)."""

@@ -1,0 +1,261 @@
+"""The embedded in-memory cluster: ``koordfw simulate`` and the Python embedding API.
+
+The engine drives a Scheduler on a VirtualClock. It schedules while the active queue has pods; when
+idle it lets binding cycles settle, then advances virtual time to the next deadline (a permit timer,
+a backoff expiry, the unschedulable flush) only while that could change an outcome. A run ends when
+every pending pod has been tried since the last progress (a bind or an eviction) and no pod is
+waiting at permit.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import anyio
+import anyio.lowlevel
+import attrs
+import structlog
+
+from ..core.caller import PluginFailure
+from ..core.clock import VirtualClock
+from ..core.cluster import ClusterState
+from ..core.framework import Scheduler
+from ..core.manifests import Manifests, load_manifests
+from ..core.model import Migration
+from ..core.plugins import Registry
+from ..core.profile import Profile, load_profile
+from ..core.quantity import format_quantity
+
+log = structlog.get_logger("koordfw.embedded")
+
+
+@attrs.define
+class SimulationResult:
+    scheduler: Scheduler
+    seconds: float
+    migrations: list[Migration] = attrs.field(factory=list)
+    extra: dict[str, Any] = attrs.field(factory=dict)
+    pod_order: list[str] = attrs.field(factory=list)  # uids in input order
+
+    @property
+    def cluster(self) -> ClusterState:
+        return self.scheduler.cluster
+
+    def placements(self) -> dict[str, str | None]:
+        """namespace/name → node (None when pending)."""
+        out = {}
+        for uid in self.pod_order:
+            p = self.cluster.pod(uid)
+            if p is not None:
+                out[p.key] = p.node_name
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.scheduler
+        pods = []
+        for uid in self.pod_order:
+            p = self.cluster.pod(uid)
+            if p is None:
+                continue
+            r = s.results.get(uid)
+            bound = bool(p.node_name) and not self.cluster.is_assumed(uid)
+            pods.append({"namespace": p.namespace, "name": p.name, "node": p.node_name if bound else None,
+                         "phase": "Bound" if bound else "Pending",
+                         "reason": "" if bound else (r.reason if r else ""),
+                         "annotations": dict(r.annotations) if (r and bound) else {}})
+        nodes = []
+        for v in self.cluster.nodes:
+            row = self.cluster.summary_row(v)
+            nodes.append({"name": row["name"],
+                          "allocatable": {k: format_quantity(k, x) for k, x in row["allocatable"].items()},
+                          "requested": {k: format_quantity(k, x) for k, x in row["requested"].items()},
+                          "pods": row["pods"]})
+        bound = sum(1 for p in pods if p["phase"] == "Bound")
+        scheduled = len(s.bind_events)
+        out = {"pods": pods, "nodes": nodes,
+               "summary": {"bound": bound, "pending": len(pods) - bound, "seconds": round(self.seconds, 6),
+                           "pods_per_second": round(scheduled / self.seconds, 1) if self.seconds > 0 else 0.0}}
+        if self.migrations:
+            out["migrations"] = [attrs.asdict(m) for m in self.migrations]
+        for k, v in self.extra.items():
+            out.setdefault(k, v)
+        return out
+
+
+class EmbeddedEngine:
+    def __init__(self, registry: Registry, cluster: ClusterState, *, seed: int = 0,
+                 start_time: float | None = None) -> None:
+        self.clock = VirtualClock(start_time if start_time is not None else time.time())
+        self.cluster = cluster
+        self.scheduler = Scheduler(registry, cluster, self.clock, seed=seed)
+        self.progress = 0
+        self._tried_at: dict[str, int] = {}
+        self.scheduler.on_bound.append(lambda pod, node: self._progressed())
+        self.max_attempts = 0
+
+    def _progressed(self) -> None:
+        self.progress += 1
+
+    async def refresh_node_resources(self) -> None:
+        """Run the node_resources hooks for every node and merge their results into allocatable."""
+        s = self.scheduler
+        impls = s.caller.impls("node_resources")
+        if not impls:
+            return
+        now = self.clock.now()
+        for view in list(self.cluster.nodes):
+            merged: dict[str, int] = {}
+            for impl in impls:
+                try:
+                    res = await s.caller.call(impl, node=view, pods=self.cluster.pods_on(view.name),
+                                              metric=self.cluster.node_metric(view.name), now=now)
+                except PluginFailure as f:
+                    log.error("node_resources failed", node=view.name, plugin=impl.plugin, error=f.status.message)
+                    continue
+                if res:
+                    merged.update({str(k): int(v) for k, v in res.items()})
+            if merged:
+                self.cluster.set_extra_allocatable(view.name, merged)
+
+    async def run(self, *, progress: Callable[[int, int], None] | None = None) -> None:
+        s = self.scheduler
+        await s.startup()
+        await self.refresh_node_resources()
+        for uid in s.pending_uids():
+            await s.enqueue(self.cluster.pods[uid].pod)
+        await self.drive(progress=progress)
+
+    async def drive(self, *, progress: Callable[[int, int], None] | None = None) -> None:
+        s = self.scheduler
+        total = len(s.queue)
+        self.max_attempts = 50 * max(total, 1) + 1000
+        attempts = 0
+        async with anyio.create_task_group() as tg:
+            while True:
+                if await s.schedule_next(tg):
+                    attempts += 1
+                    self._tried_at[s.last_uid] = self.progress
+                    if attempts % 32 == 0:
+                        await anyio.lowlevel.checkpoint()
+                        if progress is not None:
+                            progress(len(s.bind_events), total)
+                    if attempts > self.max_attempts:
+                        log.warning("simulation stopped: attempt limit reached", attempts=attempts)
+                        break
+                    continue
+                await anyio.wait_all_tasks_blocked()
+                await s.flush()
+                if s.queue.peek_active():
+                    continue
+                if s.in_flight_binds > len(s.waiting_pods):
+                    await anyio.sleep(0)
+                    continue
+                deadline = self._next_useful_deadline()
+                if deadline is None:
+                    break
+                self.clock.advance_to(deadline)
+                await anyio.wait_all_tasks_blocked()
+                await s.flush()
+            # nothing left to do: reject any stragglers at permit so their tasks finish
+            for wp in list(s.waiting_pods.values()):
+                wp.reject("", "simulation ended while waiting at permit")
+        if progress is not None:
+            progress(len(s.bind_events), total)
+
+    def _next_useful_deadline(self) -> float | None:
+        s = self.scheduler
+        q = s.queue
+        candidates = []
+        if s.waiting_pods:
+            d = self.clock.next_deadline()
+            if d is not None:
+                candidates.append(d)
+        untried = [u for u in list(q.backoff) + list(q.unschedulable) if self._tried_at.get(u, -1) != self.progress]
+        if untried:
+            for u in untried:
+                info = q.infos[u]
+                if u in q.backoff:
+                    candidates.append(info.backoff_until)
+                elif info.gated:
+                    continue
+                else:
+                    candidates.append(max(info.backoff_until, info.unschedulable_since + q.max_unschedulable))
+        if not candidates:
+            d = self.clock.next_deadline()
+            if d is not None and s.in_flight_binds:
+                candidates.append(d)
+        return min(candidates) if candidates else None
+
+    async def deschedule(self) -> list[Migration]:
+        """Run the descheduling plugins once and apply their plan in memory; evicted pods are rescheduled."""
+        s = self.scheduler
+        plan: list[Migration] = []
+        for impl, res, st in await s.caller.call_safe("deschedule", cluster=self.cluster):
+            if st is not None:
+                log.error("deschedule failed", plugin=impl.plugin, error=st.message)
+                continue
+            for m in res or []:
+                plan.append(m if m.plugin else attrs.evolve(m, plugin=impl.plugin))
+        for m in plan:
+            pod = self.cluster.pod_by_key(m.pod)
+            if pod is None or pod.node_name != m.from_node:
+                continue
+            await s.evictor(pod, f"descheduled by {m.plugin}: {m.reason}")
+            if m.to:
+                fresh = self.cluster.pod_by_key(m.pod)
+                if fresh is not None:
+                    nominated = attrs.evolve(fresh, nominated_node_name=m.to)
+                    self.cluster.update_pod_object(nominated)
+                    info = s.queue.info(fresh.uid)
+                    if info is not None:
+                        info.pod = nominated
+            self.progress += 1
+        await self.drive()
+        return plan
+
+
+def build_registry(profile: Profile | str | Path | dict | None = None, *, plugins: dict[str, Any] | None = None,
+                   disable: Iterable[str] = (), autoload: bool | None = None, strict: bool = False,
+                   only: Iterable[str] | None = None) -> Registry:
+    """Load plugins (built-ins, entry points, then ``plugins``) and configure them from a profile.
+
+    ``only`` limits the entry-point plugins to those names (the built-ins always load unless disabled).
+    """
+    from ..core.profile import profile_from_dict
+
+    if isinstance(profile, dict):
+        profile = profile_from_dict(profile)
+    elif profile is None or isinstance(profile, (str, Path)):
+        profile = load_profile(profile)
+    return Registry(profile).load(autoload=autoload, disable=set(disable), strict=strict, extra=plugins,
+                                  only=set(only) if only is not None else None)
+
+
+async def run_simulation(source: Manifests | Sequence[str | Path], registry: Registry, *, seed: int = 0,
+                         deschedule: bool = False,
+                         progress: Callable[[int, int], None] | None = None) -> SimulationResult:
+    manifests = source if isinstance(source, Manifests) else load_manifests(source)
+    cluster = manifests.to_cluster()
+    engine = EmbeddedEngine(registry, cluster, seed=seed, start_time=manifests.newest_timestamp())
+    order = [p.uid for p in manifests.pods]
+    t0 = time.perf_counter()
+    await engine.run(progress=progress)
+    migrations = await engine.deschedule() if deschedule else []
+    seconds = time.perf_counter() - t0
+    extra: dict[str, Any] = {}
+    for impl, res, st in await engine.scheduler.caller.call_safe("report"):
+        if isinstance(res, dict):
+            extra.update(res)
+    await engine.scheduler.shutdown()
+    return SimulationResult(engine.scheduler, seconds, migrations, extra, order)
+
+
+def simulate(source: Manifests | Sequence[str | Path], profile: Profile | str | Path | dict | None = None, *,
+             seed: int = 0, plugins: dict[str, Any] | None = None, disable: Iterable[str] = (),
+             autoload: bool | None = None, only: Iterable[str] | None = None,
+             deschedule: bool = False) -> SimulationResult:
+    """Schedule every pending pod of ``source`` (manifest paths or loaded Manifests); synchronous."""
+    registry = build_registry(profile, plugins=plugins, disable=disable, autoload=autoload, only=only)
+    return anyio.run(lambda: run_simulation(source, registry, seed=seed, deschedule=deschedule))

@@ -1,0 +1,282 @@
+"""Every hook point of koordfw, grouped by loop. This module is the plugin contract.
+
+How hooks are called (the same for every hook, by ``koordfw.core.caller``):
+
+* Implementations take **any subset** of a spec's arguments, by name; arguments are only ever added.
+* Besides the arguments listed, every hook may also take ``args`` (the plugin's own typed config,
+  see :func:`plugin_args`) and ``handle`` (the :class:`koordfw.core.handle.Handle` of the running
+  engine: clock, cluster, waiting pods, logger).
+* Implementations may be plain functions or ``async``; returned awaitables are awaited.
+* Plugins run in the order the profile gives (Kubernetes' default-then-enabled merge), never in
+  pluggy's registration order. Each call has a per-plugin timeout (``pluginTimeoutSeconds``).
+* An exception (or a timeout) in a plugin becomes an ``Error`` status naming the plugin: the cycle of
+  that pod fails, the process and the other pods go on.
+* "first result" hooks stop at the first implementation that returns something other than ``None``,
+  judged after awaiting.
+
+Pods are :class:`koordfw.core.model.Pod`; nodes passed to scheduling hooks are
+:class:`koordfw.core.cluster.NodeView` (``.name``, ``.labels``, ``.annotations``, ``.allocatable``,
+``.requested``, ``.pods``, ``.index``). Batches of nodes are :class:`koordfw.core.cluster.NodeBatch`:
+iterable NodeViews plus ``.idx`` (numpy indices into the cluster's per-node columns).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+PROJECT = "koordfw"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+# ================================================================================================
+# Lifecycle and configuration
+# ================================================================================================
+
+
+@hookspec(firstresult=True)
+def plugin_args() -> type | None:
+    """Declare the plugin's typed configuration.
+
+    Called once when the plugin is loaded. Return an attrs class whose fields are the plugin's args
+    (with defaults); the profile's ``pluginConfig: {<plugin name>: {...}}`` mapping is structured into
+    it with cattrs and the instance is passed as ``args`` to every hook of that plugin. Return ``None``
+    (or do not implement the hook) for a plugin without args. Sync only; idempotent.
+    """
+
+
+@hookspec
+def startup(args: Any, handle: Any) -> None:
+    """Called once when an engine starts, before any other hook of the plugin.
+
+    Use it to build caches from ``handle.cluster``. Return value ignored. May be async. Not required to
+    be idempotent (called once per engine).
+    """
+
+
+@hookspec
+def shutdown(args: Any, handle: Any) -> None:
+    """Called once when an engine stops (also on SIGTERM for the node agent).
+
+    Node-side plugins restore what they throttled here. Return value ignored. May be async; must be
+    idempotent.
+    """
+
+
+@hookspec
+def report(args: Any, handle: Any) -> dict | None:
+    """Contribute extra top-level sections to ``koordfw simulate``'s output after a run.
+
+    Return a mapping merged into the JSON/YAML output (e.g. ``{"quotas": [...]}``), or ``None``.
+    May be async. Idempotent.
+    """
+
+
+# ================================================================================================
+# Scheduling cycle (one pod at a time; named after the Kubernetes extension points)
+# ================================================================================================
+
+
+@hookspec(firstresult=True)
+def queue_sort(pod: Any, args: Any, handle: Any) -> Any:
+    """Return the sort key of a pod in the active queue (smaller key = scheduled first).
+
+    Exactly one queue_sort plugin is used: the first enabled in the profile (``priority_sort`` by
+    default: higher priority first, then earlier arrival). ``None`` means "no opinion" and the next
+    plugin is asked. Sync only (it runs inside the queue's heap); must be pure and idempotent.
+    """
+
+
+@hookspec
+def pre_enqueue(pod: Any, args: Any, handle: Any) -> Any:
+    """Gate a pod before it enters the active queue.
+
+    Return ``None`` to admit it, or a reason string / ``Status`` to hold it in the unschedulable pool
+    (it is re-checked when the cluster changes). Runs when a pod is added and whenever it would be
+    moved back to the active queue. May be async. Must be idempotent.
+    """
+
+
+@hookspec
+def pre_filter(pod: Any, state: Any, args: Any, handle: Any) -> Any:
+    """Run once per scheduling cycle, before filtering.
+
+    ``state`` is the cycle's :class:`CycleState` (a dict shared by the plugins of this cycle). Return
+    ``None`` for success; a ``Status`` (``Unschedulable`` / ``UnschedulableAndUnresolvable`` to reject
+    the pod, ``Skip`` to disable this plugin's ``filter`` for the cycle); or a :class:`PreFilterResult`
+    restricting the candidate nodes. May be async. Idempotent within a cycle.
+    """
+
+
+@hookspec
+def filter(pod: Any, nodes: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
+    """Reject nodes that cannot run the pod.
+
+    Batch form (take ``nodes``): called once per cycle with the candidate ``NodeBatch``. Return ``None``
+    or ``{}`` for no objection, a mapping ``{node name: reason or Status}`` of rejected nodes, or a
+    sequence aligned with ``nodes`` whose items are ``True``/``None`` (feasible) or a reason/``False``
+    (a numpy bool array works too). Per-node form (take ``node`` and not ``nodes``): called for each
+    candidate; return ``None``/``True`` to accept or a reason/``Status`` to reject. A string reason means
+    ``Unschedulable``. May be async. Must be idempotent and must not change state.
+    """
+
+
+@hookspec
+def post_filter(pod: Any, state: Any, statuses: Any, args: Any, handle: Any) -> Any:
+    """Called when no node passed filtering (typically preemption).
+
+    ``statuses`` maps node name → the rejecting ``Status``. Return ``None`` (nothing done), a
+    :class:`PostFilterResult` with a nominated node (the pod is retried and should fit there), or a
+    ``Status``. Plugins run in order until one returns a success result, an unresolvable status or an
+    error. May be async.
+    """
+
+
+@hookspec
+def pre_score(pod: Any, nodes: Any, state: Any, args: Any, handle: Any) -> Any:
+    """Called once before scoring with the feasible nodes. Return ``None``, or ``Status.skip()`` to
+    disable this plugin's ``score`` for the cycle, or a rejection/error status. May be async."""
+
+
+@hookspec
+def score(pod: Any, nodes: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
+    """Score feasible nodes. Higher is better; weights come from the profile.
+
+    Batch form (take ``nodes``): return ``None`` (no opinion), a mapping ``{node name: int}`` or a
+    sequence/array aligned with ``nodes``. Per-node form (take ``node``): return an int. Scores of a
+    plugin without ``normalize_score`` must lie in [0, 100]. May be async. Idempotent.
+    """
+
+
+@hookspec
+def normalize_score(pod: Any, nodes: Any, scores: Any, state: Any, args: Any, handle: Any) -> Any:
+    """Rescale this plugin's own raw scores (``scores``: an int64 numpy array aligned with ``nodes``).
+
+    Return the new array (or modify in place and return ``None``). The kernel checks the result lies
+    in [0, 100] and fails the cycle otherwise. May be async.
+    """
+
+
+@hookspec
+def reserve(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
+    """Claim node-local resources for the pod on the chosen node (e.g. exact CPUs or GPUs).
+
+    Return ``None`` for success or a ``Status`` to fail; on any failure of this or a later step,
+    ``unreserve`` runs for every reserve plugin in reverse order. May be async.
+    """
+
+
+@hookspec
+def unreserve(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> None:
+    """Release what ``reserve`` claimed. Must be idempotent and may be called even when this plugin's
+    reserve was not (Kubernetes' contract). Return value ignored. May be async."""
+
+
+@hookspec
+def permit(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
+    """Approve, deny or delay the binding of a reserved pod.
+
+    Return ``None`` (allow), ``Status.wait(timeout_seconds)`` (the pod waits, keeping its reservation,
+    until a plugin allows or rejects it through ``handle.get_waiting_pod(uid)``, or the timeout, capped
+    at 15 minutes, rejects it), or a rejection reason/``Status``. May be async.
+    """
+
+
+# ================================================================================================
+# Binding cycle (runs concurrently, one task per pod)
+# ================================================================================================
+
+
+@hookspec
+def pre_bind(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
+    """Prepare the binding. Return ``None``, a mapping of **annotations** to set on the pod (the
+    engine writes them: in memory, or as a patch before the Binding on a live cluster), or a failure
+    ``Status``. All pre_bind plugins must succeed. May be async. Must be idempotent."""
+
+
+@hookspec
+def bind(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
+    """Bind the pod. Return ``None`` or ``Status.skip()`` to let the next bind plugin do it, ``True``
+    or a success status when bound, or a failure status. May be async."""
+
+
+@hookspec
+def post_bind(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> None:
+    """Informational, after a successful bind. Return value ignored. May be async."""
+
+
+# ================================================================================================
+# Node QoS loop (the node agent: collect → plan → apply)
+# ================================================================================================
+
+
+@hookspec
+def collect(node_state: Any, args: Any, handle: Any) -> dict | None:
+    """Gather metrics for this round. ``node_state`` is the agent's
+    :class:`koordfw.core.nodestate.NodeState`. Return a mapping merged into ``node_state.metrics`` or
+    ``None``. May be async. Must tolerate vanished cgroups."""
+
+
+@hookspec
+def qos_plan(node_state: Any, args: Any, handle: Any) -> list | None:
+    """Compute the desired node-local knobs for a node state.
+
+    Return a list of :class:`koordfw.core.nodestate.FileWrite` (path relative to the filesystem root,
+    value, ``fs`` = "cgroup" or "resctrl") or ``None``. Must be pure (no I/O) and idempotent: the agent's
+    executor writes only what differs. May be async.
+    """
+
+
+@hookspec
+def runtime_hook(
+    event: str, pod: Any, container: Any, node_state: Any, args: Any, handle: Any
+) -> list | None:
+    """Called when a pod or container starts on the node (``event`` = "pod_start" / "container_start")
+    so plugins can set its knobs before the next round. Returns FileWrites like ``qos_plan``. May be
+    async. Idempotent."""
+
+
+# ================================================================================================
+# Descheduling loop
+# ================================================================================================
+
+
+@hookspec
+def deschedule(cluster: Any, args: Any, handle: Any) -> list | None:
+    """Propose evictions or migrations for a cluster snapshot.
+
+    Return a list of :class:`koordfw.core.model.Migration` or ``None``. The engine executes them
+    (simulate: in memory; live: the Eviction API, rate-limited, dry-run by default). May be async.
+    """
+
+
+# ================================================================================================
+# Node resources
+# ================================================================================================
+
+
+@hookspec
+def node_resources(
+    node: Any, pods: Any, metric: Any, now: float, args: Any, handle: Any
+) -> dict | None:
+    """Compute extended allocatable for a node (e.g. ``kubernetes.io/batch-cpu``).
+
+    ``pods`` are the pods on the node, ``metric`` the node's NodeMetric object (a dict) or ``None``,
+    ``now`` the engine clock. Return ``{resource name: canonical int}`` (milli for cpu-like, units
+    otherwise), merged over the node's allocatable; ``None`` for no change. A value of ``0`` removes the
+    resource. May be async. Must be idempotent.
+    """
+
+
+#: every hook name, in documentation order (tests check each is documented and tested)
+HOOK_NAMES: tuple[str, ...] = (
+    "plugin_args", "startup", "shutdown", "report",
+    "queue_sort", "pre_enqueue", "pre_filter", "filter", "post_filter", "pre_score", "score",
+    "normalize_score", "reserve", "unreserve", "permit",
+    "pre_bind", "bind", "post_bind",
+    "collect", "qos_plan", "runtime_hook",
+    "deschedule",
+    "node_resources",
+)
