@@ -1,0 +1,184 @@
+"""The single executor of the node agent: applies plugins' :class:`FileWrite` lists to real files.
+
+Contract:
+
+* Writes are applied in list order (plugins order them, e.g. cpuset widening top-down then narrowing
+  bottom-up), each under the root of its ``fs`` (``cgroup`` or ``resctrl``).
+* A file is written only when its current value differs (compared after stripping whitespace; cpu
+  lists such as ``cpuset.cpus`` are compared as sets, so ``0,1,2`` equals ``0-2``).
+* A path that is absolute, contains ``..``, or resolves (symlinks included) outside its root is
+  refused and logged; nothing is written.
+* A cgroup that vanished between plan and write (parent dir or file missing, ``ENOENT``/``ENODEV``
+  on write) is skipped and logged, not an error. With ``mkdir`` the parent dir is created instead.
+* Every write is logged with structlog (``file``, ``old``, ``new``, ``plugin``); with ``dry_run``
+  nothing is written and the would-be writes are logged and returned.
+* Counts go to Prometheus (``koordfw_agent_writes_total{plugin,fs}``,
+  ``koordfw_agent_write_errors_total{plugin,reason}``) and to :attr:`Executor.stats`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import attrs
+import structlog
+from prometheus_client import Counter
+
+from ..core.nodestate import FS_CGROUP, FS_RESCTRL, FileWrite, parse_cpuset
+from ..metrics import REGISTRY
+
+log = structlog.get_logger("koordfw.agent")
+
+_CPU_LIST_FILES = ("cpuset.cpus", "cpuset.mems", "cpuset.cpus.exclusive")
+
+
+@attrs.frozen
+class ExecutorMetrics:
+    writes: Counter
+    errors: Counter
+
+
+_METRICS: ExecutorMetrics | None = None
+
+
+def executor_metrics() -> ExecutorMetrics:
+    global _METRICS
+    if _METRICS is None:
+        _METRICS = ExecutorMetrics(
+            writes=Counter("koordfw_agent_writes", "Files written by the node agent", ["plugin", "fs"],
+                           registry=REGISTRY),
+            errors=Counter("koordfw_agent_write_errors", "Writes refused or failed, by reason",
+                           ["plugin", "reason"], registry=REGISTRY),
+        )
+    return _METRICS
+
+
+@attrs.frozen
+class WriteResult:
+    """What happened to one FileWrite: ``written``, ``unchanged``, ``vanished``, ``refused``, ``error``
+    or ``dry_run``; ``old`` is the value read before (``None`` when absent)."""
+
+    write: FileWrite
+    outcome: str
+    old: str | None = None
+    error: str = ""
+
+
+@attrs.define
+class ExecutorStats:
+    written: int = 0
+    unchanged: int = 0
+    vanished: int = 0
+    refused: int = 0
+    errors: int = 0
+
+
+def values_equal(path: str, old: str | None, new: str) -> bool:
+    if old is None:
+        return False
+    a, b = old.strip(), new.strip()
+    if a == b:
+        return True
+    if path.rsplit("/", 1)[-1] in _CPU_LIST_FILES:
+        try:
+            return parse_cpuset(a) == parse_cpuset(b)
+        except ValueError:
+            return False
+    return False
+
+
+class Executor:
+    """Applies FileWrites under ``roots`` (``{"cgroup": "/sys/fs/cgroup", "resctrl": "/sys/fs/resctrl"}``)."""
+
+    def __init__(self, roots: Mapping[str, str | os.PathLike[str]] | None = None, *, dry_run: bool = False) -> None:
+        roots = dict(roots or {})
+        roots.setdefault(FS_CGROUP, "/sys/fs/cgroup")
+        roots.setdefault(FS_RESCTRL, "/sys/fs/resctrl")
+        self.roots = {fs: Path(p) for fs, p in roots.items()}
+        self.dry_run = dry_run
+        self.stats = ExecutorStats()
+        self._metrics = executor_metrics()
+
+    def resolve(self, w: FileWrite) -> Path | None:
+        """The absolute path of a write, or ``None`` when it would escape its root."""
+        root = self.roots.get(w.fs)
+        if root is None or not w.path or os.path.isabs(w.path) or ".." in Path(w.path).parts:
+            return None
+        real_root = root.resolve()
+        target = (root / w.path).resolve()
+        if target != real_root and real_root not in target.parents:
+            return None
+        return target
+
+    def apply(self, writes: Iterable[FileWrite]) -> list[WriteResult]:
+        return [self.apply_one(w) for w in writes]
+
+    def apply_one(self, w: FileWrite) -> WriteResult:
+        target = self.resolve(w)
+        if target is None:
+            self.stats.refused += 1
+            self._metrics.errors.labels(w.plugin, "refused").inc()
+            log.error("refused write outside the filesystem root", file=w.path, fs=w.fs, plugin=w.plugin,
+                      root=str(self.roots.get(w.fs)))
+            return WriteResult(w, "refused", error="path escapes the root")
+        if not target.parent.is_dir():
+            if not w.mkdir:
+                return self._vanished(w, target)
+            if not self.dry_run:
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as e:
+                    return self._error(w, target, None, e)
+        old = _read(target)
+        if values_equal(w.path, old, w.value):
+            self.stats.unchanged += 1
+            return WriteResult(w, "unchanged", old)
+        if self.dry_run:
+            log.info("would write", file=str(target), old=old, new=w.value, plugin=w.plugin)
+            return WriteResult(w, "dry_run", old)
+        try:
+            # a single write(2): the kernel's cgroup files want the whole value in one call
+            fd = os.open(target, os.O_WRONLY | (os.O_CREAT | os.O_TRUNC if w.mkdir or old is None else 0), 0o644)
+            try:
+                os.write(fd, w.value.encode())
+            finally:
+                os.close(fd)
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.ENODEV) and not target.parent.exists():
+                return self._vanished(w, target)
+            return self._error(w, target, old, e)
+        self.stats.written += 1
+        self._metrics.writes.labels(w.plugin, w.fs).inc()
+        log.info("write", file=str(target), old=old, new=w.value, plugin=w.plugin)
+        return WriteResult(w, "written", old)
+
+    def read(self, fs: str, path: str) -> str | None:
+        """Read a file under a root (``None`` when absent or escaping); used to reconcile on start."""
+        target = self.resolve(FileWrite(path, "", fs=fs))
+        return None if target is None else _read(target)
+
+    def _vanished(self, w: FileWrite, target: Path) -> WriteResult:
+        self.stats.vanished += 1
+        log.info("skipped write to a vanished cgroup", file=str(target), plugin=w.plugin)
+        return WriteResult(w, "vanished")
+
+    def _error(self, w: FileWrite, target: Path, old: str | None, e: OSError) -> WriteResult:
+        self.stats.errors += 1
+        reason = errno.errorcode.get(e.errno or 0, "OSError")
+        self._metrics.errors.labels(w.plugin, reason).inc()
+        log.error("write failed", file=str(target), old=old, new=w.value, plugin=w.plugin,
+                  error=e.strerror or str(e))
+        return WriteResult(w, "error", old, error=f"{reason}: {e.strerror or e}")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    except OSError:
+        return None
