@@ -115,9 +115,11 @@ def filter(pod: Any, nodes: Any, node: Any, state: Any, args: Any, handle: Any) 
     """Reject nodes that cannot run the pod.
 
     Batch form (take ``nodes``): called once per cycle with the candidate ``NodeBatch``. Return ``None``
-    or ``{}`` for no objection, a mapping ``{node name: reason or Status}`` of rejected nodes, or a
+    or ``{}`` for no objection, a mapping ``{node name: reason or Status}`` of rejected nodes, a
     sequence aligned with ``nodes`` whose items are ``True``/``None`` (feasible) or a reason/``False``
-    (a numpy bool array works too). Per-node form (take ``node`` and not ``nodes``): called for each
+    (a numpy bool array works too), or the fast form ``(feasible_mask, reason)``: a bool array aligned
+    with ``nodes`` plus one reason/Status for every rejected node (or a sequence of reasons aligned
+    with ``nodes``). Per-node form (take ``node`` and not ``nodes``): called for each
     candidate; return ``None``/``True`` to accept or a reason/``Status`` to reject. A string reason means
     ``Unschedulable``. May be async. Must be idempotent and must not change state.
     """

@@ -36,6 +36,9 @@ class Args:
     ignored_resources: list[str] = attrs.field(factory=list)
 
 
+_REASONS = {}
+
+
 @hookimpl
 def plugin_args():
     return Args
@@ -63,13 +66,15 @@ def filter(pod, nodes, args):
     if len(bad) == 0:
         return None
     names = cluster.resources
-    views = cluster.views
-    out = {}
+    reasons = [None] * len(idx)
     for j in bad.tolist():
-        reasons = tuple("Too many pods" if names[need[k]] == "pods" else f"Insufficient {names[need[k]]}"
-                        for k in np.flatnonzero(short[j]).tolist())
-        out[views[int(idx[j])].name] = Status.unschedulable(*reasons)
-    return out
+        key = tuple(names[k] for k in need[short[j]].tolist())
+        st = _REASONS.get(key)
+        if st is None:
+            st = _REASONS[key] = Status.unschedulable(
+                *("Too many pods" if r == "pods" else f"Insufficient {r}" for r in key))
+        reasons[j] = st
+    return ~short.any(axis=1), reasons
 
 
 @hookimpl

@@ -9,7 +9,7 @@ import numpy as np
 
 from koordfw import Status, hookimpl, normalize
 
-REASON = "node(s) didn't match Pod's node affinity/selector"
+REASON = Status.unresolvable("node(s) didn't match Pod's node affinity/selector")
 
 
 def _expr_matches(expr, labels):
@@ -78,9 +78,7 @@ def filter(pod, nodes):
         for j, i in enumerate(nodes.idx.tolist()):
             if ok[j] and not any(term_matches(t, views[i]) for t in terms):
                 ok[j] = False
-    if ok.all():
-        return None
-    return {cluster.views[int(i)].name: Status.unresolvable(REASON) for i in nodes.idx[~ok]}
+    return None if ok.all() else (ok, REASON)
 
 
 @hookimpl

@@ -6,6 +6,16 @@ import numpy as np
 from koordfw import Status, hookimpl, normalize
 
 
+_REASONS = {}
+
+
+def _reason(taint):
+    st = _REASONS.get(taint)
+    if st is None:
+        st = _REASONS[taint] = Status.unresolvable(f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}")
+    return st
+
+
 class TaintToleration:
     def __init__(self):
         self._key = None
@@ -34,7 +44,7 @@ class TaintToleration:
         for i in tainted.tolist():
             for t in views[i].node.taints:
                 if t.effect in ("NoSchedule", "NoExecute") and not any(tol.tolerates(t) for tol in pod.tolerations):
-                    out[views[i].name] = Status.unresolvable(f"node(s) had untolerated taint {{{t.key}: {t.value}}}")
+                    out[views[i].name] = _reason(t)
                     break
         return out
 

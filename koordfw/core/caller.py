@@ -48,7 +48,7 @@ class HookCaller:
         kw["handle"] = self.handle
         try:
             kwargs = {a: kw[a] for a in impl.argnames}
-        except KeyError as e:  # the spec grew an argument this call site does not pass
+        except KeyError as e:  # an implementation asked for an argument this call site does not have
             raise PluginFailure(Status.error(f"kernel did not pass {e} to {impl.plugin}.{impl.point}",
                                              impl.plugin)) from None
         t0 = time.perf_counter()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any, Awaitable, Callable, Iterable
 
 import anyio
@@ -61,6 +62,42 @@ class CycleState(dict):
         self.annotations: dict[str, str] = {}
         self.skip_filter: set[str] = set()
         self.skip_score: set[str] = set()
+
+
+class NodeStatuses(Mapping[str, Status]):
+    """Node name → rejecting Status, kept as (node indices, statuses) chunks and built on first use."""
+
+    def __init__(self, cluster: ClusterState) -> None:
+        self._cluster = cluster
+        self._chunks: list[tuple[np.ndarray, list[Status]]] = []
+        self._dict: dict[str, Status] | None = None
+
+    def add(self, idx: np.ndarray, statuses: list[Status]) -> None:
+        self._chunks.append((idx, statuses))
+        self._dict = None
+
+    def update(self, other: NodeStatuses) -> None:
+        self._chunks.extend(other._chunks)
+        self._dict = None
+
+    def _build(self) -> dict[str, Status]:
+        if self._dict is None:
+            views = self._cluster.views
+            d: dict[str, Status] = {}
+            for idx, sts in self._chunks:
+                for i, st in zip(idx.tolist(), sts):
+                    d[views[i].node.name] = st
+            self._dict = d
+        return self._dict
+
+    def __getitem__(self, name: str) -> Status:
+        return self._build()[name]
+
+    def __iter__(self):
+        return iter(self._build())
+
+    def __len__(self) -> int:
+        return len(self._build())
 
 
 @attrs.frozen
@@ -189,8 +226,11 @@ class Scheduler:
     """Queue + framework over a ClusterState. Engines feed it events and give it a binder."""
 
     def __init__(self, registry: Registry, cluster: ClusterState, clock: Clock, *, binder: Binder | None = None,
-                 evictor: Evictor | None = None, seed: int = 0) -> None:
+                 evictor: Evictor | None = None, seed: int = 0, inline_binding: bool = False) -> None:
         self.registry, self.cluster, self.clock = registry, cluster, clock
+        #: run binding cycles of pods not waiting at permit inline (the embedded cluster binds in
+        #: memory, so a task per pod would only add overhead); live engines bind concurrently
+        self.inline_binding = inline_binding
         self.profile = registry.profile
         self.binder: Binder = binder or self._memory_bind
         self.evictor: Evictor = evictor or self._memory_evict
@@ -200,6 +240,7 @@ class Scheduler:
         self.waiting_pods: dict[str, WaitingPod] = {}
         self.results: dict[str, PodResult] = {}
         self.next_start_node_index = 0
+        self._pos = np.full(0, -1, dtype=np.int64)
         self.in_flight_binds = 0
         self.cycle_seconds: list[float] = []
         self.attempt_counts: Counter[str] = Counter()
@@ -214,6 +255,7 @@ class Scheduler:
         qs = registry.impls("queue_sort")
         self._queue_sort_impl = qs[0] if qs else None
         self._has_scoring = bool(registry.impls("score"))
+        self._filter_impls = registry.impls("filter")
         from .. import metrics as _metrics
 
         self.metrics = _metrics.scheduler_metrics()
@@ -361,7 +403,10 @@ class Scheduler:
             wp = WaitingPod(pod, node.name, waits, self.clock)
             self.waiting_pods[pod.uid] = wp
         self.in_flight_binds += 1
-        tg.start_soon(self._binding_cycle, pod, node, state, wp)
+        if wp is None and self.inline_binding:
+            await self._binding_cycle(pod, node, state, None)
+        else:
+            tg.start_soon(self._binding_cycle, pod, node, state, wp)
 
     async def _find_node(self, pod: Pod, state: CycleState) -> tuple[Status, NodeView | None]:
         cluster = self.cluster
@@ -420,10 +465,10 @@ class Scheduler:
         return Status.success(), await self._score_and_select(pod, state, feasible)
 
     async def _filter_search(self, pod: Pod, state: CycleState, order: np.ndarray,
-                             to_find: int) -> tuple[np.ndarray, dict[str, Status], int]:
+                             to_find: int) -> tuple[np.ndarray, NodeStatuses, int]:
         """Filter ``order`` in chunks until ``to_find`` nodes fit; returns (feasible, statuses, processed)."""
         feasible_parts: list[np.ndarray] = []
-        statuses: dict[str, Status] = {}
+        statuses = NodeStatuses(self.cluster)
         found = 0
         pos = 0
         n = len(order)
@@ -448,19 +493,19 @@ class Scheduler:
         return feasible, statuses, n
 
     async def _filter_nodes(self, pod: Pod, state: CycleState, sub: np.ndarray,
-                            need: int) -> tuple[np.ndarray, dict[str, Status]]:
+                            need: int) -> tuple[np.ndarray, NodeStatuses]:
         cluster = self.cluster
-        mask = np.ones(len(sub), dtype=bool)
-        statuses: dict[str, Status] = {}
-        for impl in self.caller.impls("filter"):
-            if impl.plugin in state.skip_filter:
+        statuses = NodeStatuses(cluster)
+        cur = sub
+        skip = state.skip_filter
+        for impl in self._filter_impls:
+            if skip and impl.plugin in skip:
                 continue
-            live = np.flatnonzero(mask)
-            if len(live) == 0:
+            if len(cur) == 0:
                 break
-            cur = sub[live]
             if impl.per_node:
                 views = cluster.views
+                keep = np.ones(len(cur), dtype=bool)
                 for j, gi in enumerate(cur.tolist()):
                     res = await self.caller.call(impl, pod=pod, node=views[gi], state=state)
                     if res is None or res is True:
@@ -470,60 +515,95 @@ class Scheduler:
                         continue
                     if st.code == Code.ERROR:
                         raise PluginFailure(st)
-                    mask[live[j]] = False
-                    statuses[views[gi].node.name] = st
+                    keep[j] = False
+                    statuses.add(np.array([gi]), [st])
+                cur = cur[keep]
                 continue
             res = await self.caller.call(impl, pod=pod, nodes=NodeBatch(cluster, cur), state=state)
             if res is None:
                 continue
-            if isinstance(res, dict):
-                if not res:
-                    continue
-                pos_of = {int(g): j for j, g in enumerate(cur.tolist())}
-                for name, reason in res.items():
-                    gi = cluster.node_index(name)
-                    j = pos_of.get(gi) if gi is not None else None
-                    if j is None:
-                        continue
-                    st = as_status(reason, impl.plugin)
-                    if st.ok:
-                        continue
-                    if st.code == Code.ERROR:
-                        raise PluginFailure(st)
-                    mask[live[j]] = False
-                    statuses[cluster.views[gi].node.name] = st
+            rejected, reasons = self._filter_rejections(impl, res, cur)
+            if len(rejected) == 0:
                 continue
-            if isinstance(res, np.ndarray) and res.dtype == bool:
-                if len(res) != len(cur):
-                    raise PluginFailure(Status.error(
-                        f"plugin {impl.plugin} returned {len(res)} filter results for {len(cur)} nodes", impl.plugin))
-                bad = np.flatnonzero(~res)
-                for j in bad.tolist():
-                    mask[live[j]] = False
-                    statuses[cluster.views[int(cur[j])].node.name] = Status.unschedulable(
-                        f"node(s) rejected by {impl.plugin}", plugin=impl.plugin)
-                continue
-            try:
-                items = list(res)
-            except TypeError:
-                raise PluginFailure(Status.error(
-                    f"plugin {impl.plugin} returned an unexpected {type(res).__name__} from filter", impl.plugin)) from None
-            if len(items) != len(cur):
-                raise PluginFailure(Status.error(
-                    f"plugin {impl.plugin} returned {len(items)} filter results for {len(cur)} nodes", impl.plugin))
-            for j, r in enumerate(items):
-                if r is None or r is True or (isinstance(r, np.bool_) and bool(r)):
-                    continue
-                st = as_status(bool(r) if isinstance(r, np.bool_) else r, impl.plugin)
-                if st.ok:
-                    continue
+            if not isinstance(reasons, list):
+                st = as_status(reasons, impl.plugin)
                 if st.code == Code.ERROR:
                     raise PluginFailure(st)
-                mask[live[j]] = False
-                statuses[cluster.views[int(cur[j])].node.name] = st
-        return sub[mask], statuses
+                sts = [st] * len(rejected)
+            else:
+                memo: dict[int, Status] = {}
+                sts = []
+                for r in reasons:
+                    st = memo.get(id(r))
+                    if st is None:
+                        st = as_status(r, impl.plugin)
+                        if st.code == Code.ERROR:
+                            raise PluginFailure(st)
+                        memo[id(r)] = st
+                    sts.append(st)
+            statuses.add(cur[rejected], sts)
+            keep = np.ones(len(cur), dtype=bool)
+            keep[rejected] = False
+            cur = cur[keep]
+        return cur, statuses
 
-    def _fit_error(self, pod: Pod, n_all: int, statuses: dict[str, Status]) -> Status:
+    def _filter_rejections(self, impl: Impl, res: Any, cur: np.ndarray) -> tuple[np.ndarray, Any]:
+        """Normalise a batch filter result to (positions rejected in ``cur``, their reasons): a list
+        aligned with the positions, or one reason shared by all of them."""
+        n = len(cur)
+        if isinstance(res, tuple) and len(res) == 2 and isinstance(res[0], np.ndarray):
+            ok, reason = res
+            if ok.shape != (n,):
+                raise PluginFailure(Status.error(
+                    f"plugin {impl.plugin} returned a mask of {ok.size} for {n} nodes", impl.plugin))
+            bad = np.flatnonzero(~ok.astype(bool, copy=False))
+            if isinstance(reason, (str, Status)) or reason is None:
+                return bad, reason or f"node(s) rejected by {impl.plugin}"
+            reasons = list(reason)
+            return bad, [reasons[j] for j in bad.tolist()]
+        if isinstance(res, dict):
+            if not res:
+                return np.zeros(0, dtype=np.int64), []
+            pos = self._pos
+            if len(pos) < self.cluster.num_nodes:
+                self._pos = pos = np.full(max(self.cluster.num_nodes, 2 * len(pos)), -1, dtype=np.int64)
+            pos[cur] = np.arange(n)
+            js, reasons = [], []
+            for name, reason in res.items():
+                gi = self.cluster.node_index(name)
+                j = int(pos[gi]) if gi is not None else -1
+                if j < 0 or reason is None or reason is True:
+                    continue
+                if isinstance(reason, Status) and reason.ok:
+                    continue
+                js.append(j)
+                reasons.append(reason)
+            pos[cur] = -1
+            return np.asarray(js, dtype=np.int64), reasons
+        if isinstance(res, np.ndarray) and res.dtype == bool:
+            if res.shape != (n,):
+                raise PluginFailure(Status.error(
+                    f"plugin {impl.plugin} returned {res.size} filter results for {n} nodes", impl.plugin))
+            return np.flatnonzero(~res), f"node(s) rejected by {impl.plugin}"
+        try:
+            items = list(res)
+        except TypeError:
+            raise PluginFailure(Status.error(
+                f"plugin {impl.plugin} returned an unexpected {type(res).__name__} from filter", impl.plugin)) from None
+        if len(items) != n:
+            raise PluginFailure(Status.error(
+                f"plugin {impl.plugin} returned {len(items)} filter results for {n} nodes", impl.plugin))
+        js, reasons = [], []
+        for j, r in enumerate(items):
+            if r is None or r is True or (isinstance(r, np.bool_) and bool(r)):
+                continue
+            if isinstance(r, Status) and r.ok:
+                continue
+            js.append(j)
+            reasons.append(bool(r) if isinstance(r, np.bool_) else r)
+        return np.asarray(js, dtype=np.int64), reasons
+
+    def _fit_error(self, pod: Pod, n_all: int, statuses: Mapping[str, Status]) -> Status:
         counts: Counter[str] = Counter()
         unresolvable = True
         for st in statuses.values():

@@ -79,6 +79,9 @@ _SUCCESS = Status()
 _SKIP = Status(Code.SKIP)
 
 
+_TAGGED: dict[tuple[Status, str], Status] = {}
+
+
 def as_status(value: object, plugin: str, *, default_code: Code = Code.UNSCHEDULABLE) -> Status:
     """Turn a plugin's return value into a Status.
 
@@ -87,7 +90,15 @@ def as_status(value: object, plugin: str, *, default_code: Code = Code.UNSCHEDUL
     if value is None or value is True:
         return _SUCCESS
     if isinstance(value, Status):
-        return value.with_plugin(plugin) if not value.ok else value
+        if value.ok or value.plugin:
+            return value
+        key = (value, plugin)
+        st = _TAGGED.get(key)
+        if st is None:
+            if len(_TAGGED) > 4096:
+                _TAGGED.clear()
+            st = _TAGGED[key] = attrs.evolve(value, plugin=plugin)
+        return st
     if isinstance(value, str):
         return Status(default_code, (value,), plugin)
     if value is False:

@@ -89,7 +89,7 @@ class EmbeddedEngine:
                  start_time: float | None = None) -> None:
         self.clock = VirtualClock(start_time if start_time is not None else time.time())
         self.cluster = cluster
-        self.scheduler = Scheduler(registry, cluster, self.clock, seed=seed)
+        self.scheduler = Scheduler(registry, cluster, self.clock, seed=seed, inline_binding=True)
         self.progress = 0
         self._tried_at: dict[str, int] = {}
         self.scheduler.on_bound.append(lambda pod, node: self._progressed())
