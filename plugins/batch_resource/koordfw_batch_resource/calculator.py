@@ -1,0 +1,237 @@
+"""The batch resource formula of Koordinator's slo-controller (``noderesource/plugins/batchresource``).
+
+::
+
+    margin      = capacity * (100 - reclaimThresholdPercent) / 100     (int64(float) per resource)
+    reserved    = max(capacity - allocatable, node.koordinator.sh/reservation)
+    systemUsed  = max(NodeMetric systemUsage + HP host-application usage, reserved)
+    byUsage           = max(0, capacity - margin - systemUsed - Σ HP usage)
+    byRequest         = max(0, capacity - margin - reserved   - Σ HP request)
+    byMaxUsageRequest = max(0, capacity - margin - systemUsed - Σ HP max(usage, request))
+    batch-cpu    = byUsage | byMaxUsageRequest              ("request" is not a CPU policy: usage is used)
+    batch-memory = byUsage | byRequest | byMaxUsageRequest
+    then min(value, capacity * batch<X>ThresholdPercent / 100) when that cap is set
+
+HP ("high priority") pods are Running/Pending pods whose priority class (default derived from the QoS
+class) is neither koord-batch nor koord-free. All amounts are canonical ints: cpu milli, memory bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+import structlog
+
+from koordfw import canonical
+
+from .metric import CPU, MEMORY, NodeMetricInfo
+from .strategy import MAX_USAGE_REQUEST, REQUEST, ColocationStrategy
+
+BATCH_CPU = "kubernetes.io/batch-cpu"
+BATCH_MEMORY = "kubernetes.io/batch-memory"
+ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
+PRIORITY_BATCH, PRIORITY_FREE = "koord-batch", "koord-free"
+RESOURCES = (CPU, MEMORY)
+
+log = structlog.get_logger("koordfw.batch_resource")
+
+Res = dict[str, int]
+
+
+def _zero() -> Res:
+    return {CPU: 0, MEMORY: 0}
+
+
+def _add(a: Res, b: Mapping[str, int]) -> None:
+    for r in RESOURCES:
+        a[r] += b.get(r, 0)
+
+
+def _sub(*terms: Mapping[str, int]) -> Res:
+    return {r: terms[0].get(r, 0) - sum(t.get(r, 0) for t in terms[1:]) for r in RESOURCES}
+
+
+def _max(a: Mapping[str, int], b: Mapping[str, int]) -> Res:
+    return {r: max(a.get(r, 0), b.get(r, 0)) for r in RESOURCES}
+
+
+def _clamp0(a: Mapping[str, int]) -> Res:
+    return {r: max(0, a.get(r, 0)) for r in RESOURCES}
+
+
+@attrs.frozen
+class BatchResult:
+    """Every term of the calculation for one node (what ``koordfw simulate`` reports)."""
+
+    node: str
+    batch_cpu: int = 0
+    batch_memory: int = 0
+    #: why the resources were reset to zero ("" when calculated)
+    degraded: str = ""
+    cpu_policy: str = ""
+    memory_policy: str = ""
+    capacity: Res = attrs.field(factory=_zero)
+    margin: Res = attrs.field(factory=_zero)
+    reserved: Res = attrs.field(factory=_zero)
+    system_used: Res = attrs.field(factory=_zero)
+    hp_request: Res = attrs.field(factory=_zero)
+    hp_used: Res = attrs.field(factory=_zero)
+    hp_max_used_req: Res = attrs.field(factory=_zero)
+    by_usage: Res = attrs.field(factory=_zero)
+    by_request: Res = attrs.field(factory=_zero)
+    by_max_usage_request: Res = attrs.field(factory=_zero)
+
+    @property
+    def resources(self) -> dict[str, int]:
+        return {BATCH_CPU: self.batch_cpu, BATCH_MEMORY: self.batch_memory}
+
+
+def _ratio_of(amount: int, percent: int) -> int:
+    # util.MultiplyMilliQuant / MultiplyQuant: int64(float64(v) * ratio), truncating toward zero
+    return int(float(amount) * (float(percent) / 100.0))
+
+
+def safety_margin(strategy: ColocationStrategy, capacity: Mapping[str, int]) -> Res:
+    """``getNodeSafetyMargin``: negative when a reclaim threshold exceeds 100 %."""
+    return {CPU: _ratio_of(capacity.get(CPU, 0), 100 - strategy.cpu_reclaim_threshold_percent),
+            MEMORY: _ratio_of(capacity.get(MEMORY, 0), 100 - strategy.memory_reclaim_threshold_percent)}
+
+
+def _cpuset_size(spec: str) -> int:
+    n = 0
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        a, b = int(lo), int(hi) if hi else int(lo)
+        if b < a or a < 0:
+            raise ValueError(f"invalid cpu range {part!r}")
+        n += b - a + 1
+    return n
+
+
+def annotation_reservation(node_name: str, annotations: Mapping[str, str]) -> Res:
+    """``GetNodeReservationFromAnnotation``: ``reservedCPUs`` (a cpuset) wins over ``resources.cpu``.
+    An invalid annotation is logged naming the node and ignored, as Koordinator does."""
+    raw = annotations.get(ANNOTATION_NODE_RESERVATION)
+    out = _zero()
+    if not raw:
+        return out
+    try:
+        obj = json.loads(raw)
+        if not isinstance(obj, dict):
+            raise ValueError("expected a JSON object")
+        res = obj.get("resources") or {}
+        if not isinstance(res, dict):
+            raise ValueError("resources: expected a mapping")
+        cpus = _cpuset_size(str(obj.get("reservedCPUs") or ""))
+        if cpus > 0:
+            out[CPU] = cpus * 1000
+        elif res.get(CPU) is not None:
+            out[CPU] = canonical(CPU, res[CPU])
+        if res.get(MEMORY) is not None:
+            out[MEMORY] = canonical(MEMORY, res[MEMORY])
+    except ValueError as e:
+        log.warning("ignoring invalid node annotation", node=node_name, annotation=ANNOTATION_NODE_RESERVATION,
+                    error=str(e))
+        return _zero()
+    return out
+
+
+def is_high_priority(pod: Any) -> bool:
+    return pod.priority_class_with_default not in (PRIORITY_BATCH, PRIORITY_FREE)
+
+
+def degrade_reason(strategy: ColocationStrategy, metric: NodeMetricInfo | None, now: float) -> str:
+    """``isDegradeNeeded``: no metric, no updateTime, or a metric at least degradeTimeMinutes old."""
+    if not strategy.enable:
+        return "colocation disabled"
+    if metric is None:
+        return "no NodeMetric"
+    if metric.update_time is None:
+        return "NodeMetric has no status.updateTime"
+    if now - metric.update_time >= strategy.degrade_time_minutes * 60:
+        return f"NodeMetric older than degradeTimeMinutes ({strategy.degrade_time_minutes})"
+    return ""
+
+
+def calculate(strategy: ColocationStrategy, node: Any, pods: Iterable[Any], metric: NodeMetricInfo | None,
+              now: float) -> BatchResult:
+    """Batch resources of one node. ``node`` is a :class:`koordfw.Node` (name, labels, annotations,
+    capacity, allocatable), ``pods`` the pods on it, ``strategy`` already resolved for the node."""
+    reason = degrade_reason(strategy, metric, now)
+    if reason:
+        return BatchResult(node=node.name, degraded=reason)
+    assert metric is not None
+    pod_metrics = {pm.key: pm for pm in metric.pods}
+    dangling = dict(pod_metrics)
+    hp_request, hp_used, hp_max = _zero(), _zero(), _zero()
+    for pod in pods:
+        pm = pod_metrics.get(pod.key)
+        if pm is not None:
+            dangling.pop(pod.key, None)
+        if pod.phase not in ("Running", "Pending") or not is_high_priority(pod):
+            continue
+        req = {r: pod.requests.get(r, 0) for r in RESOURCES}
+        _add(hp_request, req)
+        if pm is None:
+            _add(hp_used, req)
+        elif pod.qos_class == "LSE":
+            # LSE pods hold their CPUs exclusively: their cpu is never reclaimable
+            _add(hp_used, {CPU: req[CPU], MEMORY: pm.usage.get(MEMORY, 0)})
+            _add(hp_max, _max(req, pm.usage))
+        else:
+            _add(hp_used, pm.usage)
+            _add(hp_max, _max(req, pm.usage))
+    # usage reported for pods the scheduler no longer lists still occupies the node
+    for pm in dangling.values():
+        if pm.priority in (PRIORITY_BATCH, PRIORITY_FREE):
+            continue
+        _add(hp_used, pm.usage)
+        _add(hp_max, pm.usage)
+
+    capacity = {r: node.capacity.get(r, 0) for r in RESOURCES}
+    allocatable = {r: node.allocatable.get(r, 0) for r in RESOURCES}
+    margin = safety_margin(strategy, capacity)
+    system = _zero()
+    _add(system, metric.system_usage)
+    _add(system, metric.host_app_hp_usage)
+    reserved = _max(_clamp0(_sub(capacity, allocatable)), annotation_reservation(node.name, node.annotations))
+    system = _max(system, reserved)
+
+    by_usage = _clamp0(_sub(capacity, margin, system, hp_used))
+    by_request = _clamp0(_sub(capacity, margin, reserved, hp_request))
+    by_max = _clamp0(_sub(capacity, margin, system, hp_max))
+
+    cpu_policy = MAX_USAGE_REQUEST if strategy.cpu_calculate_policy == MAX_USAGE_REQUEST else "usage"
+    batch_cpu = by_max[CPU] if cpu_policy == MAX_USAGE_REQUEST else by_usage[CPU]
+    mem_policy = strategy.memory_calculate_policy
+    batch_mem = {REQUEST: by_request, MAX_USAGE_REQUEST: by_max}.get(mem_policy, by_usage)[MEMORY]
+    if strategy.batch_cpu_threshold_percent is not None:
+        batch_cpu = min(batch_cpu, _ratio_of(capacity[CPU], strategy.batch_cpu_threshold_percent))
+    if strategy.batch_memory_threshold_percent is not None:
+        batch_mem = min(batch_mem, _ratio_of(capacity[MEMORY], strategy.batch_memory_threshold_percent))
+    return BatchResult(node=node.name, batch_cpu=batch_cpu, batch_memory=batch_mem, cpu_policy=cpu_policy,
+                       memory_policy=mem_policy, capacity=capacity, margin=margin, reserved=reserved,
+                       system_used=system, hp_request=hp_request, hp_used=hp_used, hp_max_used_req=hp_max,
+                       by_usage=by_usage, by_request=by_request, by_max_usage_request=by_max)
+
+
+def needs_sync(old: Mapping[str, int], new: Mapping[str, int], *, last_update: float | None, now: float,
+               strategy: ColocationStrategy) -> bool:
+    """Koordinator's ``isResourceDiff`` + ``updateTimeThresholdSeconds``: should a live engine rewrite
+    node.status? Yes when the last write is older than the threshold, or when a resource appeared,
+    vanished, or moved by more than ``resourceDiffThreshold`` of its old value."""
+    if last_update is None or now - last_update >= strategy.update_time_threshold_seconds:
+        return True
+    for r in set(old) | set(new):
+        a, b = old.get(r, 0), new.get(r, 0)
+        if (a == 0) != (b == 0):
+            return True
+        if a and abs(b - a) > a * strategy.resource_diff_threshold:
+            return True
+    return False

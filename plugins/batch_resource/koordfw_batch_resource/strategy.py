@@ -1,0 +1,188 @@
+"""Koordinator's ColocationStrategy (the plugin's args) and its per-node overrides.
+
+Resolution order for a node, as ``GetNodeColocationStrategy`` + ``UpdateColocationStrategyForNode``:
+cluster strategy (the args) → the first ``nodeConfigs`` entry whose ``nodeSelector`` matches the node →
+the node annotation ``node.koordinator.sh/colocation-strategy`` (JSON, same camelCase fields) → the node
+labels ``node.koordinator.sh/cpu-reclaim-ratio`` / ``memory-reclaim-ratio`` (a ratio: "0.7" = 70 %).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import structlog
+
+ANNOTATION_COLOCATION_STRATEGY = "node.koordinator.sh/colocation-strategy"
+LABEL_CPU_RECLAIM_RATIO = "node.koordinator.sh/cpu-reclaim-ratio"
+LABEL_MEMORY_RECLAIM_RATIO = "node.koordinator.sh/memory-reclaim-ratio"
+
+USAGE, REQUEST, MAX_USAGE_REQUEST = "usage", "request", "maxUsageRequest"
+POLICIES = (USAGE, REQUEST, MAX_USAGE_REQUEST)
+
+log = structlog.get_logger("koordfw.batch_resource")
+
+
+def _policy(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value not in POLICIES:
+        raise ValueError(f"{attribute.name}: unknown calculate policy {value!r}; use one of {', '.join(POLICIES)}")
+
+
+def _int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{attribute.name}: expected an integer, got {value!r}")
+
+
+def _bool(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{attribute.name}: expected true or false, got {value!r}")
+
+
+def _ratio(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{attribute.name}: expected a non-negative number, got {value!r}")
+
+
+def _non_negative(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    _int(inst, attribute, value)
+    if value < 0:
+        raise ValueError(f"{attribute.name}: must be >= 0, got {value!r}")
+
+
+def _opt_percent(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None:
+        _non_negative(inst, attribute, value)
+
+
+def _node_configs(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    for i, cfg in enumerate(value):
+        where = f"nodeConfigs[{i}]"
+        if not isinstance(cfg, Mapping):
+            raise ValueError(f"{where}: expected a mapping")
+        sel = cfg.get("nodeSelector")
+        if not isinstance(sel, Mapping):
+            raise ValueError(f"{where}.nodeSelector: required, a label selector (matchLabels / matchExpressions)")
+        _check_selector(sel, f"{where}.nodeSelector")
+        unknown = set(cfg) - set(OVERRIDABLE) - {"nodeSelector", "name"}
+        if unknown:
+            raise ValueError(f"{where}: unknown field(s) {sorted(unknown)}")
+        merge(ColocationStrategy(), {k: v for k, v in cfg.items() if k in OVERRIDABLE}, where=where)
+
+
+@attrs.define
+class ColocationStrategy:
+    """The ``batch_resource`` args: Koordinator's ColocationStrategy fields (camelCase in the profile).
+
+    ``enable`` defaults to true here (Koordinator's cluster default is false): installing the plugin is
+    the opt-in. ``resourceDiffThreshold`` and ``updateTimeThresholdSeconds`` only decide when a live
+    engine rewrites node.status (see :func:`koordfw_batch_resource.calculator.needs_sync`).
+    """
+
+    enable: bool = attrs.field(default=True, validator=_bool)
+    cpu_reclaim_threshold_percent: int = attrs.field(default=60, validator=_int)
+    memory_reclaim_threshold_percent: int = attrs.field(default=65, validator=_int)
+    cpu_calculate_policy: str = attrs.field(default=USAGE, validator=_policy)
+    memory_calculate_policy: str = attrs.field(default=USAGE, validator=_policy)
+    degrade_time_minutes: int = attrs.field(default=15, validator=_non_negative)
+    update_time_threshold_seconds: int = attrs.field(default=300, validator=_non_negative)
+    resource_diff_threshold: float = attrs.field(default=0.1, validator=_ratio)
+    batch_cpu_threshold_percent: int | None = attrs.field(default=None, validator=_opt_percent)
+    batch_memory_threshold_percent: int | None = attrs.field(default=None, validator=_opt_percent)
+    #: ``[{nodeSelector: {matchLabels: ..., matchExpressions: ...}, name: ..., <strategy fields>}]``
+    node_configs: list[dict] = attrs.field(factory=list, validator=_node_configs)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+#: camelCase key → field name, for the fields a node may override
+OVERRIDABLE: dict[str, str] = {_camel(f.name): f.name for f in attrs.fields(ColocationStrategy)
+                               if f.name != "node_configs"}
+
+
+def merge(base: ColocationStrategy, override: Mapping[str, Any], *, where: str) -> ColocationStrategy:
+    """``base`` with the non-null known fields of ``override`` (camelCase) applied; unknown keys are
+    ignored as Go's json.Unmarshal does. A bad value raises ValueError naming ``where`` and the field."""
+    changes = {OVERRIDABLE[k]: v for k, v in override.items() if k in OVERRIDABLE and v is not None}
+    if not changes:
+        return base
+    try:
+        return attrs.evolve(base, **changes)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def _check_selector(sel: Mapping[str, Any], where: str) -> None:
+    ml = sel.get("matchLabels") or {}
+    if not isinstance(ml, Mapping):
+        raise ValueError(f"{where}.matchLabels: expected a mapping")
+    exprs = sel.get("matchExpressions") or []
+    if not isinstance(exprs, list):
+        raise ValueError(f"{where}.matchExpressions: expected a list")
+    for j, e in enumerate(exprs):
+        if not isinstance(e, Mapping) or not e.get("key") or e.get("operator") not in (
+                "In", "NotIn", "Exists", "DoesNotExist"):
+            raise ValueError(f"{where}.matchExpressions[{j}]: needs key and operator In/NotIn/Exists/DoesNotExist")
+
+
+def selector_matches(sel: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Kubernetes LabelSelector semantics (an empty selector matches every node)."""
+    for k, v in (sel.get("matchLabels") or {}).items():
+        if labels.get(k) != str(v):
+            return False
+    for e in sel.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], [str(v) for v in e.get("values") or []]
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def _reclaim_percent(labels: Mapping[str, str], key: str) -> int | None:
+    """``getNodeReclaimPercent``: a float ratio label → int64(v*100); unparsable or negative → ignored."""
+    s = labels.get(key)
+    if s is None:
+        return None
+    try:
+        v = float(s)
+    except ValueError:
+        return None
+    if v < 0 or v != v:
+        return None
+    return int(v * 100)
+
+
+def strategy_for_node(base: ColocationStrategy, name: str, labels: Mapping[str, str],
+                      annotations: Mapping[str, str]) -> ColocationStrategy:
+    """The effective strategy of one node. A bad annotation is logged (naming the node and the
+    annotation) and ignored, as Koordinator does; a bad value in the args was rejected at load time."""
+    s = base
+    for cfg in base.node_configs:
+        if selector_matches(cfg["nodeSelector"], labels):
+            s = merge(s, {k: v for k, v in cfg.items() if k in OVERRIDABLE}, where="nodeConfigs")
+            break
+    raw = annotations.get(ANNOTATION_COLOCATION_STRATEGY)
+    if raw:
+        try:
+            obj = json.loads(raw)
+            if not isinstance(obj, dict):
+                raise ValueError("expected a JSON object")
+            s = merge(s, obj, where=f"node {name}: annotation {ANNOTATION_COLOCATION_STRATEGY}")
+        except ValueError as e:
+            log.warning("ignoring invalid node annotation", node=name, annotation=ANNOTATION_COLOCATION_STRATEGY,
+                        error=str(e))
+    cpu = _reclaim_percent(labels, LABEL_CPU_RECLAIM_RATIO)
+    mem = _reclaim_percent(labels, LABEL_MEMORY_RECLAIM_RATIO)
+    if cpu is not None or mem is not None:
+        s = attrs.evolve(s, cpu_reclaim_threshold_percent=s.cpu_reclaim_threshold_percent if cpu is None else cpu,
+                         memory_reclaim_threshold_percent=s.memory_reclaim_threshold_percent if mem is None else mem)
+    return s
