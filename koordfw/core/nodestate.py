@@ -158,14 +158,30 @@ class PodState:
         return self.pod.annotations if self.pod is not None else {}
 
 
+#: Koordinator's ``CgroupPath.base`` values (apis/slo/v1alpha1) → the QoS level dir they stand for
+CGROUP_BASES = {"": None, "CgroupRoot": None, "Kubepods": "guaranteed", "KubepodsBurstable": "burstable",
+                "KubepodsBesteffort": "besteffort"}
+
+
 @attrs.frozen
 class HostApp:
-    """A non-pod workload of the node (Koordinator's NodeSLO ``hostApplications``)."""
+    """A non-pod workload of the node (Koordinator's NodeSLO ``hostApplications``).
+
+    ``cgroup_base`` is Koordinator's ``cgroupPath.base`` (``""``/``CgroupRoot``, ``Kubepods``,
+    ``KubepodsBurstable``, ``KubepodsBesteffort``); ``cgroup_path`` the resulting dir relative to a
+    controller's root. A host app counts as BE only when ``qos == "BE"`` and its base is
+    ``KubepodsBesteffort`` (Koordinator's ``NonBEHostAppFilter``).
+    """
 
     name: str
     qos: str = ""
-    cgroup_path: str = ""  # relative to a controller's root, e.g. "host-latency-sensitive/nginx"
+    cgroup_path: str = ""
     usage: Mapping[str, int] = attrs.field(factory=dict)
+    cgroup_base: str = ""
+
+    @property
+    def is_be(self) -> bool:
+        return self.qos == "BE" and self.cgroup_base == "KubepodsBesteffort"
 
 
 @attrs.frozen
@@ -312,8 +328,14 @@ class NodeState:
         return int(parts[1]) if len(parts) == 2 and parts[1].isdigit() else CFS_PERIOD_US
 
     def cpuset(self, rel_dir: str) -> list[int] | None:
-        """Current ``cpuset.cpus`` of ``rel_dir`` as CPU ids, ``None`` when not read."""
+        """Current ``cpuset.cpus`` of ``rel_dir`` as CPU ids, ``None`` when not read.
+
+        On v2 an empty ``cpuset.cpus`` means "inherit": ``cpuset.cpus.effective`` is used then.
+        """
         raw = self.cgroups.get(self.cpuset_file(rel_dir))
+        if self.cgroup_version == 2 and not (raw or "").strip():
+            eff = self.cgroups.get(self.cgroup_file("cpuset", rel_dir, "cpuset.cpus.effective"))
+            raw = eff if eff is not None else raw
         return None if raw is None else parse_cpuset(raw)
 
     # -- topology and annotations ------------------------------------------------------------------
@@ -339,6 +361,8 @@ class NodeState:
                 raise ValueError("expected a JSON object")
             res = parse_resource_list(obj.get("resources") or {}, where="resources")
             cpus = parse_cpuset(obj.get("reservedCPUs") or "")
+            if cpus:  # Koordinator: reservedCPUs, when set, decides the reserved cpu amount
+                res["cpu"] = len(cpus) * 1000
         except (ValueError, QuantityError) as e:
             raise ValueError(f"node {self.name}: annotation {ANNOTATION_RESERVATION}: {e}") from None
         return Reservation(res, tuple(cpus), str(obj.get("applyPolicy") or "Default"))
@@ -439,9 +463,24 @@ class NodeState:
             where = f"hostApps[{i}]"
             if not isinstance(a, Mapping) or not a.get("name"):
                 raise err("expected a mapping with a name", where)
-            apps.append(HostApp(name=str(a["name"]), qos=str(a.get("qos") or ""),
-                                cgroup_path=str(a.get("cgroupPath") or ""),
-                                usage=res(a.get("usage"), f"{where}.usage")))
+            cg_path, base = a.get("cgroupPath") or "", ""
+            if isinstance(cg_path, Mapping):  # Koordinator's {base, parentDir, relativePath}
+                base = str(cg_path.get("base") or "")
+                if base not in CGROUP_BASES:
+                    raise err(f"unknown base {base!r}; known: {sorted(b for b in CGROUP_BASES if b)}",
+                              f"{where}.cgroupPath.base")
+                level = CGROUP_BASES[base]
+                head = kubepods_state.qos_dir(level) if level else ""
+                cg_path = "/".join(x.strip("/") for x in (head, str(cg_path.get("parentDir") or ""),
+                                                          str(cg_path.get("relativePath") or "")) if x.strip("/"))
+            elif isinstance(cg_path, str):
+                be_dir = kubepods_state.qos_dir("besteffort")
+                if cg_path.strip("/") == be_dir or cg_path.strip("/").startswith(be_dir + "/"):
+                    base = "KubepodsBesteffort"
+            else:
+                raise err("expected a path or {base, parentDir, relativePath}", f"{where}.cgroupPath")
+            apps.append(HostApp(name=str(a["name"]), qos=str(a.get("qos") or ""), cgroup_path=str(cg_path),
+                                usage=res(a.get("usage"), f"{where}.usage"), cgroup_base=base))
         cg = data.get("cgroups") or {}
         if not isinstance(cg, Mapping):
             raise err("expected a mapping of path to value", "cgroups")
