@@ -333,12 +333,11 @@ class Scheduler:
                 self.queue.move_to_active_or_backoff(info, now)
 
     def activate(self, uids: Iterable[str]) -> None:
-        now = self.clock.now()
+        """kube's ``PriorityQueue.Activate``: straight to the active queue, skipping any backoff."""
         for uid in uids:
             info = self.queue.infos.get(uid)
             if info is not None and uid not in self.queue.in_flight and uid not in self.queue.active:
-                info.gated = False
-                self.queue.move_to_active_or_backoff(info, now)
+                self.queue.requeue_now(uid)
 
     async def flush(self) -> None:
         """Periodic queue maintenance: finished backoffs to active, old unschedulable pods retried."""
