@@ -1,0 +1,242 @@
+"""Gang definitions, parsed the way Koordinator's ``core/gang.go`` does (``tryInitByPodConfig`` /
+``tryInitByPodGroup``), and the per-gang runtime state the plugin keeps.
+
+Pure parsing lives here so it can be tested without a scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping
+
+import attrs
+
+# -- wire names (apis/extension/coscheduling.go, scheduler-plugins) -------------------------------------
+LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
+LABEL_POD_GROUP_DEPRECATED = "pod-group.scheduling.sigs.k8s.io/name"
+ANNOTATION_GANG_PREFIX = "gang.scheduling.koordinator.sh"
+ANNOTATION_GANG_NAME = f"{ANNOTATION_GANG_PREFIX}/name"
+ANNOTATION_GANG_MIN_NUM = f"{ANNOTATION_GANG_PREFIX}/min-available"
+ANNOTATION_GANG_TOTAL_NUM = f"{ANNOTATION_GANG_PREFIX}/total-number"
+ANNOTATION_GANG_MODE = f"{ANNOTATION_GANG_PREFIX}/mode"
+ANNOTATION_GANG_WAIT_TIME = f"{ANNOTATION_GANG_PREFIX}/waiting-time"
+ANNOTATION_GANG_GROUPS = f"{ANNOTATION_GANG_PREFIX}/groups"
+ANNOTATION_GANG_MATCH_POLICY = f"{ANNOTATION_GANG_PREFIX}/match-policy"
+ANNOTATION_GANG_MATCH_POLICY_ALIAS = "pod-group.scheduling.sigs.k8s.io/match-policy"
+ANNOTATION_GANG_TIMEOUT = f"{ANNOTATION_GANG_PREFIX}/timeout"
+
+ANNOTATION_BIND_GANG_GROUP_ID = "internal.scheduling.koordinator.sh/bind-gang-group-id"
+ANNOTATION_BIND_GANG_MEMBER_COUNT = "internal.scheduling.koordinator.sh/bind-gang-member-count"
+ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED = "scheduling.koordinator.sh/bind-gang-group-id"
+ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED = "scheduling.koordinator.sh/bind-gang-member-count"
+
+MODE_STRICT = "Strict"
+MODE_NON_STRICT = "NonStrict"
+MATCH_ONLY_WAITING = "only-waiting"
+MATCH_WAITING_AND_RUNNING = "waiting-and-running"
+MATCH_ONCE_SATISFIED = "once-satisfied"
+MATCH_POLICIES = (MATCH_ONLY_WAITING, MATCH_WAITING_AND_RUNNING, MATCH_ONCE_SATISFIED)
+
+DEFAULT_TIMEOUT_SECONDS = 600.0
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_go_duration(text: str) -> float:
+    """Go's ``time.ParseDuration`` in seconds (``"30s"``, ``"1m30s"``, ``"1.5h"``, ``"-2s"``, ``"0"``).
+
+    Raises ``ValueError`` for anything Go would reject.
+    """
+    s = text.strip()
+    if not s:
+        raise ValueError(f"invalid duration {text!r}")
+    sign = 1.0
+    if s[0] in "+-":
+        sign = -1.0 if s[0] == "-" else 1.0
+        s = s[1:]
+    if s == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    while pos < len(s):
+        m = _DURATION_PART.match(s, pos)
+        if m is None:
+            raise ValueError(f"invalid duration {text!r}")
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    if pos == 0:
+        raise ValueError(f"invalid duration {text!r}")
+    return sign * total
+
+
+def gang_name_of(pod: Any) -> str:
+    """The gang name in Koordinator's lookup order (PodGroup label, deprecated label, annotation); ``""``
+    for a pod without a gang."""
+    return (pod.labels.get(LABEL_POD_GROUP) or pod.labels.get(LABEL_POD_GROUP_DEPRECATED)
+            or pod.annotations.get(ANNOTATION_GANG_NAME) or "")
+
+
+def is_crd_gang(pod: Any) -> bool:
+    """A gang defined by a PodGroup object (the name came from a label), not by pod annotations."""
+    return bool(pod.labels.get(LABEL_POD_GROUP) or pod.labels.get(LABEL_POD_GROUP_DEPRECATED))
+
+
+def gang_id_of(pod: Any) -> str:
+    name = gang_name_of(pod)
+    return f"{pod.namespace}/{name}" if name else ""
+
+
+def group_id_of(groups: tuple[str, ...]) -> str:
+    """GangGroupId: the sorted gang ids joined by ``,``."""
+    return ",".join(sorted(groups))
+
+
+@attrs.frozen
+class GangSpec:
+    """What defines a gang. ``groups`` always contains the gang's own id."""
+
+    gang_id: str
+    min_member: int
+    total_number: int
+    mode: str = MODE_STRICT
+    wait_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    groups: tuple[str, ...] = ()
+    match_policy: str = MATCH_ONCE_SATISFIED
+    source: str = "annotations"  # or "PodGroup"
+
+    @property
+    def group_id(self) -> str:
+        return group_id_of(self.groups)
+
+
+class GangDefinitionError(ValueError):
+    """The gang cannot initialise (its min-available is missing or not an integer)."""
+
+
+def _parse_int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _common(gang_id: str, min_member: int, ann: Mapping[str, str], wait: float | None, *,
+            default_timeout: float, default_match_policy: str, source: str) -> GangSpec:
+    total = _parse_int(ann.get(ANNOTATION_GANG_TOTAL_NUM))
+    if total is None or total == 0 or total < min_member:
+        total = min_member
+    mode = ann.get(ANNOTATION_GANG_MODE)
+    if mode not in (MODE_STRICT, MODE_NON_STRICT):
+        mode = MODE_STRICT
+    if wait is None or wait <= 0:
+        wait = default_timeout
+    groups: list[str] = []
+    raw_groups = ann.get(ANNOTATION_GANG_GROUPS)
+    if raw_groups:
+        try:
+            parsed = json.loads(raw_groups)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, list) and all(isinstance(g, str) and g for g in parsed):
+            groups = list(dict.fromkeys(parsed))
+    if gang_id not in groups:
+        groups.append(gang_id)
+    policy = ann.get(ANNOTATION_GANG_MATCH_POLICY) or ann.get(ANNOTATION_GANG_MATCH_POLICY_ALIAS)
+    if policy not in MATCH_POLICIES:
+        policy = default_match_policy
+    return GangSpec(gang_id, min_member, total, mode, float(wait), tuple(sorted(groups)), policy, source)
+
+
+def spec_from_pod(pod: Any, *, default_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+                  default_match_policy: str = MATCH_ONCE_SATISFIED) -> GangSpec:
+    """``tryInitByPodConfig``: a gang from the annotations of one of its pods.
+
+    Raises :class:`GangDefinitionError` when min-available is missing or not a non-negative integer.
+    """
+    gang_id = gang_id_of(pod)
+    ann = pod.annotations
+    raw_min = ann.get(ANNOTATION_GANG_MIN_NUM)
+    if raw_min is None:
+        raise GangDefinitionError(f"gang {gang_id}: pod {pod.key} has no annotation {ANNOTATION_GANG_MIN_NUM}")
+    min_member = _parse_int(raw_min)
+    if min_member is None or min_member < 0:
+        raise GangDefinitionError(f"gang {gang_id}: pod {pod.key} has an invalid {ANNOTATION_GANG_MIN_NUM} "
+                                  f"{raw_min!r} (expected a non-negative integer)")
+    wait: float | None
+    raw_wait = ann.get(ANNOTATION_GANG_WAIT_TIME)
+    try:
+        wait = parse_go_duration(raw_wait) if raw_wait else None
+    except ValueError:
+        wait = None
+    return _common(gang_id, min_member, ann, wait, default_timeout=default_timeout,
+                   default_match_policy=default_match_policy, source="annotations")
+
+
+def spec_from_pod_group(gang_id: str, pg: Mapping[str, Any], *, default_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+                        default_match_policy: str = MATCH_ONCE_SATISFIED) -> GangSpec:
+    """``tryInitByPodGroup``: ``spec.minMember``, ``spec.scheduleTimeoutSeconds`` and the PodGroup's
+    annotations for total-number, mode, groups and match-policy.
+
+    Raises :class:`GangDefinitionError` for a PodGroup whose ``spec.minMember`` is not a non-negative integer.
+    """
+    spec = pg.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise GangDefinitionError(f"PodGroup {gang_id}: spec: expected a mapping")
+    raw_min = spec.get("minMember", 0)
+    min_member = _parse_int(raw_min)
+    if min_member is None or min_member < 0:
+        raise GangDefinitionError(f"PodGroup {gang_id}: spec.minMember: expected a non-negative integer, "
+                                  f"got {raw_min!r}")
+    raw_wait = spec.get("scheduleTimeoutSeconds")
+    wait = _parse_int(raw_wait)
+    meta = pg.get("metadata") or {}
+    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+    ann = {str(k): str(v) for k, v in ann.items()} if isinstance(ann, Mapping) else {}
+    return _common(gang_id, min_member, ann, float(wait) if wait is not None else None,
+                   default_timeout=default_timeout, default_match_policy=default_match_policy, source="PodGroup")
+
+
+@attrs.define(eq=False)
+class Gang:
+    """Runtime state of one gang (Koordinator's ``Gang`` in ``core/gang.go``).
+
+    ``children``: every known pod of the gang (uid → pod); ``waiting``: members reserved and held at or
+    past Permit, not yet bound (``WaitingForBindChildren``); ``bound``: bound members;
+    ``once_satisfied``: set when any member binds (``OnceResourceSatisfied``).
+    """
+
+    gang_id: str
+    spec: GangSpec | None = None
+    error: str = ""
+    children: dict[str, Any] = attrs.field(factory=dict)
+    waiting: set[str] = attrs.field(factory=set)
+    bound: set[str] = attrs.field(factory=set)
+    once_satisfied: bool = False
+    first_arrival: float | None = None
+
+    @property
+    def initialized(self) -> bool:
+        return self.spec is not None
+
+    def valid_for_permit(self) -> bool:
+        """``isGangValidForPermit`` for this gang's match policy."""
+        spec = self.spec
+        if spec is None:
+            return False
+        if spec.match_policy == MATCH_ONLY_WAITING:
+            return len(self.waiting) >= spec.min_member
+        if spec.match_policy == MATCH_WAITING_AND_RUNNING:
+            return len(self.waiting) + len(self.bound) >= spec.min_member
+        return len(self.waiting) >= spec.min_member or self.once_satisfied
+
+    @property
+    def passes_once_satisfied(self) -> bool:
+        """A once-satisfied gang that has already been satisfied lets late members through."""
+        return self.spec is not None and self.spec.match_policy == MATCH_ONCE_SATISFIED and self.once_satisfied

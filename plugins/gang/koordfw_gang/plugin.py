@@ -1,0 +1,444 @@
+"""gang: Koordinator coscheduling (``pkg/scheduler/plugins/coscheduling``) on koordfw's hooks.
+
+* ``pre_enqueue`` holds a gang's pods until every gang of its gang group has at least min-available
+  children (a once-satisfied gang that was satisfied passes directly).
+* ``pre_filter`` keeps the attempts of one gang group together: while a group's round has untried
+  members in the active queue, pods of other gang groups are set aside and re-activated when the round
+  ends (Koordinator's ``NextPod`` feeding). After a Strict member failed, the rest of the round fails
+  fast with the cached reason.
+* ``permit`` makes members wait (the gang's waiting time) until every gang of the group is valid for
+  its match policy, then allows all waiting members at once.
+* ``post_filter`` / ``unreserve``: in Strict mode a member's failure or timeout rejects every waiting
+  member of the group, releasing their reservations; NonStrict keeps them.
+* ``pre_bind`` writes ``bind-gang-group-id`` / ``bind-gang-member-count`` when several members were
+  allowed together; ``post_bind`` marks the gang once-satisfied.
+* ``queue_sort`` (used when the profile selects it for ``queueSort``) orders like ``priority_sort``
+  but places each gang group at its first member's arrival, so members are contiguous.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import attrs
+
+from koordfw import Status, hookimpl
+
+from .gang import (
+    ANNOTATION_BIND_GANG_GROUP_ID,
+    ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED,
+    ANNOTATION_BIND_GANG_MEMBER_COUNT,
+    ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED,
+    MATCH_POLICIES,
+    MODE_STRICT,
+    Gang,
+    GangDefinitionError,
+    gang_id_of,
+    is_crd_gang,
+    parse_go_duration,
+    spec_from_pod,
+    spec_from_pod_group,
+)
+
+PLUGIN_NAME = "gang"
+_SKIP_POST_FILTER = "gang/skip-post-filter"
+
+
+def _check_timeout(instance: Any, attribute: Any, value: str) -> None:
+    try:
+        seconds = parse_go_duration(value)
+    except ValueError:
+        raise ValueError(f"defaultTimeout: {value!r} is not a duration (e.g. \"600s\", \"10m\")") from None
+    if seconds <= 0:
+        raise ValueError(f"defaultTimeout: must be positive, got {value!r}")
+
+
+@attrs.define
+class CoschedulingArgs:
+    """Koordinator's ``CoschedulingArgs`` (profile keys ``defaultTimeout``, ``defaultMatchPolicy``)."""
+
+    default_timeout: str = attrs.field(default="600s", validator=_check_timeout)
+    default_match_policy: str = attrs.field(default="once-satisfied", validator=attrs.validators.in_(MATCH_POLICIES))
+
+    @property
+    def timeout_seconds(self) -> float:
+        return parse_go_duration(self.default_timeout)
+
+
+_DEFAULT_ARGS = CoschedulingArgs()
+
+
+@attrs.define(eq=False)
+class Round:
+    """One scheduling attempt of a gang group: the members pending when it started, those tried so
+    far, and the cached failure that makes the rest fail fast (Strict)."""
+
+    group_id: str
+    members: set[str]
+    attempted: set[str] = attrs.field(factory=set)
+    failed: str = ""
+
+
+class Coscheduling:
+    """The plugin. One instance per scheduler: it keeps Koordinator's gang cache."""
+
+    def __init__(self) -> None:
+        self._name = PLUGIN_NAME
+        self._gangs: dict[str, Gang] = {}
+        self._pod_gang: dict[str, str] = {}
+        self._arrival: dict[str, float] = {}
+        self._crd: set[str] = set()
+        self._pg_seen: dict[str, int] = {}
+        self._rounds: dict[str, Round] = {}
+        self._active_group: str | None = None
+        self._deferred: dict[str, None] = {}
+        self._binding: dict[str, tuple[str, int]] = {}
+
+    # -- configuration / lifecycle -----------------------------------------------------------------
+    @hookimpl
+    def plugin_args(self):
+        return CoschedulingArgs
+
+    @hookimpl
+    def startup(self, handle):
+        for name, info in handle.registry.plugins.items():
+            if info.obj is self:
+                self._name = name
+        for pod in handle.cluster.all_pods():
+            self._track(pod, handle)
+
+    # -- the gang cache --------------------------------------------------------------------------------
+    def _track(self, pod: Any, handle: Any) -> Gang | None:
+        """Add ``pod`` to its gang (once); ``None`` for a pod without a gang."""
+        gid = self._pod_gang.get(pod.uid)
+        if gid is None:
+            gid = gang_id_of(pod)
+            self._pod_gang[pod.uid] = gid
+            if gid:
+                arrival = pod.creation_timestamp if pod.creation_timestamp is not None else handle.clock.now()
+                self._arrival[pod.uid] = arrival
+                g = self._gangs.get(gid)
+                if g is None:
+                    g = self._gangs[gid] = Gang(gid)
+                if is_crd_gang(pod):
+                    self._crd.add(gid)
+                g.children[pod.uid] = pod
+                if g.first_arrival is None or arrival < g.first_arrival:
+                    g.first_arrival = arrival
+                if pod.node_name and not pod.is_terminal:
+                    g.bound.add(pod.uid)
+                    g.once_satisfied = True
+        if not gid:
+            return None
+        return self._gangs[gid]
+
+    def _init(self, g: Gang, handle: Any, args: CoschedulingArgs) -> Gang:
+        """(Re)initialise a gang's spec: from its PodGroup (re-read when the object changes) or from
+        the first member whose annotations define it."""
+        kw = {"default_timeout": args.timeout_seconds, "default_match_policy": args.default_match_policy}
+        if g.gang_id in self._crd:
+            pg = handle.cluster.get_object("PodGroup", g.gang_id)
+            if pg is None:
+                g.spec, g.error = None, f"Gang \"{g.gang_id}\" not found: no PodGroup {g.gang_id}"
+                self._pg_seen.pop(g.gang_id, None)
+            elif self._pg_seen.get(g.gang_id) != id(pg):
+                self._pg_seen[g.gang_id] = id(pg)
+                try:
+                    g.spec, g.error = spec_from_pod_group(g.gang_id, pg, **kw), ""
+                except GangDefinitionError as e:
+                    g.spec, g.error = None, f"Gang \"{g.gang_id}\" has not initialized: {e}"
+            return g
+        if g.spec is None:
+            first_error = ""
+            for pod in g.children.values():
+                try:
+                    g.spec = spec_from_pod(pod, **kw)
+                    break
+                except GangDefinitionError as e:
+                    first_error = first_error or str(e)
+            g.error = "" if g.spec is not None else (
+                f"Gang \"{g.gang_id}\" has not initialized: {first_error or 'no member pods'}")
+        return g
+
+    def _lookup(self, gid: str, handle: Any, args: CoschedulingArgs) -> Gang | None:
+        """A gang by id; a PodGroup without pods yet still defines an (empty) gang."""
+        g = self._gangs.get(gid)
+        if g is None:
+            if handle.cluster.get_object("PodGroup", gid) is None:
+                return None
+            g = self._gangs[gid] = Gang(gid)
+            self._crd.add(gid)
+        return self._init(g, handle, args)
+
+    def _gang_of(self, pod: Any, handle: Any, args: Any) -> Gang | None:
+        g = self._track(pod, handle)
+        return None if g is None else self._init(g, handle, args or _DEFAULT_ARGS)
+
+    def _prune(self, g: Gang, handle: Any) -> None:
+        """Forget members that left the cluster (Koordinator's onPodDelete)."""
+        cluster = handle.cluster
+        gone = [u for u in g.children if cluster.pod(u) is None]
+        for u in gone:
+            g.children.pop(u, None)
+            g.waiting.discard(u)
+            g.bound.discard(u)
+            self._pod_gang.pop(u, None)
+
+    def _group(self, g: Gang, handle: Any, args: Any) -> list[tuple[str, Gang | None]]:
+        args = args or _DEFAULT_ARGS
+        assert g.spec is not None
+        return [(gid, g if gid == g.gang_id else self._lookup(gid, handle, args)) for gid in g.spec.groups]
+
+    def _basic_check(self, pod: Any, g: Gang, handle: Any, args: Any) -> str:
+        """PreEnqueue/BeforePreFilter: the reason the pod cannot be scheduled yet, or ``""``."""
+        if g.spec is None:
+            return g.error
+        if g.passes_once_satisfied:
+            return ""
+        group = g.spec.group_id
+        for gid, member in self._group(g, handle, args):
+            if member is None:
+                return (f"gangGroup [{group}] basic check: memberGang {gid} not found, "
+                        f"current gang: {g.gang_id}, podName: {pod.key}")
+            if member.spec is None:
+                return f"gangGroup [{group}] basic check: {member.error}, current gang: {g.gang_id}, podName: {pod.key}"
+            self._prune(member, handle)
+            if len(member.children) < member.spec.min_member:
+                return (f"gangGroup [{group}] basic check: memberGangs [{gid}] child pod not collect enough, "
+                        f"current gang: {g.gang_id}, podName: {pod.key}")
+        return ""
+
+    # -- rounds: keeping a gang group's attempts together ---------------------------------------------------
+    def _pending_members(self, g: Gang, handle: Any, args: Any) -> set[str]:
+        out: set[str] = set()
+        for _, member in self._group(g, handle, args):
+            if member is not None:
+                out.update(u for u in member.children if u not in member.bound and u not in member.waiting)
+        return out
+
+    @staticmethod
+    def _active_uids(handle: Any) -> set[str] | frozenset[str]:
+        queue = getattr(getattr(handle, "scheduler", None), "queue", None)
+        return getattr(queue, "active", frozenset())
+
+    def _round_alive(self, group_id: str, handle: Any) -> bool:
+        """Does the round still have untried members that the queue will hand out next?"""
+        r = self._rounds.get(group_id)
+        if r is None:
+            return False
+        active = self._active_uids(handle)
+        return any(u in active for u in r.members if u not in r.attempted)
+
+    def _after_attempt(self, handle: Any, args: Any) -> None:
+        """Called when a scheduling cycle ends: close the active round once it has nothing left to try."""
+        gid = self._active_group
+        if gid is not None and not self._round_alive(gid, handle):
+            self._end_round(gid, handle, args)
+
+    def _end_round(self, group_id: str, handle: Any, args: Any) -> None:
+        self._active_group = None
+        r = self._rounds.get(group_id)
+        if r is not None and r.members <= r.attempted:
+            # every member was tried and the group is still short: Strict gangs give back what they hold
+            gangs = [self._gangs.get(gid) for gid in group_id.split(",")]
+            if not all(g is not None and g.valid_for_permit() for g in gangs):
+                for g in gangs:
+                    if g is not None and g.spec is not None and g.spec.mode == MODE_STRICT and not g.passes_once_satisfied:
+                        self._reject_group(g, f"GangGroup \"{group_id}\" gets rejected: all members were attempted "
+                                              f"and the group is not satisfied", handle)
+                        break
+        if self._deferred:
+            in_flight = getattr(getattr(getattr(handle, "scheduler", None), "queue", None), "in_flight", ())
+            ready = [u for u in self._deferred if u not in in_flight]
+            for u in ready:
+                self._deferred.pop(u, None)
+            handle.activate(ready)
+
+    def _reject_group(self, g: Gang, message: str, handle: Any) -> int:
+        """Reject every member of ``g``'s gang group still waiting at Permit; returns how many."""
+        n = 0
+        groups = g.spec.groups if g.spec is not None else (g.gang_id,)
+        for gid in groups:
+            member = self._gangs.get(gid)
+            if member is None:
+                continue
+            for u in sorted(member.waiting):
+                wp = handle.get_waiting_pod(u)
+                if wp is not None and wp.status is None:
+                    wp.reject(self._name, message)
+                    n += 1
+        return n
+
+    # -- scheduling cycle ---------------------------------------------------------------------------------
+    @hookimpl
+    def queue_sort(self, pod, handle):
+        """``(-priority, group's first arrival, group id, pod arrival)``; for a pod without a gang the
+        group is the pod itself, so such pods keep ``priority_sort``'s order."""
+        g = self._track(pod, handle)
+        if g is None:
+            ts = pod.creation_timestamp
+            return (-pod.priority, ts if ts is not None else handle.clock.now(), "", 0.0)
+        own = self._arrival.get(pod.uid, 0.0)
+        group = (g.gang_id,) if g.spec is None else g.spec.groups
+        firsts = [m.first_arrival for gid in group if (m := self._gangs.get(gid)) is not None
+                  and m.first_arrival is not None]
+        return (-pod.priority, min(firsts, default=own), ",".join(group), own)
+
+    @hookimpl
+    def pre_enqueue(self, pod, args, handle):
+        g = self._gang_of(pod, handle, args)
+        if g is None:
+            return None
+        reason = self._basic_check(pod, g, handle, args)
+        return Status.unresolvable(reason) if reason else None
+
+    @hookimpl
+    def pre_filter(self, pod, state, args, handle):
+        g = self._gang_of(pod, handle, args)
+        if g is None:
+            return None
+        reason = self._basic_check(pod, g, handle, args)
+        if reason:
+            state[_SKIP_POST_FILTER] = True
+            return Status.unresolvable(reason)
+        if g.passes_once_satisfied:
+            return None
+        assert g.spec is not None
+        group_id = g.spec.group_id
+        active = self._active_group
+        if active is not None and active != group_id:
+            if self._round_alive(active, handle):
+                self._deferred[pod.uid] = None
+                state[_SKIP_POST_FILTER] = True
+                return Status.unschedulable(f"gangGroup {active} is scheduling and this pod waits until its "
+                                            f"members have been attempted")
+            self._end_round(active, handle, args)
+        r = self._rounds.get(group_id)
+        if r is None or pod.uid in r.attempted:
+            r = self._rounds[group_id] = Round(group_id, self._pending_members(g, handle, args))
+        self._active_group = group_id
+        r.attempted.add(pod.uid)
+        if r.failed and g.spec.mode == MODE_STRICT:
+            state[_SKIP_POST_FILTER] = True
+            return Status.unschedulable(r.failed)
+        return None
+
+    @hookimpl
+    def post_filter(self, pod, state, statuses, args, handle):
+        skip = state.pop(_SKIP_POST_FILTER, False)
+        g = None if skip else self._gang_of(pod, handle, args)
+        result = None
+        if g is not None and g.spec is not None and not g.passes_once_satisfied and g.spec.mode == MODE_STRICT:
+            fit = _fit_error(handle, statuses)
+            already = sum(len(m.waiting) for _, m in self._group(g, handle, args) if m is not None)
+            self._reject_group(g, f"Gang \"{g.gang_id}\" gets rejected due to member Pod \"{pod.name}\" is "
+                                  f"unschedulable with reason \"{fit}\"", handle)
+            r = self._rounds.get(g.spec.group_id)
+            if r is not None:
+                r.failed = (f"GangGroup \"{g.spec.group_id}\" gets rejected due to member Pod \"{pod.key}\" is "
+                            f"unschedulable with reason \"{fit}\", alreadyWaitForBound: {already}")
+            result = Status.unschedulable(f"Gang \"{g.gang_id}\" gets rejected due to pod is unschedulable")
+        self._after_attempt(handle, args)
+        return result
+
+    @hookimpl
+    def permit(self, pod, state, args, handle):
+        g = self._gang_of(pod, handle, args)
+        if g is None:
+            self._after_attempt(handle, args)
+            return None
+        if g.spec is None:
+            return Status.unresolvable(g.error or f"Gang \"{g.gang_id}\" not found")
+        g.waiting.add(pod.uid)
+        group = self._group(g, handle, args)
+        if all(m is not None and m.valid_for_permit() for _, m in group):
+            self._allow_group(pod, g, group, handle)
+            result = None
+        else:
+            result = Status.wait(g.spec.wait_seconds, f"waiting for gang group {g.spec.group_id}")
+        self._after_attempt(handle, args)
+        return result
+
+    def _allow_group(self, pod: Any, g: Gang, group: list[tuple[str, Gang | None]], handle: Any) -> None:
+        """AllowGangGroup: allow every waiting member of every gang of the group, recording the set."""
+        assert g.spec is not None
+        members = [u for _, m in group if m is not None for u in sorted(m.waiting)]
+        for u in members:
+            self._binding[u] = (g.spec.group_id, len(members))
+            if u != pod.uid:
+                wp = handle.get_waiting_pod(u)
+                if wp is not None:
+                    wp.allow(self._name)
+
+    @hookimpl
+    def unreserve(self, pod, args, handle):
+        g = self._gang_of(pod, handle, args)
+        if g is None:
+            return
+        g.waiting.discard(pod.uid)
+        self._binding.pop(pod.uid, None)
+        if g.spec is not None and g.spec.mode == MODE_STRICT and not g.passes_once_satisfied:
+            self._reject_group(g, f"Gang \"{g.gang_id}\" gets rejected due to Pod \"{pod.name}\" in Unreserve", handle)
+        self._after_attempt(handle, args)
+
+    # -- binding cycle -------------------------------------------------------------------------------------
+    @hookimpl
+    def pre_bind(self, pod):
+        rec = self._binding.get(pod.uid)
+        if rec is None or rec[1] <= 1:
+            return None
+        group_id, count = rec[0], str(rec[1])
+        return {ANNOTATION_BIND_GANG_GROUP_ID: group_id, ANNOTATION_BIND_GANG_MEMBER_COUNT: count,
+                ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED: group_id,
+                ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED: count}
+
+    @hookimpl
+    def post_bind(self, pod, handle):
+        g = self._track(pod, handle)
+        if g is None:
+            return
+        g.waiting.discard(pod.uid)
+        g.bound.add(pod.uid)
+        g.once_satisfied = True
+        self._binding.pop(pod.uid, None)
+
+    # -- reporting -----------------------------------------------------------------------------------------
+    def summaries(self, handle: Any, args: Any = None) -> list[dict[str, Any]]:
+        """One row per known gang: definition, bound/waiting/pending counts and a phase
+        (``Satisfied``: bound ≥ min; ``PartlyBound``: 0 < bound < min; ``Pending``: nothing bound)."""
+        out = []
+        for gid in sorted(self._gangs):
+            g = self._init(self._gangs[gid], handle, args or _DEFAULT_ARGS)
+            self._prune(g, handle)
+            spec = g.spec
+            bound = len(g.bound)
+            if spec is None:
+                phase = "NotInitialized"
+            elif bound >= spec.min_member and bound > 0:
+                phase = "Satisfied"
+            elif bound > 0:
+                phase = "PartlyBound"
+            else:
+                phase = "Pending"
+            out.append({"gang": gid, "group": spec.group_id if spec else gid,
+                        "mode": spec.mode if spec else "", "matchPolicy": spec.match_policy if spec else "",
+                        "minMember": spec.min_member if spec else None, "children": len(g.children),
+                        "bound": bound, "waiting": len(g.waiting), "onceSatisfied": g.once_satisfied,
+                        "phase": phase, **({"error": g.error} if g.error else {})})
+        return out
+
+    @hookimpl
+    def report(self, args, handle):
+        rows = self.summaries(handle, args)
+        return {"gangs": rows} if rows else None
+
+
+def _fit_error(handle: Any, statuses: dict) -> str:
+    """A FitError-like summary of why the member fitted nowhere."""
+    counts: Counter[str] = Counter()
+    for st in (statuses or {}).values():
+        for r in st.reasons or (f"rejected by {st.plugin}",):
+            counts[r] += 1
+    detail = ", ".join(f"{c} {r}" for r, c in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+    return f"0/{handle.cluster.num_nodes} nodes are available" + (f": {detail}." if detail else ".")
