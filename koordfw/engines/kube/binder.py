@@ -1,0 +1,90 @@
+"""Binding a pod through ``pods/{name}/binding`` and reconciling the server's 409s.
+
+* The Binding carries the pod's UID, so a recreated pod of the same name is never bound by mistake.
+* Annotations that pre_bind plugins wrote are merge-patched onto the pod first (404 → the pod is gone).
+* Transport errors, 429 and 5xx are retried a few times with backoff; a retry after a lost reply
+  comes back as a 409 and is reconciled like any other 409.
+* A 409 is reconciled by reading the pod: already on our node → done; bound elsewhere, recreated
+  (UID changed) or terminating → ``BindDropped`` (release the reservation, drop the pod); still
+  gated → ``BindGated``; anything else → an ordinary failure, retried by the queue.
+"""
+
+from __future__ import annotations
+
+import anyio
+import structlog
+
+from ...core.model import Pod
+from .client import ApiError, KubeClient
+
+log = structlog.get_logger("koordfw.kube")
+
+
+class BindDropped(Exception):
+    """The pod must be dropped from the queue (deleted, recreated, terminating, bound elsewhere)."""
+
+
+class BindGated(Exception):
+    """The pod has scheduling gates again; it waits until they are removed."""
+
+
+class KubeBinder:
+    def __init__(self, client: KubeClient, *, attempts: int = 4, backoff: float = 0.2) -> None:
+        self.client, self.attempts, self.backoff = client, attempts, backoff
+        self.bound = 0
+        self.conflicts_resolved = 0
+        self.retries = 0
+
+    async def __call__(self, pod: Pod, node_name: str, annotations: dict) -> bool:
+        base = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+        if annotations:
+            await self._retrying(lambda: self.client.request(
+                "PATCH", base, body={"metadata": {"uid": pod.uid, "annotations": dict(annotations)}},
+                content_type="application/merge-patch+json"), pod, node_name)
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}}
+        await self._retrying(lambda: self.client.request("POST", base + "/binding", body=body), pod, node_name)
+        self.bound += 1
+        return True
+
+    async def _retrying(self, call, pod: Pod, node_name: str) -> None:
+        delay = self.backoff
+        for attempt in range(self.attempts):
+            try:
+                await call()
+                return
+            except ApiError as e:
+                if e.status == 404:
+                    raise BindDropped(f"pod {pod.key} no longer exists") from None
+                if e.status == 409:
+                    await self._reconcile(pod, node_name, e)
+                    return
+                if not e.retryable or attempt == self.attempts - 1:
+                    raise
+                self.retries += 1
+                log.info("retrying a binding request", pod=pod.key, error=str(e))
+                await anyio.sleep(delay)
+                delay *= 2
+
+    async def _reconcile(self, pod: Pod, node_name: str, err: ApiError) -> None:
+        try:
+            cur = await self.client.request("GET", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}")
+        except ApiError as e:
+            if e.status == 404:
+                raise BindDropped(f"pod {pod.key} no longer exists") from None
+            raise ApiError(err.status, f"binding conflict ({err.message}); reading the pod failed: {e}") from None
+        meta, spec = cur.get("metadata") or {}, cur.get("spec") or {}
+        if meta.get("uid") != pod.uid:
+            raise BindDropped(f"pod {pod.key} was recreated (uid {meta.get('uid')})")
+        bound_to = spec.get("nodeName")
+        if bound_to == node_name:
+            self.conflicts_resolved += 1
+            return  # an earlier attempt went through and its reply was lost
+        if bound_to:
+            raise BindDropped(f"pod {pod.key} is already bound to {bound_to}")
+        if meta.get("deletionTimestamp"):
+            raise BindDropped(f"pod {pod.key} is being deleted")
+        if spec.get("schedulingGates"):
+            raise BindGated(f"pod {pod.key} has scheduling gates")
+        raise err

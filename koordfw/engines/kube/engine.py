@@ -1,0 +1,213 @@
+"""The live secondary scheduler: reflectors feed the kernel, the kernel schedules, the API binds.
+
+One ``Scheduler`` (the same kernel as ``koordfw simulate``) runs on a RealClock. Reflectors keep every
+non-terminal pod, every node and the NodeMetric objects in its cache; the scheduling loop pops pods
+whose ``spec.schedulerName`` is ours; binding cycles run concurrently, bounded so that a rate-limited
+API applies backpressure to the loop instead of timing binds out. Unschedulable pods get a
+PodScheduled=False condition and a FailedScheduling event; bound pods a Scheduled event.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+
+from ...core.clock import RealClock
+from ...core.cluster import ClusterState
+from ...core.framework import Scheduler
+from ...core.model import Pod
+from ...core.plugins import Registry
+from ...core.status import Status
+from .binder import BindDropped, BindGated, KubeBinder
+from .cache import ClusterFeeder
+from .client import KubeClient
+from .leader import LeaderElector
+from .reflector import Reflector
+from .writer import Writer
+
+log = structlog.get_logger("koordfw.kube")
+
+#: kube-scheduler's informer selector: all non-terminal pods
+NON_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
+
+#: other kinds kept in the cache: kind -> API path (optional: a cluster without the CRD is fine)
+DEFAULT_OBJECTS = {"NodeMetric": "/apis/slo.koordinator.sh/v1alpha1/nodemetrics"}
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}_{os.getpid()}"
+
+
+def build_cache(registry: Registry, client: KubeClient, *, scheduler_name: str | None, seed: int = 0,
+                objects: dict[str, str] | None = None, watch_timeout: int = 300,
+                binder: Any = None) -> tuple[Scheduler, ClusterFeeder, list[Reflector]]:
+    """A Scheduler over an empty cluster plus the reflectors that fill it (not started)."""
+    sched = Scheduler(registry, ClusterState(), RealClock(), binder=binder, seed=seed)
+    feeder = ClusterFeeder(sched, scheduler_name=scheduler_name)
+    refl = [Reflector(client, "/api/v1/nodes", feeder.on_node, name="nodes", watch_timeout=watch_timeout),
+            Reflector(client, "/api/v1/pods", feeder.on_pod, field_selector=NON_TERMINAL, name="pods",
+                      watch_timeout=watch_timeout)]
+    for kind, path in (DEFAULT_OBJECTS if objects is None else objects).items():
+        refl.append(Reflector(client, path, feeder.object_handler(kind), name=kind, optional=True,
+                              watch_timeout=watch_timeout))
+    return sched, feeder, refl
+
+
+class KubeSchedulerEngine:
+    """Run with ``await engine.run()``; ``engine.stop()`` asks for a graceful stop."""
+
+    def __init__(self, registry: Registry, client: KubeClient, *, scheduler_name: str | None = None,
+                 event_client: KubeClient | None = None, seed: int = 0, identity: str | None = None,
+                 leader_elector: LeaderElector | None = None, max_in_flight_binds: int | None = None,
+                 objects: dict[str, str] | None = None, watch_timeout: int = 300,
+                 flush_interval: float = 1.0) -> None:
+        self.client = client
+        self.scheduler_name = scheduler_name or registry.profile.scheduler_name
+        self.identity = identity or default_identity()
+        self.binder = KubeBinder(client)
+        self.scheduler, self.feeder, self.reflectors = build_cache(
+            registry, client, scheduler_name=self.scheduler_name, seed=seed, objects=objects,
+            watch_timeout=watch_timeout, binder=self.binder)
+        self.cluster = self.scheduler.cluster
+        self.writer = Writer(client, event_client, controller=self.scheduler_name, instance=self.identity)
+        self.elector = leader_elector
+        qps = client.limiter.qps
+        self.max_in_flight = max_in_flight_binds or max(16, int(qps * 2) if qps > 0 else 256)
+        self.flush_interval = flush_interval
+        self.dropped: set[str] = set()
+        self.started = anyio.Event()  # caches synced and (if electing) leading
+        self._stop = anyio.Event()
+        self._wake = anyio.Event()
+        self.feeder.wakeup = self._wake
+        self.scheduler.on_bound.append(self._bound)
+        self.scheduler.on_unschedulable.append(self._unschedulable)
+        self._bind_slots = anyio.Condition()
+        self.stopped_reason = ""
+
+    # -- kernel callbacks ---------------------------------------------------------------------------
+    def _bound(self, pod: Pod, node: str) -> None:
+        self.writer.scheduled(pod, node)
+        self.feeder.resync(pod.uid)
+
+    async def _unschedulable(self, pod: Pod, st: Status) -> None:
+        uid = pod.uid
+        if uid in self.dropped or self.cluster.pod(uid) is None and uid not in self.feeder.gated:
+            # deleted, recreated, terminating or bound elsewhere: forget it, write nothing
+            self.dropped.discard(uid)
+            self.scheduler.queue.done(uid)
+            self.writer.forget(uid)
+            self.feeder.resync(uid)
+            return
+        self.feeder.resync(uid)
+        if uid in self.feeder.gated:
+            self.scheduler.queue.done(uid)
+            self.cluster.remove_pod(uid)
+            return
+        reason = "Unschedulable" if st.is_rejection else "SchedulerError"
+        self.writer.unschedulable(pod, reason, st.message or f"rejected by {st.plugin}")
+
+    async def _bind(self, pod: Pod, node_name: str, annotations: dict) -> bool:
+        try:
+            return await self.binder(pod, node_name, annotations)
+        except BindDropped as e:
+            log.info("dropping pod", pod=pod.key, reason=str(e))
+            self.dropped.add(pod.uid)
+            raise
+        except BindGated:
+            self.feeder.gated[pod.uid] = dict(pod.raw or {})
+            raise
+
+    # -- running ------------------------------------------------------------------------------------
+    def stop(self, reason: str = "stop requested") -> None:
+        self.stopped_reason = self.stopped_reason or reason
+        self._stop.set()
+        self._wake.set()
+
+    async def wait_synced(self) -> None:
+        for r in self.reflectors:
+            await r.synced.wait()
+
+    async def run(self) -> None:
+        """Run until ``stop()``: in-flight binds finish, queued status patches and events are written."""
+        self.scheduler.binder = self._bind
+        await self.scheduler.startup()
+        try:
+            async with anyio.create_task_group() as bg:
+                for r in self.reflectors:
+                    bg.start_soon(r.run)
+                bg.start_soon(self.writer.run)
+                await self.wait_synced()
+                if self.elector is not None:
+                    with anyio.CancelScope() as acquiring:
+                        bg.start_soon(self._cancel_on_stop, acquiring)
+                        await self.elector.acquire()
+                    if self._stop.is_set():
+                        bg.cancel_scope.cancel()
+                        return
+                    bg.start_soon(self._hold_leadership)
+                log.info("scheduling", scheduler=self.scheduler_name, nodes=self.cluster.num_nodes,
+                         pending=len(self.scheduler.queue))
+                self.started.set()
+                async with anyio.create_task_group() as binds:
+                    await self._loop(binds)
+                    for wp in list(self.scheduler.waiting_pods.values()):
+                        wp.reject("", "scheduler shutting down")
+                await self.writer.drain()
+                bg.cancel_scope.cancel()
+        finally:
+            if self.elector is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.elector.release()
+            with anyio.CancelScope(shield=True):
+                await self.scheduler.shutdown()
+
+    async def _cancel_on_stop(self, scope: anyio.CancelScope) -> None:
+        await self._stop.wait()
+        scope.cancel()
+
+    async def _hold_leadership(self) -> None:
+        assert self.elector is not None
+        await self.elector.hold()
+        self.stop("lost leadership")
+
+    async def _loop(self, binds: anyio.abc.TaskGroup) -> None:
+        s = self.scheduler
+        last_flush = 0.0
+        n = 0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now - last_flush >= self.flush_interval:
+                last_flush = now
+                await s.flush()
+            if s.in_flight_binds - len(s.waiting_pods) >= self.max_in_flight:
+                await anyio.sleep(0.002)
+                continue
+            if await s.schedule_next(binds):
+                n += 1
+                if n % 16 == 0:
+                    await anyio.sleep(0)  # let the reflectors and binds run
+                continue
+            self._wake = anyio.Event()
+            self.feeder.wakeup = self._wake
+            with anyio.move_on_after(self._idle_timeout()):
+                await self._wake.wait()
+
+    def _idle_timeout(self) -> float:
+        q = self.scheduler.queue
+        d = q.next_backoff_deadline()
+        if d is None:
+            return self.flush_interval
+        return max(0.01, min(self.flush_interval, d - time.time()))
+
+    # -- reporting ----------------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        return {"synced": all(r.synced.is_set() for r in self.reflectors), "scheduling": self.started.is_set(),
+                "leader": None if self.elector is None else self.elector.is_leader,
+                "nodes": self.cluster.num_nodes, "queued": len(self.scheduler.queue),
+                "bound": self.binder.bound, "inFlightBinds": self.scheduler.in_flight_binds}

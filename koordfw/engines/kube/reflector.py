@@ -1,0 +1,165 @@
+"""A reflector: LIST (paged) then WATCH from the list's resourceVersion, as client-go's.
+
+* Bookmarks are requested; every event and bookmark advances the resourceVersion to resume from.
+* A 410 (an HTTP status, or an ``ERROR`` event with code 410) means the history is gone: re-list,
+  diff against the store, synthesise ``DELETED`` for what vanished, and watch again.
+* A dropped or timed-out stream resumes from the last resourceVersion seen; other errors back off
+  (exponential, capped) and retry.
+
+The handler gets ``(type, obj, old)`` with type ADDED, MODIFIED or DELETED; ``old`` is the stored copy
+(None for ADDED). Objects are keyed by ``metadata.uid`` (recreated objects are distinct).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Awaitable, Callable
+
+import anyio
+import structlog
+
+from .client import ApiError, KubeClient
+
+log = structlog.get_logger("koordfw.kube")
+
+Handler = Callable[[str, dict, "dict | None"], Awaitable[None]]
+
+
+def object_key(obj: dict) -> str:
+    meta = obj.get("metadata") or {}
+    return meta.get("uid") or (f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace")
+                               else str(meta.get("name")))
+
+
+class Expired(Exception):
+    pass
+
+
+class Reflector:
+    def __init__(self, client: KubeClient, path: str, handler: Handler, *, field_selector: str = "",
+                 page_size: int = 500, watch_timeout: int = 300, name: str = "",
+                 initial_backoff: float = 0.2, max_backoff: float = 10.0, strip_managed_fields: bool = True,
+                 optional: bool = False) -> None:
+        self.client, self.path, self.handler = client, path, handler
+        self.field_selector, self.page_size, self.watch_timeout = field_selector, page_size, watch_timeout
+        self.name = name or path
+        self.initial_backoff, self.max_backoff = initial_backoff, max_backoff
+        self.strip_managed_fields = strip_managed_fields
+        self.optional = optional  # a 404 on LIST (CRD not installed) ends the reflector quietly
+        self.store: dict[str, dict] = {}
+        self.resource_version = ""
+        self.synced = anyio.Event()
+        self.relists = 0
+        self.watches = 0
+        self.errors = 0
+        self.available = True
+        self._rng = random.Random(0)
+
+    async def run(self) -> None:
+        """Run until cancelled."""
+        backoff = self.initial_backoff
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                    backoff = self.initial_backoff
+                await self._watch()
+                backoff = self.initial_backoff
+            except Expired as e:
+                log.info("watch expired; re-listing", reflector=self.name, detail=str(e))
+                need_list = True
+            except ApiError as e:
+                self.errors += 1
+                if e.status == 410:
+                    log.info("resourceVersion expired; re-listing", reflector=self.name)
+                    need_list = True
+                    continue
+                if e.status == 404 and need_list and self.optional:
+                    log.info("resource not served; not watching it", reflector=self.name)
+                    self.available = False
+                    self.synced.set()
+                    return
+                log.warning("API error; backing off", reflector=self.name, error=str(e), seconds=round(backoff, 2))
+                await anyio.sleep(backoff * (0.5 + self._rng.random()))
+                backoff = min(backoff * 2, self.max_backoff)
+
+    async def _list(self) -> None:
+        items: list[dict] = []
+        cont = None
+        rv = ""
+        while True:
+            params = {"limit": self.page_size, "fieldSelector": self.field_selector or None, "continue": cont}
+            page = await self.client.request("GET", self.path, params=params, timeout=60)
+            meta = page.get("metadata") or {}
+            if not rv:
+                rv = meta.get("resourceVersion", "")
+            items.extend(page.get("items") or [])
+            cont = meta.get("continue")
+            if not cont:
+                break
+        self.relists += 1
+        await self._replace(items)
+        self.resource_version = rv
+        self.synced.set()
+
+    async def _replace(self, items: list[dict]) -> None:
+        """Make the store equal to ``items``: events for what changed, DELETED for what vanished."""
+        fresh: dict[str, dict] = {}
+        for obj in items:
+            self._strip(obj)
+            fresh[object_key(obj)] = obj
+        gone = [k for k in self.store if k not in fresh]
+        for k in gone:
+            old = self.store.pop(k)
+            await self.handler("DELETED", old, old)
+        for k, obj in fresh.items():
+            old = self.store.get(k)
+            if old is not None and _rv(old) == _rv(obj):
+                continue
+            self.store[k] = obj
+            await self.handler("MODIFIED" if old is not None else "ADDED", obj, old)
+
+    def _strip(self, obj: dict) -> None:
+        if self.strip_managed_fields:
+            meta = obj.get("metadata")
+            if isinstance(meta, dict):
+                meta.pop("managedFields", None)
+
+    async def _watch(self) -> None:
+        params = {"resourceVersion": self.resource_version, "allowWatchBookmarks": True,
+                  "timeoutSeconds": self.watch_timeout, "fieldSelector": self.field_selector or None}
+        self.watches += 1
+        async for ev in self.client.watch(self.path, params, timeout=self.watch_timeout):
+            etype = ev.get("type")
+            obj = ev.get("object") or {}
+            if etype == "ERROR":
+                if obj.get("code") == 410:
+                    raise Expired(obj.get("message", "410"))
+                raise ApiError(int(obj.get("code") or 500), obj.get("message", "watch error"), obj, obj.get("reason", ""))
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if etype == "BOOKMARK":
+                if rv:
+                    self.resource_version = rv
+                continue
+            self._strip(obj)
+            key = object_key(obj)
+            old = self.store.get(key)
+            if etype == "DELETED":
+                self.store.pop(key, None)
+                if rv:
+                    self.resource_version = rv
+                await self.handler("DELETED", obj, old)
+                continue
+            if etype not in ("ADDED", "MODIFIED"):
+                log.warning("unknown watch event type", reflector=self.name, type=etype)
+                continue
+            self.store[key] = obj
+            if rv:
+                self.resource_version = rv
+            await self.handler("MODIFIED" if old is not None else "ADDED", obj, old)
+
+
+def _rv(obj: dict) -> Any:
+    return (obj.get("metadata") or {}).get("resourceVersion")

@@ -1,0 +1,668 @@
+"""A faithful in-process fake of the Kubernetes API server, for tests (no real API server runs here).
+
+What it reproduces, from the API server's own behaviour (see docs/kubernetes.md):
+
+* one monotonically increasing ``resourceVersion`` for every write, as etcd revisions;
+* LIST with ``limit``/``continue`` over a consistent snapshot; an expired ``continue`` answers 410;
+* WATCH from a ``resourceVersion`` with ``allowWatchBookmarks`` and ``timeoutSeconds``; a bounded
+  history, past which a watch answers 410 *either* as an HTTP status or as a 200 stream carrying an
+  ``ERROR`` event (``expired_form``);
+* field selectors (``=``, ``==``, ``!=``; a comma is AND) on the fields the real server allows, with a
+  watch sending ``DELETED`` (old object) when an object stops matching and ``ADDED`` when it starts;
+* ``pods/{name}/binding`` with the server's exact 201/400/404/409 answers, ``pods/{name}/status``
+  strategic-merge patches (conditions merge on ``type``), events.k8s.io/v1 events, coordination
+  leases with optimistic concurrency, and Koordinator ``NodeMetric`` objects;
+* injectable faults: dropped watch streams, 500s (for N requests or for a while), slow replies, a
+  binding that succeeds but whose reply is lost.
+
+Use ``async with FakeApiServer() as api:`` (it listens on 127.0.0.1, a free port) and point a client at
+``api.url``. Objects can be added directly (``api.create(...)``) or through HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import datetime as _dt
+import itertools
+import json
+import time
+import uuid
+from collections import deque
+from typing import Any, Callable
+
+import attrs
+from aiohttp import web
+
+__all__ = ["FakeApiServer", "Fault", "ResourceType", "RESOURCES"]
+
+
+@attrs.frozen
+class ResourceType:
+    prefix: str  # "/api/v1" or "/apis/<group>/<version>"
+    plural: str
+    kind: str
+    namespaced: bool
+    fields: tuple[str, ...] = ("metadata.name", "metadata.namespace")
+    has_status: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return "v1" if self.prefix == "/api/v1" else self.prefix[len("/apis/"):]
+
+
+_POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+               "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP",
+               "status.nominatedNodeName")
+
+RESOURCES: dict[str, ResourceType] = {r.plural: r for r in (
+    ResourceType("/api/v1", "pods", "Pod", True, _POD_FIELDS, True),
+    ResourceType("/api/v1", "nodes", "Node", False, ("metadata.name", "spec.unschedulable"), True),
+    ResourceType("/api/v1", "namespaces", "Namespace", False, ("metadata.name", "status.phase"), True),
+    ResourceType("/api/v1", "configmaps", "ConfigMap", True),
+    ResourceType("/apis/events.k8s.io/v1", "events", "Event", True),
+    ResourceType("/apis/coordination.k8s.io/v1", "leases", "Lease", True),
+    ResourceType("/apis/slo.koordinator.sh/v1alpha1", "nodemetrics", "NodeMetric", False, ("metadata.name",), True),
+)}
+
+
+@attrs.define
+class Fault:
+    """A fault injected into requests whose method and path match (path is a substring test)."""
+
+    status: int = 500
+    count: int | None = None  # requests left to fail; None = until ``until``
+    until: float | None = None  # monotonic deadline
+    method: str | None = None
+    path: str | None = None
+    delay: float = 0.0  # seconds to wait before answering (status 0 = then answer normally)
+
+    def matches(self, method: str, path: str) -> bool:
+        if self.method and self.method != method:
+            return False
+        if self.path and self.path not in path:
+            return False
+        if self.until is not None and time.monotonic() >= self.until:
+            return False
+        return self.count is None or self.count > 0
+
+
+def _status(code: int, reason: str, message: str, details: dict | None = None) -> web.Response:
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+    if details:
+        body["details"] = details
+    return web.json_response(body, status=code)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _get_field(obj: dict, path: str) -> str:
+    cur: Any = obj
+    for part in path.split("."):
+        cur = cur.get(part) if isinstance(cur, dict) else None
+    if cur is None:
+        return ""
+    if isinstance(cur, bool):
+        return "true" if cur else "false"
+    return str(cur)
+
+
+def parse_field_selector(sel: str, allowed: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """``a=b,c!=d`` → [(field, op, value)]; raises ValueError naming an unsupported field."""
+    out = []
+    for term in filter(None, (t.strip() for t in sel.split(","))):
+        for op in ("!=", "==", "="):
+            if op in term:
+                f, v = term.split(op, 1)
+                break
+        else:
+            raise ValueError(f"invalid selector: '{sel}'; can't understand '{term}'")
+        f = f.strip()
+        if f not in allowed:
+            raise ValueError(f'field label not supported: {f}')
+        out.append((f, "!=" if op == "!=" else "=", v.strip()))
+    return out
+
+
+def _matches(obj: dict | None, terms: list[tuple[str, str, str]], namespace: str | None) -> bool:
+    if obj is None:
+        return False
+    if namespace and (obj.get("metadata") or {}).get("namespace") != namespace:
+        return False
+    for f, op, v in terms:
+        got = _get_field(obj, f)
+        if (got == v) != (op == "="):
+            return False
+    return True
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = _merge_patch(out.get(k), v)
+    return out
+
+
+_MERGE_KEYS = {"conditions": "type", "containers": "name", "initContainers": "name", "tolerations": None,
+               "podsMetric": None}
+
+
+def _strategic_merge(target: Any, patch: Any) -> Any:
+    """A strategic merge patch for the lists the scheduler patches (``conditions`` merge on ``type``)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, list) and _MERGE_KEYS.get(k) and isinstance(out.get(k), list):
+            key = _MERGE_KEYS[k]
+            merged = [dict(x) for x in out[k]]
+            for item in v:
+                for i, old in enumerate(merged):
+                    if isinstance(item, dict) and old.get(key) == item.get(key):
+                        merged[i] = _strategic_merge(old, item)
+                        break
+                else:
+                    merged.append(copy.deepcopy(item))
+            out[k] = merged
+        else:
+            out[k] = _strategic_merge(out.get(k), v)
+    return out
+
+
+class _Watcher:
+    __slots__ = ("rt", "terms", "namespace", "queue", "closed", "abrupt")
+
+    def __init__(self, rt: ResourceType, terms: list, namespace: str | None) -> None:
+        self.rt, self.terms, self.namespace = rt, terms, namespace
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.closed = False
+        self.abrupt = False  # end with a cut connection instead of a clean end of stream
+
+
+class FakeApiServer:
+    """The fake. ``history`` is how many writes a watch can resume from (etcd's compaction window)."""
+
+    def __init__(self, *, history: int = 10_000, expired_form: str = "event", bookmark_interval: float = 1.0,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        if expired_form not in ("event", "http"):
+            raise ValueError("expired_form must be 'event' or 'http'")
+        self.history_size, self.expired_form, self.bookmark_interval = history, expired_form, bookmark_interval
+        self.host, self.port = host, port
+        self.rv = 1000
+        self.objects: dict[str, dict[str, dict]] = {p: {} for p in RESOURCES}
+        self.history: deque[tuple[int, str, str, dict, dict | None]] = deque(maxlen=history)
+        self.compacted_rv = self.rv  # oldest RV a watch may start from
+        self._watchers: set[_Watcher] = set()
+        self._snapshots: dict[str, tuple[int, list[dict]]] = {}
+        self._tokens = itertools.count(1)
+        self.faults: list[Fault] = []
+        self.lose_binding_replies = 0
+        #: (uid, node) of every successful binding, in order (to check "none bound twice")
+        self.bind_log: list[tuple[str, str]] = []
+        #: (method, path) of every request
+        self.requests: list[tuple[str, str]] = []
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    async def start(self) -> FakeApiServer:
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._fault_middleware])
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        sock = site._server.sockets[0]  # type: ignore[union-attr]
+        self.port = sock.getsockname()[1]
+        self.url = f"http://{self.host}:{self.port}"
+        return self
+
+    async def stop(self) -> None:
+        self.drop_watches()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeApiServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    def kubeconfig(self) -> dict:
+        """A kubeconfig document pointing at this server (no auth)."""
+        return {"apiVersion": "v1", "kind": "Config", "current-context": "fake",
+                "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}
+
+    # -- faults -------------------------------------------------------------------------------------
+    def fail(self, status: int = 500, *, count: int | None = None, seconds: float | None = None,
+             method: str | None = None, path: str | None = None) -> Fault:
+        """Answer matching requests with ``status`` for ``count`` requests or ``seconds``."""
+        f = Fault(status=status, count=count, method=method, path=path,
+                  until=time.monotonic() + seconds if seconds is not None else None)
+        self.faults.append(f)
+        return f
+
+    def slow(self, delay: float, *, seconds: float | None = None, method: str | None = None,
+             path: str | None = None) -> Fault:
+        f = Fault(status=0, delay=delay, method=method, path=path,
+                  until=time.monotonic() + seconds if seconds is not None else None)
+        self.faults.append(f)
+        return f
+
+    def drop_watches(self) -> int:
+        """Cut every open watch stream mid-way (the client sees the connection end)."""
+        n = 0
+        for w in list(self._watchers):
+            w.closed = w.abrupt = True
+            w.queue.put_nowait(None)
+            n += 1
+        return n
+
+    def expire(self) -> None:
+        """Compact the history to now: open watches get 410 in the configured form, and resuming
+        from any older resourceVersion (or continuing an old list) answers 410."""
+        self.compacted_rv = self.rv
+        self.history.clear()
+        self._snapshots.clear()
+        for w in list(self._watchers):
+            w.closed = True
+            if self.expired_form == "event":
+                w.queue.put_nowait({"type": "ERROR", "object": self._expired_obj(self.rv)})
+            w.queue.put_nowait(None)
+
+    @web.middleware
+    async def _fault_middleware(self, request: web.Request, handler: Callable) -> web.StreamResponse:
+        self.requests.append((request.method, request.path))
+        for f in self.faults:
+            if f.matches(request.method, request.path):
+                if f.count is not None:
+                    f.count -= 1
+                if f.delay:
+                    await asyncio.sleep(f.delay)
+                if f.status:
+                    return _status(f.status, "InternalError" if f.status >= 500 else "BadRequest",
+                                   f"injected fault: HTTP {f.status}")
+        return await handler(request)
+
+    # -- storage ------------------------------------------------------------------------------------
+    @staticmethod
+    def _key(rt: ResourceType, ns: str | None, name: str) -> str:
+        return f"{ns}/{name}" if rt.namespaced else name
+
+    def _record(self, plural: str, etype: str, obj: dict, old: dict | None) -> None:
+        self.history.append((self.rv, plural, etype, obj, old))
+        if len(self.history) == self.history.maxlen:
+            self.compacted_rv = self.history[0][0] - 1
+        for w in self._watchers:
+            if w.rt.plural == plural and not w.closed:
+                ev = self._event_for(w, etype, obj, old)
+                if ev is not None:
+                    w.queue.put_nowait(ev)
+
+    def _event_for(self, w: _Watcher, etype: str, obj: dict, old: dict | None) -> dict | None:
+        cur_ok = etype != "DELETED" and _matches(obj, w.terms, w.namespace)
+        old_ok = _matches(old, w.terms, w.namespace) if etype != "ADDED" else False
+        if etype == "DELETED":
+            return {"type": "DELETED", "object": obj} if _matches(obj, w.terms, w.namespace) else None
+        if cur_ok and old_ok:
+            return {"type": "MODIFIED", "object": obj}
+        if cur_ok:
+            return {"type": "ADDED", "object": obj}
+        if old_ok:
+            # the object stopped matching: the watch says DELETED, carrying the *old* object at the new RV
+            gone = copy.deepcopy(old)
+            gone["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+            return {"type": "DELETED", "object": gone}
+        return None
+
+    def _next_rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    def create(self, obj: dict, plural: str | None = None) -> dict:
+        """Store a new object (as a POST would); returns the stored copy."""
+        obj = copy.deepcopy(obj)
+        plural = plural or _plural_of(obj.get("kind", ""))
+        rt = RESOURCES[plural]
+        meta = obj.setdefault("metadata", {})
+        if rt.namespaced:
+            meta.setdefault("namespace", "default")
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        key = self._key(rt, meta.get("namespace"), meta["name"])
+        if key in self.objects[plural]:
+            raise _ApiError(409, "AlreadyExists", f'{plural} "{meta["name"]}" already exists')
+        obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+        meta["uid"] = str(uuid.uuid4())
+        meta.setdefault("creationTimestamp", _now())
+        meta.pop("deletionTimestamp", None)
+        meta["resourceVersion"] = self._next_rv()
+        if plural == "pods":
+            obj.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
+            obj.setdefault("status", {}).setdefault("phase", "Pending")
+        self.objects[plural][key] = obj
+        self._record(plural, "ADDED", obj, None)
+        return copy.deepcopy(obj)
+
+    def get(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
+        o = self.objects[plural].get(self._key(RESOURCES[plural], namespace, name))
+        return copy.deepcopy(o) if o is not None else None
+
+    def replace(self, plural: str, obj: dict) -> dict:
+        rt = RESOURCES[plural]
+        meta = obj["metadata"]
+        key = self._key(rt, meta.get("namespace"), meta["name"])
+        old = self.objects[plural].get(key)
+        if old is None:
+            raise _ApiError(404, "NotFound", f'{plural} "{meta["name"]}" not found')
+        new = copy.deepcopy(obj)
+        new["metadata"]["uid"] = old["metadata"]["uid"]
+        new["metadata"]["creationTimestamp"] = old["metadata"].get("creationTimestamp")
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        new["apiVersion"], new["kind"] = rt.api_version, rt.kind
+        self.objects[plural][key] = new
+        self._record(plural, "MODIFIED", new, old)
+        return copy.deepcopy(new)
+
+    def update(self, plural: str, name: str, mutate: Callable[[dict], Any], namespace: str | None = None) -> dict:
+        """Read-modify-write one object (a test helper, as a controller would)."""
+        cur = self.get(plural, name, namespace)
+        if cur is None:
+            raise KeyError(f"{plural} {namespace}/{name} not found")
+        mutate(cur)
+        return self.replace(plural, cur)
+
+    def delete(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
+        key = self._key(RESOURCES[plural], namespace, name)
+        old = self.objects[plural].pop(key, None)
+        if old is None:
+            return None
+        gone = copy.deepcopy(old)
+        gone["metadata"]["resourceVersion"] = self._next_rv()
+        self._record(plural, "DELETED", gone, old)
+        return gone
+
+    def mark_terminating(self, name: str, namespace: str = "default") -> dict:
+        """Set ``deletionTimestamp`` on a pod (a graceful delete in progress)."""
+        return self.update("pods", name, lambda p: p["metadata"].__setitem__("deletionTimestamp", _now()), namespace)
+
+    def pods(self) -> list[dict]:
+        return [copy.deepcopy(p) for p in self.objects["pods"].values()]
+
+    # -- HTTP ---------------------------------------------------------------------------------------
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._route(request)
+        except _ApiError as e:
+            return _status(e.code, e.reason, e.message, e.details)
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.path.split("/") if p]
+        if parts[:2] == ["api", "v1"]:
+            prefix, rest = "/api/v1", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            prefix, rest = f"/apis/{parts[1]}/{parts[2]}", parts[3:]
+        else:
+            raise _ApiError(404, "NotFound", "the server could not find the requested resource")
+        ns = None
+        if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) > 2:
+            ns, rest = rest[1], rest[2:]
+        if not rest or rest[0] not in RESOURCES or RESOURCES[rest[0]].prefix != prefix:
+            raise _ApiError(404, "NotFound", "the server could not find the requested resource")
+        rt = RESOURCES[rest[0]]
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        m = request.method
+        if name is None:
+            if m == "GET":
+                if request.query.get("watch") in ("1", "true"):
+                    return await self._watch(request, rt, ns)
+                return self._list(request, rt, ns)
+            if m == "POST":
+                body = await _json_body(request)
+                if rt.namespaced:
+                    body.setdefault("metadata", {})["namespace"] = ns or body.get("metadata", {}).get("namespace")
+                return web.json_response(self.create(body, rt.plural), status=201)
+            raise _ApiError(405, "MethodNotAllowed", f"method {m} not allowed")
+        if rt.plural == "pods" and sub == "binding" and m == "POST":
+            return await self._bind(request, ns or "default", name)
+        key = self._key(rt, ns, name)
+        cur = self.objects[rt.plural].get(key)
+        if m == "GET":
+            if cur is None:
+                raise _ApiError(404, "NotFound", f'{rt.plural} "{name}" not found',
+                                {"name": name, "kind": rt.plural})
+            return web.json_response(cur)
+        if m == "DELETE":
+            gone = self.delete(rt.plural, name, ns)
+            if gone is None:
+                raise _ApiError(404, "NotFound", f'{rt.plural} "{name}" not found')
+            return web.json_response(gone)
+        if cur is None:
+            raise _ApiError(404, "NotFound", f'{rt.plural} "{name}" not found', {"name": name, "kind": rt.plural})
+        body = await _json_body(request)
+        if m == "PUT":
+            want = (body.get("metadata") or {}).get("resourceVersion")
+            if want and want != cur["metadata"]["resourceVersion"]:
+                raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.plural} "{name}": the object '
+                                "has been modified; please apply your changes to the latest version and try again")
+            new = copy.deepcopy(cur)
+            if sub == "status":
+                new["status"] = body.get("status")
+            else:
+                status = new.get("status")
+                new = body
+                new.setdefault("metadata", {}).update({"name": name})
+                if rt.namespaced:
+                    new["metadata"]["namespace"] = ns
+                if rt.has_status:
+                    new["status"] = status
+            return web.json_response(self.replace(rt.plural, new))
+        if m == "PATCH":
+            ctype = request.content_type
+            want_uid = (body.get("metadata") or {}).get("uid")
+            if want_uid and want_uid != cur["metadata"]["uid"]:
+                raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.plural} "{name}": '
+                                f"Precondition failed: UID in precondition: {want_uid}, "
+                                f"UID in object meta: {cur['metadata']['uid']}")
+            if sub == "status":
+                body = {"status": body.get("status", {})}
+            elif rt.has_status:
+                body.pop("status", None)
+            if ctype == "application/strategic-merge-patch+json":
+                new = _strategic_merge(cur, body)
+            elif ctype == "application/merge-patch+json":
+                new = _merge_patch(cur, body)
+            else:
+                raise _ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {ctype}")
+            new["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
+            return web.json_response(self.replace(rt.plural, new))
+        raise _ApiError(405, "MethodNotAllowed", f"method {m} not allowed")
+
+    def _list(self, request: web.Request, rt: ResourceType, ns: str | None) -> web.Response:
+        q = request.query
+        try:
+            terms = parse_field_selector(q.get("fieldSelector", ""), rt.fields)
+        except ValueError as e:
+            raise _ApiError(400, "BadRequest", str(e)) from None
+        limit = int(q.get("limit") or 0)
+        cont = q.get("continue")
+        if cont:
+            try:
+                tok = json.loads(base64.urlsafe_b64decode(cont.encode()))
+                snap_id, offset = str(tok["s"]), int(tok["o"])
+            except (ValueError, KeyError, TypeError):
+                raise _ApiError(400, "BadRequest", "continue key is not valid") from None
+            snap = self._snapshots.get(snap_id)
+            if snap is None:
+                raise _ApiError(410, "Expired", "The provided continue parameter is too old to display a "
+                                "consistent list result. You can start a new list without the continue parameter.")
+            rv, items = snap
+        else:
+            rv = self.rv
+            items = [copy.deepcopy(o) for k, o in sorted(self.objects[rt.plural].items())
+                     if _matches(o, terms, ns)]
+            offset = 0
+            snap_id = ""
+        page = items[offset: offset + limit] if limit else items[offset:]
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if limit and offset + limit < len(items):
+            if not snap_id:
+                snap_id = str(next(self._tokens))
+                self._snapshots[snap_id] = (rv, items)
+            meta["continue"] = base64.urlsafe_b64encode(
+                json.dumps({"s": snap_id, "o": offset + limit}).encode()).decode()
+            meta["remainingItemCount"] = len(items) - offset - limit
+        elif snap_id:
+            self._snapshots.pop(snap_id, None)
+        return web.json_response({"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta,
+                                  "items": page})
+
+    def _expired_obj(self, rv: int) -> dict:
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": f"too old resource version: {rv} ({self.compacted_rv})", "reason": "Expired", "code": 410}
+
+    async def _watch(self, request: web.Request, rt: ResourceType, ns: str | None) -> web.StreamResponse:
+        q = request.query
+        try:
+            terms = parse_field_selector(q.get("fieldSelector", ""), rt.fields)
+        except ValueError as e:
+            raise _ApiError(400, "BadRequest", str(e)) from None
+        bookmarks = q.get("allowWatchBookmarks") in ("1", "true")
+        timeout = float(q.get("timeoutSeconds") or 1800)
+        rv_s = q.get("resourceVersion") or "0"
+        try:
+            since = int(rv_s)
+        except ValueError:
+            raise _ApiError(400, "BadRequest", f"invalid resourceVersion {rv_s!r}") from None
+        w = _Watcher(rt, terms, ns)
+        initial: list[dict] = []
+        if since == 0:
+            # no resourceVersion: synthetic ADDED events for the current state, then live
+            initial = [{"type": "ADDED", "object": copy.deepcopy(o)}
+                       for o in self.objects[rt.plural].values() if _matches(o, terms, ns)]
+        elif since < self.compacted_rv:
+            if self.expired_form == "http":
+                return web.json_response(self._expired_obj(since) | {"reason": "Gone"}, status=410)
+            initial = [{"type": "ERROR", "object": self._expired_obj(since)}]
+            w.closed = True
+        else:
+            for rv, plural, etype, obj, old in self.history:
+                if rv > since and plural == rt.plural:
+                    ev = self._event_for(w, etype, obj, old)
+                    if ev is not None:
+                        initial.append(ev)
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        for ev in initial:
+            await resp.write(json.dumps(ev).encode() + b"\n")
+        if w.closed:
+            await resp.write_eof()
+            return resp
+        self._watchers.add(w)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    ev = await asyncio.wait_for(w.queue.get(), min(left, self.bookmark_interval))
+                except asyncio.TimeoutError:
+                    if bookmarks:
+                        bm = {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version,
+                                                             "metadata": {"resourceVersion": str(self.rv)}}}
+                        await resp.write(json.dumps(bm).encode() + b"\n")
+                    continue
+                if ev is None:
+                    break
+                await resp.write(json.dumps(ev).encode() + b"\n")
+            if w.abrupt and request.transport is not None:
+                request.transport.close()  # a dropped stream: no clean end of the chunked body
+                return resp
+            await resp.write_eof()
+        finally:
+            self._watchers.discard(w)
+        return resp
+
+    async def _bind(self, request: web.Request, ns: str, name: str) -> web.Response:
+        body = await _json_body(request)
+        meta = body.get("metadata") or {}
+        if meta.get("name") != name:
+            raise _ApiError(400, "BadRequest", "name in URL does not match name in Binding object")
+        target = (body.get("target") or {}).get("name")
+        if not target:
+            raise _ApiError(400, "BadRequest", 'Binding.core "%s" is invalid: target.name: Required value' % name)
+        pod = self.objects["pods"].get(f"{ns}/{name}")
+        if pod is None:
+            raise _ApiError(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+        prefix = f'Operation cannot be fulfilled on pods/binding "{name}": '
+        pm = pod["metadata"]
+        if meta.get("uid") and meta["uid"] != pm["uid"]:
+            raise _ApiError(409, "Conflict", prefix + f"Precondition failed: UID in precondition: {meta['uid']}, "
+                            f"UID in object meta: {pm['uid']}")
+        if meta.get("resourceVersion") and meta["resourceVersion"] != pm["resourceVersion"]:
+            raise _ApiError(409, "Conflict", prefix + "the object has been modified; please apply your changes "
+                            "to the latest version and try again")
+        if pm.get("deletionTimestamp"):
+            raise _ApiError(409, "Conflict", prefix + f"pod {name} is being deleted, cannot be assigned to a host")
+        if pod["spec"].get("nodeName"):
+            raise _ApiError(409, "Conflict", prefix + f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"')
+        if pod["spec"].get("schedulingGates"):
+            raise _ApiError(409, "Conflict", prefix + f"pod {name} has non-empty .spec.schedulingGates")
+        new = copy.deepcopy(pod)
+        new["spec"]["nodeName"] = target
+        if meta.get("annotations"):
+            new["metadata"].setdefault("annotations", {}).update(meta["annotations"])
+        st = new.setdefault("status", {})
+        conds = [c for c in st.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conds.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()})
+        st["conditions"] = conds
+        st.pop("nominatedNodeName", None)
+        self.replace("pods", new)
+        self.bind_log.append((pm["uid"], target))
+        if self.lose_binding_replies > 0:
+            self.lose_binding_replies -= 1
+            if request.transport is not None:
+                request.transport.close()
+            return _status(500, "InternalError", "reply lost")
+        return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                  "code": 201}, status=201)
+
+
+class _ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str, details: dict | None = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+
+async def _json_body(request: web.Request) -> dict:
+    try:
+        body = await request.json()
+    except ValueError as e:
+        raise _ApiError(400, "BadRequest", f"the body of the request could not be decoded: {e}") from None
+    if not isinstance(body, dict):
+        raise _ApiError(400, "BadRequest", "the body of the request must be a JSON object")
+    return body
+
+
+def _plural_of(kind: str) -> str:
+    for r in RESOURCES.values():
+        if r.kind == kind:
+            return r.plural
+    raise ValueError(f"the fake API server does not serve kind {kind!r}")
