@@ -1,0 +1,211 @@
+"""The ``llc_isolation`` node-agent plugin: detection, the collector, and the ``qos_plan`` hook.
+
+Round: ``collect`` probes resctrl (once, then only re-reads), reads what every group holds now and
+the pods' thread ids from their cgroups, and the groups' monitoring counters; ``qos_plan`` turns
+the node state plus that snapshot into the FileWrites that differ (pure). Without resctrl the plugin
+logs why once and returns nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import structlog
+
+from koordfw import hookimpl
+
+from .config import LLCIsolationArgs
+from .plan import ANNOTATION_RESCTRL, PLUGIN, PodTasks, info_from_state, plan
+from .resctrl import (
+    CLASS_GROUPS,
+    POD_GROUP_PREFIX,
+    GroupState,
+    ResctrlError,
+    Support,
+    detect,
+    list_groups,
+    parse_tasks,
+    read_group,
+    read_mon_data,
+)
+
+log = structlog.get_logger("koordfw.llc_isolation")
+
+#: node_state.metrics key of the snapshot ``collect`` takes for ``qos_plan``
+OBSERVED_KEY = "llc_isolation.observed"
+#: node_state.metrics key of the pods' thread ids read by ``collect`` (uid → sorted ids)
+POD_TASKS_KEY = "llc_isolation.podTasks"
+DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
+_ACTIVE_PHASES = ("Running", "Pending")
+
+
+def _root(handle: Any, fs: str, fallback: str) -> str:
+    """The agent's root for ``fs`` when the engine exposes one (``--resctrl-root``), else ``fallback``."""
+    for holder in (handle, getattr(handle, "executor", None), getattr(handle, "agent", None)):
+        if holder is None:
+            continue
+        roots = getattr(holder, "roots", None)
+        if isinstance(roots, Mapping) and roots.get(fs):
+            return str(roots[fs])
+        direct = getattr(holder, f"{fs}_root", None)
+        if isinstance(direct, (str, os.PathLike)) and str(direct):
+            return str(direct)
+    return fallback
+
+
+def tasks_file(cgroup_version: int) -> str:
+    """The file listing a cgroup's thread ids: v1 ``tasks``, v2 ``cgroup.threads``."""
+    return "tasks" if cgroup_version == 1 else "cgroup.threads"
+
+
+def pod_cgroup_base(node_state: Any, pod_dir: str) -> str:
+    """A pod's cgroup dir relative to the cgroup root, in the cpu controller on v1."""
+    pod_dir = pod_dir.strip("/")
+    return f"cpu/{pod_dir}" if node_state.cgroup_version == 1 else pod_dir
+
+
+def pod_tasks_from_cgroups(node_state: Any, pod: Any) -> set[int]:
+    """Thread ids of a pod from ``node_state.cgroups`` entries of its cgroup dir and sub-dirs."""
+    if not pod.cgroup_dir:
+        return set()
+    base = pod_cgroup_base(node_state, pod.cgroup_dir) + "/"
+    name = "/" + tasks_file(node_state.cgroup_version)
+    out: set[int] = set()
+    for path, text in node_state.cgroups.items():
+        if path.startswith(base) and path.endswith(name):
+            out |= parse_tasks(text)
+    return out
+
+
+def read_pod_tasks(cgroup_root: str, node_state: Any, pod: Any) -> set[int]:
+    """Thread ids of every cgroup under the pod's dir (containers, sandbox), read from the machine."""
+    if not pod.cgroup_dir:
+        return set()
+    base = Path(cgroup_root) / pod_cgroup_base(node_state, pod.cgroup_dir)
+    fname = tasks_file(node_state.cgroup_version)
+    out: set[int] = set()
+    for dirpath, _dirs, files in os.walk(base):
+        if fname in files:
+            try:
+                out |= parse_tasks((Path(dirpath) / fname).read_text())
+            except OSError:
+                continue  # the container exited while we walked
+    return out
+
+
+def observed_to_wire(groups: Mapping[str, GroupState]) -> dict:
+    return {g: {"schemata": {r: {str(i): v for i, v in d.items()} for r, d in s.schemata.items()},
+                "tasks": sorted(s.tasks)} for g, s in groups.items()}
+
+
+def observed_from_wire(obj: Any) -> dict[str, GroupState] | None:
+    if not isinstance(obj, Mapping):
+        return None
+    out = {}
+    for g, s in obj.items():
+        schemata = {r: {int(i): int(v) for i, v in d.items()} for r, d in (s.get("schemata") or {}).items()}
+        out[g] = GroupState(schemata=schemata, tasks=frozenset(int(t) for t in s.get("tasks") or ()))
+    return out
+
+
+class LLCIsolation:
+    """Class-based so detection runs once per agent and each problem is logged once."""
+
+    def __init__(self) -> None:
+        self.support: Support | None = None
+        self._support_root: str | None = None
+        self._said: set[str] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    @hookimpl
+    def plugin_args(self) -> type:
+        return LLCIsolationArgs
+
+    @hookimpl
+    def startup(self, args: LLCIsolationArgs, handle: Any) -> None:
+        self._probe(args, handle)
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _say(self, message: str, level: str = "warning", **kw: Any) -> None:
+        if message not in self._said:
+            self._said.add(message)
+            getattr(log, level)(message, plugin=PLUGIN, **kw)
+
+    def _probe(self, args: LLCIsolationArgs, handle: Any) -> Support:
+        root = _root(handle, "resctrl", args.resctrl_root if args is not None else "/sys/fs/resctrl")
+        if self.support is None or self._support_root != root:
+            self.support = detect(root)
+            self._support_root = root
+            if self.support.supported:
+                self._say("resctrl detected", "info", root=root, **self.support.info.to_wire())
+            else:
+                self._say(f"llc_isolation idle: {self.support.reason}", "warning", root=root)
+        return self.support
+
+    def _wanted(self, args: LLCIsolationArgs, node_state: Any) -> bool:
+        """Anything to do at all: an enabled class or a pod carrying the pod-level annotation."""
+        if args.any_enabled:
+            return True
+        return any(ANNOTATION_RESCTRL in p.annotations for p in node_state.pods)
+
+    # -- node QoS loop -----------------------------------------------------------------------------
+    @hookimpl
+    def collect(self, node_state: Any, args: LLCIsolationArgs, handle: Any) -> dict | None:
+        """Snapshot the groups (schemata, tasks) and pods' thread ids for ``qos_plan``; monitoring
+        counters per group as ``resctrl.<group>.<event>`` (bytes)."""
+        args = args or LLCIsolationArgs()
+        support = self._probe(args, handle)
+        if not support.supported:
+            return None
+        root = self._support_root
+        out: dict[str, Any] = {}
+        groups: dict[str, GroupState] = {}
+        for g in list_groups(root):
+            if g in CLASS_GROUPS or g.startswith(POD_GROUP_PREFIX):
+                st = read_group(root, g)
+                if st is not None:
+                    groups[g] = st
+                for event, value in read_mon_data(root, g).items():
+                    out[f"resctrl.{g}.{event}"] = value
+            else:
+                groups[g] = GroupState()  # someone else's group: it still holds a CLOSID
+        out[OBSERVED_KEY] = observed_to_wire(groups)
+        if self._wanted(args, node_state):
+            cg_root = _root(handle, "cgroup", DEFAULT_CGROUP_ROOT)
+            out[POD_TASKS_KEY] = {p.uid: sorted(read_pod_tasks(cg_root, node_state, p)) for p in node_state.pods}
+        return out
+
+    @hookimpl
+    def qos_plan(self, node_state: Any, args: LLCIsolationArgs, handle: Any) -> list | None:
+        """FileWrites (``fs="resctrl"``) for the class groups and pod-level groups; ``None`` when
+        resctrl is unavailable or nothing is configured."""
+        args = args or LLCIsolationArgs()
+        if not self._wanted(args, node_state):
+            return None
+        if node_state.resctrl is not None:
+            try:
+                info = info_from_state(node_state.resctrl)
+            except (ResctrlError, TypeError, ValueError) as e:
+                self._say(f"llc_isolation idle: bad resctrl info in the node state: {e}")
+                return None
+        elif self.support is not None and self.support.supported:
+            info = self.support.info
+        else:
+            reason = self.support.reason if self.support is not None else (
+                "the node state has no resctrl info and resctrl was not probed (agent not started)")
+            self._say(f"llc_isolation idle: {reason}")
+            return None
+        collected = node_state.metrics.get(POD_TASKS_KEY) or {}
+        pods = []
+        for p in node_state.pods:
+            tasks = pod_tasks_from_cgroups(node_state, p) | set(collected.get(p.uid, ()))
+            active = p.pod is None or p.pod.phase in _ACTIVE_PHASES
+            name = p.pod.key if p.pod is not None else p.uid
+            pods.append(PodTasks(uid=p.uid, qos=p.qos, annotations=dict(p.annotations), tasks=frozenset(tasks),
+                                 name=name, active=active))
+        result = plan(info, args, pods, observed=observed_from_wire(node_state.metrics.get(OBSERVED_KEY)))
+        for problem in result.problems:
+            self._say(problem)
+        return result.writes or None
