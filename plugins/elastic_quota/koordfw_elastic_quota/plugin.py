@@ -1,0 +1,340 @@
+"""elastic_quota: Koordinator's ElasticQuota plugin (``pkg/scheduler/plugins/elasticquota``).
+
+* ``pre_filter`` admits a pod only if ``used + request <= runtime`` for every resource of its quota's
+  max (max instead of runtime when ``enableRuntimeQuota`` is off), and a non-preemptible pod only if
+  ``nonPreemptibleUsed + request <= min``; the parents too when ``enableCheckParentQuota`` is on.
+* ``post_filter`` preempts, on one node, lower-priority preemptible pods of the preemptor's own
+  quota (never of the default quota), reprieving the most important first.
+* ``deschedule`` is the over-use revoke controller: a quota whose used stays above its runtime for
+  longer than ``delayEvictTime`` gives back its least important borrowed pods.
+* ``report`` adds the quota tree to ``koordfw simulate``'s output.
+
+With no ElasticQuota object in the cluster every hook returns ``None``: nothing changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+import structlog
+
+from koordfw import Migration, PostFilterResult, Status, canonical, hookimpl
+from koordfw.core.status import Code
+
+from .quotas import (DEFAULT, LABEL_PREEMPTIBLE, ROOT, SYSTEM, QuotaTree, build_quotas, fmt, fmt_map)
+
+log = structlog.get_logger("koordfw.elastic_quota")
+
+PLUGIN = "elastic_quota"
+STATE_KEY = "elastic_quota/quota"
+
+
+def _resource_list(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    for k, v in (value or {}).items():
+        try:
+            if canonical(str(k), v) < 0:
+                raise ValueError("negative")
+        except ValueError as e:
+            raise ValueError(f"{attribute.name}.{k}: invalid quantity {v!r} ({e})") from None
+
+
+@attrs.define
+class Args:
+    """ElasticQuotaArgs. ``delayEvictTime`` and ``revokePodInterval`` are in seconds."""
+
+    delay_evict_time: float = 120.0
+    revoke_pod_interval: float = 1.0
+    #: max of the default and system quotas when no ElasticQuota object defines them (empty = no limit)
+    default_quota_group_max: dict[str, str] = attrs.field(factory=dict, validator=_resource_list)
+    system_quota_group_max: dict[str, str] = attrs.field(factory=dict, validator=_resource_list)
+    #: the revoke controller runs only with this and enable_runtime_quota (Koordinator ships it off)
+    monitor_all_quotas: bool = True
+    enable_check_parent_quota: bool = False
+    enable_runtime_quota: bool = True
+    disable_default_quota_preemption: bool = True
+    enable_min_quota_scale: bool = True
+    #: feature gate ElasticQuotaGuaranteeUsage: guarantee = max(used, min) in the water-filling
+    guarantee_usage: bool = False
+
+
+def is_preemptible(pod: Any) -> bool:
+    return pod.labels.get(LABEL_PREEMPTIBLE) != "false"
+
+
+def _importance_desc(p: Any) -> tuple:
+    """Most important first: higher priority, then earlier start (kube's MoreImportantPod)."""
+    return (-p.priority, p.creation_timestamp or 0.0, p.key)
+
+
+class ElasticQuota:
+    """Per-scheduler state: the quota tree, refreshed when the cluster changes, and the revoke monitors."""
+
+    def __init__(self) -> None:
+        self._tree: QuotaTree | None = None
+        self._tree_key: tuple | None = None
+        self._quota_sig: tuple | None = None
+        self._quotas: tuple[dict, dict] | None = None
+        self._pod_quota: dict[str, tuple[Any, str]] = {}
+        self._logged: set[str] = set()
+        #: quota → last time its used was within runtime (Koordinator's lastUnderUsedTime)
+        self._last_under: dict[str, float] = {}
+        self._last_revoke: float | None = None
+
+    # -- the tree ----------------------------------------------------------------------------------
+    def tree(self, cluster: Any, args: Args) -> QuotaTree | None:
+        """The quota tree with request/used/runtime for the cluster as it is now; None without quotas."""
+        objs = cluster.objects_of("ElasticQuota")
+        if not objs:
+            self._tree = self._tree_key = None
+            return None
+        key = (id(cluster), cluster.generation, id(args))
+        if self._tree is not None and key == self._tree_key:
+            return self._tree
+        sig = tuple((k, id(o)) for k, o in sorted(objs.items()))
+        if sig != self._quota_sig:
+            self._quotas = build_quotas(o for _, o in sorted(objs.items()))
+            self._quota_sig = sig
+            self._pod_quota.clear()
+            for q in self._quotas[1].values():
+                if q.error not in self._logged:
+                    self._logged.add(q.error)
+                    log.warning("invalid ElasticQuota ignored", quota=q.name, error=q.error)
+        valid, invalid = self._quotas
+        tree = QuotaTree(valid, invalid,
+                         default_max={k: canonical(k, v) for k, v in args.default_quota_group_max.items()},
+                         system_max={k: canonical(k, v) for k, v in args.system_quota_group_max.items()},
+                         enable_min_scale=args.enable_min_quota_scale, guarantee_usage=args.guarantee_usage)
+        tree.reset_usage()
+        cache = self._pod_quota
+        for uid, e in cluster.pods.items():
+            p = e.pod
+            if p.is_terminal:
+                continue
+            hit = cache.get(uid)
+            if hit is None or hit[0] is not p.labels:
+                hit = (p.labels, tree.quota_name_of(p.labels, p.namespace))
+                cache[uid] = hit
+            tree.add_pod(hit[1], p.requests, e.node_index >= 0, is_preemptible(p))
+        tree.aggregate_used()
+        n = cluster.num_nodes
+        alloc = cluster.allocatable[:n]
+        if n and cluster._removed_nodes:
+            alloc = alloc[cluster.live_mask]
+        sums = alloc.sum(axis=0) if len(alloc) else np.zeros(len(cluster.resources), dtype=np.int64)
+        tree.compute({r: int(sums[i]) for i, r in enumerate(cluster.resources) if sums[i]})
+        self._tree, self._tree_key = tree, key
+        return tree
+
+    def quota_of(self, pod: Any, tree: QuotaTree) -> str:
+        hit = self._pod_quota.get(pod.uid)
+        if hit is not None and hit[0] is pod.labels:
+            return hit[1]
+        return tree.quota_name_of(pod.labels, pod.namespace)
+
+    @staticmethod
+    def exceeded(tree: QuotaTree, name: str, request: Mapping[str, int], args: Args, *,
+                 used: Mapping[str, int] | None = None) -> str | None:
+        """Why ``request`` does not fit ``name``'s limit (runtime, or max), or None if it fits."""
+        st = tree.states[name]
+        q = st.quota
+        limit = st.runtime if args.enable_runtime_quota and name not in (SYSTEM, DEFAULT) else q.max
+        used = st.used if used is None else used
+        bad = [r for r in sorted(q.max) if used.get(r, 0) + request.get(r, 0) > limit.get(r, 0)]
+        if not bad:
+            return None
+        what = "runtime" if limit is st.runtime else "max"
+        return (f"Insufficient quota {name}: " + "; ".join(
+            f"{r} used {fmt(r, used.get(r, 0))} + request {fmt(r, request.get(r, 0))} > {what} "
+            f"{fmt(r, limit.get(r, 0))}" for r in bad))
+
+    # -- hooks ---------------------------------------------------------------------------------------
+    @hookimpl
+    def plugin_args(self):
+        return Args
+
+    @hookimpl
+    def pre_filter(self, pod, state, args, handle):
+        tree = self.tree(handle.cluster, args)
+        if tree is None:
+            return None
+        name = self.quota_of(pod, tree)
+        state[STATE_KEY] = name
+        if name in tree.invalid:
+            return Status.unresolvable(f"the pod's quota is invalid: {tree.invalid[name].error}")
+        why = self.exceeded(tree, name, pod.requests, args)
+        if why is None and args.enable_check_parent_quota:
+            for anc in tree.ancestors(name):
+                why = self.exceeded(tree, anc, pod.requests, args)
+                if why is not None:
+                    break
+        if why is not None:
+            return Status.unschedulable(why)
+        if not is_preemptible(pod):
+            st = tree.states[name]
+            q = st.quota
+            bad = [r for r in sorted(q.max) if r in q.min
+                   and st.non_preemptible_used.get(r, 0) + pod.requests.get(r, 0) > q.min[r]]
+            if bad:
+                return Status.unschedulable(f"Insufficient non-preemptible quota {name}: " + "; ".join(
+                    f"{r} non-preemptible used {fmt(r, st.non_preemptible_used.get(r, 0))} + request "
+                    f"{fmt(r, pod.requests.get(r, 0))} > min {fmt(r, q.min[r])}" for r in bad))
+        return None
+
+    @hookimpl
+    async def post_filter(self, pod, state, statuses, args, handle):
+        cluster = handle.cluster
+        tree = self.tree(cluster, args)
+        if tree is None or pod.preemption_policy == "Never":
+            return None
+        name = state.get(STATE_KEY) or self.quota_of(pod, tree)
+        if name in tree.invalid or name not in tree.states:
+            return None
+        if name == DEFAULT and args.disable_default_quota_preemption:
+            return None
+        by_node: dict[str, list] = {}
+        for p in cluster.all_pods():
+            if (p.node_name and not p.is_terminal and p.priority < pod.priority and is_preemptible(p)
+                    and self.quota_of(p, tree) == name and not cluster.is_assumed(p.uid)):
+                by_node.setdefault(p.node_name, []).append(p)
+        if "koordfw/filtered_statuses" in state:
+            allowed = {n for n, st in statuses.items() if st.code == Code.UNSCHEDULABLE}
+            nodes = sorted(n for n in by_node if n in allowed)
+        else:  # pre_filter rejected the pod: every node is a candidate, as in kube
+            nodes = sorted(n for n in by_node if cluster.node(n) is not None)
+        found = []
+        for node in nodes:
+            victims = await self._select_victims(pod, node, by_node[node], tree, name, state, args, handle)
+            if victims:
+                found.append((node, victims))
+        if not found:
+            return None
+        node, victims = min(found, key=_pick_key)
+        for v in victims:
+            await handle.evict(v, f"preempted by {pod.key} on {node} (elastic quota {name})")
+        return PostFilterResult(node)
+
+    async def _select_victims(self, pod, node, potential, tree, name, state, args, handle) -> list | None:
+        cluster = handle.cluster
+        used = tree.states[name].used
+
+        def quota_ok(removed) -> bool:
+            after = dict(used)
+            for v in removed:
+                for r, x in v.requests.items():
+                    after[r] = after.get(r, 0) - x
+            return self.exceeded(tree, name, pod.requests, args, used=after) is None
+
+        if not quota_ok(potential):
+            return None
+        with cluster.without_pods(node, potential):
+            if not (await handle.run_filters(pod, node, state)).ok:
+                return None
+        victims = sorted(potential, key=_importance_desc)
+        for p in list(victims):
+            trial = [v for v in victims if v.uid != p.uid]
+            if not quota_ok(trial):
+                continue
+            with cluster.without_pods(node, trial):
+                fits = (await handle.run_filters(pod, node, state)).ok
+            if fits:
+                victims = trial
+        return victims or None
+
+    @hookimpl
+    def deschedule(self, cluster, args, handle):
+        """The over-use revoke controller; returns evictions (``to`` None) of borrowed pods."""
+        if not (args.monitor_all_quotas and args.enable_runtime_quota):
+            return None
+        tree = self.tree(cluster, args)
+        if tree is None:
+            self._last_under.clear()
+            return None
+        now = handle.clock.now()
+        if self._last_revoke is not None and now - self._last_revoke < args.revoke_pod_interval:
+            return None
+        self._last_revoke = now
+        pods_by_quota: dict[str, list] = {}
+        for p in cluster.all_pods():
+            if p.node_name and not p.is_terminal and not cluster.is_assumed(p.uid):
+                pods_by_quota.setdefault(self.quota_of(p, tree), []).append(p)
+        plan = []
+        for name in tree.walk():
+            if name in (SYSTEM, DEFAULT):
+                continue
+            st = tree.states[name]
+            q = st.quota
+            over = [r for r in sorted(q.max) if st.used.get(r, 0) > st.runtime.get(r, 0)]
+            if not over:
+                self._last_under[name] = now
+                continue
+            since = self._last_under.setdefault(name, now)
+            if now - since <= args.delay_evict_time:
+                continue
+            for p in self.revoke_list(pods_by_quota.get(name, []), st.used, st.runtime, q.max):
+                detail = ", ".join(f"{r} used {fmt(r, st.used.get(r, 0))} > runtime {fmt(r, st.runtime.get(r, 0))}"
+                                   for r in over)
+                plan.append(Migration(pod=p.key, from_node=p.node_name, to=None, plugin=PLUGIN,
+                                      reason=f"elastic quota {name} over its runtime for {now - since:g}s ({detail})"))
+        return plan or None
+
+    @staticmethod
+    def revoke_list(pods, used: Mapping[str, int], runtime: Mapping[str, int], dims) -> list:
+        """Koordinator's ``getToRevokePodList``: take pods off from the least important until used fits
+        the runtime, then give back, most important first, those that still fit; the rest are evicted."""
+        dims = sorted(dims)
+        cur = dict(used)
+
+        def fits(extra=None) -> bool:
+            return all(cur.get(r, 0) + (extra.get(r, 0) if extra else 0) <= runtime.get(r, 0) for r in dims)
+
+        order = sorted((p for p in pods if is_preemptible(p)),
+                       key=lambda p: (p.priority, -(p.creation_timestamp or 0.0), p.key))
+        taken = []
+        for p in order:
+            if fits():
+                break
+            for r, x in p.requests.items():
+                cur[r] = cur.get(r, 0) - x
+            taken.append(p)
+        evict = []
+        for p in reversed(taken):
+            if fits(p.requests):
+                for r, x in p.requests.items():
+                    cur[r] = cur.get(r, 0) + x
+            else:
+                evict.append(p)
+        return evict
+
+    @hookimpl
+    def report(self, args, handle):
+        tree = self.tree(handle.cluster, args)
+        if tree is None:
+            return None
+        out = []
+        for name in tree.walk():
+            st = tree.states[name]
+            q = st.quota
+            if name in (SYSTEM, DEFAULT) and not st.request and name not in (self._quotas or ({}, {}))[0]:
+                continue
+            keys = set(q.max) | set(q.min)
+            out.append({"name": name, "parent": q.parent if name not in (SYSTEM, DEFAULT) else ROOT,
+                        "min": fmt_map(q.min), "max": fmt_map(q.max), "request": fmt_map(st.request),
+                        "used": fmt_map(st.used),
+                        "runtime": fmt_map({r: v for r, v in st.runtime.items() if r in keys})})
+        for name in sorted(tree.invalid):
+            q = tree.invalid[name]
+            out.append({"name": name, "parent": q.parent, "min": fmt_map(q.min), "max": fmt_map(q.max),
+                        "request": {}, "used": {}, "runtime": {}, "error": q.error})
+        return {"quotas": out}
+
+
+def _pick_key(item) -> tuple:
+    """kube's pickOneNodeForPreemption order: lowest top victim priority, lowest priority sum, fewest
+    victims, latest start among the top-priority victims, then node name."""
+    node, victims = item
+    top = max(v.priority for v in victims)
+    latest = max((v.creation_timestamp or 0.0) for v in victims if v.priority == top)
+    return (top, sum(v.priority for v in victims), len(victims), -latest, node)
