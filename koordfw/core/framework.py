@@ -162,6 +162,8 @@ class PodResult:
     reason: str = ""
     annotations: dict[str, str] = attrs.field(factory=dict)
     attempts: int = 0
+    #: why the pod was last evicted (preemption, descheduling), kept in front of later reasons
+    evicted: str = ""
 
 
 Binder = Callable[[Pod, str, dict], Awaitable[Any]]
@@ -238,6 +240,8 @@ class Scheduler:
         self.caller = HookCaller(registry, self.handle)
         self.rng = np.random.default_rng(seed)
         self.waiting_pods: dict[str, WaitingPod] = {}
+        #: node index → pods nominated there by preemption (kube's nominator)
+        self.nominated: dict[int, dict[str, Pod]] = {}
         self.results: dict[str, PodResult] = {}
         self.next_start_node_index = 0
         self._pos = np.full(0, -1, dtype=np.int64)
@@ -247,8 +251,12 @@ class Scheduler:
         self.bind_events: list[tuple[str, str]] = []  # (uid, node) in bind order
         self.on_bound: list[Callable[[Pod, str], None]] = []
         self.on_unschedulable: list[Callable[[Pod, Status], Any]] = []
+        #: called when an attempt fails, before post_filter runs (after a binding failure's release)
+        self.on_attempt_failed: list[Callable[[Pod], None]] = []
         self._tg: anyio.abc.TaskGroup | None = None
         self.last_uid = ""
+        #: bumped on every bind and every change that frees capacity (the embedded engine's stop rule)
+        self.progress = 0
         self.queue = SchedulingQueue(self._sort_key, initial_backoff=self.profile.pod_initial_backoff_seconds,
                                      max_backoff=self.profile.pod_max_backoff_seconds,
                                      max_unschedulable=self.profile.pod_max_in_unschedulable_seconds)
@@ -314,6 +322,10 @@ class Scheduler:
             self.queue.done(uid)
         self.cluster.remove_pod(uid)
         self.results.pop(uid, None)
+        if self.nominated:
+            p = self.cluster.pod(uid)
+            for pods in self.nominated.values():
+                pods.pop(uid, None)
         await self.cluster_event("PodDelete")
 
     async def cluster_event(self, kind: str) -> None:
@@ -321,7 +333,10 @@ class Scheduler:
         unschedulable pods move on events that free or add capacity."""
         now = self.clock.now()
         frees = kind in ("PodDelete", "NodeAdd", "NodeUpdate", "AssignedPodDelete", "ObjectChange")
-        for uid in list(self.queue.unschedulable):
+        if frees:
+            self.queue.move_requests += 1
+            self.progress += 1
+        for uid in list(self.queue.unschedulable if frees else self.queue.gated):
             info = self.queue.infos[uid]
             if info.gated:
                 st = await self.run_pre_enqueue(info.pod)
@@ -493,6 +508,44 @@ class Scheduler:
 
     async def _filter_nodes(self, pod: Pod, state: CycleState, sub: np.ndarray,
                             need: int) -> tuple[np.ndarray, NodeStatuses]:
+        if self.nominated:
+            added = self._add_nominated(pod, sub)
+            if added:
+                try:
+                    return await self._run_filters(pod, state, sub)
+                finally:
+                    for gi, vec in added:
+                        self.cluster._req[gi] -= vec
+        return await self._run_filters(pod, state, sub)
+
+    def _add_nominated(self, pod: Pod, sub: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """kube's RunFilterPluginsWithNominatedPods: count pods nominated on a node with a priority
+        ≥ this pod's as if they were there, so a preemptor's room is not taken by lower pods."""
+        members = set(sub.tolist())
+        added = []
+        for gi, pods in self.nominated.items():
+            if gi not in members:
+                continue
+            vec = None
+            for uid, p in pods.items():
+                if uid != pod.uid and p.priority >= pod.priority:
+                    v = self.cluster.request_vector(p)
+                    vec = v.copy() if vec is None else vec + v
+            if vec is not None:
+                self.cluster._req[gi] += vec
+                added.append((gi, vec))
+        return added
+
+    def nominate(self, pod: Pod, node_name: str | None) -> None:
+        for pods in self.nominated.values():
+            pods.pop(pod.uid, None)
+        self.nominated = {k: v for k, v in self.nominated.items() if v}
+        if node_name is not None:
+            gi = self.cluster.node_index(node_name)
+            if gi is not None:
+                self.nominated.setdefault(gi, {})[pod.uid] = pod
+
+    async def _run_filters(self, pod: Pod, state: CycleState, sub: np.ndarray) -> tuple[np.ndarray, NodeStatuses]:
         cluster = self.cluster
         statuses = NodeStatuses(cluster)
         cur = sub
@@ -743,17 +796,22 @@ class Scheduler:
                 return
             self._record_bound(pod, node.name, state)
             await self.caller.call_safe("post_bind", pod=pod, node=node, state=state)
+            if self.queue.gated:
+                await self.cluster_event("AssignedPodAdd")
         except PluginFailure as f:
             await self._binding_failed(pod, node, state, f.status)
         finally:
             self.in_flight_binds -= 1
 
     def _record_bound(self, pod: Pod, node_name: str, state: CycleState) -> None:
+        if self.nominated:
+            self.nominate(pod, None)
         res = self.results.setdefault(pod.uid, PodResult())
         res.node, res.reason = node_name, ""
         res.annotations.update(state.annotations)
         res.attempts = self.attempt_counts[pod.uid]
         self.queue.done(pod.uid)
+        self.progress += 1
         self.bind_events.append((pod.uid, node_name))
         self.metrics.attempts.labels(result="scheduled").inc()
         for cb in self.on_bound:
@@ -761,10 +819,12 @@ class Scheduler:
 
     async def _binding_failed(self, pod: Pod, node: NodeView, state: CycleState, st: Status) -> None:
         await self._unreserve_and_forget(pod, node, state)
-        await self._cycle_failed(pod, st, state, run_post_filter=False)
         await self.cluster_event("AssignedPodDelete")
+        await self._cycle_failed(pod, st, state, run_post_filter=False)
 
     async def _cycle_failed(self, pod: Pod, st: Status, state: CycleState, *, run_post_filter: bool) -> None:
+        for cb in self.on_attempt_failed:
+            cb(pod)
         if run_post_filter:
             statuses = state.get("koordfw/filtered_statuses", {})
             for impl in self.caller.impls("post_filter"):
@@ -778,6 +838,7 @@ class Scheduler:
                 if isinstance(res, PostFilterResult):
                     cur = self.cluster.pod(pod.uid) or pod
                     nominated = attrs.evolve(cur, nominated_node_name=res.nominated_node)
+                    self.nominate(nominated, res.nominated_node)
                     if self.cluster.pod(pod.uid) is not None:
                         self.cluster.update_pod_object(nominated)
                     info = self.queue.info(pod.uid)
@@ -789,7 +850,7 @@ class Scheduler:
                     break
         reason = st.message or f"rejected by {st.plugin}"
         res = self.results.setdefault(pod.uid, PodResult())
-        res.node, res.reason = None, reason
+        res.node, res.reason = None, f"{res.evicted}; then: {reason}" if res.evicted else reason
         res.attempts = self.attempt_counts[pod.uid]
         unsched = st.is_rejection
         self.metrics.attempts.labels(result="unschedulable" if unsched else "error").inc()
@@ -832,7 +893,7 @@ class Scheduler:
         plugin_anns = self.results.get(pod.uid, PodResult()).annotations
         anns = {k: v for k, v in cur.annotations.items() if k not in plugin_anns}
         fresh = attrs.evolve(cur, node_name=None, phase="Pending", annotations=anns, nominated_node_name=None)
-        self.results[pod.uid] = PodResult(reason=reason)
+        self.results[pod.uid] = PodResult(reason=reason, evicted=reason)
         self.cluster.add_pod(fresh)
         await self.enqueue(fresh)
         await self.cluster_event("PodDelete")

@@ -30,6 +30,8 @@ class QueuedPodInfo:
     failed_generation: int = -1
     gated: bool = False
     gate_reason: str = ""
+    #: the queue's move-request counter when this pod was popped
+    popped_at_move: int = 0
     plugins: tuple[str, ...] = ()
 
 
@@ -44,7 +46,11 @@ class SchedulingQueue:
         self.active: set[str] = set()
         self.backoff: set[str] = set()
         self.unschedulable: set[str] = set()
+        #: the subset of ``unschedulable`` held by pre_enqueue
+        self.gated: set[str] = set()
         self.in_flight: set[str] = set()
+        #: bumped by every cluster event that may help unschedulable pods (kube's moveRequestCycle)
+        self.move_requests = 0
 
     def __len__(self) -> int:
         return len(self.infos)
@@ -75,12 +81,14 @@ class SchedulingQueue:
         info.gated, info.gate_reason = True, reason
         info.unschedulable_since = now
         self.unschedulable.add(pod.uid)
+        self.gated.add(pod.uid)
         return info
 
     def _discard(self, uid: str) -> None:
         self.active.discard(uid)
         self.backoff.discard(uid)
         self.unschedulable.discard(uid)
+        self.gated.discard(uid)
 
     def _to_active(self, info: QueuedPodInfo) -> None:
         uid = info.pod.uid
@@ -97,6 +105,7 @@ class SchedulingQueue:
                 self.active.discard(uid)
                 info = self.infos[uid]
                 info.attempts += 1
+                info.popped_at_move = self.move_requests
                 self.in_flight.add(uid)
                 return info
         return None
@@ -112,7 +121,7 @@ class SchedulingQueue:
         self.infos.pop(uid, None)
 
     def backoff_duration(self, info: QueuedPodInfo) -> float:
-        d = self.initial_backoff * (2 ** max(0, info.attempts - 1))
+        d = self.initial_backoff * (2 ** min(max(0, info.attempts - 1), 30))
         return min(d, self.max_backoff)
 
     def failed(self, uid: str, now: float, *, unschedulable: bool, generation: int,
@@ -127,7 +136,8 @@ class SchedulingQueue:
         info.plugins = plugins
         info.backoff_until = now + self.backoff_duration(info)
         self._discard(uid)
-        if unschedulable:
+        # a cluster event during this pod's own cycle may already have helped it: back off instead
+        if unschedulable and self.move_requests == info.popped_at_move:
             info.unschedulable_since = now
             self.unschedulable.add(uid)
         else:

@@ -90,13 +90,17 @@ class EmbeddedEngine:
         self.clock = VirtualClock(start_time if start_time is not None else time.time())
         self.cluster = cluster
         self.scheduler = Scheduler(registry, cluster, self.clock, seed=seed, inline_binding=True)
-        self.progress = 0
+        #: uid → scheduler.progress when its last attempt failed
         self._tried_at: dict[str, int] = {}
-        self.scheduler.on_bound.append(lambda pod, node: self._progressed())
+        self.scheduler.on_attempt_failed.append(self._failed)
         self.max_attempts = 0
 
-    def _progressed(self) -> None:
-        self.progress += 1
+    def _failed(self, pod) -> None:
+        self._tried_at[pod.uid] = self.scheduler.progress
+
+    @property
+    def progress(self) -> int:
+        return self.scheduler.progress
 
     async def refresh_node_resources(self) -> None:
         """Run the node_resources hooks for every node and merge their results into allocatable."""
@@ -136,7 +140,6 @@ class EmbeddedEngine:
             while True:
                 if await s.schedule_next(tg):
                     attempts += 1
-                    self._tried_at[s.last_uid] = self.progress
                     if attempts % 32 == 0:
                         await anyio.lowlevel.checkpoint()
                         if progress is not None:
@@ -211,7 +214,7 @@ class EmbeddedEngine:
                     info = s.queue.info(fresh.uid)
                     if info is not None:
                         info.pod = nominated
-            self.progress += 1
+                    s.nominate(nominated, m.to)
         await self.drive()
         return plan
 
