@@ -1,0 +1,630 @@
+"""The scheduler side of cpu_topology: Koordinator's NodeNUMAResource CPU binding.
+
+Who gets a cpuset (``AllowUseCPUSet`` + ``requestCPUBind``): a pod labelled ``koordinator.sh/qosClass``
+LSE or LSR whose priority class (with Koordinator's QoS default) is koord-prod, whose bind policy
+(required, else preferred, else ``defaultCPUBindPolicy``) is FullPCPUs or SpreadByPCPUs, and whose cpu
+request is a whole number of cores; also any pod with a cpu request on a node whose
+``node.koordinator.sh/cpu-bind-policy`` (or kubelet ``full-pcpus-only``) forces a policy.
+
+Per-node state (topology, reserved CPUs, CPUs held by the pods on the node) is rebuilt from the cluster
+whenever the node's version changes, so pre-existing pods and restarts never double-allocate; CPUs
+picked at ``reserve`` are remembered by pod uid until the pod carries its ``resource-status``
+annotation or leaves the node. Filter and score read numpy columns of that state (vectorised).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+import numpy as np
+import structlog
+
+from koordfw import Status, hookimpl
+
+from .accumulator import (EXCLUSIVE_NONE, FULL_PCPUS, LEAST_ALLOCATED, MOST_ALLOCATED, NUMA_NODE_LEVEL,
+                          PCPU_LEVEL, SPREAD_BY_PCPUS, CPUAllocationError)
+from .cpuset import CPUSetError, format_cpuset, parse_cpuset
+from .state import NodeAllocation, allocate_cpuset
+from .topology import ANNOTATION_CPU_TOPOLOGY, CPUTopology, TopologyError, parse_cpu_topology
+
+log = structlog.get_logger("koordfw.cpu_topology")
+
+NAME = "cpu_topology"
+STATE_KEY = "cpu_topology"
+
+LABEL_QOS = "koordinator.sh/qosClass"
+ANNOTATION_RESOURCE_SPEC = "scheduling.koordinator.sh/resource-spec"
+ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
+ANNOTATION_RESERVATION = "node.koordinator.sh/reservation"
+ANNOTATION_KUBELET_CPU_MANAGER_POLICY = "node.koordinator.sh/kubelet-cpu-manager-policy"
+ANNOTATION_POD_CPU_ALLOCS = "node.koordinator.sh/pod-cpu-allocs"
+LABEL_CPU_BIND_POLICY = "node.koordinator.sh/cpu-bind-policy"
+LABEL_NUMA_ALLOCATE_STRATEGY = "node.koordinator.sh/numa-allocate-strategy"
+NRT_KIND = "NodeResourceTopology"
+
+NODE_POLICY_NONE, NODE_FULL_PCPUS_ONLY, NODE_SPREAD_BY_PCPUS = "None", "FullPCPUsOnly", "SpreadByPCPUs"
+BIND_POLICIES = ("", "Default", FULL_PCPUS, SPREAD_BY_PCPUS, "ConstrainedBurst")
+EXCLUSIVE_POLICIES = ("", EXCLUSIVE_NONE, PCPU_LEVEL, NUMA_NODE_LEVEL)
+
+ERR_INVALID_REQUESTED_CPUS = "the requested CPUs must be integer"
+ERR_INVALID_CPU_TOPOLOGY = "node(s) invalid CPU Topology"
+ERR_SMT_ALIGNMENT = "node(s) requested cpus not multiple cpus per core"
+ERR_CPU_BIND_POLICY_CONFLICT = "node(s) cpu bind policy conflicts with pod's required cpu bind policy"
+ERR_NOT_ENOUGH_CPUS = "not enough cpus available to satisfy request"
+
+# policy codes in the numpy columns
+_NONE, _FULL, _SPREAD = 0, 1, 2
+_POLICY_CODE = {"": _NONE, FULL_PCPUS: _FULL, SPREAD_BY_PCPUS: _SPREAD}
+_CODE_POLICY = {_NONE: "", _FULL: FULL_PCPUS, _SPREAD: SPREAD_BY_PCPUS}
+
+
+def _strategy(value: str) -> str:
+    if value not in (LEAST_ALLOCATED, MOST_ALLOCATED):
+        raise ValueError(f"type must be LeastAllocated or MostAllocated, got {value!r}")
+    return value
+
+
+def _bind_policy(value: str) -> str:
+    if value not in (FULL_PCPUS, SPREAD_BY_PCPUS, "ConstrainedBurst"):
+        raise ValueError(f"defaultCPUBindPolicy must be FullPCPUs, SpreadByPCPUs or ConstrainedBurst, got {value!r}")
+    return value
+
+
+def _positive(inst: Any, attribute: Any, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be ≥ 1, got {value}")
+
+
+@attrs.define
+class ScoringStrategy:
+    type: str = attrs.field(default=LEAST_ALLOCATED, converter=_strategy)
+
+
+@attrs.define
+class Args:
+    """Koordinator's NodeNUMAResourceArgs subset. ``numaScoringStrategy.type`` MostAllocated makes
+    MostAllocated the NUMA allocate strategy of nodes without the strategy label (else LeastAllocated);
+    ``scoringStrategy.type`` scores nodes by the CPUs bound after placing the pod; ``maxRefCount`` is how
+    many pods may share one CPU (TopologyOptions.MaxRefCount)."""
+
+    default_cpu_bind_policy: str = attrs.field(default=FULL_PCPUS, converter=_bind_policy)
+    scoring_strategy: ScoringStrategy = attrs.field(factory=ScoringStrategy)
+    numa_scoring_strategy: ScoringStrategy = attrs.field(factory=ScoringStrategy)
+    max_ref_count: int = attrs.field(default=1, validator=_positive)
+
+
+@attrs.define
+class PodCPUState:
+    """What pre_filter learned about the pod, shared by the cycle's later hooks."""
+
+    skip: bool = True
+    request_bind: bool = False
+    cpu_milli: int = 0
+    need: int = 0
+    required: str = ""
+    preferred: str = ""
+    exclusive: str = ""
+    spec: dict = attrs.field(factory=dict)
+    cpus: tuple[int, ...] | None = None
+    bind_policy: str = ""
+    required_effective: bool = False
+
+
+@attrs.define
+class NodeCPUState:
+    """One node's CPU view, rebuilt when the node (or its pods, or its NodeResourceTopology) changes."""
+
+    topology: CPUTopology | None = None
+    error: str = ""
+    reserved: frozenset[int] = frozenset()
+    node_policy: str = ""  # "", FullPCPUsOnly or SpreadByPCPUs
+    strategy: str = LEAST_ALLOCATED
+    allocation: NodeAllocation = attrs.field(factory=NodeAllocation)
+
+
+def allow_use_cpuset(pod: Any) -> bool:
+    """``AllowUseCPUSet``: QoS label LSE/LSR (label only, like GetPodQoSClassRaw) and koord-prod."""
+    return pod.labels.get(LABEL_QOS) in ("LSE", "LSR") and pod.priority_class_with_default == "koord-prod"
+
+
+def parse_resource_spec(text: str | None) -> dict:
+    """The pod's ``scheduling.koordinator.sh/resource-spec`` as a dict; ValueError names the field."""
+    if not text:
+        return {}
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"invalid JSON: {e}") from None
+    if not isinstance(spec, dict):
+        raise ValueError("expected a JSON object")
+    for key, allowed in (("requiredCPUBindPolicy", BIND_POLICIES), ("preferredCPUBindPolicy", BIND_POLICIES),
+                         ("preferredCPUExclusivePolicy", EXCLUSIVE_POLICIES)):
+        v = spec.get(key, "")
+        if v is None:
+            spec[key] = v = ""
+        if v not in allowed:
+            raise ValueError(f"{key}: unknown value {v!r} (allowed: {', '.join(a for a in allowed if a)})")
+    return spec
+
+
+def _resource_spec_json(spec: dict) -> str:
+    order = ("requiredCPUBindPolicy", "preferredCPUBindPolicy", "preferredCPUExclusivePolicy")
+    out = {k: spec[k] for k in order if spec.get(k)}
+    out.update({k: v for k, v in spec.items() if k not in order})
+    return json.dumps(out, separators=(",", ":"))
+
+
+class CPUTopologyPlugin:
+    """Stateful scheduler plugin (one instance per scheduler)."""
+
+    def __init__(self) -> None:
+        self._cluster_id = 0
+        self._nodes: list[NodeCPUState | None] = []
+        self._ver = np.zeros(0, dtype=np.int64)
+        self._valid = np.zeros(0, dtype=bool)
+        self._cpc = np.ones(0, dtype=np.int64)
+        self._n_avail = np.zeros(0, dtype=np.int64)
+        self._n_full = np.zeros(0, dtype=np.int64)
+        self._n_cores = np.zeros(0, dtype=np.int64)
+        self._n_alloc = np.zeros(0, dtype=np.int64)
+        self._forced = np.zeros(0, dtype=np.int8)
+        self._nrt_ids: dict[str, int] = {}
+        self._topologies: dict[str, tuple[CPUTopology | None, str]] = {}
+        self._status_cache: dict[str, frozenset[int] | None] = {}
+        #: CPUs picked at reserve, by node name then pod uid: (cpus, exclusive policy)
+        self._reserved: dict[str, dict[str, tuple[frozenset[int], str]]] = {}
+        self._reserved_node: dict[str, str] = {}
+        self._max_ref = 1
+        self._default_strategy = LEAST_ALLOCATED
+
+    # -- configuration --------------------------------------------------------------------------
+    @hookimpl
+    def plugin_args(self):
+        return Args
+
+    def _configure(self, args: Args) -> None:
+        strategy = MOST_ALLOCATED if args.numa_scoring_strategy.type == MOST_ALLOCATED else LEAST_ALLOCATED
+        if args.max_ref_count != self._max_ref or strategy != self._default_strategy:
+            self._max_ref, self._default_strategy = args.max_ref_count, strategy
+            self._ver[:] = -1
+
+    # -- node state -------------------------------------------------------------------------------
+    def _topology(self, text: str) -> tuple[CPUTopology | None, str]:
+        hit = self._topologies.get(text)
+        if hit is None:
+            try:
+                topo = parse_cpu_topology(text)
+                hit = (topo, "") if topo.is_valid() else (None, f"{ANNOTATION_CPU_TOPOLOGY}: no CPUs")
+            except TopologyError as e:
+                hit = (None, str(e))
+            if len(self._topologies) > 4096:
+                self._topologies.clear()
+            self._topologies[text] = hit
+        return hit
+
+    def _pod_cpus(self, text: str, pod: Any) -> frozenset[int] | None:
+        if text in self._status_cache:
+            return self._status_cache[text]
+        cpus: frozenset[int] | None
+        try:
+            obj = json.loads(text)
+            cpus = parse_cpuset(obj.get("cpuset") or "") if isinstance(obj, dict) else None
+            if cpus is None:
+                raise ValueError("expected a JSON object")
+        except (ValueError, CPUSetError) as e:
+            log.warning("ignoring unparsable resource-status", pod=pod.key, annotation=ANNOTATION_RESOURCE_STATUS,
+                        error=str(e))
+            return None
+        if len(self._status_cache) > 65536:
+            self._status_cache.clear()
+        self._status_cache[text] = cpus
+        return cpus
+
+    def _build(self, cluster: Any, view: Any) -> NodeCPUState:
+        node = view.node
+        anns = node.annotations
+        nrt = cluster.get_object(NRT_KIND, node.name)
+        nrt_anns = ((nrt or {}).get("metadata") or {}).get("annotations") or {}
+        st = NodeCPUState()
+        where = f"NodeResourceTopology {node.name}" if nrt_anns.get(ANNOTATION_CPU_TOPOLOGY) else f"Node {node.name}"
+        text = nrt_anns.get(ANNOTATION_CPU_TOPOLOGY) or anns.get(ANNOTATION_CPU_TOPOLOGY)
+        if text:
+            st.topology, err = self._topology(text)
+            if err:
+                st.error = f"{ERR_INVALID_CPU_TOPOLOGY}: {where}: {err}"
+        else:
+            st.error = ERR_INVALID_CPU_TOPOLOGY
+        reserved: set[int] = set()
+        kubelet_full_pcpus_only = False
+        try:
+            for src, a in ((f"Node {node.name}", anns), (f"NodeResourceTopology {node.name}", nrt_anns)):
+                raw = a.get(ANNOTATION_RESERVATION)
+                if raw:
+                    obj = _json_object(raw, src, ANNOTATION_RESERVATION)
+                    reserved |= _cpus_field(obj.get("reservedCPUs"), src, f"{ANNOTATION_RESERVATION}.reservedCPUs")
+                raw = a.get(ANNOTATION_KUBELET_CPU_MANAGER_POLICY)
+                if raw:
+                    obj = _json_object(raw, src, ANNOTATION_KUBELET_CPU_MANAGER_POLICY)
+                    reserved |= _cpus_field(obj.get("reservedCPUs"), src,
+                                            f"{ANNOTATION_KUBELET_CPU_MANAGER_POLICY}.reservedCPUs")
+                    opts = obj.get("options") or {}
+                    if obj.get("policy") == "static" and isinstance(opts, dict) and opts.get("full-pcpus-only") == "true":
+                        kubelet_full_pcpus_only = True
+                raw = a.get(ANNOTATION_POD_CPU_ALLOCS)
+                if raw:
+                    try:
+                        allocs = json.loads(raw)
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"{src}: {ANNOTATION_POD_CPU_ALLOCS}: invalid JSON: {e}") from None
+                    for i, entry in enumerate(allocs if isinstance(allocs, list) else []):
+                        # kubelet-managed guaranteed pods keep their CPUs out of Koordinator's hands
+                        if isinstance(entry, dict) and entry.get("managedByKubelet") and entry.get("uid"):
+                            reserved |= _cpus_field(entry.get("cpuset"), src, f"{ANNOTATION_POD_CPU_ALLOCS}[{i}].cpuset")
+        except ValueError as e:
+            st.error = f"{ERR_INVALID_CPU_TOPOLOGY}: {e}"
+        st.reserved = frozenset(reserved)
+        label = node.labels.get(LABEL_CPU_BIND_POLICY, "")
+        if label in ("", NODE_POLICY_NONE) and kubelet_full_pcpus_only:
+            label = NODE_FULL_PCPUS_ONLY
+        if label in (NODE_FULL_PCPUS_ONLY, NODE_SPREAD_BY_PCPUS):
+            st.node_policy = label
+        elif label not in ("", NODE_POLICY_NONE) and not st.error:
+            st.error = (f"Node {node.name}: label {LABEL_CPU_BIND_POLICY}={label!r} is not one of "
+                        f"None, FullPCPUsOnly, SpreadByPCPUs")
+        st.strategy = node.labels.get(LABEL_NUMA_ALLOCATE_STRATEGY) or self._default_strategy
+        held = self._reserved.get(node.name, {})
+        on_node = set()
+        for pod in cluster.pods_on(node.name):
+            on_node.add(pod.uid)
+            text = pod.annotations.get(ANNOTATION_RESOURCE_STATUS)
+            cpus = self._pod_cpus(text, pod) if text else None
+            if cpus is not None:
+                if pod.uid in held:  # bound: the annotation is authoritative now
+                    self._drop_reservation(pod.uid)
+                policy = _exclusive_of(pod)
+            elif pod.uid in held:
+                cpus, policy = held[pod.uid]
+            else:
+                continue
+            if cpus:
+                st.allocation.add(pod.uid, cpus, policy)
+        for uid in [u for u in held if u not in on_node]:
+            self._drop_reservation(uid)
+        return st
+
+    def _drop_reservation(self, uid: str) -> None:
+        name = self._reserved_node.pop(uid, None)
+        if name is not None:
+            d = self._reserved.get(name)
+            if d is not None:
+                d.pop(uid, None)
+                if not d:
+                    del self._reserved[name]
+
+    def _grow(self, n: int) -> None:
+        old = len(self._ver)
+        if n <= old:
+            return
+        extra = n - old
+        self._nodes.extend([None] * extra)
+        self._ver = np.concatenate([self._ver, np.full(extra, -1, dtype=np.int64)])
+        self._valid = np.concatenate([self._valid, np.zeros(extra, dtype=bool)])
+        self._cpc = np.concatenate([self._cpc, np.ones(extra, dtype=np.int64)])
+        for name in ("_n_avail", "_n_full", "_n_cores", "_n_alloc"):
+            setattr(self, name, np.concatenate([getattr(self, name), np.zeros(extra, dtype=np.int64)]))
+        self._forced = np.concatenate([self._forced, np.zeros(extra, dtype=np.int8)])
+
+    def _refresh(self, cluster: Any) -> None:
+        """Rebuild the nodes whose version (or NodeResourceTopology object) changed."""
+        if id(cluster) != self._cluster_id:
+            self._cluster_id = id(cluster)
+            self._nodes, self._ver = [], np.zeros(0, dtype=np.int64)
+            self._valid, self._cpc = np.zeros(0, dtype=bool), np.ones(0, dtype=np.int64)
+            self._n_avail = self._n_full = self._n_cores = self._n_alloc = np.zeros(0, dtype=np.int64)
+            self._forced = np.zeros(0, dtype=np.int8)
+            self._nrt_ids = {}
+        n = cluster.num_nodes
+        self._grow(n)
+        nrts = cluster.objects_of(NRT_KIND)
+        if nrts or self._nrt_ids:
+            cur = {k: id(v) for k, v in nrts.items()}
+            if cur != self._nrt_ids:
+                for name in set(cur) ^ set(self._nrt_ids) | {k for k in cur if self._nrt_ids.get(k) != cur[k]}:
+                    i = cluster.node_index(name)
+                    if i is not None:
+                        self._ver[i] = -1
+                self._nrt_ids = cur
+        stale = np.flatnonzero(self._ver[:n] != cluster.node_version)
+        if len(stale) == 0:
+            return
+        views = cluster.views
+        live = cluster.live_mask if cluster._removed_nodes else None
+        for i in stale.tolist():
+            if live is not None and not live[i]:
+                self._nodes[i] = None
+                self._valid[i] = False
+                self._ver[i] = cluster.node_version[i]
+                continue
+            st = self._build(cluster, views[i])
+            self._nodes[i] = st
+            self._store_columns(i, st)
+            self._ver[i] = cluster.node_version[i]
+
+    def _store_columns(self, i: int, st: NodeCPUState) -> None:
+        topo = st.topology
+        self._forced[i] = _POLICY_CODE[{NODE_FULL_PCPUS_ONLY: FULL_PCPUS,
+                                        NODE_SPREAD_BY_PCPUS: SPREAD_BY_PCPUS}.get(st.node_policy, "")]
+        if topo is None or st.error:
+            self._valid[i] = False
+            self._n_avail[i] = self._n_full[i] = self._n_cores[i] = self._n_alloc[i] = 0
+            return
+        available, _ = st.allocation.available_cpus(topo, self._max_ref, st.reserved)
+        cpc = topo.cpus_per_core()
+        per_core: dict[int, int] = {}
+        details = topo.details
+        for c in available:
+            core = details[c].core
+            per_core[core] = per_core.get(core, 0) + 1
+        self._valid[i] = True
+        self._cpc[i] = max(cpc, 1)
+        self._n_avail[i] = len(available)
+        self._n_full[i] = sum(k for k in per_core.values() if k == cpc)
+        self._n_cores[i] = len(per_core)
+        self._n_alloc[i] = sum(1 for c in st.allocation.cpus if c in details)
+
+    def _node_state(self, view: Any) -> NodeCPUState | None:
+        self._refresh(view.cluster)
+        return self._nodes[view.index]
+
+    def _invalidate(self, index: int) -> None:
+        if index < len(self._ver):
+            self._ver[index] = -1
+
+    # -- scheduling cycle -------------------------------------------------------------------------
+    @hookimpl
+    def pre_filter(self, pod, state, args, handle):
+        self._configure(args)
+        st = PodCPUState()
+        state[STATE_KEY] = st
+        if not any(pod.requests.values()):
+            return Status.skip()
+        try:
+            spec = parse_resource_spec(pod.annotations.get(ANNOTATION_RESOURCE_SPEC))
+        except ValueError as e:
+            return Status.unresolvable(f"pod {pod.key}: annotation {ANNOTATION_RESOURCE_SPEC}: {e}")
+        st.spec = spec
+        st.cpu_milli = cpu = int(pod.requests.get("cpu", 0))
+        st.need = cpu // 1000
+        if allow_use_cpuset(pod):
+            policy = spec.get("preferredCPUBindPolicy", "")
+            if policy in ("", "Default"):
+                policy = args.default_cpu_bind_policy
+            required = spec.get("requiredCPUBindPolicy", "")
+            if required == "Default":
+                required = args.default_cpu_bind_policy
+            if required:
+                policy = required
+            if policy in (FULL_PCPUS, SPREAD_BY_PCPUS):
+                if cpu % 1000 != 0:
+                    return Status.unresolvable(f"{ERR_INVALID_REQUESTED_CPUS} (pod {pod.key} requests cpu "
+                                               f"{cpu}m with cpu bind policy {policy})")
+                if cpu > 0:
+                    st.request_bind = True
+                    st.required = required if required in (FULL_PCPUS, SPREAD_BY_PCPUS) else ""
+                    st.preferred = policy
+                    st.exclusive = spec.get("preferredCPUExclusivePolicy", "")
+        if not st.request_bind:
+            if cpu == 0:
+                return Status.skip()
+            self._refresh(handle.cluster)
+            if not self._forced.any():
+                return Status.skip()
+        st.skip = False
+        return None
+
+    def _binding_mask(self, st: PodCPUState, idx: np.ndarray) -> np.ndarray:
+        if st.request_bind:
+            return np.ones(len(idx), dtype=bool)
+        return self._forced[idx] != _NONE
+
+    @hookimpl
+    def filter(self, pod, nodes, state):
+        st = state.get(STATE_KEY)
+        if st is None or st.skip:
+            return None
+        cluster = nodes.cluster
+        self._refresh(cluster)
+        idx = nodes.idx
+        binding = self._binding_mask(st, idx)
+        if not binding.any():
+            return None
+        forced = self._forced[idx].astype(np.int64)
+        required = np.where(forced != _NONE, forced, _POLICY_CODE[st.required])
+        need = st.need
+        invalid = binding & ~self._valid[idx]
+        fractional = binding & np.bool_(st.cpu_milli % 1000 != 0)
+        conflict = binding & np.bool_(bool(st.required)) & (required != _POLICY_CODE[st.required])
+        smt = binding & (required == _FULL) & (need % self._cpc[idx] != 0)
+        avail = np.where(required == _FULL, self._n_full[idx],
+                         np.where(required == _SPREAD, self._n_cores[idx], self._n_avail[idx]))
+        short = binding & (avail < need)
+        bad = invalid | fractional | conflict | smt | short
+        if not bad.any():
+            return None
+        out = {}
+        views = cluster.views
+        for j in np.flatnonzero(bad).tolist():
+            i = int(idx[j])
+            name = views[i].name
+            if fractional[j]:
+                out[name] = Status.unresolvable(ERR_INVALID_REQUESTED_CPUS)
+            elif invalid[j]:
+                ns = self._nodes[i]
+                out[name] = Status.unresolvable(ns.error if ns is not None and ns.error else ERR_INVALID_CPU_TOPOLOGY)
+            elif conflict[j]:
+                out[name] = Status.unresolvable(ERR_CPU_BIND_POLICY_CONFLICT)
+            elif smt[j]:
+                out[name] = Status.unresolvable(ERR_SMT_ALIGNMENT)
+            else:
+                out[name] = Status.unschedulable(ERR_NOT_ENOUGH_CPUS)
+        return out
+
+    @hookimpl
+    def pre_score(self, pod, nodes, state):
+        st = state.get(STATE_KEY)
+        if st is None or not st.request_bind:
+            return Status.skip()
+        return None
+
+    def _bind_policy_for(self, st: PodCPUState, ns: NodeCPUState) -> tuple[str, bool]:
+        """``getCPUBindPolicy``: the pod's required policy, else the node's forced one, else preferred."""
+        if st.required:
+            return st.required, True
+        if ns.node_policy == NODE_FULL_PCPUS_ONLY:
+            return FULL_PCPUS, True
+        if ns.node_policy == NODE_SPREAD_BY_PCPUS:
+            return SPREAD_BY_PCPUS, True
+        return st.preferred, False
+
+    def _allocate(self, st: PodCPUState, ns: NodeCPUState, args: Args) -> list[int]:
+        policy, required = self._bind_policy_for(st, ns)
+        assert ns.topology is not None
+        return allocate_cpuset(ns.topology, ns.allocation, ns.reserved, need=st.need, bind_policy=policy,
+                               required=required, exclusive_policy=st.exclusive, numa_strategy=ns.strategy,
+                               max_ref_count=self._max_ref)
+
+    @hookimpl
+    def score(self, pod, nodes, state, args):
+        """Koordinator's Score for a bound pod: Least/MostAllocated over cpu, where the requested amount
+        is every CPU bound on the node once this pod's CPUs are added (×1000) and the capacity is the
+        node's allocatable cpu."""
+        st = state.get(STATE_KEY)
+        if st is None or not st.request_bind:
+            return None
+        cluster = nodes.cluster
+        self._refresh(cluster)
+        idx = nodes.idx
+        alloc = cluster.allocatable[idx, cluster.resource_index("cpu")]
+        bound = self._n_alloc[idx] + st.need
+        # the count is exact when the pod's CPUs cannot overlap held ones (maxRefCount 1) and the
+        # accumulator cannot overshoot (it only can for FullPCPUs with a request that splits a core)
+        exact = np.zeros(len(idx), dtype=bool) if self._max_ref > 1 else np.ones(len(idx), dtype=bool)
+        if self._max_ref == 1:
+            pol = (_POLICY_CODE[st.required] if st.required else
+                   np.where(self._forced[idx] != _NONE, self._forced[idx], _POLICY_CODE[st.preferred]))
+            exact = ~((pol == _FULL) & (st.need % self._cpc[idx] != 0))
+        bound = np.where(self._valid[idx], bound, -1)
+        for j in np.flatnonzero(~exact & self._valid[idx]).tolist():
+            ns = self._nodes[int(idx[j])]
+            try:
+                cpus = self._allocate(st, ns, args)
+                bound[j] = len(set(cpus) | set(ns.allocation.cpus))
+            except CPUAllocationError:
+                bound[j] = -1
+        req = bound * 1000
+        safe = np.where(alloc > 0, alloc, 1)
+        if args.scoring_strategy.type == MOST_ALLOCATED:
+            out = np.minimum(req, alloc) * 100 // safe
+        else:
+            out = np.where(req <= alloc, (alloc - req) * 100 // safe, 0)
+        return np.where((alloc > 0) & (bound >= 0), out, 0)
+
+    @hookimpl
+    def reserve(self, pod, node, state, args):
+        st = state.get(STATE_KEY)
+        if st is None or st.skip:
+            return None
+        ns = self._node_state(node)
+        if ns is None:
+            return Status.unresolvable(f"node {node.name} not found")
+        if not (st.request_bind or ns.node_policy):
+            return None
+        if ns.topology is None or ns.error:
+            return Status.unresolvable(ns.error or ERR_INVALID_CPU_TOPOLOGY)
+        if st.cpu_milli % 1000 != 0:
+            return Status.unresolvable(ERR_INVALID_REQUESTED_CPUS)
+        try:
+            cpus = self._allocate(st, ns, args)
+        except CPUAllocationError as e:
+            return Status.unschedulable(str(e))
+        policy, required = self._bind_policy_for(st, ns)
+        self._drop_reservation(pod.uid)
+        self._reserved.setdefault(node.name, {})[pod.uid] = (frozenset(cpus), st.exclusive)
+        self._reserved_node[pod.uid] = node.name
+        st.cpus, st.bind_policy, st.required_effective = tuple(cpus), policy, required
+        self._invalidate(node.index)
+        return None
+
+    @hookimpl
+    def unreserve(self, pod, node, state):
+        st = state.get(STATE_KEY)
+        if st is not None:
+            st.cpus = None
+        if pod.uid in self._reserved_node:
+            self._drop_reservation(pod.uid)
+            self._invalidate(node.index)
+
+    @hookimpl
+    def pre_bind(self, pod, node, state):
+        """Write ``resource-status`` = {"cpuset": ...}; like Koordinator, also write the effective bind
+        policy back into ``resource-spec`` when the pod did not state it."""
+        st = state.get(STATE_KEY)
+        if st is None or st.cpus is None:
+            return None
+        out = {ANNOTATION_RESOURCE_STATUS: json.dumps({"cpuset": format_cpuset(st.cpus)}, separators=(",", ":"))}
+        spec = dict(st.spec)
+        write = False
+        policy = st.bind_policy
+        if st.required_effective and spec.get("requiredCPUBindPolicy", "") in ("", "Default"):
+            spec["requiredCPUBindPolicy"] = policy
+            write = True
+        if spec.get("preferredCPUBindPolicy") == "Default":
+            spec["preferredCPUBindPolicy"] = policy
+            write = True
+        if not spec.get("requiredCPUBindPolicy") and not spec.get("preferredCPUBindPolicy") and policy:
+            spec["preferredCPUBindPolicy"] = policy
+            write = True
+        if write:
+            out[ANNOTATION_RESOURCE_SPEC] = _resource_spec_json(spec)
+        return out
+
+    @hookimpl
+    def report(self, handle):
+        """``cpusets``: every pod with a bound cpuset, by node (for ``koordfw simulate`` output)."""
+        cluster = handle.cluster
+        rows = []
+        for view in cluster.nodes:
+            for pod in cluster.pods_on(view.name):
+                text = pod.annotations.get(ANNOTATION_RESOURCE_STATUS)
+                cpus = self._pod_cpus(text, pod) if text else None
+                if cpus:
+                    rows.append({"node": view.name, "pod": pod.key, "cpuset": format_cpuset(cpus)})
+        return {"cpusets": rows} if rows else None
+
+
+def _json_object(raw: str, src: str, key: str) -> dict:
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{src}: {key}: invalid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{src}: {key}: expected a JSON object")
+    return obj
+
+
+def _cpus_field(value: Any, src: str, field: str) -> frozenset[int]:
+    if value in (None, ""):
+        return frozenset()
+    try:
+        return parse_cpuset(value)
+    except CPUSetError as e:
+        raise ValueError(f"{src}: {field}: {e}") from None
+
+
+def _exclusive_of(pod: Any) -> str:
+    try:
+        return parse_resource_spec(pod.annotations.get(ANNOTATION_RESOURCE_SPEC)).get("preferredCPUExclusivePolicy", "")
+    except ValueError:
+        return ""
