@@ -22,16 +22,21 @@ import attrs
 from .resctrl import DEFAULT_ROOT
 
 
+class InvalidArg(TypeError):
+    """A bad arg value. A TypeError so that cattrs' error report keeps the message (it reduces a
+    ValueError raised in ``__init__`` to "invalid value")."""
+
+
 def _opt_bool(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and not isinstance(value, bool):
-        raise ValueError(f"{_camel(attribute.name)} must be true or false, got {value!r}")
+        raise InvalidArg(f"{_camel(attribute.name)} must be true or false, got {value!r}")
 
 
 def _opt_percent(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
-        raise ValueError(f"{_camel(attribute.name)} must be an integer percentage in [0, 100], got {value!r}")
+        raise InvalidArg(f"{_camel(attribute.name)} must be an integer percentage in [0, 100], got {value!r}")
 
 
 def _camel(name: str) -> str:
@@ -51,7 +56,7 @@ class ResctrlQOS:
     def __attrs_post_init__(self) -> None:
         start, end = self.cat_range_start_percent, self.cat_range_end_percent
         if start is not None and end is not None and end <= start:
-            raise ValueError(f"catRangeEndPercent ({end}) must be greater than catRangeStartPercent ({start})")
+            raise InvalidArg(f"catRangeEndPercent ({end}) must be greater than catRangeStartPercent ({start})")
 
 
 @attrs.frozen

@@ -14,6 +14,8 @@ Plain files cannot react to writes as the kernel does, so the kernel's side is e
   ``num_closids`` fails with ENOSPC);
 * :meth:`FakeResctrl.settle` lets any other writer (the agent's executor) write plain files, then
   re-interprets every file that changed since the last settle as such a write and re-renders it.
+  Call it after each write (see :meth:`apply`): the kernel reacts to every ``write(2)``, and two
+  writes to one plain file between settles would leave only the last.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import errno
 import os
 import shutil
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from .resctrl import AMD, INTEL, ResctrlError, mba_unlimited, parse_cbm, parse_schemata, parse_tasks
 
@@ -69,9 +71,14 @@ class FakeResctrl:
     # --------------------------------------------------------------------------------------------
 
     @property
+    def proc_root(self) -> Path:
+        """A ``/proc`` look-alike next to the tree, holding ``cpuinfo``."""
+        return self.root.parent / f"{self.root.name}-proc"
+
+    @property
     def cpuinfo(self) -> Path:
         """A ``/proc/cpuinfo`` look-alike for :func:`koordfw_llc_isolation.resctrl.detect`."""
-        return self.root.parent / f"{self.root.name}-cpuinfo"
+        return self.proc_root / "cpuinfo"
 
     @property
     def gran(self) -> int:
@@ -111,6 +118,7 @@ class FakeResctrl:
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text)
         info.mkdir(exist_ok=True)
+        self.proc_root.mkdir(parents=True, exist_ok=True)
         self.cpuinfo.write_text("".join(
             f"processor\t: {i}\nvendor_id\t: {self.vendor}\nmodel name\t: fake\n\n" for i in range(self.cpus)))
         self._init_group("")
@@ -321,6 +329,17 @@ class FakeResctrl:
                 self._render(group)
         self._snap_all()
         return errors
+
+    def apply(self, executor: Any, writes: Iterable[Any]) -> tuple[list[Any], list[tuple[str, str, str]]]:
+        """Run ``executor.apply_one`` for each write with the kernel reacting after each one.
+
+        Returns the executor's results and the writes the kernel refused (see :meth:`settle`).
+        """
+        results, errors = [], []
+        for w in writes:
+            results.append(executor.apply_one(w))
+            errors += self.settle()
+        return results, errors
 
     # --------------------------------------------------------------------------------------------
     # Test conveniences

@@ -60,21 +60,24 @@ def tasks_file(cgroup_version: int) -> str:
     return "tasks" if cgroup_version == 1 else "cgroup.threads"
 
 
-def pod_cgroup_base(node_state: Any, pod_dir: str) -> str:
-    """A pod's cgroup dir relative to the cgroup root, in the cpu controller on v1."""
+def pod_cgroup_bases(node_state: Any, pod_dir: str) -> tuple[str, ...]:
+    """A pod's cgroup dir relative to the cgroup root: in the cpu controller on v1 (mounted as
+    ``cpu`` or ``cpu,cpuacct``), the unified dir on v2."""
     pod_dir = pod_dir.strip("/")
-    return f"cpu/{pod_dir}" if node_state.cgroup_version == 1 else pod_dir
+    if node_state.cgroup_version == 1:
+        return f"cpu/{pod_dir}", f"cpu,cpuacct/{pod_dir}"
+    return (pod_dir,)
 
 
 def pod_tasks_from_cgroups(node_state: Any, pod: Any) -> set[int]:
     """Thread ids of a pod from ``node_state.cgroups`` entries of its cgroup dir and sub-dirs."""
     if not pod.cgroup_dir:
         return set()
-    base = pod_cgroup_base(node_state, pod.cgroup_dir) + "/"
+    bases = tuple(b + "/" for b in pod_cgroup_bases(node_state, pod.cgroup_dir))
     name = "/" + tasks_file(node_state.cgroup_version)
     out: set[int] = set()
     for path, text in node_state.cgroups.items():
-        if path.startswith(base) and path.endswith(name):
+        if path.startswith(bases) and path.endswith(name):
             out |= parse_tasks(text)
     return out
 
@@ -83,7 +86,8 @@ def read_pod_tasks(cgroup_root: str, node_state: Any, pod: Any) -> set[int]:
     """Thread ids of every cgroup under the pod's dir (containers, sandbox), read from the machine."""
     if not pod.cgroup_dir:
         return set()
-    base = Path(cgroup_root) / pod_cgroup_base(node_state, pod.cgroup_dir)
+    candidates = [Path(cgroup_root) / b for b in pod_cgroup_bases(node_state, pod.cgroup_dir)]
+    base = next((c for c in candidates if c.is_dir()), candidates[0])
     fname = tasks_file(node_state.cgroup_version)
     out: set[int] = set()
     for dirpath, _dirs, files in os.walk(base):
@@ -136,7 +140,8 @@ class LLCIsolation:
     def _probe(self, args: LLCIsolationArgs, handle: Any) -> Support:
         root = _root(handle, "resctrl", args.resctrl_root if args is not None else "/sys/fs/resctrl")
         if self.support is None or self._support_root != root:
-            self.support = detect(root)
+            proc = _root(handle, "proc", "/proc")
+            self.support = detect(root, cpuinfo=Path(proc) / "cpuinfo")
             self._support_root = root
             if self.support.supported:
                 self._say("resctrl detected", "info", root=root, **self.support.info.to_wire())

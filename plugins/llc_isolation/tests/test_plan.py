@@ -1,0 +1,310 @@
+"""Table tests of the planner and of whole rounds (collect → plan → executor) against the fake tree."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import attrs
+import pytest
+
+from koordfw.agent.executor import Executor
+from koordfw.core.model import make_pod
+from koordfw.core.nodestate import NodeState, PodState
+from koordfw.core.nodestate import ResctrlInfo as StateResctrlInfo
+from koordfw.core.profile import structure_args
+from koordfw.core.errors import ConfigError
+
+from koordfw_llc_isolation.config import LLCIsolationArgs, ResctrlQOS
+from koordfw_llc_isolation.fake import FakeResctrl
+from koordfw_llc_isolation.plan import ANNOTATION_RESCTRL, PodTasks, info_from_state, plan, pod_annotation_target
+from koordfw_llc_isolation.plugin import LLCIsolation
+from koordfw_llc_isolation.resctrl import AMD, INTEL, ResctrlError, ResctrlInfo
+
+INFO = ResctrlInfo(cbm_mask="7ff", min_cbm_bits=1, num_closids=16, cache_ids=(0, 1), vendor=INTEL, mba=True)
+ALL_ON = LLCIsolationArgs(LSR=ResctrlQOS(enable=True), LS=ResctrlQOS(enable=True), BE=ResctrlQOS(enable=True))
+
+
+def wire(writes):
+    return [(w.path, w.value, w.fs, w.mkdir) for w in writes]
+
+
+# -- config ----------------------------------------------------------------------------------------
+
+
+def test_args_from_profile_keys():
+    args = structure_args("llc_isolation", LLCIsolationArgs, {
+        "resctrlRoot": "/mnt/resctrl",
+        "BE": {"enable": True, "catRangeStartPercent": 10, "catRangeEndPercent": 50, "mbaPercent": 85},
+        "LS": {"enable": True}})
+    assert args.resctrl_root == "/mnt/resctrl"
+    be, ls, lsr = args.settings("BE"), args.settings("LS"), args.settings("LSR")
+    assert (be.enable, be.start, be.end, be.mba_percent) == (True, 10, 50, 85)
+    assert (ls.enable, ls.start, ls.end, ls.mba_percent) == (True, 0, 100, 100)
+    assert not lsr.enable
+
+
+def test_defaults_are_koordinators():
+    a = LLCIsolationArgs()
+    assert [(s.enable, s.start, s.end, s.mba_percent) for s in map(a.settings, ("LSR", "LS", "BE"))] == [
+        (False, 0, 100, 100), (False, 0, 100, 100), (False, 0, 30, 100)]
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"BE": {"enable": "false"}}, "enable must be true or false"),
+    ({"BE": {"catRangeEndPercent": 130}}, "catRangeEndPercent must be an integer percentage"),
+    ({"BE": {"mbaPercent": -1}}, "mbaPercent must be an integer percentage"),
+    ({"LS": {"catRangeStartPercent": 60, "catRangeEndPercent": 40}}, "must be greater than"),
+    ({"BE": {"catRangeEnd": 30}}, "catRangeEnd"),
+    ({"GOLD": {}}, "GOLD"),
+])
+def test_bad_args_name_the_field(raw, message):
+    with pytest.raises(ConfigError) as e:
+        structure_args("llc_isolation", LLCIsolationArgs, raw)
+    assert message in str(e.value) and "llc_isolation" in str(e.value)
+
+
+# -- the planner (pure) ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, info, args, want", [
+    ("defaults: nothing enabled, nothing written", INFO, LLCIsolationArgs(), []),
+    ("BE only, 11 ways, Intel", INFO, LLCIsolationArgs(BE=ResctrlQOS(enable=True)), [
+        ("BE/schemata", "L3:0=f;1=f;\n", "resctrl", True),
+        ("BE/schemata", "MB:0=100;1=100;\n", "resctrl", True)]),
+    ("all classes, BE throttled to 45% → 50", INFO,
+     LLCIsolationArgs(LSR=ResctrlQOS(enable=True), LS=ResctrlQOS(enable=True, cat_range_start_percent=10),
+                      BE=ResctrlQOS(enable=True, mba_percent=45)), [
+        ("LSR/schemata", "L3:0=7ff;1=7ff;\n", "resctrl", True),
+        ("LSR/schemata", "MB:0=100;1=100;\n", "resctrl", True),
+        ("LS/schemata", "L3:0=7fc;1=7fc;\n", "resctrl", True),
+        ("LS/schemata", "MB:0=100;1=100;\n", "resctrl", True),
+        ("BE/schemata", "L3:0=f;1=f;\n", "resctrl", True),
+        ("BE/schemata", "MB:0=50;1=50;\n", "resctrl", True)]),
+    ("AMD, 16 ways, 4 CCX, BE at 50% bandwidth",
+     ResctrlInfo(cbm_mask="ffff", cache_ids=(0, 1, 2, 3), vendor=AMD, mba=True, mba_gran=1),
+     LLCIsolationArgs(BE=ResctrlQOS(enable=True, mba_percent=50)), [
+        ("BE/schemata", "L3:0=1f;1=1f;2=1f;3=1f;\n", "resctrl", True),
+        ("BE/schemata", "MB:0=80;1=80;2=80;3=80;\n", "resctrl", True)]),
+    ("no MBA: only L3 lines", ResctrlInfo(cbm_mask="fffff", cache_ids=(0,), mba=False),
+     LLCIsolationArgs(BE=ResctrlQOS(enable=True, cat_range_end_percent=50)), [
+        ("BE/schemata", "L3:0=3ff;\n", "resctrl", True)]),
+])
+def test_plan_class_groups(name, info, args, want):
+    result = plan(info, args, [])
+    assert wire(result.writes) == want, name
+    assert result.problems == []
+
+
+@pytest.mark.parametrize("pods, want_tasks", [
+    ([PodTasks("u-be", "BE", tasks=frozenset({30, 31}))], [("BE/tasks", "30"), ("BE/tasks", "31")]),
+    ([PodTasks("u-lse", "LSE", tasks=frozenset({5})), PodTasks("u-lsr", "LSR", tasks=frozenset({6}))],
+     [("LSR/tasks", "5"), ("LSR/tasks", "6")]),
+    ([PodTasks("u-ls", "LS", tasks=frozenset({7}))], [("LS/tasks", "7")]),
+    ([PodTasks("u-sys", "SYSTEM", tasks=frozenset({8})), PodTasks("u-none", "", tasks=frozenset({9}))], []),
+    ([PodTasks("u-done", "BE", tasks=frozenset({10}), active=False)], []),
+])
+def test_plan_task_assignment(pods, want_tasks):
+    writes = plan(INFO, ALL_ON, pods).writes
+    assert [(w.path, w.value) for w in writes if w.path.endswith("/tasks")] == want_tasks
+
+
+def test_plan_disabled_class_moves_nothing():
+    args = LLCIsolationArgs(BE=ResctrlQOS(enable=True))
+    writes = plan(INFO, args, [PodTasks("a", "LS", tasks=frozenset({1})), PodTasks("b", "BE", tasks=frozenset({2}))]).writes
+    assert [w.path for w in writes] == ["BE/schemata", "BE/schemata", "BE/tasks"]
+
+
+def test_plan_invalid_class_range_is_a_problem_not_a_crash():
+    info = ResctrlInfo(cbm_mask="7ff", min_cbm_bits=4, cache_ids=(0,), mba=False)
+    args = LLCIsolationArgs(LS=ResctrlQOS(enable=True), BE=ResctrlQOS(enable=True, cat_range_end_percent=20))
+    result = plan(info, args, [PodTasks("b", "BE", tasks=frozenset({2}))])
+    assert [w.path for w in result.writes] == ["LS/schemata"]
+    assert len(result.problems) == 1
+    assert "pluginConfig.llc_isolation.BE" in result.problems[0] and "min_cbm_bits=4" in result.problems[0]
+
+
+@pytest.mark.parametrize("annotation, l3, mb", [
+    ({"llc": {"schemata": {"range": [0, 30]}}}, {0: 0xf, 1: 0xf}, None),
+    ({"llc": {"schemata": {"range": [0, 30]}, "schemataPerCache": [{"cacheid": 1, "range": [20, 50]}]},
+      "mb": {"schemata": {"percent": 20}, "schemataPerCache": [{"cacheid": 0, "percent": 35}]}},
+     {0: 0xf, 1: 0x38}, {0: 40, 1: 20}),
+    ({"mb": {"schemataPerCache": [{"cacheid": 1, "percent": 50}]}}, {0: 0x7ff, 1: 0x7ff}, {0: 100, 1: 50}),
+    ({}, {0: 0x7ff, 1: 0x7ff}, None),
+])
+def test_pod_annotation(annotation, l3, mb):
+    assert pod_annotation_target(json.dumps(annotation), INFO) == (l3, mb)
+
+
+@pytest.mark.parametrize("raw, message", [
+    ("{not json", "not valid JSON"),
+    ("[1]", "expected a JSON object"),
+    ('{"llc": {"schemata": {"range": [50, 10]}}}', "llc.schemata: invalid L3 CAT range"),
+    ('{"llc": {"schemata": {"range": [10]}}}', "llc.schemata.range: expected [startPercent, endPercent]"),
+    ('{"llc": {"schemataPerCache": [{"cacheid": 7, "range": [0, 10]}]}}', "cacheid: 7 is not an L3 cache id"),
+    ('{"mb": {"schemata": {"percent": "20"}}}', "mb.schemata.percent: expected an integer"),
+    ('{"l3": {}}', "unknown field(s) ['l3']"),
+])
+def test_pod_annotation_invalid(raw, message):
+    with pytest.raises(ResctrlError) as e:
+        pod_annotation_target(raw, INFO)
+    assert message in str(e.value)
+
+
+def test_plan_pod_level_groups():
+    pods = [
+        PodTasks("p1", "LS", {ANNOTATION_RESCTRL: '{"llc": {"schemata": {"range": [0, 50]}}}'}, frozenset({3}), "ns/a"),
+        PodTasks("p2", "BE", {ANNOTATION_RESCTRL: "{oops"}, frozenset({4}), "ns/b"),
+        PodTasks("p3", "LS", {}, frozenset({5}), "ns/c"),
+    ]
+    result = plan(INFO, LLCIsolationArgs(), pods)
+    assert wire(result.writes) == [
+        ("koordlet-p1/schemata", "L3:0=3f;1=3f;\n", "resctrl", True),
+        ("koordlet-p1/tasks", "3", "resctrl", True)]
+    assert result.problems == [f"pod ns/b: annotation {ANNOTATION_RESCTRL}: not valid JSON "
+                               "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1)); "
+                               "pod left unchanged"]
+
+
+def test_plan_respects_closids():
+    info = ResctrlInfo(cbm_mask="7ff", num_closids=3, cache_ids=(0,), mba=False)
+    pods = [PodTasks(f"p{i}", "LS", {ANNOTATION_RESCTRL: "{}"}, frozenset()) for i in range(2)]
+    result = plan(info, LLCIsolationArgs(BE=ResctrlQOS(enable=True)), pods)
+    assert sorted({w.path.split("/")[0] for w in result.writes}) == ["BE", "koordlet-p0"]
+    assert result.problems == ["resctrl group koordlet-p1: no free CLOSID (numClosids=3); not created"]
+
+
+def test_info_from_agent_state():
+    st = StateResctrlInfo(cbm_mask="7ff", min_cbm_bits=2, num_closids=16, cache_ids=(1, 0), vendor="intel",
+                          mba={"bandwidthGran": 10, "minBandwidth": 10, "numClosids": 8})
+    assert info_from_state(st) == ResctrlInfo(cbm_mask="7ff", min_cbm_bits=2, num_closids=8, cache_ids=(0, 1),
+                                              vendor=INTEL, mba=True, mba_gran=10, mba_min=10)
+    assert info_from_state({"cbmMask": "ffff", "cacheIds": [0], "vendor": AMD, "mba": True}).vendor == AMD
+    with pytest.raises(ResctrlError, match="cacheIds"):
+        info_from_state({"cbmMask": "ffff", "cacheIds": []})
+
+
+# -- whole rounds: collect → plan → executor → the fake kernel --------------------------------------
+
+
+UIDS = {"lsr": "11111111-0000-0000-0000-000000000001", "ls": "22222222-0000-0000-0000-000000000002",
+        "be": "33333333-0000-0000-0000-000000000003", "pod": "44444444-0000-0000-0000-000000000004"}
+
+
+class Node:
+    """A fake node: a resctrl tree, a cgroup v1 tree with the pods' containers, and the agent's view."""
+
+    def __init__(self, tmp_path: Path, **fake_kw):
+        pids = {"lsr": [100, 101], "ls": [200], "be": [300, 301, 302], "pod": [400]}
+        self.fake = FakeResctrl(tmp_path / "resctrl", pids=[1] + [p for v in pids.values() for p in v], **fake_kw)
+        self.cgroot = tmp_path / "cgroup"
+        self.pods = []
+        spec = {"lsr": ("LSR", "Guaranteed", ""), "ls": ("LS", "Burstable", "burstable/"),
+                "be": ("BE", "BestEffort", "besteffort/"), "pod": ("LS", "Burstable", "burstable/")}
+        for key, (qos, kube_qos, sub) in spec.items():
+            uid = UIDS[key]
+            d = f"kubepods/{sub}pod{uid}"
+            self.write_tasks(d + "/c1", pids[key][:1])
+            self.write_tasks(d + "/c2", pids[key][1:])
+            ann = {}
+            if key == "pod":
+                ann = {ANNOTATION_RESCTRL: json.dumps({"llc": {"schemata": {"range": [50, 100]}},
+                                                       "mb": {"schemata": {"percent": 30}}})}
+            pod = make_pod(key, "default", labels={"koordinator.sh/qosClass": qos}, annotations=ann)
+            pod = attrs.evolve(pod, uid=uid, phase="Running")
+            self.pods.append(PodState(uid=uid, pod=pod, qos=qos, kube_qos=kube_qos, cgroup_dir=d))
+        self.handle = SimpleNamespace(roots={"resctrl": str(self.fake.root), "cgroup": str(self.cgroot),
+                                             "proc": str(self.fake.proc_root)})
+        self.executor = Executor({"resctrl": self.fake.root, "cgroup": self.cgroot})
+
+    def write_tasks(self, rel_dir: str, pids) -> None:
+        d = self.cgroot / "cpu" / rel_dir
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "tasks").write_text("".join(f"{p}\n" for p in pids))
+
+    def round(self, plugin: LLCIsolation, args: LLCIsolationArgs):
+        state = NodeState(name="n1", pods=tuple(self.pods))
+        state.metrics.update(plugin.collect(node_state=state, args=args, handle=self.handle) or {})
+        writes = plugin.qos_plan(node_state=state, args=args, handle=self.handle) or []
+        results, errors = self.fake.apply(self.executor, writes)
+        return writes, results, errors, state
+
+
+def test_round_creates_groups_assigns_tasks_and_is_idempotent(tmp_path):
+    node = Node(tmp_path)
+    plugin = LLCIsolation()
+    args = ALL_ON
+    plugin.startup(args=args, handle=node.handle)
+    writes, results, errors, _ = node.round(plugin, args)
+    assert errors == []
+    assert {r.outcome for r in results} == {"written"}
+    fake = node.fake
+    assert fake.groups() == ["", "BE", "LS", "LSR", f"koordlet-{UIDS['pod']}"]
+    assert fake.schemata("BE") == {"L3": {0: 0xf, 1: 0xf}, "MB": {0: 100, 1: 100}}
+    assert fake.schemata("LSR") == {"L3": {0: 0x7ff, 1: 0x7ff}, "MB": {0: 100, 1: 100}}
+    assert fake.schemata(f"koordlet-{UIDS['pod']}") == {"L3": {0: 0x7c0, 1: 0x7c0}, "MB": {0: 30, 1: 30}}
+    assert (fake.tasks("LSR"), fake.tasks("LS"), fake.tasks("BE")) == ({100, 101}, {200}, {300, 301, 302})
+    assert fake.tasks(f"koordlet-{UIDS['pod']}") == {400}
+    assert fake.tasks("") == {1}
+    assert (fake.root / "BE" / "schemata").read_text() == "L3:0=00f;1=00f\nMB:0=100;1=100\n"
+
+    # a second round writes nothing
+    writes2, _, _, _ = node.round(plugin, args)
+    assert writes2 == []
+
+    # a new process in a BE container (started in the root group) is moved on the next round
+    fake.spawn(303)
+    node.write_tasks(f"kubepods/besteffort/pod{UIDS['be']}/c2", [301, 302, 303])
+    writes3, _, errors3, _ = node.round(plugin, args)
+    assert [(w.path, w.value) for w in writes3] == [("BE/tasks", "303")]
+    assert errors3 == [] and 303 in fake.tasks("BE")
+    assert node.round(plugin, args)[0] == []
+
+
+def test_round_tolerates_vanished_tasks(tmp_path):
+    node = Node(tmp_path, mba=False)
+    plugin = LLCIsolation()
+    args = LLCIsolationArgs(BE=ResctrlQOS(enable=True))
+    node.fake.exit(302)  # ended after the cgroup was read
+    writes, results, errors, _ = node.round(plugin, args)
+    assert node.fake.tasks("BE") == {300, 301}
+    assert [e[1] for e in errors] == ["tasks"] and "No task 302" in errors[0][2]
+    # the cgroup no longer lists it either: nothing left to do
+    node.write_tasks(f"kubepods/besteffort/pod{UIDS['be']}/c2", [301])
+    assert node.round(plugin, args)[0] == []
+
+
+def test_config_change_rewrites_only_the_changed_line(tmp_path):
+    node = Node(tmp_path)
+    plugin = LLCIsolation()
+    node.round(plugin, ALL_ON)
+    args = LLCIsolationArgs(LSR=ResctrlQOS(enable=True), LS=ResctrlQOS(enable=True),
+                            BE=ResctrlQOS(enable=True, mba_percent=20))
+    writes, _, errors, _ = node.round(plugin, args)
+    assert [(w.path, w.value) for w in writes] == [("BE/schemata", "MB:0=20;1=20;\n")]
+    assert errors == [] and node.fake.schemata("BE") == {"L3": {0: 0xf, 1: 0xf}, "MB": {0: 20, 1: 20}}
+
+
+def test_collect_reads_mon_data_per_class(tmp_path):
+    node = Node(tmp_path)
+    plugin = LLCIsolation()
+    node.round(plugin, ALL_ON)
+    node.fake.set_mon("BE", {0: {"llc_occupancy": 4096, "mbm_total_bytes": 10}, 1: {"llc_occupancy": 4096}})
+    _, _, _, state = node.round(plugin, ALL_ON)
+    assert state.metrics["resctrl.BE.llc_occupancy"] == 8192
+    assert state.metrics["resctrl.BE.mbm_total_bytes"] == 10
+    assert state.metrics["resctrl.LS.llc_occupancy"] == 0
+
+
+def test_unsupported_machine_stays_idle_and_says_why_once(tmp_path, capsys):
+    plugin = LLCIsolation()
+    handle = SimpleNamespace(roots={"resctrl": str(tmp_path / "no-resctrl")})
+    state = NodeState(name="n1", pods=(PodState(uid="u", qos="BE", cgroup_dir="kubepods/besteffort/podu"),))
+    plugin.startup(args=ALL_ON, handle=handle)
+    for _ in range(3):
+        assert plugin.collect(node_state=state, args=ALL_ON, handle=handle) is None
+        assert plugin.qos_plan(node_state=state, args=ALL_ON, handle=handle) is None
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert text.count("llc_isolation idle") == 1 and "not mounted" in text
