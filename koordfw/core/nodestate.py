@@ -191,7 +191,7 @@ class ResctrlInfo:
     ``cbm_mask``: hex string of the full L3 mask (``info/L3/cbm_mask``); ``min_cbm_bits``; ``num_closids``;
     ``cache_ids``: the L3 cache domains (from ``schemata``); ``vendor``: ``intel``/``amd``/...;
     ``mba``: ``None`` without MBA, else a mapping (``minBandwidth``, ``bandwidthGran``, ``numClosids``,
-    ``delayLinear``) from ``info/MB``.
+    ``delayLinear``) from ``info/MB``; ``{}`` when the state file only says ``"mba": true``.
     """
 
     cbm_mask: str = ""
@@ -210,7 +210,9 @@ class ResctrlInfo:
             return cls(cbm_mask=str(raw.get("cbmMask", "")), min_cbm_bits=int(raw.get("minCbmBits", 1)),
                        num_closids=int(raw.get("numClosids", 0)),
                        cache_ids=tuple(int(x) for x in raw.get("cacheIds") or ()),
-                       vendor=str(raw.get("vendor", "")), mba=dict(mba) if mba else None)
+                       vendor=str(raw.get("vendor", "")),
+                       # the state file may say just "mba": true (MBA present, details unknown) → {}
+                       mba=({} if mba is True else dict(mba)) if mba else None)
         except (TypeError, ValueError) as e:
             raise ManifestError(f"invalid resctrl info: {e}", field=where) from None
 
