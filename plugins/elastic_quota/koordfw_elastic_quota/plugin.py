@@ -82,6 +82,8 @@ class ElasticQuota:
         #: quota → last time its used was within runtime (Koordinator's lastUnderUsedTime)
         self._last_under: dict[str, float] = {}
         self._last_revoke: float | None = None
+        #: pending pods nominated by a preemption: (quota, pod)
+        self._nominated: list[tuple[str, Any]] = []
 
     # -- the tree ----------------------------------------------------------------------------------
     def tree(self, cluster: Any, args: Args) -> QuotaTree | None:
@@ -108,6 +110,7 @@ class ElasticQuota:
                          system_max={k: canonical(k, v) for k, v in args.system_quota_group_max.items()},
                          enable_min_scale=args.enable_min_quota_scale, guarantee_usage=args.guarantee_usage)
         tree.reset_usage()
+        self._nominated = []
         cache = self._pod_quota
         for uid, e in cluster.pods.items():
             p = e.pod
@@ -118,6 +121,8 @@ class ElasticQuota:
                 hit = (p.labels, tree.quota_name_of(p.labels, p.namespace))
                 cache[uid] = hit
             tree.add_pod(hit[1], p.requests, e.node_index >= 0, is_preemptible(p))
+            if e.node_index < 0 and p.nominated_node_name:
+                self._nominated.append((hit[1], p))
         tree.aggregate_used()
         n = cluster.num_nodes
         alloc = cluster.allocatable[:n]
@@ -133,6 +138,18 @@ class ElasticQuota:
         if hit is not None and hit[0] is pod.labels:
             return hit[1]
         return tree.quota_name_of(pod.labels, pod.namespace)
+
+    def used_with_nominated(self, tree: QuotaTree, name: str, pod: Any) -> dict[str, int]:
+        """``name``'s used plus the requests of pending pods of ``name`` (or below it) nominated by a
+        preemption with at least ``pod``'s priority: kube adds them in the filter phase
+        (``addNominatedPods`` → ElasticQuota's ``AddPod``) so that a victim cannot take back the room
+        made for its preemptor."""
+        used = dict(tree.states[name].used)
+        for q, p in self._nominated:
+            if p.uid != pod.uid and p.priority >= pod.priority and (q == name or name in tree.ancestors(q)):
+                for r, v in p.requests.items():
+                    used[r] = used.get(r, 0) + v
+        return used
 
     @staticmethod
     def exceeded(tree: QuotaTree, name: str, request: Mapping[str, int], args: Args, *,
@@ -164,10 +181,10 @@ class ElasticQuota:
         state[STATE_KEY] = name
         if name in tree.invalid:
             return Status.unresolvable(f"the pod's quota is invalid: {tree.invalid[name].error}")
-        why = self.exceeded(tree, name, pod.requests, args)
+        why = self.exceeded(tree, name, pod.requests, args, used=self.used_with_nominated(tree, name, pod))
         if why is None and args.enable_check_parent_quota:
             for anc in tree.ancestors(name):
-                why = self.exceeded(tree, anc, pod.requests, args)
+                why = self.exceeded(tree, anc, pod.requests, args, used=self.used_with_nominated(tree, anc, pod))
                 if why is not None:
                     break
         if why is not None:
@@ -218,7 +235,7 @@ class ElasticQuota:
 
     async def _select_victims(self, pod, node, potential, tree, name, state, args, handle) -> list | None:
         cluster = handle.cluster
-        used = tree.states[name].used
+        used = self.used_with_nominated(tree, name, pod)
 
         def quota_ok(removed) -> bool:
             after = dict(used)
@@ -306,7 +323,7 @@ class ElasticQuota:
                     cur[r] = cur.get(r, 0) + x
             else:
                 evict.append(p)
-        return evict
+        return evict[::-1]
 
     @hookimpl
     def report(self, args, handle):

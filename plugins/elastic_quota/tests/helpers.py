@@ -12,7 +12,7 @@ NAME = "quota.scheduling.koordinator.sh/name"
 PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
 
 
-def eq(name, *, min=None, max=None, parent=None, is_parent=False, lent=None, weight=None, namespace="default"):
+def eq(name, *, min=None, max=None, parent=None, is_parent=False, lent=None, weight=None, namespace="quotas"):
     """An ElasticQuota object (scheduling.sigs.k8s.io/v1alpha1) with Koordinator's labels."""
     labels, anns = {}, {}
     if parent:

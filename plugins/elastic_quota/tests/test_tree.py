@@ -107,6 +107,6 @@ def test_invalid_quota_rejected_others_kept(objs, bad, message):
     good = eq("ok", min={"cpu": 1}, max={"cpu": 2})
     valid, invalid = build_quotas([*objs, good])
     assert bad in invalid and bad not in valid
-    assert f"ElasticQuota {bad}" in invalid[bad].error or f"ElasticQuota default/{bad}" in invalid[bad].error
+    assert f"ElasticQuota {bad}" in invalid[bad].error or f"ElasticQuota quotas/{bad}" in invalid[bad].error
     assert message in invalid[bad].error
     assert "ok" in valid
