@@ -141,7 +141,7 @@ class Executor:
             return WriteResult(w, "dry_run", old)
         try:
             # a single write(2): the kernel's cgroup files want the whole value in one call
-            fd = os.open(target, os.O_WRONLY | (os.O_CREAT | os.O_TRUNC if w.mkdir or old is None else 0), 0o644)
+            fd = os.open(target, os.O_WRONLY | os.O_TRUNC | (os.O_CREAT if w.mkdir or old is None else 0), 0o644)
             try:
                 os.write(fd, w.value.encode())
             finally:

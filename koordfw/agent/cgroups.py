@@ -1,0 +1,255 @@
+"""The node as the agent sees it: cgroup version, the kubelet's pod cgroups, CPU topology and usage.
+
+Pods are found from the kubelet's cgroup layout under the ``cpu`` controller (v1) or the unified root
+(v2):
+
+* cgroupfs driver: ``kubepods/pod<uid>`` (Guaranteed), ``kubepods/burstable/pod<uid>``,
+  ``kubepods/besteffort/pod<uid>``; containers are the sub-directories of a pod dir;
+* systemd driver: ``kubepods.slice/kubepods-pod<uid>.slice``,
+  ``kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`` (``-`` in the uid
+  written as ``_``), ...; containers are the ``*.scope`` sub-directories.
+
+Usage is read as counters (v1 ``cpuacct.usage`` in ns, v2 ``cpu.stat`` ``usage_usec``; ``/proc/stat``
+for the node) and turned into milli-cores by :class:`UsageTracker` from two samples.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import Iterable
+
+import attrs
+
+from ..core.model import BEST_EFFORT, BURSTABLE, GUARANTEED
+from ..core.nodestate import CPUInfo, NodeState, parse_cpuset
+
+_POD_CGROUPFS = re.compile(r"^pod([0-9a-zA-Z_-]+)$")
+_POD_SYSTEMD = re.compile(r"^kubepods(?:-(burstable|besteffort))?-pod([0-9a-zA-Z_]+)\.slice$")
+
+#: files read into ``NodeState.cgroups`` for QoS-level dirs, per (version) as (controller, file)
+QOS_FILES = {
+    1: (("cpu", "cpu.cfs_quota_us"), ("cpu", "cpu.cfs_period_us"), ("cpu", "cpu.shares"), ("cpu", "cpu.idle"),
+        ("cpuset", "cpuset.cpus"), ("memory", "memory.limit_in_bytes")),
+    2: (("cpu", "cpu.max"), ("cpu", "cpu.weight"), ("cpu", "cpu.idle"), ("cpuset", "cpuset.cpus"),
+        ("cpuset", "cpuset.cpus.effective"), ("memory", "memory.max")),
+}
+#: files read for pod and container dirs
+POD_FILES = {
+    1: (("cpu", "cpu.cfs_quota_us"), ("cpuset", "cpuset.cpus")),
+    2: (("cpu", "cpu.max"), ("cpuset", "cpuset.cpus")),
+}
+
+
+def detect_version(root: str | os.PathLike[str]) -> int:
+    """2 when ``root`` is a unified hierarchy (has ``cgroup.controllers``), else 1 (per-controller dirs)."""
+    r = Path(root)
+    if (r / "cgroup.controllers").exists():
+        return 2
+    if (r / "cpu").is_dir() or (r / "cpu,cpuacct").is_dir():
+        return 1
+    raise FileNotFoundError(f"{r}: neither a cgroup v2 root (cgroup.controllers) nor a v1 root (cpu/)")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+@attrs.frozen
+class DiscoveredPod:
+    uid: str
+    kube_qos: str
+    cgroup_dir: str
+    containers: tuple[tuple[str, str], ...]  # (container id, cgroup dir)
+
+
+@attrs.define
+class CgroupLayout:
+    """Where things are: the cgroup root, its version, the kubelet's driver and kubepods dir."""
+
+    root: Path
+    version: int
+    driver: str = "cgroupfs"
+    kubepods: str = "kubepods"
+
+    def controller_root(self, controller: str) -> Path:
+        if self.version == 2:
+            return self.root
+        if controller in ("cpu", "cpuacct") and not (self.root / controller).exists():
+            return self.root / "cpu,cpuacct"
+        return self.root / controller
+
+    def path(self, controller: str, rel_dir: str, filename: str = "") -> Path:
+        p = self.controller_root(controller) / rel_dir.strip("/")
+        return p / filename if filename else p
+
+    def rel(self, controller: str, rel_dir: str, filename: str) -> str:
+        """The path of a file relative to the cgroup root (the executor's and NodeState's form)."""
+        return str(self.path(controller, rel_dir, filename).relative_to(self.root))
+
+    def discover(self) -> list[DiscoveredPod]:
+        """The pod cgroups under kubepods, with the kube QoS level they sit in and their containers."""
+        base = self.path("cpu", self.kubepods)
+        if not base.is_dir():
+            return []
+        out: list[DiscoveredPod] = []
+        if self.driver == "systemd":
+            levels = ((GUARANTEED, ""), (BURSTABLE, "kubepods-burstable.slice"), (BEST_EFFORT, "kubepods-besteffort.slice"))
+        else:
+            levels = ((GUARANTEED, ""), (BURSTABLE, "burstable"), (BEST_EFFORT, "besteffort"))
+        for qos, sub in levels:
+            d = base / sub if sub else base
+            try:
+                entries = [e for e in os.scandir(d) if e.is_dir(follow_symlinks=False)]
+            except OSError:
+                continue
+            for e in sorted(entries, key=lambda e: e.name):
+                uid = self._pod_uid(e.name)
+                if uid is None:
+                    continue
+                rel_dir = f"{self.kubepods}/{sub}/{e.name}" if sub else f"{self.kubepods}/{e.name}"
+                containers = []
+                try:
+                    for c in sorted(os.scandir(e.path), key=lambda c: c.name):
+                        if c.is_dir(follow_symlinks=False):
+                            containers.append((_container_id(c.name), f"{rel_dir}/{c.name}"))
+                except OSError:
+                    continue  # the pod vanished while we looked
+                out.append(DiscoveredPod(uid, qos, rel_dir, tuple(containers)))
+        return out
+
+    def _pod_uid(self, name: str) -> str | None:
+        if self.driver == "systemd":
+            m = _POD_SYSTEMD.match(name)
+            return m.group(2).replace("_", "-") if m else None
+        m = _POD_CGROUPFS.match(name)
+        return m.group(1) if m else None
+
+    def read_files(self, dirs: Iterable[str], files: Iterable[tuple[str, str]]) -> dict[str, str]:
+        """Current values of ``files`` in each dir, keyed by path relative to the root; absent ones left out."""
+        out: dict[str, str] = {}
+        files = tuple(files)
+        for d in dirs:
+            for controller, name in files:
+                p = self.path(controller, d, name)
+                v = _read(p)
+                if v is not None:
+                    out[str(p.relative_to(self.root))] = v
+        return out
+
+    def cpu_usage_ns(self, rel_dir: str) -> int | None:
+        """Cumulative CPU time of a cgroup in ns (v1 cpuacct.usage, v2 cpu.stat usage_usec)."""
+        if self.version == 1:
+            v = _read(self.path("cpuacct", rel_dir, "cpuacct.usage"))
+            return int(v) if v and v.isdigit() else None
+        v = _read(self.path("cpu", rel_dir, "cpu.stat"))
+        if not v:
+            return None
+        for line in v.splitlines():
+            k, _, n = line.partition(" ")
+            if k == "usage_usec":
+                return int(n) * 1000
+        return None
+
+    def memory_usage(self, rel_dir: str) -> int | None:
+        name = "memory.usage_in_bytes" if self.version == 1 else "memory.current"
+        v = _read(self.path("memory", rel_dir, name))
+        return int(v) if v and v.isdigit() else None
+
+
+def _container_id(name: str) -> str:
+    # systemd scopes: cri-containerd-<id>.scope, docker-<id>.scope, crio-<id>.scope
+    if name.endswith(".scope"):
+        return name[:-6].rsplit("-", 1)[-1]
+    return name
+
+
+@attrs.define
+class UsageTracker:
+    """Turns cumulative counters into rates (milli-cores) between two samples; the first sample has none."""
+
+    _last: dict[str, tuple[float, int]] = attrs.field(factory=dict)
+
+    def rate_milli(self, key: str, now: float, cumulative_ns: int | None) -> int | None:
+        if cumulative_ns is None:
+            self._last.pop(key, None)
+            return None
+        prev = self._last.get(key)
+        self._last[key] = (now, cumulative_ns)
+        if prev is None or now <= prev[0] or cumulative_ns < prev[1]:
+            return None
+        return int((cumulative_ns - prev[1]) / ((now - prev[0]) * 1e9) * 1000)
+
+    def forget_except(self, keys: set[str]) -> None:
+        for k in list(self._last):
+            if k not in keys:
+                del self._last[k]
+
+
+def read_proc_stat(proc_root: str | os.PathLike[str] = "/proc") -> int | None:
+    """Busy CPU time of the node in ns from ``/proc/stat`` (all but idle and iowait)."""
+    v = _read(Path(proc_root) / "stat")
+    if not v:
+        return None
+    first = v.splitlines()[0].split()
+    if not first or first[0] != "cpu":
+        return None
+    vals = [int(x) for x in first[1:]]
+    # user nice system idle iowait irq softirq steal (guest time is already inside user/nice)
+    busy = sum(vals[:8]) - vals[3] - (vals[4] if len(vals) > 4 else 0)
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return int(busy * 1e9 / hz)
+
+
+def read_meminfo(proc_root: str | os.PathLike[str] = "/proc") -> tuple[int, int] | None:
+    """(MemTotal, MemTotal − MemAvailable) in bytes."""
+    v = _read(Path(proc_root) / "meminfo")
+    if not v:
+        return None
+    info = {}
+    for line in v.splitlines():
+        k, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            info[k] = int(parts[0]) * 1024
+    if "MemTotal" not in info:
+        return None
+    return info["MemTotal"], info["MemTotal"] - info.get("MemAvailable", info.get("MemFree", 0))
+
+
+def read_cpu_topology(sys_root: str | os.PathLike[str] = "/sys") -> tuple[CPUInfo, ...]:
+    """Logical CPUs from ``/sys/devices/system/cpu`` (online ones), with core, socket and NUMA node."""
+    base = Path(sys_root) / "devices/system/cpu"
+    online = _read(base / "online")
+    ids = parse_cpuset(online) if online else sorted(
+        int(p.name[3:]) for p in base.glob("cpu[0-9]*") if p.name[3:].isdigit())
+    node_of: dict[int, int] = {}
+    for n in (Path(sys_root) / "devices/system/node").glob("node[0-9]*"):
+        cl = _read(n / "cpulist")
+        if cl:
+            for c in parse_cpuset(cl):
+                node_of[c] = int(n.name[4:])
+    out = []
+    for i in ids:
+        t = base / f"cpu{i}" / "topology"
+        core = _read(t / "core_id")
+        sock = _read(t / "physical_package_id")
+        core_i = int(core) if core and core.lstrip("-").isdigit() else i
+        sock_i = int(sock) if sock and sock.lstrip("-").isdigit() and int(sock) >= 0 else 0
+        # core ids repeat per socket: make them node-unique as Koordinator's topology does
+        out.append(CPUInfo(i, sock_i * 100000 + core_i, sock_i, node_of.get(i, 0)))
+    return tuple(out)
+
+
+def monotonic() -> float:
+    return time.monotonic()
+
+
+__all__ = ["CgroupLayout", "DiscoveredPod", "NodeState", "UsageTracker", "detect_version", "read_cpu_topology",
+           "read_meminfo", "read_proc_stat"]

@@ -1,0 +1,316 @@
+"""The node QoS loop: collect → plan → apply, every ``interval`` seconds, with restore on stop.
+
+One round:
+
+1. **collect**: discover the kubelet's pod cgroups, read node and per-pod CPU/memory usage (rates from
+   the previous round's counters), read the current values of the QoS-level, pod and container knobs
+   into ``NodeState.cgroups``; then call every plugin's ``collect`` and merge its mapping into
+   ``node_state.metrics``.
+2. **runtime hooks**: for a pod (container) not seen in the previous round, call ``runtime_hook``
+   with ``event="pod_start"`` (``"container_start"``). On the first round every pod is new, so the
+   agent reconciles from what it finds on start.
+3. **plan**: call every plugin's ``qos_plan``; each returned :class:`FileWrite` gets the plugin's name.
+4. **apply**: the single :class:`~koordfw.agent.executor.Executor` writes what differs.
+
+A failing plugin (exception, timeout, wrong return type) is logged and skipped; the others go on.
+When the long-running loop stops (SIGTERM/SIGINT, cancellation) every plugin's ``shutdown`` runs,
+shielded from cancellation, with ``handle.node_state`` freshly collected and ``handle.apply`` to write
+its restores. ``--once`` runs one round and leaves its writes in place.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import anyio
+import attrs
+import structlog
+from prometheus_client import Counter, Histogram
+
+from ..core.caller import HookCaller
+from ..core.model import Node, Pod
+from ..core.nodestate import KOORD_QOS_OF_KUBE, ContainerState, FileWrite, NodeState, PodState
+from ..core.plugins import Registry
+from ..metrics import REGISTRY, track_caller
+from .cgroups import (POD_FILES, QOS_FILES, CgroupLayout, UsageTracker, read_cpu_topology, read_meminfo,
+                      read_proc_stat)
+from .executor import Executor, WriteResult
+
+log = structlog.get_logger("koordfw.agent")
+
+
+@attrs.frozen
+class AgentMetrics:
+    rounds: Counter
+    duration: Histogram
+    plugin_errors: Counter
+
+
+_METRICS: AgentMetrics | None = None
+
+
+def agent_metrics() -> AgentMetrics:
+    global _METRICS
+    if _METRICS is None:
+        _METRICS = AgentMetrics(
+            rounds=Counter("koordfw_agent_rounds", "Node QoS loop rounds", registry=REGISTRY),
+            duration=Histogram("koordfw_agent_loop_seconds", "Duration of one collect→plan→apply round",
+                               buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+                               registry=REGISTRY),
+            plugin_errors=Counter("koordfw_agent_plugin_errors", "Plugin failures in the node QoS loop",
+                                  ["plugin", "hook"], registry=REGISTRY),
+        )
+    return _METRICS
+
+
+class AgentHandle:
+    """What node-side plugins get as ``handle``: the latest node state, the agent's clock and ``apply``."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._a = agent
+
+    @property
+    def node_state(self) -> NodeState | None:
+        return self._a.node_state
+
+    @property
+    def registry(self) -> Registry:
+        return self._a.registry
+
+    @property
+    def executor(self) -> Executor:
+        return self._a.executor
+
+    def now(self) -> float:
+        return time.time()
+
+    def plugin_args(self, name: str) -> Any:
+        return self._a.registry.args.get(name)
+
+    async def apply(self, writes: list[FileWrite], plugin: str = "") -> list[WriteResult]:
+        """Apply writes now through the executor (used by ``shutdown`` to restore)."""
+        return self._a.executor.apply(_stamp(writes, plugin))
+
+
+def _stamp(writes: Any, plugin: str) -> list[FileWrite]:
+    if writes is None:
+        return []
+    if not isinstance(writes, (list, tuple)):
+        raise TypeError(f"expected a list of FileWrite, got {type(writes).__name__}")
+    out = []
+    for i, w in enumerate(writes):
+        if not isinstance(w, FileWrite):
+            raise TypeError(f"item {i}: expected a FileWrite, got {type(w).__name__}")
+        out.append(attrs.evolve(w, plugin=plugin) if plugin and w.plugin != plugin else w)
+    return out
+
+
+class PodSource:
+    """Pod metadata by uid (and the node object) from a directory of manifests, re-read when it changes."""
+
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        self.path = Path(path) if path else None
+        self._stamp: tuple[float, int] | None = None
+        self.pods: dict[str, Pod] = {}
+        self.node: Node | None = None
+
+    def refresh(self, node_name: str) -> None:
+        if self.path is None:
+            return
+        files = sorted(self.path.rglob("*")) if self.path.is_dir() else [self.path]
+        stamp = (max((f.stat().st_mtime for f in files if f.is_file()), default=0.0), len(files))
+        if stamp == self._stamp:
+            return
+        from ..core.errors import ManifestError
+        from ..core.manifests import load_manifests
+
+        try:
+            m = load_manifests([self.path])
+        except ManifestError as e:  # keep the previous metadata; a half-written file is common
+            log.warning("cannot load pod manifests", path=str(self.path), error=str(e))
+            return
+        self._stamp = stamp
+        self.pods = {p.uid: p for p in m.pods}
+        nodes = [n for n in m.nodes if n.name == node_name] or m.nodes[:1]
+        self.node = nodes[0] if nodes else None
+
+
+class Agent:
+    """The node agent engine. Build it, then ``await agent.run()`` (or ``run_once``)."""
+
+    def __init__(self, registry: Registry, layout: CgroupLayout, executor: Executor, *, interval: float = 1.0,
+                 node_name: str | None = None, pods_from: str | os.PathLike[str] | None = None,
+                 proc_root: str = "/proc", sys_root: str = "/sys", clock: Any = time.monotonic) -> None:
+        self.registry = registry
+        self.layout = layout
+        self.executor = executor
+        self.interval = interval
+        self.node_name = node_name or socket.gethostname()
+        self.pod_source = PodSource(pods_from)
+        self.proc_root = proc_root
+        self.sys_root = sys_root
+        self.clock = clock  # monotonic seconds; injectable so tests get exact rates
+        self.handle = AgentHandle(self)
+        self.caller = HookCaller(registry, self.handle)
+        track_caller(self.caller)
+        self.node_state: NodeState | None = None
+        self.usage = UsageTracker()
+        self.topology = read_cpu_topology(sys_root)
+        self._seen: set[str] = set()
+        self.metrics = agent_metrics()
+        self.rounds = 0
+        self.last_results: list[WriteResult] = []
+        self.cpu_seconds = 0.0  # process CPU spent inside rounds (the agent's own cost)
+
+    # -- collect ---------------------------------------------------------------------------------
+    def collect_state(self) -> NodeState:
+        now = self.clock()
+        lay = self.layout
+        self.pod_source.refresh(self.node_name)
+        found = lay.discover()
+        pods: list[PodState] = []
+        dirs: list[str] = []
+        keys: set[str] = {"node"}
+        for d in found:
+            meta = self.pod_source.pods.get(d.uid)
+            cpu = self.usage.rate_milli(d.cgroup_dir, now, lay.cpu_usage_ns(d.cgroup_dir))
+            keys.add(d.cgroup_dir)
+            usage: dict[str, int] = {}
+            if cpu is not None:
+                usage["cpu"] = cpu
+            mem = lay.memory_usage(d.cgroup_dir)
+            if mem is not None:
+                usage["memory"] = mem
+            if meta is not None:
+                qos, kube_qos = meta.qos_class, meta.kube_qos
+            else:  # no metadata: the QoS level of the cgroup decides
+                qos, kube_qos = KOORD_QOS_OF_KUBE[d.kube_qos], d.kube_qos
+            pods.append(PodState(uid=d.uid, pod=meta, qos=qos, kube_qos=kube_qos, cgroup_dir=d.cgroup_dir,
+                                 containers=tuple(ContainerState(name=cid, id=cid, cgroup_dir=cdir)
+                                                  for cid, cdir in d.containers),
+                                 usage=usage))
+            dirs.append(d.cgroup_dir)
+            dirs.extend(cdir for _, cdir in d.containers)
+        self.usage.forget_except(keys)
+        node_usage: dict[str, int] = {}
+        busy = self.usage.rate_milli("node", now, read_proc_stat(self.proc_root))
+        if busy is not None:
+            node_usage["cpu"] = busy
+        mem = read_meminfo(self.proc_root)
+        capacity = {"cpu": len(self.topology) * 1000 or (os.cpu_count() or 1) * 1000}
+        if mem is not None:
+            capacity["memory"] = mem[0]
+            node_usage["memory"] = mem[1]
+        node = self.pod_source.node
+        allocatable = dict(capacity)
+        labels: Mapping[str, str] = {}
+        annotations: Mapping[str, str] = {}
+        if node is not None:
+            capacity.update({k: v for k, v in node.capacity.items() if k in ("cpu", "memory")})
+            allocatable = {**capacity, **{k: v for k, v in node.allocatable.items() if k in ("cpu", "memory")}}
+            labels, annotations = node.labels, node.annotations
+        proto = NodeState(cgroup_version=lay.version, cgroup_driver=lay.driver, kubepods=lay.kubepods)
+        qos_dirs = [lay.kubepods, proto.qos_dir("burstable"), proto.qos_dir("besteffort")]
+        cgroups = lay.read_files(qos_dirs, QOS_FILES[lay.version])
+        cgroups.update(lay.read_files(dirs, POD_FILES[lay.version]))
+        profile = self.registry.profile
+        return NodeState(name=self.node_name, cgroup_version=lay.version, cgroup_driver=lay.driver,
+                         kubepods=lay.kubepods, capacity=capacity, allocatable=allocatable, usage=node_usage,
+                         labels=labels, annotations=annotations, cpu_topology=self.topology, pods=tuple(pods),
+                         cgroups=cgroups, config=dict(profile.plugin_config), metrics={})
+
+    # -- one round -------------------------------------------------------------------------------
+    async def _call(self, point: str, **kw: Any) -> list[tuple[str, Any]]:
+        out = []
+        for impl, res, status in await self.caller.call_safe(point, **kw):
+            if status is not None:
+                self.metrics.plugin_errors.labels(impl.plugin, point).inc()
+                continue
+            out.append((impl.plugin, res))
+        return out
+
+    async def _writes(self, point: str, **kw: Any) -> list[FileWrite]:
+        writes: list[FileWrite] = []
+        for plugin, res in await self._call(point, **kw):
+            try:
+                writes += _stamp(res, plugin)
+            except TypeError as e:
+                self.metrics.plugin_errors.labels(plugin, point).inc()
+                log.error("plugin returned a bad plan", plugin=plugin, hook=point, error=str(e))
+        return writes
+
+    async def run_once(self) -> list[WriteResult]:
+        """One collect → plan → apply round; returns what the executor did."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        ns = self.collect_state()
+        self.node_state = ns
+        for _plugin, res in await self._call("collect", node_state=ns):
+            if isinstance(res, Mapping):
+                ns.metrics.update(res)
+        writes: list[FileWrite] = []
+        for p in ns.pods:
+            if p.uid not in self._seen:
+                writes += await self._writes("runtime_hook", event="pod_start", pod=p, container=None, node_state=ns)
+            for c in p.containers:
+                if c.cgroup_dir not in self._seen:
+                    writes += await self._writes("runtime_hook", event="container_start", pod=p, container=c,
+                                                 node_state=ns)
+        self._seen = {p.uid for p in ns.pods} | {c.cgroup_dir for p in ns.pods for c in p.containers}
+        writes += await self._writes("qos_plan", node_state=ns)
+        results = self.executor.apply(writes)
+        self.last_results = results
+        self.rounds += 1
+        dt = time.perf_counter() - t0
+        self.cpu_seconds += time.process_time() - c0
+        self.metrics.rounds.inc()
+        self.metrics.duration.observe(dt)
+        log.debug("round", pods=len(ns.pods), writes=sum(r.outcome == "written" for r in results),
+                  seconds=round(dt, 6))
+        return results
+
+    async def startup(self) -> None:
+        await self._call("startup")
+
+    async def shutdown(self) -> None:
+        """Run every plugin's ``shutdown`` (restores) on a fresh node state, shielded from cancellation."""
+        with anyio.CancelScope(shield=True):
+            try:
+                self.node_state = self.collect_state()
+            except OSError as e:
+                log.error("cannot re-read the node on shutdown; restoring from the last state", error=str(e))
+            await self._call("shutdown")
+
+    async def run(self, *, once: bool = False, handle_signals: bool = True) -> None:
+        """Run until SIGTERM/SIGINT (or one round with ``once``), then restore through ``shutdown``.
+
+        With ``once`` nothing is restored: the point of one round is to leave its writes in place.
+        """
+        await self.startup()
+        if once:
+            await self.run_once()
+            return
+        try:
+            async with anyio.create_task_group() as tg:
+                if handle_signals:
+                    tg.start_soon(self._wait_signal, tg.cancel_scope)
+                while True:
+                    start = time.monotonic()
+                    try:
+                        await self.run_once()
+                    except OSError as e:  # e.g. the cgroup root went away; try again next round
+                        log.error("round failed", error=str(e))
+                    await anyio.sleep(max(0.0, self.interval - (time.monotonic() - start)))
+        finally:
+            await self.shutdown()
+
+    async def _wait_signal(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("stopping on signal", signal=signal.Signals(signum).name)
+                scope.cancel()
+                return

@@ -1,0 +1,172 @@
+"""``koordfw agent``: the node QoS loop on this machine; ``koordfw agent plan --state FILE``: a dry plan."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "agent", help="run the node QoS agent (collect → plan → apply on cgroups), or print a plan",
+        description="Run the node agent: every --interval seconds, collect node and pod usage from the kubelet's "
+                    "cgroup tree, ask the node QoS plugins (qos_plan) for the cgroup values they want, and write "
+                    "what differs. On SIGTERM/SIGINT the plugins restore what they throttled. "
+                    "`koordfw agent plan --state STATE.json` prints the writes for a node state instead.")
+    p.add_argument("--cgroup-root", default="/sys/fs/cgroup", help="cgroup mount root (default /sys/fs/cgroup)")
+    p.add_argument("--resctrl-root", default="/sys/fs/resctrl", help="resctrl mount (default /sys/fs/resctrl)")
+    p.add_argument("--kubepods", default=None,
+                   help="the kubepods dir under each controller (default kubepods; kubepods.slice with systemd)")
+    p.add_argument("--cgroup-driver", choices=("cgroupfs", "systemd"), default="cgroupfs")
+    p.add_argument("--cgroup-version", type=int, choices=(1, 2), default=None, help="default: detected")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between rounds (default 1)")
+    p.add_argument("--config", metavar="FILE", help="profile YAML with the plugins' pluginConfig")
+    p.add_argument("--disable", metavar="NAME", action="append", default=[], help="disable a plugin (repeatable)")
+    p.add_argument("--pods-from", metavar="DIR", help="pod (and Node) manifests giving pods' QoS metadata")
+    p.add_argument("--node-name", default=None, help="default: the host name")
+    p.add_argument("--dry-run", action="store_true", help="log the writes, change nothing")
+    p.add_argument("--once", action="store_true", help="run one round and exit (writes stay in place)")
+    p.add_argument("--metrics-listen", metavar="HOST:PORT", default=None,
+                   help="serve Prometheus /metrics there (default off; loopback only)")
+    p.add_argument("--metrics-allow-remote", action="store_true", help="allow a non-loopback --metrics-listen")
+    p.set_defaults(func=run)
+    sp = p.add_subparsers(dest="agent_command", metavar="SUBCOMMAND")
+    pl = sp.add_parser("plan", help="print the writes the QoS plugins would make for a node state file",
+                       description="Read a node state (JSON or YAML) and print, as JSON, the cgroup/resctrl "
+                                   "writes the enabled QoS plugins would make: {\"writes\": [{path, value, "
+                                   "plugin, fs}]}, paths relative to the filesystem root. Touches nothing.")
+    pl.add_argument("--state", required=True, metavar="FILE")
+    pl.add_argument("--config", dest="plan_config", metavar="FILE",
+                    help="profile YAML; the state's `config` is merged over its pluginConfig")
+    pl.add_argument("--all", action="store_true",
+                    help="also list writes that would not change the current value given in `cgroups`")
+    pl.set_defaults(func=run_plan)
+
+
+def _load_registry(config: str | None, disable: list[str], plugin_config: dict[str, Any] | None = None):
+    from ..core.plugins import Registry
+    from ..core.profile import load_profile
+
+    profile = load_profile(config)
+    if plugin_config:
+        profile.plugin_config = {**profile.plugin_config, **plugin_config}
+    reg = Registry(profile).load(disable=set(disable))
+    for e in reg.errors:
+        print(f"koordfw: warning: plugin {e.name!r} from {e.distribution!r} failed to load: {e.error}", file=sys.stderr)
+    return reg
+
+
+def _read_state(path: str) -> Any:
+    from ..core.errors import ManifestError
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ManifestError(f"cannot read: {e.strerror or e}", file=str(p)) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        import yaml
+
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ManifestError(f"neither JSON nor YAML: {e}", file=str(p)) from None
+
+
+def plan_writes(ns, registry, *, only_changes: bool = True) -> list[dict[str, str]]:
+    """The writes the plugins want for ``ns``, simulated in order against ``ns.cgroups``."""
+    import anyio
+
+    from ..agent.executor import values_equal
+    from ..agent.loop import _stamp
+    from ..core.caller import HookCaller
+
+    class _PlanHandle:
+        node_state = ns
+        registry_ = registry
+
+    caller = HookCaller(registry, _PlanHandle())
+
+    async def go():
+        out = []
+        for impl, res, status in await caller.call_safe("qos_plan", node_state=ns):
+            if status is not None:
+                print(f"koordfw: warning: {status.message}", file=sys.stderr)
+                continue
+            try:
+                out += _stamp(res, impl.plugin)
+            except TypeError as e:
+                print(f"koordfw: warning: plugin {impl.plugin} returned a bad plan: {e}", file=sys.stderr)
+        return out
+
+    writes = anyio.run(go)
+    current = {("cgroup", k): v for k, v in ns.cgroups.items()}
+    out = []
+    for w in writes:
+        key = (w.fs, w.path)
+        if only_changes and values_equal(w.path, current.get(key), w.value):
+            continue
+        current[key] = w.value
+        out.append(w.to_dict())
+    return out
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from ..core.nodestate import NodeState
+
+    ns = NodeState.from_state_file(_read_state(args.state), source=args.state)
+    registry = _load_registry(args.plan_config, args.disable, dict(ns.config))
+    json.dump({"writes": plan_writes(ns, registry, only_changes=not args.all)}, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..agent.cgroups import CgroupLayout, detect_version
+    from ..agent.executor import Executor
+    from ..agent.loop import Agent
+    from ..core.errors import ConfigError
+
+    listen = None
+    if args.metrics_listen:
+        from ..agent.metrics_server import parse_listen
+
+        listen = parse_listen(args.metrics_listen, args.metrics_allow_remote)
+    try:
+        version = args.cgroup_version or detect_version(args.cgroup_root)
+    except FileNotFoundError as e:
+        raise ConfigError(str(e)) from None
+    kubepods = args.kubepods or ("kubepods.slice" if args.cgroup_driver == "systemd" else "kubepods")
+    layout = CgroupLayout(Path(args.cgroup_root), version, args.cgroup_driver, kubepods)
+    registry = _load_registry(args.config, args.disable)
+    executor = Executor({"cgroup": args.cgroup_root, "resctrl": args.resctrl_root}, dry_run=args.dry_run)
+    agent = Agent(registry, layout, executor, interval=args.interval, node_name=args.node_name,
+                  pods_from=args.pods_from)
+
+    async def main() -> None:
+        runner = None
+        if listen is not None:
+            from ..agent.metrics_server import start_metrics_server
+
+            runner = await start_metrics_server(*listen)
+        try:
+            await agent.run(once=args.once)
+        finally:
+            if runner is not None:
+                await runner.cleanup()
+
+    anyio.run(main)
+    if args.once:
+        json.dump({"round": agent.rounds, "pods": len(agent.node_state.pods) if agent.node_state else 0,
+                   "writes": [{**r.write.to_dict(), "old": r.old, "outcome": r.outcome}
+                              for r in agent.last_results if r.outcome != "unchanged"]},
+                  sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    return 0
