@@ -1,0 +1,170 @@
+"""Reading a Koordinator ``NodeMetric`` for load-aware scheduling.
+
+Quantities become canonical ints (cpu milli-cores, everything else units). A malformed field raises
+:class:`koordfw.ManifestError` naming the NodeMetric and the field path.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from koordfw import ManifestError, canonical
+
+#: Koordinator's default ``spec.metricCollectPolicy.reportIntervalSeconds``
+DEFAULT_REPORT_INTERVAL_SECONDS = 60
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: Any, *, where: str) -> float:
+    """A Go ``metav1.Duration`` ("5m0s", "300s", "1h") or a number of seconds → seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{where}: invalid duration {value!r}")
+    s = value.strip()
+    if s == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for m in _DURATION_RE.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT[m.group(2)]
+        pos = m.end()
+    if pos != len(s) or pos == 0:
+        raise ValueError(f"{where}: invalid duration {value!r} (use Go syntax such as 5m0s)")
+    return total
+
+
+def parse_time(value: Any, *, obj: str, field: str) -> float | None:
+    """RFC 3339 (``2026-11-20T10:00:00Z``) or POSIX seconds → seconds; ``None`` when absent."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, _dt.datetime):
+        d = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+        return d.timestamp()
+    if not isinstance(value, str):
+        raise ManifestError(f"invalid timestamp {value!r}", obj=obj, field=field)
+    try:
+        d = _dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ManifestError(f"invalid timestamp {value!r}", obj=obj, field=field) from None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=_dt.timezone.utc)
+    return d.timestamp()
+
+
+def _mapping(raw: Any, obj: str, field: str) -> Mapping:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ManifestError("expected a mapping", obj=obj, field=field)
+    return raw
+
+
+def _list(raw: Any, obj: str, field: str) -> list:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ManifestError("expected a list", obj=obj, field=field)
+    return raw
+
+
+def resources(raw: Any, *, obj: str, field: str) -> dict[str, int]:
+    out = {}
+    for r, v in _mapping(raw, obj, field).items():
+        if v is None:
+            continue
+        try:
+            out[str(r)] = canonical(str(r), v)
+        except ValueError as e:
+            raise ManifestError(str(e), obj=obj, field=f"{field}.{r}") from None
+    return out
+
+
+@attrs.frozen
+class MetricInfo:
+    name: str
+    update_time: float | None
+    report_interval: float
+    #: ``status.nodeMetric.nodeUsage.resources`` (None when the agent reported no node usage)
+    node_usage: Mapping[str, int] | None
+    system_usage: Mapping[str, int]
+    #: [(duration seconds, {aggregation type: {resource: amount}})] from ``aggregatedNodeUsages``
+    aggregated: tuple[tuple[float, Mapping[str, Mapping[str, int]]], ...]
+    #: namespace/name → usage
+    pod_usage: Mapping[str, Mapping[str, int]]
+    #: namespace/name → ``podsMetric[].priority`` when reported
+    pod_priority: Mapping[str, str]
+
+    def aggregated_usage(self, duration: float | None, agg_type: str) -> Mapping[str, int] | None:
+        """``getTargetAggregatedUsage``: the entry of exactly ``duration``, or with no duration the
+        longest one that has data for ``agg_type``; ``None`` when there is none."""
+        best: Mapping[str, int] | None = None
+        best_d = 0.0
+        for d, usages in self.aggregated:
+            usage = usages.get(agg_type)
+            if not usage:
+                continue
+            if duration:
+                if d == duration:
+                    return usage
+            elif d > best_d:
+                best, best_d = usage, d
+        return best
+
+
+def parse_node_metric(obj: Mapping[str, Any]) -> MetricInfo:
+    meta = _mapping(obj.get("metadata"), "NodeMetric ?", "metadata")
+    name = str(meta.get("name", "?"))
+    ctx = f"NodeMetric {name}"
+    spec = _mapping(obj.get("spec"), ctx, "spec")
+    policy = _mapping(spec.get("metricCollectPolicy"), ctx, "spec.metricCollectPolicy")
+    interval = policy.get("reportIntervalSeconds")
+    if interval is None:
+        interval = DEFAULT_REPORT_INTERVAL_SECONDS
+    elif isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
+        raise ManifestError(f"expected a non-negative number, got {interval!r}", obj=ctx,
+                            field="spec.metricCollectPolicy.reportIntervalSeconds")
+    status = _mapping(obj.get("status"), ctx, "status")
+    update = parse_time(status.get("updateTime"), obj=ctx, field="status.updateTime")
+    nm = _mapping(status.get("nodeMetric"), ctx, "status.nodeMetric")
+    nu = _mapping(nm.get("nodeUsage"), ctx, "status.nodeMetric.nodeUsage")
+    node_usage = resources(nu.get("resources"), obj=ctx, field="status.nodeMetric.nodeUsage.resources")
+    su = _mapping(nm.get("systemUsage"), ctx, "status.nodeMetric.systemUsage")
+    system = resources(su.get("resources"), obj=ctx, field="status.nodeMetric.systemUsage.resources")
+    aggregated = []
+    for i, a in enumerate(_list(nm.get("aggregatedNodeUsages"), ctx, "status.nodeMetric.aggregatedNodeUsages")):
+        where = f"status.nodeMetric.aggregatedNodeUsages[{i}]"
+        a = _mapping(a, ctx, where)
+        try:
+            d = parse_duration(a.get("duration"), where=f"{where}.duration") if a.get("duration") is not None else 0.0
+        except ValueError as e:
+            raise ManifestError(str(e).split(": ", 1)[1], obj=ctx, field=f"{where}.duration") from None
+        usages = {}
+        for t, rm in _mapping(a.get("usage"), ctx, f"{where}.usage").items():
+            rm = _mapping(rm, ctx, f"{where}.usage.{t}")
+            usages[str(t)] = resources(rm.get("resources"), obj=ctx, field=f"{where}.usage.{t}.resources")
+        aggregated.append((d, usages))
+    pod_usage, pod_priority = {}, {}
+    for i, pm in enumerate(_list(status.get("podsMetric"), ctx, "status.podsMetric")):
+        where = f"status.podsMetric[{i}]"
+        pm = _mapping(pm, ctx, where)
+        if not pm.get("name"):
+            raise ManifestError("a pod metric needs a name", obj=ctx, field=f"{where}.name")
+        key = f"{pm.get('namespace') or 'default'}/{pm['name']}"
+        pu = _mapping(pm.get("podUsage"), ctx, f"{where}.podUsage")
+        pod_usage[key] = resources(pu.get("resources"), obj=ctx, field=f"{where}.podUsage.resources")
+        if pm.get("priority"):
+            pod_priority[key] = str(pm["priority"])
+    return MetricInfo(name=name, update_time=update, report_interval=float(interval),
+                      node_usage=node_usage or None, system_usage=system, aggregated=tuple(aggregated),
+                      pod_usage=pod_usage, pod_priority=pod_priority)
