@@ -114,7 +114,7 @@ def info_from_state(obj: Any) -> ResctrlInfo:
     return ResctrlInfo(cbm_mask=cbm.lower(), min_cbm_bits=int(getattr(obj, "min_cbm_bits", 1)),
                        num_closids=num_closids, cache_ids=ids,
                        vendor=normalize_vendor(str(getattr(obj, "vendor", "") or "")) or INTEL,
-                       mba=bool(mba), mba_gran=gran, mba_min=minimum)
+                       mba=mba is not None and mba is not False, mba_gran=gran, mba_min=minimum)
 
 
 def pod_group(uid: str) -> str:

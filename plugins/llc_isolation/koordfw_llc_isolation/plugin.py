@@ -199,7 +199,8 @@ class LLCIsolation:
             info = self.support.info
         else:
             reason = self.support.reason if self.support is not None else (
-                "the node state has no resctrl info and resctrl was not probed (agent not started)")
+                "the node state has no resctrl info (add \"resctrl\": {cbmMask, cacheIds, ...}) and the agent "
+                "has not probed a resctrl mount")
             self._say(f"llc_isolation idle: {reason}")
             return None
         collected = node_state.metrics.get(POD_TASKS_KEY) or {}
