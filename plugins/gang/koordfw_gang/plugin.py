@@ -78,6 +78,8 @@ class Round:
     members: set[str]
     attempted: set[str] = attrs.field(factory=set)
     failed: str = ""
+    #: the cluster as it was when a member last failed (see ``Coscheduling._fingerprint``)
+    fail_key: tuple | None = None
 
 
 class Coscheduling:
@@ -230,6 +232,22 @@ class Coscheduling:
         active = self._active_uids(handle)
         return any(u in active for u in r.members if u not in r.attempted)
 
+    def _fingerprint(self, g: Gang, handle: Any) -> tuple:
+        """What could let a failed group fit next time: binds, pods or nodes coming and going, node
+        capacity, and the reservations other groups hold at Permit."""
+        s = getattr(handle, "scheduler", None)
+        cluster = handle.cluster
+        own = set(g.spec.groups) if g.spec is not None else {g.gang_id}
+        waiting = getattr(s, "waiting_pods", {})
+        others = frozenset(u for u in waiting if self._pod_gang.get(u) not in own)
+        alloc = cluster.allocatable
+        return (len(getattr(s, "bind_events", ())), len(cluster.pods), cluster.num_nodes,
+                int(alloc.sum()) if alloc.size else 0, others)
+
+    @staticmethod
+    def _may_help(old: tuple, new: tuple) -> bool:
+        return old[:4] != new[:4] or not old[4] <= new[4]
+
     def _after_attempt(self, handle: Any, args: Any) -> None:
         """Called when a scheduling cycle ends: close the active round once it has nothing left to try."""
         gid = self._active_group
@@ -316,6 +334,10 @@ class Coscheduling:
             self._end_round(active, handle, args)
         r = self._rounds.get(group_id)
         if r is None or pod.uid in r.attempted:
+            if r is not None and r.fail_key is not None and not self._may_help(r.fail_key, self._fingerprint(g, handle)):
+                # re-placing the same members would only fail and release again (a livelock)
+                state[_SKIP_POST_FILTER] = True
+                return Status.unschedulable(r.failed or f"gangGroup {group_id} failed and nothing has changed since")
             r = self._rounds[group_id] = Round(group_id, self._pending_members(g, handle, args))
         self._active_group = group_id
         r.attempted.add(pod.uid)
@@ -329,6 +351,10 @@ class Coscheduling:
         skip = state.pop(_SKIP_POST_FILTER, False)
         g = None if skip else self._gang_of(pod, handle, args)
         result = None
+        if g is not None and g.spec is not None and not g.passes_once_satisfied:
+            r = self._rounds.get(g.spec.group_id)
+            if r is not None:
+                r.fail_key = self._fingerprint(g, handle)
         if g is not None and g.spec is not None and not g.passes_once_satisfied and g.spec.mode == MODE_STRICT:
             fit = _fit_error(handle, statuses)
             already = sum(len(m.waiting) for _, m in self._group(g, handle, args) if m is not None)
