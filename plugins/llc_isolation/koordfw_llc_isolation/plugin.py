@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import structlog
 
 from koordfw import hookimpl
+from koordfw.core.nodestate import FS_RESCTRL, FileWrite
 
 from .config import LLCIsolationArgs
 from .plan import ANNOTATION_RESCTRL, PLUGIN, PodTasks, info_from_state, plan
@@ -25,7 +26,11 @@ from .resctrl import (
     ResctrlError,
     Support,
     detect,
+    l3_line,
     list_groups,
+    mb_line,
+    mba_unlimited,
+    parse_cbm,
     parse_tasks,
     read_group,
     read_mon_data,
@@ -114,6 +119,24 @@ def observed_from_wire(obj: Any) -> dict[str, GroupState] | None:
     return out
 
 
+def restore_writes(info: Any, root: str, args: LLCIsolationArgs) -> list:
+    """Writes giving each existing, enabled class group all L3 ways and unthrottled MB."""
+    full = parse_cbm(info.cbm_mask)
+    out = []
+    for g in CLASS_GROUPS:
+        if not args.settings(g).enable:
+            continue
+        st = read_group(root, g)
+        if st is None:
+            continue
+        if dict(st.schemata.get("L3", {})) != dict.fromkeys(info.cache_ids, full):
+            out.append(FileWrite(f"{g}/schemata", l3_line(info.cache_ids, full), fs=FS_RESCTRL, plugin=PLUGIN))
+        unlimited = mba_unlimited(info.vendor)
+        if info.mba and dict(st.schemata.get("MB", {})) != dict.fromkeys(info.cache_ids, unlimited):
+            out.append(FileWrite(f"{g}/schemata", mb_line(info.cache_ids, unlimited), fs=FS_RESCTRL, plugin=PLUGIN))
+    return out
+
+
 class LLCIsolation:
     """Class-based so detection runs once per agent and each problem is logged once."""
 
@@ -130,6 +153,21 @@ class LLCIsolation:
     @hookimpl
     def startup(self, args: LLCIsolationArgs, handle: Any) -> None:
         self._probe(args, handle)
+
+    @hookimpl
+    async def shutdown(self, args: LLCIsolationArgs, handle: Any) -> None:
+        """Lift the throttles: every class group this plugin manages gets all ways and unthrottled
+        bandwidth again. Groups and task placement stay (a restarted agent finds them); pod-level
+        groups stay too, they are the pods' own request."""
+        args = args or LLCIsolationArgs()
+        if not args.any_enabled or self.support is None or not self.support.supported:
+            return
+        apply = getattr(handle, "apply", None)
+        if apply is None:
+            return
+        writes = restore_writes(self.support.info, self._support_root, args)
+        if writes:
+            await apply(writes, PLUGIN)
 
     # -- helpers -----------------------------------------------------------------------------------
     def _say(self, message: str, level: str = "warning", **kw: Any) -> None:

@@ -308,3 +308,21 @@ def test_unsupported_machine_stays_idle_and_says_why_once(tmp_path, capsys):
     out = capsys.readouterr()
     text = out.out + out.err
     assert text.count("llc_isolation idle") == 1 and "not mounted" in text
+
+
+async def test_shutdown_lifts_the_throttles(tmp_path):
+    node = Node(tmp_path)
+    plugin = LLCIsolation()
+    plugin.startup(args=ALL_ON, handle=node.handle)
+    node.round(plugin, ALL_ON)
+    assert node.fake.schemata("BE")["L3"] == {0: 0xf, 1: 0xf}
+
+    async def apply(writes, plugin_name):
+        return node.fake.apply(node.executor, writes)[0]
+
+    node.handle.apply = apply
+    await plugin.shutdown(args=ALL_ON, handle=node.handle)
+    assert node.fake.schemata("BE") == {"L3": {0: 0x7ff, 1: 0x7ff}, "MB": {0: 100, 1: 100}}
+    assert node.fake.tasks("BE") == {300, 301, 302}  # placement stays
+    pod_group = f"koordlet-{UIDS['pod']}"
+    assert node.fake.schemata(pod_group)["L3"] == {0: 0x7c0, 1: 0x7c0}
