@@ -206,7 +206,9 @@ def bind(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
 
 @hookspec
 def post_bind(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> None:
-    """Informational, after a successful bind. Return value ignored. May be async."""
+    """Called after a successful bind, for bookkeeping (e.g. record a gang's bound members, drop a
+    reservation now carried by the pod's annotations). Return value ignored; an exception is logged
+    and does not undo the binding. May be async."""
 
 
 # ================================================================================================

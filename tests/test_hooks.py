@@ -294,6 +294,25 @@ def test_hook_reserve_and_unreserve_reverse_order():
     assert r.to_dict()["nodes"][0]["pods"] == 0
 
 
+def test_hook_unreserve_runs_when_permit_rejects():
+    released = []
+
+    class Track:
+        @hookimpl
+        def unreserve(self, pod, node, state):
+            released.append((pod.name, node.name))
+
+    class No:
+        @hookimpl
+        def permit(self, pod):
+            return Status.unschedulable("denied")
+
+    r = schedule(small(1).pod("p", cpu="1"), plugins={"track": Track(), "no": No()},
+                 profile={"disable": ["default_preemption"]})
+    assert released == [("p", "n0")]
+    assert r.to_dict()["nodes"][0]["pods"] == 0
+
+
 def test_hook_permit_allow_and_reject():
     class Permit:
         @hookimpl

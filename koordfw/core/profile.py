@@ -74,9 +74,19 @@ def structure_args(plugin: str, cls: type, raw: Any, source: str = "profile") ->
     except Exception as e:  # cattrs raises ClassValidationError / ForbiddenExtraKeysError / ValueError
         msgs = cattrs.transform_error(e, path=f"pluginConfig.{plugin}") if isinstance(
             e, (cattrs.BaseValidationError,)) else [f"pluginConfig.{plugin}: {e}"]
+        # cattrs reports Python field names; the user wrote camelCase keys
+        prefix = f"pluginConfig.{plugin}"
+        msgs = [_camel_path(m, prefix) for m in msgs]
         known = ", ".join(camel(f.name) for f in attrs.fields(cls))
         raise ConfigError(f"{source}: invalid args for plugin {plugin!r}: {'; '.join(msgs)} "
                           f"(known fields: {known})") from None
+
+
+def _camel_path(msg: str, prefix: str) -> str:
+    head, sep, tail = msg.partition(prefix)
+    if not sep:
+        return msg
+    return head + prefix + re.sub(r"\.([a-z0-9]+(?:_[a-z0-9]+)+)", lambda m: "." + camel(m.group(1)), tail)
 
 
 @attrs.define
