@@ -568,6 +568,14 @@ class FakeApiServer:
                     if ev is not None:
                         initial.append(ev)
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        try:
+            return await self._stream(request, resp, w, initial, bookmarks, timeout, rt)
+        except ConnectionResetError:  # the client went away
+            self._watchers.discard(w)
+            return resp
+
+    async def _stream(self, request: web.Request, resp: web.StreamResponse, w: _Watcher, initial: list[dict],
+                      bookmarks: bool, timeout: float, rt: ResourceType) -> web.StreamResponse:
         await resp.prepare(request)
         for ev in initial:
             await resp.write(json.dumps(ev).encode() + b"\n")

@@ -94,6 +94,10 @@ class ClusterFeeder:
                 s.queue.done(uid)  # bound by someone else (or by us, before a restart)
             await s.add_pod(pod)
             return
+        if self.cluster.is_assumed(uid):
+            # bound by us, and this older unassigned copy was written before the binding (e.g. our
+            # annotation patch): kube-scheduler's cache skips updates of assumed pods likewise
+            return
         if self.scheduler_name is None or pod.scheduler_name != self.scheduler_name:
             if uid in self.cluster.pods:
                 await s.remove_pod(uid)

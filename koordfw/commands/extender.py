@@ -1,0 +1,73 @@
+"""``koordfw extender``: serve kube-scheduler's HTTP extender protocol with the installed plugins."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import ssl
+import sys
+
+from ._common import add_plugin_options, registry_from_args
+from .scheduler import split_address
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("extender", help="serve the kube-scheduler extender protocol (filter/prioritize/bind/preempt)",
+                       description="Answer kube-scheduler's extender calls with the installed plugins. With "
+                                   "--kubeconfig or --in-cluster it keeps a cluster cache like the scheduler's.")
+    p.add_argument("--listen", default="127.0.0.1:8888", help="address to listen on (default 127.0.0.1:8888)")
+    p.add_argument("--url-prefix", default="", help="path prefix of the verbs (default none: POST /filter)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--kubeconfig", metavar="FILE", help="keep a cluster cache from this cluster")
+    g.add_argument("--in-cluster", action="store_true", help="keep a cluster cache, using the service account")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--kube-api-qps", type=float, default=50.0)
+    p.add_argument("--kube-api-burst", type=int, default=100)
+    p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024, help="request size limit (default 32 MiB)")
+    p.add_argument("--tls-cert-file", help="serve HTTPS with this certificate")
+    p.add_argument("--tls-key-file", help="private key of --tls-cert-file")
+    add_plugin_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import anyio
+
+    if bool(args.tls_cert_file) != bool(args.tls_key_file):
+        print("koordfw: error: --tls-cert-file and --tls-key-file go together", file=sys.stderr)
+        return 2
+    return anyio.run(_main, args)
+
+
+async def _main(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..engines.kube.extender import Extender, ExtenderServer
+    from .scheduler import make_client
+
+    registry = registry_from_args(args)
+    client = await make_client(args) if (args.kubeconfig or args.in_cluster) else None
+    ext = Extender(registry, client=client)
+    server = ExtenderServer(ext, prefix=args.url_prefix, max_body=args.max_body_bytes)
+    if not ext.stateful and ext.plugins_needing_state:
+        print("koordfw: note: no --kubeconfig: these plugins need cluster state and will see none: "
+              + ", ".join(ext.plugins_needing_state), file=sys.stderr)
+    ctx = None
+    if args.tls_cert_file:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(args.tls_cert_file, args.tls_key_file)
+    host, port = split_address(args.listen)
+    port = await server.start(host, port, ssl_context=ctx)
+    print(f"koordfw extender listening on {'https' if ctx else 'http'}://{host}:{port}{server.prefix}/", file=sys.stderr)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.run_cache)
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    break
+            tg.cancel_scope.cancel()
+    finally:
+        await server.stop()
+        if client is not None:
+            await client.close()
+    return 0

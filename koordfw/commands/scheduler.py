@@ -1,0 +1,110 @@
+"""``koordfw scheduler``: schedule a live Kubernetes cluster's pods as a secondary scheduler."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from ._common import add_plugin_options, registry_from_args
+
+
+def add_connection_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    g.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--kube-api-qps", type=float, default=50.0, help="client QPS limit (default 50; 0 = none)")
+    p.add_argument("--kube-api-burst", type=int, default=100, help="client burst (default 100)")
+
+
+async def make_client(args: argparse.Namespace, *, qps: float | None = None, burst: int | None = None):
+    from ..engines.kube.client import KubeClient
+
+    kw = {"qps": args.kube_api_qps if qps is None else qps, "burst": args.kube_api_burst if burst is None else burst,
+          "user_agent": f"koordfw/{args.command}"}
+    if args.in_cluster:
+        return KubeClient.in_cluster(**kw)
+    return await KubeClient.from_kubeconfig(args.kubeconfig, context=args.context, **kw)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("scheduler", help="run as a secondary scheduler on a Kubernetes cluster",
+                       description="Watch every pod and node of a cluster and schedule the pods whose "
+                                   "spec.schedulerName is --scheduler-name with the installed plugins.")
+    add_connection_options(p)
+    p.add_argument("--scheduler-name", help="schedulerName to serve (default: the profile's, koordfw-scheduler)")
+    add_plugin_options(p)
+    p.add_argument("--leader-elect", action="store_true", help="elect a leader on a coordination.k8s.io Lease")
+    p.add_argument("--leader-elect-namespace", default="kube-system")
+    p.add_argument("--leader-elect-name", default=None, help="Lease name (default: the scheduler name)")
+    p.add_argument("--leader-elect-lease-duration", type=float, default=15.0)
+    p.add_argument("--leader-elect-renew-deadline", type=float, default=10.0)
+    p.add_argument("--leader-elect-retry-period", type=float, default=2.0)
+    p.add_argument("--health-address", default="0.0.0.0:10259",
+                   help="serve /healthz and /metrics here (default 0.0.0.0:10259; empty = off)")
+    p.add_argument("--seed", type=int, default=0, help="seed for tie-breaking")
+    p.set_defaults(func=run)
+
+
+def split_address(addr: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host or default_host, int(port)
+
+
+def run(args: argparse.Namespace) -> int:
+    import anyio
+
+    return anyio.run(_main, args)
+
+
+async def _main(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..engines.kube.engine import KubeSchedulerEngine, default_identity
+    from ..engines.kube.health import start_health_server
+    from ..engines.kube.leader import LeaderElector
+
+    registry = registry_from_args(args)
+    for e in registry.errors:
+        print(f"koordfw: warning: plugin {e.name!r} failed to load: {e.error}", file=sys.stderr)
+    client = await make_client(args)
+    # kube-scheduler gives its event recorder a separate clientset (its own QPS budget)
+    event_client = await make_client(args)
+    name = args.scheduler_name or registry.profile.scheduler_name
+    identity = default_identity()
+    elector = None
+    if args.leader_elect:
+        elector = LeaderElector(client, namespace=args.leader_elect_namespace, name=args.leader_elect_name or name,
+                                identity=identity, lease_duration=args.leader_elect_lease_duration,
+                                renew_deadline=args.leader_elect_renew_deadline,
+                                retry_period=args.leader_elect_retry_period)
+    engine = KubeSchedulerEngine(registry, client, scheduler_name=name, event_client=event_client, seed=args.seed,
+                                 identity=identity, leader_elector=elector)
+    runner = None
+    if args.health_address:
+        host, port = split_address(args.health_address)
+        runner, _ = await start_health_server(host, port, engine.health, lambda: engine.started.is_set())
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signal, engine)
+            await engine.run()
+            tg.cancel_scope.cancel()
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        await client.close()
+        await event_client.close()
+    if engine.stopped_reason == "lost leadership":
+        print("koordfw: error: lost leadership", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _stop_on_signal(engine) -> None:
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for sig in signals:
+            engine.stop(f"signal {sig}")
+            return

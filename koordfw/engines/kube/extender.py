@@ -1,0 +1,392 @@
+"""kube-scheduler's HTTP extender protocol, served by the same plugins.
+
+Wire format (``k8s.io/kube-scheduler/extender/v1``; the Go structs have no json tags): requests carry
+capitalised keys (``Pod``, ``Nodes``, ``NodeNames``), read here case-insensitively; replies use the
+capitalised keys kube-scheduler's decoder expects. Verbs are served at ``<prefix>/<verb>``:
+
+* ``filter``: ExtenderArgs → ExtenderFilterResult (``NodeNames`` or ``Nodes`` in the request's mode,
+  ``FailedNodes``, ``FailedAndUnresolvableNodes`` where preemption cannot help, ``Error``);
+* ``prioritize``: ExtenderArgs → a bare ``[{"Host", "Score"}]`` list, scores mapped to 0..10;
+* ``bind``: ExtenderBindingArgs → ExtenderBindingResult (needs an API client);
+* ``preempt``: ExtenderPreemptionArgs → ``NodeNameToMetaVictims``, dropping nodes where the pod would
+  still not fit after its victims leave.
+
+With an API client the extender keeps the scheduler's cluster cache (reflectors), so stateful plugins
+see real usage; without one it answers from the request alone: non-cache mode only (``Nodes``), with
+no pods on the nodes. Malformed JSON is a 400 with a message, an oversized body a 413, and a plugin
+error an ``Error`` field (HTTP 200 for filter/bind/preempt, 500 with ``{"Error"}`` for prioritize,
+whose reply has no such field): never a dropped connection.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from typing import Any
+
+import anyio
+import numpy as np
+import structlog
+from aiohttp import web
+
+from ...core.caller import PluginFailure
+from ...core.clock import RealClock
+from ...core.cluster import ClusterState, NodeBatch
+from ...core.errors import KoordfwError
+from ...core.framework import MAX_NODE_SCORE, CycleState, PreFilterResult, Scheduler
+from ...core.model import node_from_manifest, pod_from_manifest
+from ...core.plugins import Registry
+from ...core.status import Code, Status, as_status
+from .binder import BindDropped, BindGated, KubeBinder
+from .client import ApiError, KubeClient
+from .health import add_health_routes
+
+log = structlog.get_logger("koordfw.extender")
+
+MAX_EXTENDER_PRIORITY = 10
+DEFAULT_MAX_BODY = 32 * 1024 * 1024
+#: hooks that only make sense with a cluster cache
+STATEFUL_HOOKS = ("reserve", "unreserve", "permit", "pre_bind", "post_bind", "node_resources", "deschedule")
+
+
+class BadRequest(Exception):
+    pass
+
+
+def ci_get(d: dict, key: str) -> Any:
+    """Go's decoder matches keys case-insensitively; so do we (exact match first)."""
+    if key in d:
+        return d[key]
+    low = key.lower()
+    for k, v in d.items():
+        if isinstance(k, str) and k.lower() == low:
+            return v
+    return None
+
+
+def map_score(total: int, max_total: int) -> int:
+    """A weighted plugin total (0..max_total) → kube's extender range 0..10, rounded down."""
+    if max_total <= 0:
+        return 0
+    return max(0, min(MAX_EXTENDER_PRIORITY, total * MAX_EXTENDER_PRIORITY // max_total))
+
+
+class Extender:
+    """The verbs, independent of HTTP (``await ext.filter(args_dict)`` returns the reply dict)."""
+
+    def __init__(self, registry: Registry, *, client: KubeClient | None = None, seed: int = 0) -> None:
+        self.registry = registry
+        self.client = client
+        self.binder = KubeBinder(client) if client is not None else None
+        self.reflectors: list = []
+        if client is not None:
+            from .engine import build_cache
+
+            self.scheduler, self.feeder, self.reflectors = build_cache(registry, client, scheduler_name=None, seed=seed)
+        else:
+            self.scheduler = Scheduler(registry, ClusterState(), RealClock(), seed=seed)
+        self.stateful = client is not None
+
+    @property
+    def plugins_needing_state(self) -> list[str]:
+        return sorted({i.plugin for h in STATEFUL_HOOKS for i in self.registry.impls(h)})
+
+    # -- the cluster a request is judged against --------------------------------------------------
+    def _target(self, args: dict) -> tuple[Scheduler, list[str], dict[str, dict] | None]:
+        """(scheduler, node names, full node objects by name when the request carried them)."""
+        nodes = ci_get(args, "Nodes")
+        names = ci_get(args, "NodeNames")
+        if nodes is not None:
+            items = ci_get(nodes, "items") if isinstance(nodes, dict) else None
+            if not isinstance(items, list):
+                raise BadRequest("Nodes must be a NodeList with items")
+            by_name = {}
+            for i, n in enumerate(items):
+                if not isinstance(n, dict) or not (n.get("metadata") or {}).get("name"):
+                    raise BadRequest(f"Nodes.items[{i}] needs metadata.name")
+                by_name[n["metadata"]["name"]] = n
+            if self.stateful:
+                return self.scheduler, list(by_name), by_name
+            cluster = ClusterState()
+            for n in items:
+                try:
+                    cluster.add_node(node_from_manifest(n))
+                except KoordfwError as e:
+                    raise BadRequest(str(e)) from None
+            return Scheduler(self.registry, cluster, RealClock()), list(by_name), by_name
+        if names is None:
+            raise BadRequest("the request has neither Nodes nor NodeNames")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise BadRequest("NodeNames must be a list of strings")
+        if not self.stateful:
+            raise BadRequest("NodeNames (nodeCacheCapable: true) needs a cluster cache: start the extender with "
+                             "--kubeconfig or --in-cluster, or set nodeCacheCapable: false")
+        return self.scheduler, names, None
+
+    @staticmethod
+    def _pod(args: dict):
+        raw = ci_get(args, "Pod")
+        if not isinstance(raw, dict):
+            raise BadRequest("the request has no Pod")
+        try:
+            return pod_from_manifest(raw)
+        except KoordfwError as e:
+            raise BadRequest(str(e)) from None
+
+    @staticmethod
+    async def _pre_filter(s: Scheduler, pod, state: CycleState) -> tuple[Status, set[str] | None]:
+        candidates: set[str] | None = None
+        unsched: Status | None = None
+        for impl in s.caller.impls("pre_filter"):
+            res = await s.caller.call(impl, pod=pod, state=state)
+            if res is None:
+                continue
+            if isinstance(res, PreFilterResult):
+                if res.node_names is not None:
+                    candidates = set(res.node_names) if candidates is None else candidates & set(res.node_names)
+                continue
+            st = as_status(res, impl.plugin)
+            if st.code == Code.SKIP:
+                state.skip_filter.add(impl.plugin)
+            elif st.code in (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, Code.ERROR):
+                return st, None
+            elif st.code == Code.UNSCHEDULABLE:
+                unsched = unsched or st
+        return (unsched or Status.success()), candidates
+
+    async def _feasible(self, s: Scheduler, pod, names: list[str], state: CycleState
+                        ) -> tuple[list[str], dict[str, Status]]:
+        st, candidates = await self._pre_filter(s, pod, state)
+        if st.code == Code.ERROR:
+            raise PluginFailure(st)
+        failed: dict[str, Status] = {}
+        if not st.ok:
+            return [], {n: st for n in names}
+        idx, known = [], []
+        for n in names:
+            i = s.cluster.node_index(n)
+            if i is None:
+                failed[n] = Status.unschedulable(f"node {n} is not in the extender's cache")
+            elif candidates is not None and n not in candidates:
+                failed[n] = Status.unresolvable("node(s) didn't satisfy plugin(s) pre_filter node set")
+            else:
+                idx.append(i)
+                known.append(n)
+        if idx:
+            ok, statuses = await s._filter_nodes(pod, state, np.asarray(idx, dtype=np.int64), len(idx))
+            failed.update(statuses)
+            keep = {s.cluster.views[int(i)].node.name for i in ok.tolist()}
+        else:
+            keep = set()
+        return [n for n in names if n in keep], failed
+
+    # -- verbs -------------------------------------------------------------------------------------
+    async def filter(self, args: dict) -> dict:
+        s, names, full = self._target(args)
+        pod = self._pod(args)
+        try:
+            kept, failed = await self._feasible(s, pod, names, CycleState())
+        except PluginFailure as f:
+            return self._filter_reply(full, [], {}, {}, f.status.message or "plugin error")
+        soft, hard = {}, {}
+        for n, st in failed.items():
+            msg = st.message or f"rejected by {st.plugin}"
+            (hard if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE else soft)[n] = msg
+        return self._filter_reply(full, kept, soft, hard, "")
+
+    @staticmethod
+    def _filter_reply(full: dict[str, dict] | None, kept: list[str], soft: dict, hard: dict, error: str) -> dict:
+        out: dict[str, Any] = {}
+        if full is None:
+            out["Nodes"], out["NodeNames"] = None, kept
+        else:
+            out["Nodes"], out["NodeNames"] = {"items": [full[n] for n in kept]}, None
+        out.update({"FailedNodes": soft, "FailedAndUnresolvableNodes": hard, "Error": error})
+        return out
+
+    async def prioritize(self, args: dict) -> list[dict]:
+        s, names, _ = self._target(args)
+        pod = self._pod(args)
+        state = CycleState()
+        st, _cands = await self._pre_filter(s, pod, state)
+        if st.code == Code.ERROR:
+            raise PluginFailure(st)
+        idx = [(n, s.cluster.node_index(n)) for n in names]
+        present = np.asarray([i for _, i in idx if i is not None], dtype=np.int64)
+        totals = {}
+        if len(present):
+            total, max_total = await self._score(s, pod, state, present)
+            for j, gi in enumerate(present.tolist()):
+                totals[s.cluster.views[gi].node.name] = map_score(int(total[j]), max_total)
+        return [{"Host": n, "Score": totals.get(n, 0)} for n, _ in idx]
+
+    @staticmethod
+    async def _score(s: Scheduler, pod, state: CycleState, feasible: np.ndarray) -> tuple[np.ndarray, int]:
+        """Σ weighted normalised plugin scores per node (the kernel's scoring, without the pick)."""
+        batch = NodeBatch(s.cluster, feasible)
+        for impl in s.caller.impls("pre_score"):
+            res = await s.caller.call(impl, pod=pod, nodes=batch, state=state)
+            if res is None:
+                continue
+            st = as_status(res, impl.plugin)
+            if st.code == Code.SKIP:
+                state.skip_score.add(impl.plugin)
+            elif not st.ok:
+                raise PluginFailure(st if st.code == Code.ERROR else Status.error(st.message, impl.plugin))
+        total = np.zeros(len(feasible), dtype=np.int64)
+        max_total = 0
+        normalizers = {i.plugin: i for i in s.caller.impls("normalize_score")}
+        for impl in s.caller.impls("score"):
+            if impl.plugin in state.skip_score:
+                continue
+            if impl.per_node:
+                arr = np.asarray([await s.caller.call(impl, pod=pod, node=v, state=state) or 0 for v in batch],
+                                 dtype=np.int64)
+            else:
+                res = await s.caller.call(impl, pod=pod, nodes=batch, state=state)
+                if res is None:
+                    continue
+                arr = s._score_array(impl, res, batch)
+            norm = normalizers.get(impl.plugin)
+            if norm is not None:
+                out = await s.caller.call(norm, pod=pod, nodes=batch, scores=arr, state=state)
+                if out is not None:
+                    arr = s._score_array(norm, out, batch)
+            if len(arr) and (arr.min() < 0 or arr.max() > MAX_NODE_SCORE):
+                raise PluginFailure(Status.error(
+                    f"plugin {impl.plugin} returned a score outside [0, {MAX_NODE_SCORE}]", impl.plugin))
+            total += arr * impl.weight
+            max_total += MAX_NODE_SCORE * impl.weight
+        return total, max_total
+
+    async def bind(self, args: dict) -> dict:
+        if self.binder is None:
+            return {"Error": "bind needs an API client: start the extender with --kubeconfig or --in-cluster"}
+        name, ns, uid, node = (ci_get(args, k) for k in ("PodName", "PodNamespace", "PodUID", "Node"))
+        if not name or not node:
+            raise BadRequest("bind needs PodName and Node")
+        ns = ns or "default"
+        try:
+            if not uid:  # older senders: learn the UID so the binding still carries the precondition
+                cur = await self.client.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+                uid = (cur.get("metadata") or {}).get("uid", "")
+            pod = pod_from_manifest({"metadata": {"name": name, "namespace": ns, "uid": uid}, "spec": {}})
+            await self.binder(pod, str(node), {})
+        except (BindDropped, BindGated, ApiError) as e:
+            return {"Error": str(e)}
+        return {"Error": ""}
+
+    async def preempt(self, args: dict) -> dict:
+        pod = self._pod(args)
+        meta_victims = ci_get(args, "NodeNameToMetaVictims")
+        full_victims = ci_get(args, "NodeNameToVictims")
+        out: dict[str, Any] = {}
+        if isinstance(full_victims, dict) and full_victims:
+            for node, v in full_victims.items():
+                pods = ci_get(v, "Pods") or []
+                out[node] = {"Pods": [{"UID": (p.get("metadata") or {}).get("uid", "")} for p in pods],
+                             "NumPDBViolations": int(ci_get(v, "NumPDBViolations") or 0)}
+        elif isinstance(meta_victims, dict):
+            for node, v in meta_victims.items():
+                out[node] = {"Pods": [{"UID": ci_get(p, "UID")} for p in (ci_get(v, "Pods") or [])],
+                             "NumPDBViolations": int(ci_get(v, "NumPDBViolations") or 0)}
+        if not self.stateful:
+            return {"NodeNameToMetaVictims": out}  # nothing to judge against: keep kube's candidates
+        s = self.scheduler
+        kept = {}
+        for node, v in out.items():
+            if s.cluster.node(node) is None:
+                continue
+            victims = [p for p in (s.cluster.pod(x["UID"]) for x in v["Pods"]) if p is not None]
+            with s.cluster.without_pods(node, victims):
+                st = await s.run_filters_on_node(pod, node, CycleState())
+            if st.ok:
+                kept[node] = v
+        return {"NodeNameToMetaVictims": kept}
+
+
+class ExtenderServer:
+    """The aiohttp app around an :class:`Extender`."""
+
+    def __init__(self, extender: Extender, *, prefix: str = "", max_body: int = DEFAULT_MAX_BODY) -> None:
+        self.ext = extender
+        self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
+        self.max_body = max_body
+        self.requests = 0
+        self.app = web.Application(client_max_size=max_body)
+        for verb in ("filter", "prioritize", "bind", "preempt"):
+            self.app.router.add_post(f"{self.prefix}/{verb}", self._handler(verb))
+        self.app.router.add_get(f"{self.prefix}/" if self.prefix else "/", self._info)
+        add_health_routes(self.app, self.info)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    def info(self) -> dict[str, Any]:
+        ext = self.ext
+        out: dict[str, Any] = {"mode": "stateful" if ext.stateful else "stateless",
+                               "verbs": [f"{self.prefix}/{v}" for v in ("filter", "prioritize", "bind", "preempt")],
+                               "plugins": sorted(ext.registry.plugins), "requests": self.requests}
+        if not ext.stateful:
+            out["pluginsNeedingState"] = ext.plugins_needing_state
+            out["note"] = ("no cluster cache: nodes are judged without their pods or NodeMetrics; NodeNames "
+                           "requests are refused")
+        else:
+            out["nodes"] = ext.scheduler.cluster.num_nodes
+            out["synced"] = all(r.synced.is_set() for r in ext.reflectors)
+        return out
+
+    async def _info(self, _: web.Request) -> web.Response:
+        return web.json_response(self.info())
+
+    def _handler(self, verb: str):
+        fn = getattr(self.ext, verb)
+
+        async def handle(request: web.Request) -> web.Response:
+            self.requests += 1
+            try:
+                raw = await request.read()
+            except web.HTTPRequestEntityTooLarge as e:
+                return web.json_response({"Error": f"request body too large: {e.text}"}, status=413)
+            try:
+                args = json.loads(raw)
+            except ValueError as e:
+                return web.json_response({"Error": f"malformed JSON in the {verb} request: {e}"}, status=400)
+            if not isinstance(args, dict):
+                return web.json_response({"Error": f"the {verb} request must be a JSON object"}, status=400)
+            try:
+                reply = await fn(args)
+            except BadRequest as e:
+                return web.json_response({"Error": str(e)}, status=400)
+            except PluginFailure as f:
+                msg = f.status.message or "plugin error"
+                if verb == "prioritize":
+                    return web.json_response({"Error": msg}, status=500)
+                return web.json_response({"Error": msg} if verb != "filter" else
+                                         Extender._filter_reply(None, [], {}, {}, msg))
+            except Exception as e:  # a bug must answer, not drop the connection
+                log.error("extender verb failed", verb=verb, error=f"{type(e).__name__}: {e}", exc_info=True)
+                return web.json_response({"Error": f"{type(e).__name__}: {e}"}, status=500)
+            return web.Response(text=json.dumps(reply), content_type="application/json")
+
+        return handle
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0, *, ssl_context: ssl.SSLContext | None = None) -> int:
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def run_cache(self) -> None:
+        """Keep the cluster cache fed (stateful mode) until cancelled."""
+        if not self.ext.reflectors:
+            await anyio.sleep_forever()
+        async with anyio.create_task_group() as tg:
+            for r in self.ext.reflectors:
+                tg.start_soon(r.run)
