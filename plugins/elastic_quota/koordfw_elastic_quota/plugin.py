@@ -82,8 +82,62 @@ class ElasticQuota:
         #: quota → last time its used was within runtime (Koordinator's lastUnderUsedTime)
         self._last_under: dict[str, float] = {}
         self._last_revoke: float | None = None
-        #: pending pods nominated by a preemption: (quota, pod)
-        self._nominated: list[tuple[str, Any]] = []
+        #: uid → (pod object, quota or None, assigned, preemptible) as last accounted
+        self._acct: dict[str, tuple] = {}
+        #: quota → (Σ requests, Σ used, Σ non-preemptible used) of its own pods, kept incrementally
+        self._sums: dict[str, tuple[dict, dict, dict]] = {}
+        self._nominated_by_uid: dict[str, tuple[str, Any]] = {}
+
+    @property
+    def _nominated(self) -> list[tuple[str, Any]]:
+        """Pending pods nominated by a preemption: (quota, pod)."""
+        return list(self._nominated_by_uid.values())
+
+    def _apply(self, entry: tuple, sign: int) -> None:
+        pod, quota, assigned, preemptible = entry
+        if quota is None:
+            return
+        req, used, npu = self._sums.setdefault(quota, ({}, {}, {}))
+        for r, v in pod.requests.items():
+            req[r] = req.get(r, 0) + sign * v
+            if assigned:
+                used[r] = used.get(r, 0) + sign * v
+                if not preemptible:
+                    npu[r] = npu.get(r, 0) + sign * v
+
+    def _account(self, cluster: Any, tree: QuotaTree) -> None:
+        """Bring the per-quota sums up to date: only pods whose object or placement changed are
+        re-accounted (pod objects are immutable, so identity tells)."""
+        acct, nominated = self._acct, self._nominated_by_uid
+        pods = cluster.pods
+        for uid, e in pods.items():
+            p = e.pod
+            assigned = e.node_index >= 0
+            old = acct.get(uid)
+            if old is not None and old[0] is p and old[2] == assigned:
+                continue
+            if old is not None:
+                self._apply(old, -1)
+            quota = None if p.is_terminal else self._quota_for(p, tree)
+            new = (p, quota, assigned, is_preemptible(p))
+            self._apply(new, 1)
+            acct[uid] = new
+            if quota is not None and not assigned and p.nominated_node_name:
+                nominated[uid] = (quota, p)
+            else:
+                nominated.pop(uid, None)
+        if len(acct) != len(pods):
+            for uid in [u for u in acct if u not in pods]:
+                self._apply(acct.pop(uid), -1)
+                nominated.pop(uid, None)
+                self._pod_quota.pop(uid, None)
+
+    def _quota_for(self, p: Any, tree: QuotaTree) -> str:
+        hit = self._pod_quota.get(p.uid)
+        if hit is None or hit[0] is not p.labels:
+            hit = (p.labels, tree.quota_name_of(p.labels, p.namespace))
+            self._pod_quota[p.uid] = hit
+        return hit[1]
 
     # -- the tree ----------------------------------------------------------------------------------
     def tree(self, cluster: Any, args: Args) -> QuotaTree | None:
@@ -95,11 +149,14 @@ class ElasticQuota:
         key = (id(cluster), cluster.generation, id(args))
         if self._tree is not None and key == self._tree_key:
             return self._tree
-        sig = tuple((k, id(o)) for k, o in sorted(objs.items()))
+        sig = (id(cluster), *((k, id(o)) for k, o in sorted(objs.items())))
         if sig != self._quota_sig:
             self._quotas = build_quotas(o for _, o in sorted(objs.items()))
             self._quota_sig = sig
             self._pod_quota.clear()
+            self._acct.clear()
+            self._sums.clear()
+            self._nominated_by_uid.clear()
             for q in self._quotas[1].values():
                 if q.error not in self._logged:
                     self._logged.add(q.error)
@@ -109,20 +166,13 @@ class ElasticQuota:
                          default_max={k: canonical(k, v) for k, v in args.default_quota_group_max.items()},
                          system_max={k: canonical(k, v) for k, v in args.system_quota_group_max.items()},
                          enable_min_scale=args.enable_min_quota_scale, guarantee_usage=args.guarantee_usage)
-        tree.reset_usage()
-        self._nominated = []
-        cache = self._pod_quota
-        for uid, e in cluster.pods.items():
-            p = e.pod
-            if p.is_terminal:
-                continue
-            hit = cache.get(uid)
-            if hit is None or hit[0] is not p.labels:
-                hit = (p.labels, tree.quota_name_of(p.labels, p.namespace))
-                cache[uid] = hit
-            tree.add_pod(hit[1], p.requests, e.node_index >= 0, is_preemptible(p))
-            if e.node_index < 0 and p.nominated_node_name:
-                self._nominated.append((hit[1], p))
+        self._account(cluster, tree)
+        for name, (req, used, npu) in self._sums.items():
+            st = tree.states.get(name)
+            if st is not None:
+                st.pod_request = {k: v for k, v in req.items() if v}
+                st.used = {k: v for k, v in used.items() if v}
+                st.non_preemptible_used = {k: v for k, v in npu.items() if v}
         tree.aggregate_used()
         n = cluster.num_nodes
         alloc = cluster.allocatable[:n]
