@@ -8,6 +8,16 @@ import sys
 import structlog
 
 
+def add_plugin_name(logger, method, event_dict):
+    """Name the plugin on every record logged while one of its hooks runs."""
+    from .core.caller import CURRENT_PLUGIN
+
+    plugin = CURRENT_PLUGIN.get()
+    if plugin is not None:
+        event_dict.setdefault("plugin", plugin)
+    return event_dict
+
+
 def configure(fmt: str = "auto", level: str = "warning") -> None:
     lvl = getattr(logging, level.upper(), logging.WARNING)
     if fmt == "auto":
@@ -15,7 +25,7 @@ def configure(fmt: str = "auto", level: str = "warning") -> None:
     renderer = (structlog.processors.JSONRenderer() if fmt == "json"
                 else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
     structlog.configure(
-        processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
+        processors=[structlog.contextvars.merge_contextvars, add_plugin_name, structlog.processors.add_log_level,
                     structlog.processors.TimeStamper(fmt="iso"), structlog.processors.format_exc_info,
                     renderer],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),

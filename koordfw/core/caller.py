@@ -8,6 +8,7 @@ is accumulated per (plugin, hook) so the kernel's own overhead can be measured.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import time
@@ -22,6 +23,9 @@ from .plugins import Impl, Registry
 from .status import Status
 
 log = structlog.get_logger("koordfw")
+
+#: the plugin whose hook is running; ``koordfw.log`` adds it to every record logged meanwhile
+CURRENT_PLUGIN: contextvars.ContextVar[str | None] = contextvars.ContextVar("koordfw_plugin", default=None)
 
 
 class PluginFailure(Exception):
@@ -51,6 +55,7 @@ class HookCaller:
         except KeyError as e:  # an implementation asked for an argument this call site does not have
             raise PluginFailure(Status.error(f"kernel did not pass {e} to {impl.plugin}.{impl.point}",
                                              impl.plugin)) from None
+        token = CURRENT_PLUGIN.set(impl.plugin)
         t0 = time.perf_counter()
         try:
             if impl.is_async:
@@ -77,6 +82,7 @@ class HookCaller:
                       exc_info=True)
             raise PluginFailure(Status.error(msg, impl.plugin)) from e
         finally:
+            CURRENT_PLUGIN.reset(token)
             dt = time.perf_counter() - t0
             d = self.durations[(impl.plugin, impl.point)]
             d[0] += 1

@@ -1,0 +1,30 @@
+# The two commands of the README's quick start:
+#   make simulate   installs koordfw and every plugin in .venv, then schedules the example cluster
+#   make test       installs the same, then runs every test (what CI runs)
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
+STAMP := $(VENV)/.installed
+
+.PHONY: install simulate test bench clean
+
+$(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGIN_DIRS))
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,kubernetes]' $(addprefix -e ,$(PLUGIN_DIRS))
+	touch $(STAMP)
+
+install: $(STAMP)
+
+simulate: install
+	$(BIN)/koordfw simulate examples/colocation
+
+test: install
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python bench/throughput.py --table
+
+clean:
+	rm -rf $(VENV)
