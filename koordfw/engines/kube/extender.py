@@ -123,15 +123,17 @@ class Extender:
                              "--kubeconfig or --in-cluster, or set nodeCacheCapable: false")
         return self.scheduler, names, None
 
-    @staticmethod
-    def _pod(args: dict):
+    def _pod(self, args: dict):
         raw = ci_get(args, "Pod")
         if not isinstance(raw, dict):
             raise BadRequest("the request has no Pod")
         try:
-            return pod_from_manifest(raw)
+            pod = pod_from_manifest(raw)
         except KoordfwError as e:
             raise BadRequest(str(e)) from None
+        # the request's pod is authoritative: drop a request vector cached for an older copy
+        self.scheduler.cluster._req_cache.pop(pod.uid, None)
+        return pod
 
     @staticmethod
     async def _pre_filter(s: Scheduler, pod, state: CycleState) -> tuple[Status, set[str] | None]:
