@@ -169,9 +169,13 @@ class CPUTopologyPlugin:
         self._n_full = np.zeros(0, dtype=np.int64)
         self._n_cores = np.zeros(0, dtype=np.int64)
         self._n_alloc = np.zeros(0, dtype=np.int64)
+        self._max_full_block = np.zeros(0, dtype=np.int64)
         self._forced = np.zeros(0, dtype=np.int8)
         self._nrt_ids: dict[str, int] = {}
         self._topologies: dict[str, tuple[CPUTopology | None, str]] = {}
+        #: (topology id, unavailable CPUs) → (available, CPUs of whole free cores, cores with a free CPU,
+        #: CPUs of whole free cores in the best NUMA node or socket)
+        self._stats_cache: dict[tuple[int, frozenset[int]], tuple[int, int, int, int]] = {}
         self._status_cache: dict[str, frozenset[int] | None] = {}
         #: CPUs picked at reserve, by node name then pod uid: (cpus, exclusive policy)
         self._reserved: dict[str, dict[str, tuple[frozenset[int], str]]] = {}
@@ -312,7 +316,7 @@ class CPUTopologyPlugin:
         self._ver = np.concatenate([self._ver, np.full(extra, -1, dtype=np.int64)])
         self._valid = np.concatenate([self._valid, np.zeros(extra, dtype=bool)])
         self._cpc = np.concatenate([self._cpc, np.ones(extra, dtype=np.int64)])
-        for name in ("_n_avail", "_n_full", "_n_cores", "_n_alloc"):
+        for name in ("_n_avail", "_n_full", "_n_cores", "_n_alloc", "_max_full_block"):
             setattr(self, name, np.concatenate([getattr(self, name), np.zeros(extra, dtype=np.int64)]))
         self._forced = np.concatenate([self._forced, np.zeros(extra, dtype=np.int8)])
 
@@ -323,6 +327,7 @@ class CPUTopologyPlugin:
             self._nodes, self._ver = [], np.zeros(0, dtype=np.int64)
             self._valid, self._cpc = np.zeros(0, dtype=bool), np.ones(0, dtype=np.int64)
             self._n_avail = self._n_full = self._n_cores = self._n_alloc = np.zeros(0, dtype=np.int64)
+            self._max_full_block = np.zeros(0, dtype=np.int64)
             self._forced = np.zeros(0, dtype=np.int8)
             self._nrt_ids = {}
         n = cluster.num_nodes
@@ -359,20 +364,20 @@ class CPUTopologyPlugin:
         if topo is None or st.error:
             self._valid[i] = False
             self._n_avail[i] = self._n_full[i] = self._n_cores[i] = self._n_alloc[i] = 0
+            self._max_full_block[i] = 0
             return
-        available, _ = st.allocation.available_cpus(topo, self._max_ref, st.reserved)
-        cpc = topo.cpus_per_core()
-        per_core: dict[int, int] = {}
-        details = topo.details
-        for c in available:
-            core = details[c].core
-            per_core[core] = per_core.get(core, 0) + 1
+        held = frozenset(c for c, a in st.allocation.cpus.items() if a.ref_count >= self._max_ref)
+        key = (id(topo), held | st.reserved)
+        stats = self._stats_cache.get(key)
+        if stats is None:
+            stats = _availability_stats(topo, key[1])
+            if len(self._stats_cache) > 8192:
+                self._stats_cache.clear()
+            self._stats_cache[key] = stats
         self._valid[i] = True
-        self._cpc[i] = max(cpc, 1)
-        self._n_avail[i] = len(available)
-        self._n_full[i] = sum(k for k in per_core.values() if k == cpc)
-        self._n_cores[i] = len(per_core)
-        self._n_alloc[i] = sum(1 for c in st.allocation.cpus if c in details)
+        self._cpc[i] = max(topo.cpus_per_core(), 1)
+        self._n_avail[i], self._n_full[i], self._n_cores[i], self._max_full_block[i] = stats
+        self._n_alloc[i] = sum(1 for c in st.allocation.cpus if c in topo.details)
 
     def _node_state(self, view: Any) -> NodeCPUState | None:
         self._refresh(view.cluster)
@@ -514,7 +519,7 @@ class CPUTopologyPlugin:
         if self._max_ref == 1:
             pol = (_POLICY_CODE[st.required] if st.required else
                    np.where(self._forced[idx] != _NONE, self._forced[idx], _POLICY_CODE[st.preferred]))
-            exact = ~((pol == _FULL) & (st.need % self._cpc[idx] != 0))
+            exact = ~((pol == _FULL) & (st.need % self._cpc[idx] != 0)) | (st.need <= self._max_full_block[idx])
         bound = np.where(self._valid[idx], bound, -1)
         for j in np.flatnonzero(~exact & self._valid[idx]).tolist():
             ns = self._nodes[int(idx[j])]
@@ -602,6 +607,50 @@ class CPUTopologyPlugin:
                 if cpus:
                     rows.append({"node": view.name, "pod": pod.key, "cpuset": format_cpuset(cpus)})
         return {"cpusets": rows} if rows else None
+
+
+def _availability_stats(topo: CPUTopology, unavailable: frozenset[int]) -> tuple[int, int, int, int]:
+    """Counts the vectorised filter and score need, from the topology's per-core index arrays.
+
+    The last one is the CPUs of wholly free cores in the best NUMA node or socket: a FullPCPUs request
+    up to that size is served by the accumulator's first passes, which take exactly the count asked."""
+    arr = _topology_arrays(topo)
+    cpu_ids, core_of, node_of_core, socket_of_core, cpc = arr
+    if unavailable:
+        mask = ~np.isin(cpu_ids, np.fromiter(unavailable, dtype=np.int64, count=len(unavailable)))
+    else:
+        mask = np.ones(len(cpu_ids), dtype=bool)
+    per_core = np.bincount(core_of[mask], minlength=len(node_of_core))
+    full = per_core == cpc
+    best = 0
+    if full.any():
+        best = int(max(np.bincount(node_of_core[full]).max(), np.bincount(socket_of_core[full]).max())) * cpc
+    return int(mask.sum()), int(full.sum()) * cpc, int((per_core > 0).sum()), best
+
+
+_ARRAYS: dict[int, tuple[CPUTopology, tuple]] = {}
+
+
+def _topology_arrays(topo: CPUTopology) -> tuple:
+    """(sorted CPU ids, core index of each, NUMA index of each core, socket index of each core, CPUs per
+    core), cached per topology object."""
+    hit = _ARRAYS.get(id(topo))
+    if hit is not None and hit[0] is topo:
+        return hit[1]
+    cpu_ids = np.array(sorted(topo.details), dtype=np.int64)
+    cores = sorted(topo.cpus_in_core)
+    core_index = {c: k for k, c in enumerate(cores)}
+    nodes = {n: k for k, n in enumerate(sorted({i.node for i in topo.details.values()}))}
+    sockets = {s: k for k, s in enumerate(sorted({i.socket for i in topo.details.values()}))}
+    core_of = np.array([core_index[topo.details[c].core] for c in cpu_ids.tolist()], dtype=np.int64)
+    first = [topo.details[topo.cpus_in_core[c][0]] for c in cores]
+    node_of_core = np.array([nodes[f.node] for f in first], dtype=np.int64)
+    socket_of_core = np.array([sockets[f.socket] for f in first], dtype=np.int64)
+    arr = (cpu_ids, core_of, node_of_core, socket_of_core, max(topo.cpus_per_core(), 1))
+    if len(_ARRAYS) > 1024:
+        _ARRAYS.clear()
+    _ARRAYS[id(topo)] = (topo, arr)
+    return arr
 
 
 def _json_object(raw: str, src: str, key: str) -> dict:
