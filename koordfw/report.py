@@ -18,6 +18,50 @@ def _pct(used: str | None, total: str | None, resource: str) -> str:
     return f"{100 * u / t:.0f}%" if t else "-"
 
 
+def _cell(v: Any) -> str:
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={x}" for k, x in v.items()) or "-"
+    if isinstance(v, list):
+        return ", ".join(map(str, v)) or "-"
+    return "-" if v is None or v == "" else str(v)
+
+
+def _tree_order(rows: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """Depth-first order of rows linked by ``parent`` → ``name`` (roots: parents not among the rows)."""
+    names = {r.get("name") for r in rows}
+    children: dict[Any, list[dict[str, Any]]] = {}
+    for r in rows:
+        parent = r.get("parent") if r.get("parent") in names else None
+        children.setdefault(parent, []).append(r)
+    out: list[tuple[int, dict[str, Any]]] = []
+
+    def walk(parent: Any, depth: int) -> None:
+        for r in sorted(children.get(parent, []), key=lambda r: str(r.get("name"))):
+            out.append((depth, r))
+            if r.get("name") != parent:
+                walk(r.get("name"), depth + 1)
+
+    walk(None, 0)
+    seen = {id(r) for _, r in out}
+    out += [(0, r) for r in rows if id(r) not in seen]  # cycles: still shown
+    return out
+
+
+def section_table(title: str, rows: list[dict[str, Any]]) -> Table:
+    """A plugin's report section as a table; rows with name/parent are shown as an indented tree."""
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    t = Table(title=title)
+    for c in cols:
+        t.add_column(c, overflow="fold")
+    ordered = _tree_order(rows) if "name" in cols and "parent" in cols else [(0, r) for r in rows]
+    for depth, r in ordered:
+        t.add_row(*[("  " * depth + ("└ " if depth else "") + _cell(r.get(c))) if c == "name" else _cell(r.get(c))
+                    for c in cols])
+    return t
+
+
 def render_simulation(data: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     pods = Table(title="placements")
@@ -42,7 +86,10 @@ def render_simulation(data: dict[str, Any], console: Console | None = None) -> N
     for key, section in data.items():
         if key in ("pods", "nodes", "summary", "migrations"):
             continue
-        console.print(f"[bold]{key}[/bold]: {section}")
+        if isinstance(section, list) and section and all(isinstance(r, dict) for r in section):
+            console.print(section_table(key, section))
+        else:
+            console.print(f"[bold]{key}[/bold]: {section}")
     if data.get("migrations"):
         mt = Table(title="migrations")
         for col in ("pod", "from", "to", "plugin", "reason"):
