@@ -340,10 +340,24 @@ def _usage_percent(est: np.ndarray, alloc: np.ndarray) -> np.ndarray:
 
 
 class LoadAware:
+    """Metric age is ``now - updateTime`` on a real clock. On a virtual clock (``koordfw simulate``) it is
+    measured at the start of the run: the input is a snapshot, and the simulated node agent is taken to
+    keep reporting while backoffs and permit waits advance virtual time, so a metric fresh at the start
+    does not expire mid-run (and one already stale at the start stays stale)."""
+
     def __init__(self) -> None:
         #: pod uid → when it was reserved on its node (the engine clock)
         self.assigned_at: dict[str, float] = {}
         self._cols: _Columns | None = None
+        self._run_start: float | None = None
+
+    def _metric_now(self, handle: Any) -> float:
+        return self._run_start if self._run_start is not None else handle.clock.now()
+
+    @hookimpl
+    def startup(self, handle: Any) -> None:
+        clock = handle.clock
+        self._run_start = clock.now() if getattr(clock, "virtual", False) else None
 
     def columns(self, args: LoadAwareArgs) -> _Columns:
         if self._cols is None or self._cols.args is not args:
@@ -362,6 +376,7 @@ class LoadAware:
         now = handle.clock.now()
         idx = nodes.idx
         cols.refresh(nodes.cluster, idx, now)
+        mnow = self._metric_now(handle)
         hm = cols.has_metric[idx]
         if not hm.any():
             return None
@@ -369,7 +384,7 @@ class LoadAware:
         out: dict[str, str] = {}
         check = hm
         if args.filter_expired_node_metrics:
-            expired = hm & cols.expired(idx, now)
+            expired = hm & cols.expired(idx, mnow)
             if not args.enable_schedule_when_node_metrics_expired:
                 for i in idx[expired].tolist():
                     out[views[i].name] = REASON_EXPIRED
@@ -400,7 +415,7 @@ class LoadAware:
         valid = cols.has_metric[idx]
         if not valid.any():
             return None
-        valid &= ~cols.expired(idx, now)
+        valid &= ~cols.expired(idx, self._metric_now(handle))
         w_sum = int(cols.weights.sum()) + args.dominant_resource_weight
         if not valid.any() or w_sum == 0:
             return None
