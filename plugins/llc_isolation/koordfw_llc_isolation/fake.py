@@ -175,8 +175,10 @@ class FakeResctrl:
             else:
                 doms = ";".join(f"{i}={vals[i]:0{digits}x}" for i in sorted(vals))
             lines.append(f"{name:>{pad}}:{doms}\n")
-        (d / "schemata").write_text("".join(lines))
-        (d / "tasks").write_text("".join(f"{p}\n" for p in sorted(self._tasks[group])))
+        texts = {"schemata": "".join(lines), "tasks": "".join(f"{p}\n" for p in sorted(self._tasks[group]))}
+        for f, text in texts.items():
+            (d / f).write_text(text)
+            self._snapshot[d / f] = text  # what the kernel shows is, by definition, settled
 
     def _snap_all(self) -> None:
         self._snapshot = {}
@@ -211,7 +213,6 @@ class FakeResctrl:
             raise self._fail(errno.ENOSPC, "out of CLOSIDs")
         self._init_group(group)
         self._render(group)
-        self._snap_all()
 
     def rmdir(self, group: str) -> None:
         """Remove a control group; its tasks go back to the root group, as in the kernel."""
@@ -221,7 +222,6 @@ class FakeResctrl:
         del self._schemata[group]
         shutil.rmtree(self._dir(group))
         self._render("")
-        self._snap_all()
 
     def write(self, group: str, filename: str, data: str) -> None:
         """One ``write(2)`` of ``data`` to ``group/filename`` with the kernel's semantics."""
@@ -234,7 +234,6 @@ class FakeResctrl:
         else:
             raise OSError(errno.EACCES, f"{filename} is not writable in this fake")
         self._render(group)
-        self._snap_all()
 
     def _write_schemata(self, group: str, data: str) -> None:
         try:
@@ -327,7 +326,6 @@ class FakeResctrl:
                 except OSError as e:
                     errors.append((group, f, str(e)))
                 self._render(group)
-        self._snap_all()
         return errors
 
     def apply(self, executor: Any, writes: Iterable[Any]) -> tuple[list[Any], list[tuple[str, str, str]]]:
@@ -351,7 +349,6 @@ class FakeResctrl:
             self.pids.add(pid)
             self._tasks[group].add(pid)
         self._render(group)
-        self._snap_all()
 
     def exit(self, *pids: int) -> None:
         """Processes that ended: they vanish from every tasks file."""
@@ -361,7 +358,6 @@ class FakeResctrl:
                 if pid in tasks:
                     tasks.discard(pid)
                     self._render(g)
-        self._snap_all()
 
     def schemata(self, group: str = "") -> dict[str, dict[int, int]]:
         return {r: dict(v) for r, v in self._schemata[group].items()}
