@@ -234,3 +234,18 @@ async def test_node_metric_publisher_creates_then_updates(api, client):
     await pub.publish({"cpu": 2000, "memory": 1024 ** 3})
     assert api.get("nodemetrics", "n1")["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "2"
     assert pub.published == 2
+
+
+async def test_cluster_pod_source_is_the_agents_pod_source(api, client):
+    from koordfw.engines.kube.node import ClusterPodSource
+
+    api.create(node("n1", cpu="8"))
+    p = api.create(pod("mine", node_name="n1", labels={"koordinator.sh/qosClass": "BE"}))
+    src = ClusterPodSource(client, "n1")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(src.run)
+        await src.wait_synced()
+        src.refresh("n1")
+        assert src.node is not None and src.node.allocatable["cpu"] == 8000
+        assert src.pods[p["metadata"]["uid"]].qos_class == "BE"
+        tg.cancel_scope.cancel()

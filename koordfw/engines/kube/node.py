@@ -149,3 +149,66 @@ class NodeMetricPublisher:
             except ApiError as e:
                 log.warning("could not publish NodeMetric", node=self.node_name, error=str(e))
             await anyio.sleep(max(0.0, every - (time.monotonic() - t0)))
+
+
+class ClusterPodSource:
+    """The agent's pod-metadata source (``refresh(node_name)``, ``pods`` by uid, ``node``) backed by
+    the API: a watch on the node's pods and on its Node object, instead of manifests on disk."""
+
+    def __init__(self, client: KubeClient, node_name: str, *, watch_timeout: int = 300) -> None:
+        self.source = NodePodSource(client, node_name, watch_timeout=watch_timeout)
+        self.node = None
+        self._node_reflector = Reflector(client, "/api/v1/nodes", self._on_node, name=f"node@{node_name}",
+                                         field_selector=f"metadata.name={node_name}", watch_timeout=watch_timeout)
+
+    @property
+    def pods(self) -> dict[str, Pod]:
+        return {p.uid: p for p in self.source.pods()}
+
+    def refresh(self, node_name: str) -> None:
+        """Nothing to do: the watches keep the pods and the node current."""
+
+    async def _on_node(self, etype: str, obj: dict, old: dict | None) -> None:
+        from ...core.model import node_from_manifest
+
+        if etype == "DELETED":
+            self.node = None
+            return
+        try:
+            self.node = node_from_manifest(obj)
+        except KoordfwError as e:
+            log.error("ignoring a node the model cannot read", error=str(e))
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.source.run)
+            tg.start_soon(self._node_reflector.run)
+
+    async def wait_synced(self) -> None:
+        await self.source.synced.wait()
+        await self._node_reflector.synced.wait()
+
+
+async def run_agent_on_cluster(agent: Any, client: KubeClient, *, publish_interval: float | None = 60.0,
+                               once: bool = False) -> None:
+    """Run a node agent (``koordfw.agent.loop.Agent``) with pod metadata from the API and, every
+    ``publish_interval`` seconds (None: never), its node state published as the node's NodeMetric."""
+    src = ClusterPodSource(client, agent.node_name)
+    agent.pod_source = src
+    publisher = NodeMetricPublisher(client, agent.node_name, report_interval=int(publish_interval or 60))
+
+    def sample() -> tuple[dict, list]:
+        ns = agent.node_state
+        if ns is None:
+            raise ApiError(0, "no node state collected yet")
+        return dict(ns.usage), [(p.pod, dict(p.usage)) for p in ns.pods if p.pod is not None]
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(src.run)
+        await src.wait_synced()
+        if publish_interval and not once:
+            tg.start_soon(publisher.run, sample)
+        await agent.run(once=once)
+        if once and publish_interval:
+            await publisher.publish(*sample())
+        tg.cancel_scope.cancel()
