@@ -27,6 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--disable", metavar="NAME", action="append", default=[], help="disable a plugin (repeatable)")
     p.add_argument("--pods-from", metavar="DIR", help="pod (and Node) manifests giving pods' QoS metadata")
     p.add_argument("--node-name", default=None, help="default: the host name")
+    kube = p.add_mutually_exclusive_group()
+    kube.add_argument("--kubeconfig", metavar="FILE",
+                      help="read this node's pods from the API (instead of --pods-from) and publish its NodeMetric")
+    kube.add_argument("--in-cluster", action="store_true", help="as --kubeconfig, with the pod's service account")
+    p.add_argument("--node-metric-interval", type=float, default=60.0,
+                   help="seconds between NodeMetric updates with --kubeconfig/--in-cluster (default 60; 0 = off)")
     p.add_argument("--dry-run", action="store_true", help="log the writes, change nothing")
     p.add_argument("--once", action="store_true", help="run one round and exit (writes stay in place)")
     p.add_argument("--metrics-listen", metavar="HOST:PORT", default=None,
@@ -157,7 +163,17 @@ def run(args: argparse.Namespace) -> int:
 
             runner = await start_metrics_server(*listen)
         try:
-            await agent.run(once=args.once)
+            if args.kubeconfig or args.in_cluster:
+                from ..engines.kube.client import KubeClient
+                from ..engines.kube.node import run_agent_on_cluster
+
+                client = (KubeClient.in_cluster() if args.in_cluster
+                          else await KubeClient.from_kubeconfig(args.kubeconfig))
+                async with client:
+                    await run_agent_on_cluster(agent, client, publish_interval=args.node_metric_interval or None,
+                                               once=args.once)
+            else:
+                await agent.run(once=args.once)
         finally:
             if runner is not None:
                 await runner.cleanup()
