@@ -205,7 +205,8 @@ class Coscheduling:
                         f"current gang: {g.gang_id}, podName: {pod.key}")
             if member.spec is None:
                 return f"gangGroup [{group}] basic check: {member.error}, current gang: {g.gang_id}, podName: {pod.key}"
-            self._prune(member, handle)
+            if len(member.children) >= member.spec.min_member:
+                self._prune(member, handle)  # only pruning can turn enough into too few
             if len(member.children) < member.spec.min_member:
                 return (f"gangGroup [{group}] basic check: memberGangs [{gid}] child pod not collect enough, "
                         f"current gang: {g.gang_id}, podName: {pod.key}")
