@@ -145,3 +145,11 @@ def test_agent_plan_cli_without_resctrl(tmp_path, capsys):
     out = json.loads(captured.out)
     assert [w for w in out["writes"] if w["fs"] == "resctrl"] == []
     assert captured.err.count("llc_isolation idle") == 1 and "no resctrl info" in captured.err
+
+
+def test_listed_by_koordfw_plugins(capsys):
+    assert main(["plugins", "-o", "json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    row = rows["llc_isolation"]
+    assert row["distribution"] == "koordfw-llc-isolation" and not row.get("error")
+    assert {"collect", "qos_plan", "shutdown", "plugin_args", "startup"} <= set(row["hooks"])
