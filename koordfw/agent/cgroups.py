@@ -36,10 +36,10 @@ QOS_FILES = {
     2: (("cpu", "cpu.max"), ("cpu", "cpu.weight"), ("cpu", "cpu.idle"), ("cpuset", "cpuset.cpus"),
         ("cpuset", "cpuset.cpus.effective"), ("memory", "memory.max")),
 }
-#: files read for pod and container dirs
+#: files read for pod and container dirs (kept small: it is read for every pod and container every round)
 POD_FILES = {
-    1: (("cpu", "cpu.cfs_quota_us"), ("cpuset", "cpuset.cpus")),
-    2: (("cpu", "cpu.max"), ("cpuset", "cpuset.cpus")),
+    1: (("cpuset", "cpuset.cpus"),),
+    2: (("cpuset", "cpuset.cpus"),),
 }
 
 
@@ -53,12 +53,18 @@ def detect_version(root: str | os.PathLike[str]) -> int:
     raise FileNotFoundError(f"{r}: neither a cgroup v2 root (cgroup.controllers) nor a v1 root (cpu/)")
 
 
-def _read(path: Path) -> str | None:
+def _read(path: str | Path) -> str | None:
+    # raw os.open/os.read: several hundred small cgroup files are read per round
     try:
-        with open(path) as f:
-            return f.read().strip()
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
+    try:
+        return os.read(fd, 65536).decode(errors="replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 @attrs.frozen
@@ -78,12 +84,17 @@ class CgroupLayout:
     driver: str = "cgroupfs"
     kubepods: str = "kubepods"
 
-    def controller_root(self, controller: str) -> Path:
+    def controller_prefix(self, controller: str) -> str:
+        """The controller's dir relative to the root (``""`` on v2), e.g. ``cpu`` or ``cpu,cpuacct``."""
         if self.version == 2:
-            return self.root
+            return ""
         if controller in ("cpu", "cpuacct") and not (self.root / controller).exists():
-            return self.root / "cpu,cpuacct"
-        return self.root / controller
+            return "cpu,cpuacct"
+        return controller
+
+    def controller_root(self, controller: str) -> Path:
+        prefix = self.controller_prefix(controller)
+        return self.root / prefix if prefix else self.root
 
     def path(self, controller: str, rel_dir: str, filename: str = "") -> Path:
         p = self.controller_root(controller) / rel_dir.strip("/")
@@ -91,7 +102,8 @@ class CgroupLayout:
 
     def rel(self, controller: str, rel_dir: str, filename: str) -> str:
         """The path of a file relative to the cgroup root (the executor's and NodeState's form)."""
-        return str(self.path(controller, rel_dir, filename).relative_to(self.root))
+        prefix = self.controller_prefix(controller)
+        return "/".join(x for x in (prefix, rel_dir.strip("/"), filename) if x)
 
     def discover(self) -> list[DiscoveredPod]:
         """The pod cgroups under kubepods, with the kube QoS level they sit in and their containers."""
@@ -133,22 +145,28 @@ class CgroupLayout:
 
     def read_files(self, dirs: Iterable[str], files: Iterable[tuple[str, str]]) -> dict[str, str]:
         """Current values of ``files`` in each dir, keyed by path relative to the root; absent ones left out."""
+        # plain strings, not pathlib: this runs for every pod and container every round
         out: dict[str, str] = {}
-        files = tuple(files)
+        root = str(self.root)
+        pre = [(self.controller_prefix(c), name) for c, name in files]
         for d in dirs:
-            for controller, name in files:
-                p = self.path(controller, d, name)
-                v = _read(p)
+            d = d.strip("/")
+            for prefix, name in pre:
+                rel = f"{prefix}/{d}/{name}" if prefix else f"{d}/{name}"
+                v = _read(f"{root}/{rel}")
                 if v is not None:
-                    out[str(p.relative_to(self.root))] = v
+                    out[rel] = v
         return out
+
+    def _file(self, controller: str, rel_dir: str, name: str) -> str:
+        return f"{self.root}/{self.rel(controller, rel_dir, name)}"
 
     def cpu_usage_ns(self, rel_dir: str) -> int | None:
         """Cumulative CPU time of a cgroup in ns (v1 cpuacct.usage, v2 cpu.stat usage_usec)."""
         if self.version == 1:
-            v = _read(self.path("cpuacct", rel_dir, "cpuacct.usage"))
+            v = _read(self._file("cpuacct", rel_dir, "cpuacct.usage"))
             return int(v) if v and v.isdigit() else None
-        v = _read(self.path("cpu", rel_dir, "cpu.stat"))
+        v = _read(self._file("cpu", rel_dir, "cpu.stat"))
         if not v:
             return None
         for line in v.splitlines():
@@ -159,7 +177,7 @@ class CgroupLayout:
 
     def memory_usage(self, rel_dir: str) -> int | None:
         name = "memory.usage_in_bytes" if self.version == 1 else "memory.current"
-        v = _read(self.path("memory", rel_dir, name))
+        v = _read(self._file("memory", rel_dir, name))
         return int(v) if v and v.isdigit() else None
 
 

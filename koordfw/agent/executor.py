@@ -98,25 +98,55 @@ class Executor:
         roots.setdefault(FS_CGROUP, "/sys/fs/cgroup")
         roots.setdefault(FS_RESCTRL, "/sys/fs/resctrl")
         self.roots = {fs: Path(p) for fs, p in roots.items()}
+        self._real_roots = {fs: p.resolve() for fs, p in self.roots.items()}
         self.dry_run = dry_run
         self.stats = ExecutorStats()
         self._metrics = executor_metrics()
 
-    def resolve(self, w: FileWrite) -> Path | None:
-        """The absolute path of a write, or ``None`` when it would escape its root."""
+    def _lexical(self, w: FileWrite) -> str | None:
+        """The joined path when ``w.path`` is relative and free of ``..`` (no symlink check yet)."""
         root = self.roots.get(w.fs)
-        if root is None or not w.path or os.path.isabs(w.path) or ".." in Path(w.path).parts:
+        if root is None or not w.path or os.path.isabs(w.path) or ".." in w.path.split("/"):
             return None
-        real_root = root.resolve()
-        target = (root / w.path).resolve()
+        return f"{root}/{w.path}"
+
+    def resolve(self, w: FileWrite) -> Path | None:
+        """The absolute path of a write, or ``None`` when it would escape its root (symlinks resolved)."""
+        if self._lexical(w) is None:
+            return None
+        real_root = self._real_roots[w.fs]
+        target = (self.roots[w.fs] / w.path).resolve()
         if target != real_root and real_root not in target.parents:
             return None
         return target
 
-    def apply(self, writes: Iterable[FileWrite]) -> list[WriteResult]:
-        return [self.apply_one(w) for w in writes]
+    def apply(self, writes: Iterable[FileWrite], current: Mapping[str, str] | None = None) -> list[WriteResult]:
+        """Apply in order. ``current``: cgroup values read this round (``NodeState.cgroups``); a write
+        equal to its entry is skipped without re-reading the file (a value changed behind the agent's
+        back since the read is corrected the next round)."""
+        known = dict(current or {})
+        out = []
+        for w in writes:
+            if w.fs == FS_CGROUP and w.path in known and values_equal(w.path, known[w.path], w.value):
+                self.stats.unchanged += 1
+                out.append(WriteResult(w, "unchanged", known[w.path]))
+                continue
+            r = self.apply_one(w)
+            if w.fs == FS_CGROUP and r.outcome in ("written", "dry_run"):
+                known[w.path] = w.value
+            elif w.fs == FS_CGROUP:
+                known.pop(w.path, None)
+            out.append(r)
+        return out
 
     def apply_one(self, w: FileWrite) -> WriteResult:
+        # fast path: an unchanged value needs no write, so no symlink resolution either
+        joined = self._lexical(w)
+        if joined is not None:
+            old = _read(joined)
+            if old is not None and values_equal(w.path, old, w.value):
+                self.stats.unchanged += 1
+                return WriteResult(w, "unchanged", old)
         target = self.resolve(w)
         if target is None:
             self.stats.refused += 1
@@ -174,11 +204,15 @@ class Executor:
         return WriteResult(w, "error", old, error=f"{reason}: {e.strerror or e}")
 
 
-def _read(path: Path) -> str | None:
+def _read(path: str | Path) -> str | None:
+    """The stripped value of a file, ``None`` when absent or unreadable."""
     try:
-        with open(path) as f:
-            return f.read().strip()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return None
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
+    try:
+        return os.read(fd, 65536).decode(errors="replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -262,7 +262,7 @@ class Agent:
                                                  node_state=ns)
         self._seen = {p.uid for p in ns.pods} | {c.cgroup_dir for p in ns.pods for c in p.containers}
         writes += await self._writes("qos_plan", node_state=ns)
-        results = self.executor.apply(writes)
+        results = self.executor.apply(writes, current=ns.cgroups)
         self.last_results = results
         self.rounds += 1
         dt = time.perf_counter() - t0
