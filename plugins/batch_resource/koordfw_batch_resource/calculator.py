@@ -211,8 +211,8 @@ def calculate(strategy: ColocationStrategy, node: Any, pods: Iterable[Any], metr
     batch_cpu = by_max[CPU] if cpu_policy == MAX_USAGE_REQUEST else by_usage[CPU]
     mem_policy = strategy.memory_calculate_policy
     batch_mem = {REQUEST: by_request, MAX_USAGE_REQUEST: by_max}.get(mem_policy, by_usage)[MEMORY]
-    if strategy.batch_cpu_threshold_percent is not None:
-        batch_cpu = min(batch_cpu, _ratio_of(capacity[CPU], strategy.batch_cpu_threshold_percent))
+    if strategy.batch_CPU_threshold_percent is not None:
+        batch_cpu = min(batch_cpu, _ratio_of(capacity[CPU], strategy.batch_CPU_threshold_percent))
     if strategy.batch_memory_threshold_percent is not None:
         batch_mem = min(batch_mem, _ratio_of(capacity[MEMORY], strategy.batch_memory_threshold_percent))
     return BatchResult(node=node.name, batch_cpu=batch_cpu, batch_memory=batch_mem, cpu_policy=cpu_policy,

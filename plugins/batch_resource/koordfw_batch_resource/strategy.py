@@ -88,7 +88,8 @@ class ColocationStrategy:
     degrade_time_minutes: int = attrs.field(default=15, validator=_non_negative)
     update_time_threshold_seconds: int = attrs.field(default=300, validator=_non_negative)
     resource_diff_threshold: float = attrs.field(default=0.1, validator=_ratio)
-    batch_cpu_threshold_percent: int | None = attrs.field(default=None, validator=_opt_percent)
+    # spelled so that the profile key is Koordinator's ``batchCPUThresholdPercent``
+    batch_CPU_threshold_percent: int | None = attrs.field(default=None, validator=_opt_percent)
     batch_memory_threshold_percent: int | None = attrs.field(default=None, validator=_opt_percent)
     #: ``[{nodeSelector: {matchLabels: ..., matchExpressions: ...}, name: ..., <strategy fields>}]``
     node_configs: list[dict] = attrs.field(factory=list, validator=_node_configs)

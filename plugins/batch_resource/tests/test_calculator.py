@@ -104,9 +104,9 @@ CASES = [
     ("reservation-invalid-ignored", {}, {"annotations": {"node.koordinator.sh/reservation": "{not json"}},
      {}, (40000, 37 * G)),
     # batch*ThresholdPercent caps
-    ("cpu-threshold-caps", {"batch_cpu_threshold_percent": 30}, {}, {}, (30000, 37 * G)),
+    ("cpu-threshold-caps", {"batch_CPU_threshold_percent": 30}, {}, {}, (30000, 37 * G)),
     ("memory-threshold-caps", {"batch_memory_threshold_percent": 20}, {}, {}, (40000, 20 * G)),
-    ("thresholds-above-value", {"batch_cpu_threshold_percent": 90, "batch_memory_threshold_percent": 90},
+    ("thresholds-above-value", {"batch_CPU_threshold_percent": 90, "batch_memory_threshold_percent": 90},
      {}, {}, (40000, 37 * G)),
     # margins: negative when the reclaim threshold exceeds 100 %, whole capacity at 0 %
     ("negative-margin", {"cpu_reclaim_threshold_percent": 120, "memory_reclaim_threshold_percent": 100},
@@ -211,3 +211,17 @@ def test_needs_sync():
     assert needs_sync(old, {"kubernetes.io/batch-cpu": 11500}, last_update=NOW - 10, now=NOW, strategy=s)
     assert needs_sync(old, {"kubernetes.io/batch-cpu": 10000}, last_update=NOW - 300, now=NOW, strategy=s)
     assert needs_sync(old, {"kubernetes.io/batch-cpu": 0}, last_update=NOW - 10, now=NOW, strategy=s)
+
+
+def test_profile_keys_are_koordinators():
+    from koordfw import ConfigError, build_registry
+
+    reg = build_registry({"pluginConfig": {"batch_resource": {
+        "batchCPUThresholdPercent": 30, "cpuReclaimThresholdPercent": 70, "memoryCalculatePolicy": "request",
+        "nodeConfigs": [{"name": "big", "nodeSelector": {"matchLabels": {"size": "big"}},
+                         "batchMemoryThresholdPercent": 50}]}}}, only=["batch_resource"])
+    args = reg.plugins["batch_resource"].args_cls and reg.args["batch_resource"]
+    assert (args.batch_CPU_threshold_percent, args.cpu_reclaim_threshold_percent) == (30, 70)
+    assert args.memory_calculate_policy == "request"
+    with pytest.raises(ConfigError, match="batch_resource"):
+        build_registry({"pluginConfig": {"batch_resource": {"cpuCalculatePolicy": "often"}}}, only=["batch_resource"])
