@@ -184,7 +184,10 @@ class LLCIsolation:
             if self.support.supported:
                 self._say("resctrl detected", "info", root=root, **self.support.info.to_wire())
             else:
-                self._say(f"llc_isolation idle: {self.support.reason}", "warning", root=root)
+                # a warning only when something is configured: with the defaults (and in the scheduler,
+                # which also calls startup) a node without resctrl is not news
+                level = "warning" if args is not None and args.any_enabled else "info"
+                self._say(f"llc_isolation idle: {self.support.reason}", level, root=root)
         return self.support
 
     def _wanted(self, args: LLCIsolationArgs, node_state: Any) -> bool:
