@@ -1,0 +1,13 @@
+"""koordfw gpu_share: Koordinator fractional GPU scheduling, FGD and the FGD paper's baselines.
+
+Modules: ``requests`` (Koordinator request validation), ``inventory`` (per-node GPU columns),
+``frag`` (the fragmentation measure and target workload, public), ``plugin`` (the scheduler plugin),
+``replay`` (``koordfw replay openb``), ``agent_devices`` (the NVML Device reporter).
+"""
+
+from .frag import Workload, node_frag, typical_pods
+from .plugin import POLICIES, Args, GpuShare
+from .requests import GpuRequest, InvalidGpuRequest, normalize_request
+
+__all__ = ["Args", "GpuRequest", "GpuShare", "InvalidGpuRequest", "POLICIES", "Workload", "node_frag",
+           "normalize_request", "typical_pods"]

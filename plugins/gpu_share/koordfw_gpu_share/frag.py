@@ -1,0 +1,114 @@
+"""GPU fragmentation as the FGD paper measures it (Weng et al., USENIX ATC'23), vectorised.
+
+Public API (also used by the defrag plugin):
+
+* :class:`Workload`: the target workload M ("typical pods") as columns: per-pod CPU (milli),
+  per-GPU milli, GPU count, accepted-model mask and popularity ``p`` (sums to 1).
+* :func:`typical_pods`: build M from pod keys ``(cpu_milli, gpu_milli, num_gpu, spec)`` the way the
+  paper's simulator does (``GetTypicalPods``): count keys, sort by count (ties: larger key first), take
+  the most popular until they cover ``threshold`` % of pods, renormalise.
+* :func:`node_frag`: expected fragmented GPU milli of many nodes at once under M.
+
+A node is ``cpu_left`` (milli) plus ``gpu_left`` (milli per GPU slot; absent or unhealthy slots are 0)
+and a GPU model index into ``Workload.models``. For each typical pod m with probability p:
+if m needs no GPU, cannot use the node's model, or does not fit (GPU count or CPU), every idle GPU milli
+counts as fragment; otherwise only the GPUs with less left than m's per-GPU milli do.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable, Sequence
+
+import attrs
+import numpy as np
+
+PodKey = tuple[int, int, int, str]  # (cpu_milli, gpu_milli per GPU, num_gpu, spec "A|B" or "")
+
+
+@attrs.frozen(eq=False)
+class Workload:
+    """Typical pods as columns. ``access[k, j]`` says pod k may use GPU model ``models[j]``."""
+
+    keys: tuple[PodKey, ...]
+    cpu: np.ndarray
+    milli: np.ndarray
+    num: np.ndarray
+    p: np.ndarray
+    models: tuple[str, ...]
+    access: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def with_models(self, models: Sequence[str]) -> Workload:
+        """The same workload with its access mask computed for ``models`` (model index order)."""
+        return make_workload(list(zip(self.keys, self.p.tolist())), models)
+
+
+def make_workload(weighted: Sequence[tuple[PodKey, float]], models: Sequence[str]) -> Workload:
+    """A Workload from ``[(key, p), ...]``; ``p`` is used as given (callers normalise)."""
+    models = tuple(models)
+    keys = tuple((int(k[0]), int(k[1]), int(k[2]), str(k[3] or "")) for k, _ in weighted)
+    access = np.ones((len(keys), max(len(models), 1)), dtype=bool)
+    for i, k in enumerate(keys):
+        if k[3]:
+            allowed = set(k[3].split("|"))
+            access[i, : len(models)] = [m in allowed for m in models]
+    return Workload(keys=keys, cpu=np.array([k[0] for k in keys], dtype=np.int64),
+                    milli=np.array([k[1] for k in keys], dtype=np.int64),
+                    num=np.array([k[2] for k in keys], dtype=np.int64),
+                    p=np.array([w for _, w in weighted], dtype=np.float64), models=models, access=access)
+
+
+def typical_pods(keys: Iterable[PodKey], models: Sequence[str] = (), threshold: float = 95.0,
+                 step: int = 1) -> Workload:
+    """The paper's target workload from a list of pod keys (one per pod)."""
+    counts = Counter((int(c), int(m), int(n), str(s or "")) for c, m, n, s in keys)
+    total = float(sum(counts.values()))
+    if total == 0:
+        return make_workload([], models)
+    # Go: sort.Reverse(TargetPodList) with Less = (count, cpu, milli, num, spec) ascending
+    ordered = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+    expected = threshold * total / 100.0
+    cum, i, taken = 0.0, 0, 0
+    while cum < expected and i < len(ordered):
+        taken += step
+        while i < taken and i < len(ordered):
+            cum += ordered[i][1]
+            i += 1
+    chosen = ordered[:i]
+    return make_workload([(k, c / cum) for k, c in chosen], models)
+
+
+def node_frag(cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.ndarray, w: Workload) -> np.ndarray:
+    """Fragmented GPU milli per node (float64, shape ``(S,)``) for S node states under ``w``.
+
+    ``cpu_left``: (S,), ``gpu_left``: (S, G) milli per slot, ``model``: (S,) index into ``w.models``
+    (-1 = no model: only pods without a model constraint can use it).
+    """
+    gpu_left = np.asarray(gpu_left)
+    idle = gpu_left.sum(axis=1).astype(np.float64)
+    if len(w) == 0 or gpu_left.shape[0] == 0:
+        return np.zeros(gpu_left.shape[0], dtype=np.float64)
+    ge = gpu_left[:, :, None] >= w.milli[None, None, :]                          # S,G,K
+    cnt = ge.sum(axis=1)                                                          # S,K
+    small = np.where(ge, 0, gpu_left[:, :, None]).sum(axis=1).astype(np.float64)  # S,K
+    fits = (cnt >= w.num[None, :]) & (np.asarray(cpu_left)[:, None] >= w.cpu[None, :]) & (w.milli[None, :] > 0)
+    model = np.asarray(model)
+    acc = w.access[:, np.maximum(model, 0)].T                                     # S,K
+    if (model < 0).any():
+        unconstrained = np.array([not k[3] for k in w.keys], dtype=bool)
+        acc = np.where((model < 0)[:, None], unconstrained[None, :], acc)
+    contrib = np.where(fits & acc, small, idle[:, None])
+    return contrib @ w.p
+
+
+def node_frag_one(cpu_left: int, gpu_left: Sequence[int], model: int, w: Workload) -> float:
+    """:func:`node_frag` for one node (plain values)."""
+    return float(node_frag(np.array([cpu_left]), np.array([list(gpu_left)], dtype=np.int64), np.array([model]), w)[0])
+
+
+def fgd_score(delta: np.ndarray) -> np.ndarray:
+    """FGD's node score: ``int64(100 · sigmoid(Δ/1000))``, Δ = F(n) − F(n') in GPU milli (Go truncation)."""
+    return (100.0 / (1.0 + np.exp(-np.asarray(delta, dtype=np.float64) / 1000.0))).astype(np.int64)

@@ -1,0 +1,473 @@
+"""gpu_share: Koordinator's fractional GPU scheduling with a choice of placement policies.
+
+Hooks: ``pre_filter`` validates/normalises the pod's GPU request (Koordinator's rules); ``filter``
+keeps nodes where enough devices can hold the per-GPU share; ``score`` ranks nodes by the policy;
+``reserve`` picks the exact devices (per policy); ``pre_bind`` writes
+``scheduling.koordinator.sh/device-allocated``. Pods without GPU requests are skipped unless a paper
+policy (which scores every pod, as in the FGD paper's simulator) is chosen.
+
+Policies (``pluginConfig: {gpu_share: {policy: NAME}}``):
+
+* ``spread`` (default; Koordinator LeastAllocated) and ``binpack`` (Koordinator MostAllocated), over
+  ``gpu-memory-ratio`` and ``gpu-memory``; devices sorted by the same score, then minor.
+* The FGD paper's ``fgd``, ``bestfit``, ``dotprod``, ``packing``, ``clustering``, ``random``, with their
+  GPU choice (FGD's own; best-fit GPU for the other packers; a random fitting GPU for ``random``).
+* ``fgdx`` (ours): FGD's fragmentation gradient without the int truncation, ties broken by best fit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+
+import attrs
+import numpy as np
+
+from koordfw import Status, format_quantity, hookimpl, normalize
+
+from . import frag
+from .inventory import DEVICE_ALLOCATED, MILLI, Alloc, Inventory
+from .requests import GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, InvalidGpuRequest, pod_gpu_request
+
+KOORD_POLICIES = ("spread", "binpack")
+PAPER_POLICIES = ("fgd", "bestfit", "dotprod", "packing", "clustering", "random")
+OUR_POLICIES = ("fgdx",)
+POLICIES = KOORD_POLICIES + PAPER_POLICIES + OUR_POLICIES
+MAX_SPEC_CPU, MAX_SPEC_GPU = 128000, 8000  # the paper simulator's normalisation constants
+_REQ, _ALLOC, _CHOICE = "gpu_share/request", "gpu_share/alloc", "gpu_share/choice"
+INSUFFICIENT = "Insufficient gpu devices"
+
+
+def _policy(value: str) -> str:
+    v = str(value).lower()
+    if v not in POLICIES:
+        raise ValueError(f"unknown policy {value!r}; use one of {', '.join(POLICIES)}")
+    return v
+
+
+@attrs.define
+class TypicalPod:
+    """One entry of the FGD target workload (the paper's ``TargetPod``)."""
+
+    milli_cpu: int
+    milli_gpu: int = 0
+    gpu_number: int = 0
+    gpu_spec: str = ""
+    weight: float = 1.0
+
+
+@attrs.define
+class Args:
+    policy: str = attrs.field(default="spread", converter=_policy)
+    #: FGD target workload; empty = learnt from the pods the scheduler has seen
+    typical_pods: list[TypicalPod] = attrs.field(factory=list)
+    popularity_threshold: float = 95.0
+    #: with a learnt workload, rebuild it after this many new pods
+    workload_refresh_pods: int = 100
+    #: seed of the ``random`` policy's GPU choice
+    seed: int = 0
+    #: ``random`` (the kernel's uniform choice among equal scores) or ``first`` (the first node in
+    #: cluster order among the best, which the replay's node permutation makes random per seed)
+    tie_break: str = attrs.field(default="random", validator=attrs.validators.in_(("random", "first")))
+
+
+def pod_tag(count: int, milli: int) -> str:
+    """GpuClustering's affinity tag: ``share-gpu``, ``<k>-gpu`` or '' (no GPU)."""
+    if count == 0 or milli == 0:
+        return ""
+    if count == 1 and milli < MILLI:
+        return "share-gpu"
+    return f"{count}-gpu"
+
+
+def sub_select(left: np.ndarray, fit: np.ndarray, count: int) -> np.ndarray:
+    """The paper's ``NodeResource.Sub``: the ``count`` least-sufficient fitting slots (stable by index)."""
+    big = np.iinfo(np.int64).max
+    order = np.argsort(np.where(fit, left, big), axis=1, kind="stable")
+    sfit = np.take_along_axis(fit, order, axis=1)
+    chosen = sfit & (np.cumsum(sfit, axis=1) <= count)
+    sel = np.zeros_like(fit)
+    np.put_along_axis(sel, order, chosen, axis=1)
+    return sel
+
+
+class GpuShare:
+    """Stateful per scheduler: the GPU inventory, allocations, FGD caches and the learnt workload."""
+
+    def __init__(self) -> None:
+        self.inv: Inventory | None = None
+        self._inv_key: tuple | None = None
+        self._sync_key: tuple | None = None
+        self.rng = np.random.default_rng(0)
+        self.workload: frag.Workload | None = None
+        self._fixed_workload = False
+        self._seen: dict[str, frag.PodKey] = {}
+        self._seen_order: deque[str] = deque()
+        self._since_refresh = 0
+        self._cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._frag_cache: tuple[np.ndarray, np.ndarray] | None = None
+
+    # -- configuration ---------------------------------------------------------------------------
+    @hookimpl
+    def plugin_args(self):
+        return Args
+
+    @hookimpl
+    def startup(self, args, handle):
+        self.rng = np.random.default_rng(args.seed)
+        if args.typical_pods:
+            self._fixed_workload = True
+            tot = sum(t.weight for t in args.typical_pods) or 1.0
+            self._weighted = [((t.milli_cpu, t.milli_gpu, t.gpu_number, t.gpu_spec), t.weight / tot)
+                              for t in args.typical_pods]
+        self.sync(handle.cluster)
+        for e in handle.cluster.pods.values():
+            self._observe(e.pod)
+
+    # -- state -----------------------------------------------------------------------------------
+    def sync(self, cluster) -> Inventory:
+        """Bring the inventory up to date with the cluster (nodes, Devices, departed or annotated pods)."""
+        devs = cluster.objects_of("Device")
+        key = (id(cluster), cluster.num_nodes, cluster._labels_gen, tuple(id(o) for o in devs.values()))
+        if key != self._inv_key:
+            old = self.inv
+            self.inv = Inventory(cluster)
+            if old is not None:  # keep what we reserved on nodes that still exist
+                for uid, a in old.allocs.items():
+                    if a.node < cluster.num_nodes:
+                        self.inv.add(uid, a)
+            self._inv_key = key
+            self._sync_key = None
+            self._cache.clear()
+            self._frag_cache = None
+            if self.workload is not None and self.workload.models != self.inv.models:
+                self.workload = self.workload.with_models(self.inv.models)
+        sk = (cluster.free_generation, len(cluster.pods))
+        if sk != self._sync_key:
+            self.inv.reconcile(pod_tag)
+            self._sync_key = sk
+        return self.inv
+
+    def node_version(self, cluster, idx) -> np.ndarray:
+        return cluster.node_version[idx] + self.inv.version[idx]
+
+    def cpu_left(self, cluster, idx) -> np.ndarray:
+        c = cluster.resource_index("cpu")
+        return cluster.allocatable[idx, c] - cluster.requested[idx, c]
+
+    def _observe(self, pod) -> None:
+        if self._fixed_workload or pod.uid in self._seen:
+            return
+        try:
+            req = pod_gpu_request(pod)
+        except InvalidGpuRequest:
+            return
+        key = (int(pod.requests.get("cpu", 0)), req.milli if req else 0, req.count if req else 0,
+               req.spec if req else "")
+        self._seen[pod.uid] = key
+        self._since_refresh += 1
+
+    def target_workload(self, args) -> frag.Workload:
+        """M: the args' typical pods, or learnt from the pods seen (rebuilt every N new pods)."""
+        models = self.inv.models if self.inv is not None else ()
+        if self._fixed_workload:
+            if self.workload is None or self.workload.models != models:
+                self.workload = frag.make_workload(self._weighted, models)
+            return self.workload
+        if self.workload is None or self._since_refresh >= max(args.workload_refresh_pods, 1):
+            self.workload = frag.typical_pods(self._seen.values(), models, args.popularity_threshold)
+            self._since_refresh = 0
+            self._cache.clear()
+            self._frag_cache = None
+        return self.workload
+
+    def node_frag_milli(self, cluster, args) -> np.ndarray:
+        """Fragmented GPU milli per node under M, recomputed only for nodes that changed."""
+        inv = self.sync(cluster)
+        w = self.target_workload(args)
+        ver = self.node_version(cluster, slice(None))
+        if self._frag_cache is None or len(self._frag_cache[0]) != len(ver):
+            self._frag_cache = (np.full(len(ver), -1, dtype=np.int64), np.zeros(len(ver)))
+        fv, fr = self._frag_cache
+        stale = np.flatnonzero(fv != ver)
+        if len(stale):
+            fr[stale] = frag.node_frag(self.cpu_left(cluster, stale), inv.left[stale], inv.model[stale], w)
+            fv[stale] = ver[stale]
+        return fr
+
+    # -- scheduling cycle ------------------------------------------------------------------------
+    @hookimpl
+    def pre_filter(self, pod, state, args, handle):
+        self.sync(handle.cluster)
+        self._observe(pod)
+        try:
+            req = pod_gpu_request(pod)
+        except InvalidGpuRequest as e:
+            return Status.unresolvable(str(e))
+        state[_REQ] = req
+        if req is None:
+            return Status.skip()
+        if not self.inv.any_gpu:
+            return Status.unresolvable(f"{INSUFFICIENT}: no node has GPU devices")
+        return None
+
+    @hookimpl
+    def filter(self, pod, nodes, state):
+        req = state.get(_REQ)
+        if req is None:
+            return None
+        inv = self.inv
+        idx = nodes.idx
+        ok = inv.fit_devices(idx, req.core, req.memory_ratio, req.memory_bytes).sum(axis=1) >= req.count
+        if req.spec:
+            allowed = np.array([m in req.spec.split("|") for m in inv.models] + [False], dtype=bool)
+            ok &= allowed[inv.model[idx]]
+        bad = np.flatnonzero(~ok)
+        if len(bad) == 0:
+            return None
+        st = Status.unschedulable(INSUFFICIENT)
+        views = nodes.cluster.views
+        return {views[i].name: (inv.errors.get(views[i].name) or st) for i in idx[bad].tolist()}
+
+    @hookimpl
+    def pre_score(self, pod, nodes, state, args):
+        if state.get(_REQ) is None and args.policy in KOORD_POLICIES:
+            return Status.skip()
+        return None
+
+    @hookimpl
+    def score(self, pod, nodes, state, args, handle):
+        s = self._score(pod, nodes, state, args, handle)
+        if args.tie_break == "first" and len(s):
+            s = np.minimum(s, 99)
+            s[int(np.argmax(s))] = 100
+        return s
+
+    def _score(self, pod, nodes, state, args, handle):
+        cluster = handle.cluster
+        req = state.get(_REQ)
+        idx = nodes.idx
+        p = args.policy
+        if p in KOORD_POLICIES:
+            return normalize(self._koord_scores(idx, req, most=(p == "binpack")))
+        if p == "random":
+            return np.zeros(len(idx), dtype=np.int64)
+        cpu = int(pod.requests.get("cpu", 0))
+        milli, count = (req.milli, req.count) if req else (0, 0)
+        inv = self.inv
+        if p in ("fgd", "fgdx"):
+            scores, _, delta = self._fgd(cluster, idx, pod, req, args)
+            if p == "fgd":
+                return scores
+            return self._fgdx_rank(cluster, idx, cpu, milli * count, delta)
+        cpu_left = self.cpu_left(cluster, idx)
+        gpu_left = inv.left[idx].sum(axis=1)
+        if p == "bestfit":
+            raw = (100.0 * (1.0 - (0.5 * (cpu_left - cpu) / MAX_SPEC_CPU
+                                   + 0.5 * (gpu_left - milli * count) / MAX_SPEC_GPU))).astype(np.int64)
+            lo, hi = int(raw.min()), int(raw.max())
+            return np.zeros_like(raw) if hi == lo else (raw - lo) * 100 // (hi - lo)
+        if p == "dotprod":
+            dot = cpu_left / MAX_SPEC_CPU * cpu / MAX_SPEC_CPU + gpu_left / MAX_SPEC_GPU * (milli * count) / MAX_SPEC_GPU
+            return (100.0 * (1.0 - dot / 2.0)).astype(np.int64)
+        if req is None:  # packing and clustering give CPU pods 0 everywhere
+            return np.zeros(len(idx), dtype=np.int64)
+        if p == "packing":
+            return self._packing(idx, req)
+        return self._clustering(idx, req, gpu_left)
+
+    # -- policies ----------------------------------------------------------------------------------
+    def _koord_scores(self, idx, req, most: bool) -> np.ndarray:
+        inv = self.inv
+        parts, weights = [], []
+        ratio_req = (req.memory_ratio or 0) * req.count if req else 0
+        bytes_req = (req.memory_bytes or 0) * req.count if req else 0
+        tot_r = inv.total_mem[idx].sum(axis=1)
+        free_r = np.maximum(inv.mem_free[idx], 0).sum(axis=1)
+        tot_b = inv.mem_bytes[idx].sum(axis=1)
+        free_b = (inv.mem_bytes[idx] * np.maximum(inv.mem_free[idx], 0) // MILLI).sum(axis=1)
+        for tot, free, r in ((tot_r, free_r, ratio_req), (tot_b, free_b, bytes_req)):
+            requested = np.where(tot >= free, tot - free + r, tot)
+            safe = np.maximum(tot, 1)
+            if most:
+                s = np.minimum(requested, tot) * 100 // safe
+            else:
+                s = np.where(requested <= tot, (tot - requested) * 100 // safe, 0)
+            parts.append(np.where(tot > 0, s, 0))
+            weights.append(np.where(tot > 0, 1, 0))
+        wsum = np.maximum(weights[0] + weights[1], 1)
+        return (parts[0] * weights[0] + parts[1] * weights[1]) // wsum
+
+    def _packing(self, idx, req) -> np.ndarray:
+        inv = self.inv
+        left = inv.left[idx]
+        fit = inv.fit_devices(idx, req.core, req.memory_ratio, req.memory_bytes)
+        full = (left == MILLI) & (inv.total_core[idx] > 0)
+        ff = full.sum(axis=1)
+        sel = sub_select(left, fit, req.count)
+        ffu = (sel & full).sum(axis=1)
+        ratio = np.where(sel, left * 100 // MILLI, 0).sum(axis=1)
+        case1 = np.maximum(100 - ratio // 10, 50)
+        case2 = np.maximum(50 - ffu, 33)
+        case3 = np.maximum(33 - ff, ff)
+        return np.where(ff == inv.ngpu[idx], case3, np.where(ffu > 0, case2, case1)).astype(np.int64)
+
+    def _clustering(self, idx, req, gpu_left) -> np.ndarray:
+        tag = pod_tag(req.count, req.milli)
+        base = 25 * (MAX_SPEC_GPU - gpu_left) // MAX_SPEC_GPU
+        tags = self.inv.tags
+        tier = np.empty(len(idx), dtype=np.int64)
+        for j, i in enumerate(idx.tolist()):
+            t = tags[i]
+            tier[j] = (75 if len(t) == 1 else 50) if t.get(tag, 0) > 0 else (25 if not t else 0)
+        return base + tier
+
+    def _fgd(self, cluster, idx, pod, req, args):
+        """FGD per node: (score, best slot or -1, Δ float), cached per pod shape and node version."""
+        inv = self.inv
+        w = self.target_workload(args)
+        cpu = int(pod.requests.get("cpu", 0))
+        key = (cpu, req.core, req.memory_ratio, req.memory_bytes, req.count, req.spec) if req else (cpu,)
+        n = cluster.num_nodes
+        c = self._cache.get(key)
+        if c is None or len(c[0]) != n:
+            c = (np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64),
+                 np.zeros(n))
+            self._cache[key] = c
+        ver, sc, slot, dl = c
+        cur = self.node_version(cluster, idx)
+        stale = idx[ver[idx] != cur]
+        if len(stale):
+            s, g, d = self._fgd_compute(cluster, stale, cpu, req, w)
+            sc[stale], slot[stale], dl[stale] = s, g, d
+            ver[stale] = cur[ver[idx] != cur]
+        return sc[idx], slot[idx], dl[idx]
+
+    def _fgd_compute(self, cluster, idx, cpu, req, w, cpu_bias: int = 0):
+        inv = self.inv
+        left = inv.left[idx]
+        cpu_left = self.cpu_left(cluster, idx) + cpu_bias
+        model = inv.model[idx]
+        f0 = frag.node_frag(cpu_left, left, model, w)
+        if req is None:
+            d = f0 - frag.node_frag(cpu_left - cpu, left, model, w)
+            return frag.fgd_score(d), np.full(len(idx), -1), d
+        fit = inv.fit_devices(idx, req.core, req.memory_ratio, req.memory_bytes)
+        if req.count == 1 and req.milli < MILLI:
+            si, g = np.nonzero(fit)
+            hyp = left[si].copy()
+            hyp[np.arange(len(si)), g] -= req.milli
+            d_pairs = f0[si] - frag.node_frag(cpu_left[si] - cpu, hyp, model[si], w)
+            s_pairs = frag.fgd_score(d_pairs)
+            m = np.full(fit.shape, -1, dtype=np.int64)
+            m[si, g] = s_pairs
+            best = np.argmax(m, axis=1)  # first slot with the best (truncated) score, as the Go loop
+            dm = np.full(fit.shape, -np.inf)
+            dm[si, g] = d_pairs
+            return m[np.arange(len(idx)), best], best, dm[np.arange(len(idx)), best]
+        sel = sub_select(left, fit, req.count)
+        hyp = left - np.where(sel, req.milli, 0)
+        d = f0 - frag.node_frag(cpu_left - cpu, hyp, model, w)
+        return frag.fgd_score(d), np.full(len(idx), -1), d
+
+    def _fgdx_rank(self, cluster, idx, cpu, gpu_req, delta) -> np.ndarray:
+        """Ours: the node with the largest exact Δ wins (no int truncation); ties go to the tightest
+        node (best fit on GPU then CPU). Scores are ranks squeezed into [0, 100]."""
+        gpu_after = self.inv.left[idx].sum(axis=1) - gpu_req
+        cpu_after = self.cpu_left(cluster, idx) - cpu
+        dq = np.round(np.asarray(delta), 6)
+        order = np.lexsort((cpu_after, gpu_after, -dq))
+        out = np.zeros(len(idx), dtype=np.int64)
+        first = order[0]
+        same = (dq == dq[first]) & (gpu_after == gpu_after[first]) & (cpu_after == cpu_after[first])
+        out[same] = 100
+        return out
+
+    # -- device choice ---------------------------------------------------------------------------
+    def choose_slots(self, cluster, i: int, pod, req, args) -> list[int]:
+        inv = self.inv
+        idx = np.array([i])
+        fit = inv.fit_devices(idx, req.core, req.memory_ratio, req.memory_bytes)[0]
+        cand = np.flatnonzero(fit)
+        if len(cand) < req.count:
+            return []
+        left = inv.left[i]
+        p = args.policy
+        sharing = req.count == 1 and req.milli < MILLI
+        if p in KOORD_POLICIES:
+            most = p == "binpack"
+            tot, free = inv.total_mem[i], inv.mem_free[i]
+            r = req.memory_ratio if req.memory_ratio is not None else req.core
+            requested = tot - free + r
+            safe = np.maximum(tot, 1)
+            s = (np.minimum(requested, tot) * 100 // safe if most
+                 else np.where(requested <= tot, (tot - requested) * 100 // safe, 0))
+            order = sorted(cand.tolist(), key=lambda g: (-int(s[g]), int(inv.minor[i, g])))
+            return order[: req.count]
+        if sharing and p in ("fgd", "fgdx"):
+            # the pod is already assumed on the node: judge from the state before it, as at score time
+            cpu = int(pod.requests.get("cpu", 0))
+            _, slot, _ = self._fgd_compute(cluster, idx, cpu, req, self.target_workload(args), cpu_bias=cpu)
+            if slot[0] >= 0 and fit[slot[0]]:
+                return [int(slot[0])]
+        if sharing and p == "random":
+            return [int(cand[self.rng.integers(len(cand))])]
+        if sharing:  # best fit: the fitting GPU with the least left, first by index
+            return [int(cand[np.argmin(left[cand])])]
+        sel = sub_select(left[None, :], fit[None, :], req.count)[0]
+        return np.flatnonzero(sel).tolist()
+
+    @hookimpl
+    def reserve(self, pod, node, state, args, handle):
+        req = state.get(_REQ)
+        if req is None:
+            return None
+        inv = self.sync(handle.cluster)
+        slots = self.choose_slots(handle.cluster, node.index, pod, req, args)
+        if len(slots) < req.count:
+            return Status.unschedulable(INSUFFICIENT)
+        if req.memory_ratio is not None:
+            mem, mem_b = req.memory_ratio, None
+        else:
+            mem_b = req.memory_bytes
+            mem = int(inv.mem_slots_needed(np.array([node.index]), mem_b)[0, slots[0]])
+        a = Alloc(node.index, tuple(slots), req.core, mem, mem_b, req.milli * req.count, pod_tag(req.count, req.milli))
+        inv.add(pod.uid, a)
+        state[_ALLOC] = a
+        return None
+
+    @hookimpl
+    def unreserve(self, pod, node, state):
+        if self.inv is not None:
+            self.inv.release(pod.uid)
+        state.pop(_ALLOC, None)
+
+    @hookimpl
+    def pre_bind(self, pod, node, state):
+        a = state.get(_ALLOC)
+        if a is None:
+            return None
+        return {DEVICE_ALLOCATED: device_allocated_json(self.inv, a)}
+
+    def allocated_milli(self, uid: str) -> int:
+        a = self.inv.allocs.get(uid) if self.inv is not None else None
+        return a.milli if a is not None else 0
+
+
+def device_allocated_json(inv: Inventory, a: Alloc) -> str:
+    """Koordinator's annotation: ``{"gpu":[{"minor":0,"resources":{...}}]}``, quantities as strings,
+    keys sorted; gpu-memory filled from the ratio, or the ratio from the bytes (``fillGPUTotalMem``)."""
+    out = []
+    for s in a.slots:
+        total_b = int(inv.mem_bytes[a.node, s])
+        res = {GPU_CORE: str(a.core // 10)}
+        if a.mem_bytes is not None:
+            res[GPU_MEMORY] = format_quantity(GPU_MEMORY, a.mem_bytes)
+            if total_b > 0:
+                res[GPU_MEMORY_RATIO] = str(int(a.mem_bytes / total_b * 100))
+        else:
+            res[GPU_MEMORY_RATIO] = str(a.mem // 10)
+            if total_b > 0:
+                res[GPU_MEMORY] = format_quantity(GPU_MEMORY, a.mem // 10 * total_b // 100)
+        out.append({"minor": int(inv.minor[a.node, s]), "resources": dict(sorted(res.items()))})
+    return json.dumps({"gpu": out}, separators=(",", ":"))

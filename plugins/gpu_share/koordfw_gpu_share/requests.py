@@ -1,0 +1,159 @@
+"""Koordinator's GPU request model: validation and normalisation of a pod's GPU resources.
+
+Follows ``pkg/scheduler/plugins/deviceshare`` (``ValidateDeviceRequest``, ``ConvertDeviceRequest``,
+``calcDesiredRequestsAndCountForGPU``): the non-zero GPU resources of a pod form a combination that must
+be one of Koordinator's valid ones; it is mapped to ``gpu-core`` / ``gpu-memory-ratio`` / ``gpu-memory``
+and split into a per-GPU request and a GPU count.
+
+Internally per-GPU amounts are in **milli** of a device (1000 = one whole GPU), i.e. Koordinator's
+percentages × 10, which is the unit of the FGD paper's traces and formulas.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+NVIDIA_GPU = "nvidia.com/gpu"
+AMD_GPU = "amd.com/gpu"
+HYGON_DCU = "dcu.com/gpu"
+KOORD_GPU = "koordinator.sh/gpu"
+GPU_CORE = "koordinator.sh/gpu-core"
+GPU_MEMORY = "koordinator.sh/gpu-memory"
+GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
+GPU_SHARED = "koordinator.sh/gpu.shared"
+HUAWEI_NPU_CORE = "huawei.com/npu-core"
+GPU_MODEL_LABEL = "node.koordinator.sh/gpu-model"
+
+GPU_RESOURCES = (NVIDIA_GPU, AMD_GPU, HYGON_DCU, KOORD_GPU, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, GPU_SHARED,
+                 HUAWEI_NPU_CORE)
+
+# Koordinator's valid combinations (apis/extension/device_share.go), as sets of resource names.
+_WHOLE = ({NVIDIA_GPU}, {AMD_GPU}, {HYGON_DCU})
+_PERCENT = ({KOORD_GPU}, {GPU_MEMORY_RATIO}, {GPU_CORE, GPU_MEMORY_RATIO})
+_OTHER = ({GPU_MEMORY}, {GPU_CORE, GPU_MEMORY})
+_SHARED = ({GPU_SHARED, GPU_MEMORY}, {GPU_SHARED, GPU_MEMORY_RATIO}, {GPU_SHARED, GPU_CORE, GPU_MEMORY},
+           {GPU_SHARED, GPU_CORE, GPU_MEMORY_RATIO})
+_HUAWEI = ({HUAWEI_NPU_CORE, GPU_MEMORY_RATIO},)
+VALID_COMBINATIONS = tuple(frozenset(c) for c in _WHOLE + _PERCENT + _OTHER + _SHARED + _HUAWEI)
+
+
+class InvalidGpuRequest(ValueError):
+    """The pod's GPU resources are not a combination or amount Koordinator accepts."""
+
+
+@attrs.frozen
+class GpuRequest:
+    """A normalised GPU request: ``count`` devices, each giving ``core`` and ``memory_ratio`` (milli of a
+    device) or, when only bytes were asked, ``memory_bytes`` per device.
+
+    ``shared`` is Koordinator's notion (less than a whole device's memory); ``spec`` the allowed GPU
+    models joined by ``|`` (empty = any), from the pod's node affinity / node selector.
+    """
+
+    count: int
+    core: int = 0
+    memory_ratio: int | None = None
+    memory_bytes: int | None = None
+    shared: bool = False
+    spec: str = ""
+
+    @property
+    def milli(self) -> int:
+        """The per-GPU amount in the FGD paper's one-dimensional sense (the larger of core and memory)."""
+        return max(self.core, self.memory_ratio or 0)
+
+    @property
+    def total_milli(self) -> int:
+        return self.milli * self.count
+
+    @property
+    def canonical(self) -> dict[str, int]:
+        """Per-GPU request in Koordinator's units (percent, bytes)."""
+        out = {GPU_CORE: self.core // 10}
+        if self.memory_ratio is not None:
+            out[GPU_MEMORY_RATIO] = self.memory_ratio // 10
+        if self.memory_bytes is not None:
+            out[GPU_MEMORY] = self.memory_bytes
+        return out
+
+
+def _pct_check(name: str, value: int) -> None:
+    if value > 100 and value % 100 != 0:
+        raise InvalidGpuRequest(f"{name}={value}: a percentage above 100 must be a multiple of 100")
+
+
+def normalize_request(requests: Mapping[str, int], spec: str = "") -> GpuRequest | None:
+    """Validate and normalise a pod's requests; ``None`` when the pod asks for no GPU.
+
+    ``requests`` holds canonical integers (units: percentages, counts, bytes). Raises
+    :class:`InvalidGpuRequest` with Koordinator's reason for an invalid combination or amount.
+    """
+    present = {r: int(requests[r]) for r in GPU_RESOURCES if int(requests.get(r, 0) or 0) != 0}
+    if not present:
+        return None
+    for r, v in present.items():
+        if v < 0:
+            raise InvalidGpuRequest(f"{r}={v}: must not be negative")
+    combo = frozenset(present)
+    if combo not in VALID_COMBINATIONS:
+        raise InvalidGpuRequest(f"invalid gpu request combination {sorted(combo)}")
+    if HUAWEI_NPU_CORE in combo:
+        raise InvalidGpuRequest(f"{HUAWEI_NPU_CORE} requests are Huawei NPU devices, not handled by gpu_share")
+    shared = present.get(GPU_SHARED, 0)
+    core = present.get(GPU_CORE)
+    ratio = present.get(GPU_MEMORY_RATIO)
+    mem = present.get(GPU_MEMORY)
+    # step 2: canonical form
+    for whole in (NVIDIA_GPU, AMD_GPU, HYGON_DCU):
+        if whole in present:
+            core = ratio = 100 * present[whole]
+    if KOORD_GPU in present:
+        _pct_check(KOORD_GPU, present[KOORD_GPU])
+        core = ratio = present[KOORD_GPU]
+    if shared:
+        for name, v in ((GPU_CORE, core), (GPU_MEMORY_RATIO, ratio)):
+            if v is not None and v % shared != 0:
+                raise InvalidGpuRequest(f"{name}={v} must be a multiple of {GPU_SHARED}={shared}")
+        if core is not None and core // shared > 100:
+            raise InvalidGpuRequest(f"{GPU_CORE}={core} over {GPU_SHARED}={shared} exceeds 100 per GPU")
+    elif combo in (frozenset({GPU_MEMORY_RATIO}), frozenset({GPU_CORE, GPU_MEMORY_RATIO})):
+        for name, v in ((GPU_CORE, core), (GPU_MEMORY_RATIO, ratio)):
+            if v is not None:
+                _pct_check(name, v)
+    # step 3: per-GPU request and count
+    count = 1
+    if shared > 0:
+        count = shared
+    elif ratio is not None and ratio > 100 and ratio % 100 == 0:
+        count = ratio // 100
+    per_core = (core or 0) // count
+    per_ratio = ratio // count if ratio is not None else None
+    per_mem = mem // count if (mem is not None and ratio is None) else None
+    is_shared = (per_ratio is not None and per_ratio < 100) or (mem is not None and ratio is None)
+    return GpuRequest(count=count, core=per_core * 10, memory_ratio=per_ratio * 10 if per_ratio is not None else None,
+                      memory_bytes=per_mem, shared=is_shared, spec=spec)
+
+
+def gpu_model_spec(pod: Any) -> str:
+    """The GPU models a pod accepts, from ``nodeSelector`` or a required node-affinity ``In`` term on
+    ``node.koordinator.sh/gpu-model``; joined by ``|`` (the trace's ``gpu_spec`` format), empty = any."""
+    sel = (pod.node_selector or {}).get(GPU_MODEL_LABEL)
+    if sel:
+        return sel
+    na = ((pod.affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    models: list[str] = []
+    for term in na.get("nodeSelectorTerms") or []:
+        for e in term.get("matchExpressions") or []:
+            if e.get("key") == GPU_MODEL_LABEL and e.get("operator", "In") == "In":
+                models.extend(str(v) for v in e.get("values") or [])
+    return "|".join(dict.fromkeys(models))
+
+
+def pod_gpu_request(pod: Any) -> GpuRequest | None:
+    """:func:`normalize_request` for a :class:`koordfw.Pod`; errors name the pod."""
+    try:
+        return normalize_request(pod.requests, gpu_model_spec(pod))
+    except InvalidGpuRequest as e:
+        raise InvalidGpuRequest(f"pod {pod.namespace}/{pod.name}: {e}") from None
