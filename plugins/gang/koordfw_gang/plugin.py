@@ -54,12 +54,17 @@ def _check_timeout(instance: Any, attribute: Any, value: str) -> None:
         raise ValueError(f"defaultTimeout: must be positive, got {value!r}")
 
 
+def _check_policy(instance: Any, attribute: Any, value: str) -> None:
+    if value not in MATCH_POLICIES:
+        raise ValueError(f"defaultMatchPolicy: {value!r} is not one of {', '.join(MATCH_POLICIES)}")
+
+
 @attrs.define
 class CoschedulingArgs:
     """Koordinator's ``CoschedulingArgs`` (profile keys ``defaultTimeout``, ``defaultMatchPolicy``)."""
 
     default_timeout: str = attrs.field(default="600s", validator=_check_timeout)
-    default_match_policy: str = attrs.field(default="once-satisfied", validator=attrs.validators.in_(MATCH_POLICIES))
+    default_match_policy: str = attrs.field(default="once-satisfied", validator=_check_policy)
 
     @property
     def timeout_seconds(self) -> float:
