@@ -5,8 +5,10 @@
 
 Nodes: 2 sockets × 2 NUMA nodes × 16 cores × 2 threads (64 CPUs) with the CPU topology annotation.
 Pods: 20% LSR koord-prod with whole-core requests (1, 2, 4 or 8 CPUs; a quarter of them SpreadByPCPUs),
-the rest LS services with fractional requests. Both runs go through the embedded kernel with the
-built-in plugins; each run is in a fresh process. Prints pods/s side by side and the cost in %.
+the rest LS services with fractional requests. Both modes go through the embedded kernel with the
+built-in plugins; each run is a fresh process and the modes alternate (best of ``--repeat``), since a
+shared machine's load otherwise decides the ratio. Prints pods/s side by side, the cost in %, and the
+share of the enabled run's wall time spent inside cpu_topology's hooks (a load-independent check).
 """
 
 from __future__ import annotations
@@ -67,8 +69,10 @@ async def _run(nodes: int, pods: int, lsr_share: float, seed: int, enabled: bool
     s = engine.scheduler
     cpusets = sum(1 for e in cluster.pods.values()
                   if "scheduling.koordinator.sh/resource-status" in e.pod.annotations)
+    plugin_seconds = sum(sec for (plugin, _), (_, sec) in s.caller.durations.items() if plugin == "cpu_topology")
     return {"enabled": enabled, "nodes": nodes, "pods": pods, "bound": len(s.bind_events), "cpusets": cpusets,
             "seconds": round(wall, 3), "pods_per_second": round(pods / wall, 1),
+            "plugin_share_pct": round(100 * plugin_seconds / wall, 1),
             "p99_ms": round(float(np.percentile(np.array(s.cycle_seconds), 99)) * 1000, 3)}
 
 
@@ -78,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pods", type=int, default=5000)
     ap.add_argument("--lsr", type=float, default=0.2, help="share of LSR pods (default 0.2)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per mode, alternating; the best is kept")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--one", choices=("on", "off"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -85,12 +90,15 @@ def main(argv: list[str] | None = None) -> int:
         res = anyio.run(_run, a.nodes, a.pods, a.lsr, a.seed, a.one == "on")
         print(json.dumps(res))
         return 0
-    rows = {}
-    for mode in ("off", "on"):
-        outp = subprocess.run([sys.executable, __file__, "--nodes", str(a.nodes), "--pods", str(a.pods),
-                               "--lsr", str(a.lsr), "--seed", str(a.seed), "--one", mode],
-                              check=True, capture_output=True, text=True).stdout
-        rows[mode] = json.loads(outp.strip().splitlines()[-1])
+    rows: dict[str, dict] = {}
+    for _ in range(a.repeat):  # alternate so that load from other jobs hits both modes alike
+        for mode in ("off", "on"):
+            outp = subprocess.run([sys.executable, __file__, "--nodes", str(a.nodes), "--pods", str(a.pods),
+                                   "--lsr", str(a.lsr), "--seed", str(a.seed), "--one", mode],
+                                  check=True, capture_output=True, text=True).stdout
+            r = json.loads(outp.strip().splitlines()[-1])
+            if mode not in rows or r["pods_per_second"] > rows[mode]["pods_per_second"]:
+                rows[mode] = r
     cost = 100 * (1 - rows["on"]["pods_per_second"] / rows["off"]["pods_per_second"])
     if a.json:
         print(json.dumps({"disabled": rows["off"], "enabled": rows["on"], "cost_pct": round(cost, 1)}))
@@ -100,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     for label, mode in (("disabled", "off"), ("enabled", "on")):
         r = rows[mode]
         print(f"{label:10}{r['pods_per_second']:>10}{r['p99_ms']:>10}{r['bound']:>8}{r['cpusets']:>9}")
-    print(f"cost: {cost:.1f}% of throughput")
+    print(f"cost: {cost:.1f}% of throughput (best of {a.repeat} alternating runs per mode); "
+          f"time inside cpu_topology hooks: {rows['on']['plugin_share_pct']}% of the enabled run")
     return 0
 
 

@@ -182,6 +182,8 @@ class CPUTopologyPlugin:
         self._reserved_node: dict[str, str] = {}
         self._max_ref = 1
         self._default_strategy = LEAST_ALLOCATED
+        self._forced_key: tuple = ()
+        self._forced_any = False
 
     # -- configuration --------------------------------------------------------------------------
     @hookimpl
@@ -423,11 +425,27 @@ class CPUTopologyPlugin:
         if not st.request_bind:
             if cpu == 0:
                 return Status.skip()
-            self._refresh(handle.cluster)
-            if not self._forced.any():
+            if not self._any_forced_node(handle.cluster):
                 return Status.skip()
         st.skip = False
         return None
+
+    def _any_forced_node(self, cluster: Any) -> bool:
+        """Whether any node forces a bind policy (label or kubelet full-pcpus-only); cached until node
+        labels/annotations or NodeResourceTopology objects change, so ordinary pods stay cheap."""
+        nrts = cluster.objects_of(NRT_KIND)
+        key = (id(cluster), cluster._labels_gen, tuple(map(id, nrts.values())))
+        if key != self._forced_key:
+            forced = bool(cluster.label_mask(LABEL_CPU_BIND_POLICY).any())
+            if not forced:
+                sources = [v.node.annotations for v in cluster.nodes]
+                sources += [((o.get("metadata") or {}).get("annotations") or {}) for o in nrts.values()]
+                forced = any(ANNOTATION_KUBELET_CPU_MANAGER_POLICY in a for a in sources)
+            if forced:  # the exact per-node answer (label values, option parsing) comes from the state
+                self._refresh(cluster)
+                forced = bool(self._forced.any())
+            self._forced_key, self._forced_any = key, forced
+        return self._forced_any
 
     def _binding_mask(self, st: PodCPUState, idx: np.ndarray) -> np.ndarray:
         if st.request_bind:
