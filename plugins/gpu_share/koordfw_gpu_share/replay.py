@@ -123,7 +123,7 @@ def _node(r) -> Any:
     return make_node(name, allocatable=alloc, labels={GPU_MODEL_LABEL: model} if model else {})
 
 
-def profile_for(policy: str, seed: int, workload: frag.Workload, tie_break: str = "random") -> dict:
+def profile_for(policy: str, seed: int, workload: frag.Workload, tie_break: str = "first") -> dict:
     tp = [{"milliCpu": k[0], "milliGpu": k[1], "gpuNumber": k[2], "gpuSpec": k[3], "weight": float(p)}
           for k, p in zip(workload.keys, workload.p.tolist())]
     return {"percentageOfNodesToScore": 100, "disable": ["default_preemption"],
@@ -156,7 +156,7 @@ def bin_curve(arrived: np.ndarray, used: np.ndarray, fragm: np.ndarray, capacity
     return out
 
 
-async def replay_async(nodes_csv, pods_csv, policy: str, seed: int, tie_break: str = "random",
+async def replay_async(nodes_csv, pods_csv, policy: str, seed: int, tie_break: str = "first",
                        progress: Callable[[int, int], None] | None = None) -> dict:
     import anyio
     import anyio.lowlevel
@@ -224,7 +224,7 @@ async def replay_async(nodes_csv, pods_csv, policy: str, seed: int, tie_break: s
             "pods_per_second": round(n / seconds, 1), "curve": curve}
 
 
-def replay(nodes_csv, pods_csv, policy: str, seed: int, tie_break: str = "random", progress=None) -> dict:
+def replay(nodes_csv, pods_csv, policy: str, seed: int, tie_break: str = "first", progress=None) -> dict:
     """One run of the protocol; see the module docstring. Synchronous."""
     import anyio
 
@@ -272,6 +272,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"placement policy (repeatable): {', '.join(POLICIES)} (default fgd)")
     o.add_argument("--seed", type=int, default=42)
     o.add_argument("--seeds", metavar="A-B", help="several seeds, e.g. 42-51 (overrides --seed)")
+    o.add_argument("--tie-break", choices=("first", "random"), default="first",
+                   help="equal best scores: first node of the (seed-permuted) node list, as the paper's "
+                        "simulator does (default), or the kernel's uniform random choice")
     o.add_argument("--output", "-o", choices=("table", "json"), default="table")
     o.add_argument("--plot", metavar="FILE.png", help="plot unallocated GPU %% against arrived %% (needs matplotlib)")
     o.set_defaults(func=run)
@@ -294,10 +297,10 @@ def run(args: argparse.Namespace) -> int:
 
                 with Progress(transient=True, console=Console(stderr=True)) as bar:
                     task = bar.add_task(f"{pol} seed {s}", total=1)
-                    r = replay(args.nodes, args.pods, pol, s,
+                    r = replay(args.nodes, args.pods, pol, s, args.tie_break,
                                progress=lambda d, t: bar.update(task, completed=d, total=t))
             else:
-                r = replay(args.nodes, args.pods, pol, s)
+                r = replay(args.nodes, args.pods, pol, s, args.tie_break)
             runs.append(r)
     if args.plot:
         plot(runs, args.plot)

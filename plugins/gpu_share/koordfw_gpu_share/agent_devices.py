@@ -1,0 +1,84 @@
+"""The node-side GPU reporter: builds Koordinator's ``Device`` object from NVML (``nvidia-ml-py``).
+
+``koordfw agent-devices`` prints it (YAML or JSON). Without NVML, a driver or a GPU it says which and
+exits 1. Each GPU gets ``gpu-core: 100``, ``gpu-memory-ratio: 100``, ``gpu-memory: <total bytes>``
+(koordlet's ``states_device_linux.go``); the minor number comes from ``nvmlDeviceGetMinorNumber``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+from typing import Any
+
+
+class NoGpu(RuntimeError):
+    """NVML is absent, has no driver, or sees no GPU."""
+
+
+def _nvml() -> Any:
+    try:
+        import pynvml  # nvidia-ml-py
+    except ImportError:
+        raise NoGpu("NVML is not available (install the 'nvml' extra: nvidia-ml-py)") from None
+    return pynvml
+
+
+def build_device(node_name: str, nvml: Any | None = None) -> dict:
+    """The ``Device`` object (``scheduling.koordinator.sh/v1alpha1``) for this node's GPUs."""
+    nv = nvml if nvml is not None else _nvml()
+    try:
+        nv.nvmlInit()
+    except Exception as e:  # NVMLError_LibraryNotFound / DriverNotLoaded / ...
+        raise NoGpu(f"NVML could not start (no NVIDIA driver or GPU?): {e}") from None
+    try:
+        n = int(nv.nvmlDeviceGetCount())
+        if n == 0:
+            raise NoGpu("NVML sees no GPU on this node")
+        devices = []
+        for i in range(n):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            uuid = nv.nvmlDeviceGetUUID(h)
+            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            mem = int(nv.nvmlDeviceGetMemoryInfo(h).total)
+            try:
+                minor = int(nv.nvmlDeviceGetMinorNumber(h))
+            except Exception:
+                minor = i
+            devices.append({"type": "gpu", "id": uuid, "minor": minor, "health": True,
+                            "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": str(mem),
+                                          "koordinator.sh/gpu-memory-ratio": "100"}})
+        return {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
+                "metadata": {"name": node_name}, "spec": {"devices": sorted(devices, key=lambda d: d["minor"])}}
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("agent-devices", help="print this node's Koordinator Device object from NVML",
+                       description="Build the scheduling.koordinator.sh/v1alpha1 Device object of this node's "
+                                   "GPUs from NVML. Exits 1 on a machine without NVML or GPUs.")
+    p.add_argument("--node-name", default=None, help="Device name (default: the host name)")
+    p.add_argument("--output", "-o", choices=("yaml", "json"), default="yaml")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        dev = build_device(args.node_name or socket.gethostname())
+    except NoGpu as e:
+        print(f"koordfw agent devices: {e}", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        json.dump(dev, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        import yaml
+
+        yaml.safe_dump(dev, sys.stdout, sort_keys=False)
+    return 0
