@@ -71,6 +71,19 @@ def map_score(total: int, max_total: int) -> int:
     return max(0, min(MAX_EXTENDER_PRIORITY, total * MAX_EXTENDER_PRIORITY // max_total))
 
 
+def node_indices(cluster: ClusterState, names: list) -> np.ndarray:
+    """Row index of each named node in the cluster's columns (-1: unknown, removed or not a string)."""
+    index = cluster._node_index
+    removed = cluster._removed_nodes
+    try:
+        idx = np.fromiter((index.get(n, -1) for n in names), dtype=np.int64, count=len(names))
+    except TypeError:
+        raise BadRequest("NodeNames must be a list of strings") from None
+    if removed:
+        idx[np.isin(idx, list(removed))] = -1
+    return idx
+
+
 class Extender:
     """The verbs, independent of HTTP (``await ext.filter(args_dict)`` returns the reply dict)."""
 
@@ -116,7 +129,7 @@ class Extender:
             return Scheduler(self.registry, cluster, RealClock()), list(by_name), by_name
         if names is None:
             raise BadRequest("the request has neither Nodes nor NodeNames")
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        if not isinstance(names, list):
             raise BadRequest("NodeNames must be a list of strings")
         if not self.stateful:
             raise BadRequest("NodeNames (nodeCacheCapable: true) needs a cluster cache: start the extender with "
@@ -164,23 +177,22 @@ class Extender:
         failed: dict[str, Status] = {}
         if not st.ok:
             return [], {n: st for n in names}
-        idx, known = [], []
-        for n in names:
-            i = s.cluster.node_index(n)
-            if i is None:
-                failed[n] = Status.unschedulable(f"node {n} is not in the extender's cache")
-            elif candidates is not None and n not in candidates:
-                failed[n] = Status.unresolvable("node(s) didn't satisfy plugin(s) pre_filter node set")
-            else:
-                idx.append(i)
-                known.append(n)
-        if idx:
-            ok, statuses = await s._filter_nodes(pod, state, np.asarray(idx, dtype=np.int64), len(idx))
-            failed.update(statuses)
-            keep = {s.cluster.views[int(i)].node.name for i in ok.tolist()}
-        else:
-            keep = set()
-        return [n for n in names if n in keep], failed
+        idx = node_indices(s.cluster, names)
+        usable = idx >= 0
+        for j in np.flatnonzero(~usable).tolist():
+            failed[str(names[j])] = Status.unschedulable(f"node {names[j]} is not in the extender's cache")
+        if candidates is not None:
+            for j in np.flatnonzero(usable).tolist():
+                if names[j] not in candidates:
+                    usable[j] = False
+                    failed[names[j]] = Status.unresolvable("node(s) didn't satisfy plugin(s) pre_filter node set")
+        sub = idx[usable]
+        if not len(sub):
+            return [], failed
+        ok, statuses = await s._filter_nodes(pod, state, sub, len(sub))
+        failed.update(statuses)
+        keep = np.isin(idx, ok) & usable
+        return [names[j] for j in np.flatnonzero(keep).tolist()], failed
 
     # -- verbs -------------------------------------------------------------------------------------
     async def filter(self, args: dict) -> dict:
@@ -213,14 +225,14 @@ class Extender:
         st, _cands = await self._pre_filter(s, pod, state)
         if st.code == Code.ERROR:
             raise PluginFailure(st)
-        idx = [(n, s.cluster.node_index(n)) for n in names]
-        present = np.asarray([i for _, i in idx if i is not None], dtype=np.int64)
-        totals = {}
-        if len(present):
-            total, max_total = await self._score(s, pod, state, present)
-            for j, gi in enumerate(present.tolist()):
-                totals[s.cluster.views[gi].node.name] = map_score(int(total[j]), max_total)
-        return [{"Host": n, "Score": totals.get(n, 0)} for n, _ in idx]
+        idx = node_indices(s.cluster, names)
+        known = idx >= 0
+        scores = np.zeros(len(idx), dtype=np.int64)
+        if known.any():
+            total, max_total = await self._score(s, pod, state, idx[known])
+            if max_total > 0:
+                scores[known] = np.clip(total * MAX_EXTENDER_PRIORITY // max_total, 0, MAX_EXTENDER_PRIORITY)
+        return [{"Host": n, "Score": v} for n, v in zip(names, scores.tolist())]
 
     @staticmethod
     async def _score(s: Scheduler, pod, state: CycleState, feasible: np.ndarray) -> tuple[np.ndarray, int]:
