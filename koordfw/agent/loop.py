@@ -32,7 +32,7 @@ import attrs
 import structlog
 from prometheus_client import Counter, Histogram
 
-from ..core.caller import HookCaller
+from ..core.caller import HookCaller, PluginFailure
 from ..core.model import Node, Pod
 from ..core.nodestate import KOORD_QOS_OF_KUBE, ContainerState, FileWrite, NodeState, PodState
 from ..core.plugins import Registry
@@ -225,9 +225,25 @@ class Agent:
                          cgroups=cgroups, config=dict(profile.plugin_config), metrics={})
 
     # -- one round -------------------------------------------------------------------------------
-    async def _call(self, point: str, **kw: Any) -> list[tuple[str, Any]]:
+    def node_plugins(self) -> set[str]:
+        """Plugins with a node-side hook; only they get ``startup``/``shutdown`` from the agent (a
+        scheduler plugin's startup expects a cluster, which a node does not have)."""
+        return {i.plugin for p in ("collect", "qos_plan", "runtime_hook") for i in self.caller.impls(p)}
+
+    async def _call(self, point: str, only: set[str] | None = None, **kw: Any) -> list[tuple[str, Any]]:
         out = []
-        for impl, res, status in await self.caller.call_safe(point, **kw):
+        if only is not None:
+            results = []
+            for impl in self.caller.impls(point):
+                if impl.plugin not in only:
+                    continue
+                try:
+                    results.append((impl, await self.caller.call(impl, **kw), None))
+                except PluginFailure as f:
+                    results.append((impl, None, f.status))
+        else:
+            results = await self.caller.call_safe(point, **kw)
+        for impl, res, status in results:
             if status is not None:
                 self.metrics.plugin_errors.labels(impl.plugin, point).inc()
                 continue
@@ -274,7 +290,7 @@ class Agent:
         return results
 
     async def startup(self) -> None:
-        await self._call("startup")
+        await self._call("startup", only=self.node_plugins())
 
     async def shutdown(self) -> None:
         """Run every plugin's ``shutdown`` (restores) on a fresh node state, shielded from cancellation."""
@@ -283,7 +299,7 @@ class Agent:
                 self.node_state = self.collect_state()
             except OSError as e:
                 log.error("cannot re-read the node on shutdown; restoring from the last state", error=str(e))
-            await self._call("shutdown")
+            await self._call("shutdown", only=self.node_plugins())
 
     async def run(self, *, once: bool = False, handle_signals: bool = True) -> None:
         """Run until SIGTERM/SIGINT (or one round with ``once``), then restore through ``shutdown``.
