@@ -250,8 +250,10 @@ class GpuShare:
         p = args.policy
         if p in KOORD_POLICIES:
             return normalize(self._koord_scores(idx, req, most=(p == "binpack")))
-        if p == "random":
-            return np.zeros(len(idx), dtype=np.int64)
+        if p == "random":  # the paper's RandomScore: one feasible node, uniformly, gets the top score
+            out = np.zeros(len(idx), dtype=np.int64)
+            out[int(self.rng.integers(len(idx)))] = 100
+            return out
         cpu = int(pod.requests.get("cpu", 0))
         milli, count = (req.milli, req.count) if req else (0, 0)
         inv = self.inv
