@@ -18,6 +18,19 @@ def add_plugin_name(logger, method, event_dict):
     return event_dict
 
 
+class _StderrLogger:
+    """Writes to whatever ``sys.stderr`` is at the time of the call (tests swap it)."""
+
+    def msg(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    log = debug = info = warn = warning = error = critical = exception = fatal = failure = msg
+
+
+def _stderr_logger_factory(*_args: object) -> _StderrLogger:
+    return _StderrLogger()
+
+
 def configure(fmt: str = "auto", level: str = "warning") -> None:
     lvl = getattr(logging, level.upper(), logging.WARNING)
     if fmt == "auto":
@@ -29,6 +42,6 @@ def configure(fmt: str = "auto", level: str = "warning") -> None:
                     structlog.processors.TimeStamper(fmt="iso"), structlog.processors.format_exc_info,
                     renderer],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger_factory,
         cache_logger_on_first_use=False,
     )
