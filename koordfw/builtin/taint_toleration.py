@@ -23,7 +23,7 @@ class TaintToleration:
         self._soft = None
 
     def _columns(self, cluster):
-        key = (id(cluster), cluster._labels_gen, cluster.num_nodes)
+        key = (id(cluster), cluster.labels_generation, cluster.num_nodes)
         if key != self._key:
             views = cluster.views
             self._hard = np.fromiter((any(t.effect in ("NoSchedule", "NoExecute") for t in v.node.taints)

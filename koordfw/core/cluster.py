@@ -156,6 +156,11 @@ class ClusterState:
             m[list(self._removed_nodes)] = False
         return m
 
+    @property
+    def labels_generation(self) -> int:
+        """Changes whenever any node's labels, taints or spec may have changed (for plugin caches)."""
+        return self._labels_gen
+
     def resource_index(self, name: str) -> int:
         i = self._res_index.get(name)
         if i is None:
