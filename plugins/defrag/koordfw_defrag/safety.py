@@ -1,0 +1,131 @@
+"""Which pods a descheduler may move: the evictor filter, namespaces, selectors, PDBs and gangs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+SYSTEM_CRITICAL_PRIORITY = 2000000000
+CRITICAL_CLASSES = ("system-cluster-critical", "system-node-critical")
+#: the descheduler's opt-out annotation (value "false" keeps the pod where it is)
+EVICT_ANNOTATION = "descheduler.alpha.kubernetes.io/evict"
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+EVICTION_COST = "scheduling.koordinator.sh/eviction-cost"
+GANG_NAME = "gang.scheduling.koordinator.sh/name"
+GANG_MODE = "gang.scheduling.koordinator.sh/mode"
+LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
+LABEL_POD_GROUP_DEPRECATED = "pod-group.scheduling.sigs.k8s.io/name"
+
+
+def _spec(pod: Any) -> Mapping:
+    raw = pod.raw or {}
+    spec = raw.get("spec") if isinstance(raw, Mapping) else None
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def is_critical(pod: Any) -> bool:
+    if pod.priority >= SYSTEM_CRITICAL_PRIORITY:
+        return True
+    pc = str(_spec(pod).get("priorityClassName") or "")
+    return pc in CRITICAL_CLASSES
+
+
+def has_local_storage(pod: Any) -> bool:
+    for v in _spec(pod).get("volumes") or []:
+        if isinstance(v, Mapping) and ("emptyDir" in v or "hostPath" in v):
+            return True
+    return False
+
+
+def unevictable_reason(pod: Any) -> str | None:
+    """Why the evictor filter keeps this pod (``None`` = it may be evicted)."""
+    if not pod.node_name or pod.is_terminal or pod.deletion_timestamp is not None:
+        return "not running"
+    if pod.annotations.get(EVICT_ANNOTATION, "").lower() == "false":
+        return f"annotation {EVICT_ANNOTATION}=false"
+    if pod.is_daemonset:
+        return "DaemonSet pod"
+    if MIRROR_ANNOTATION in pod.annotations:
+        return "mirror pod"
+    if is_critical(pod):
+        return "critical pod"
+    if has_local_storage(pod):
+        return "pod with local storage (emptyDir/hostPath)"
+    return None
+
+
+def selector_matches(sel: Mapping | None, labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector; an empty selector matches everything, ``None`` nothing."""
+    if sel is None:
+        return False
+    for k, v in (sel.get("matchLabels") or {}).items():
+        if labels.get(k) != str(v):
+            return False
+    for e in sel.get("matchExpressions") or []:
+        key, op, vals = e.get("key"), e.get("operator"), [str(x) for x in e.get("values") or []]
+        if op == "In" and labels.get(key) not in vals:
+            return False
+        if op == "NotIn" and labels.get(key) in vals:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def gang_id(pod: Any) -> str:
+    """``namespace/name`` of the pod's Strict gang, or ``""`` (no gang, or NonStrict)."""
+    name = (pod.labels.get(LABEL_POD_GROUP) or pod.labels.get(LABEL_POD_GROUP_DEPRECATED)
+            or pod.annotations.get(GANG_NAME) or "")
+    if not name:
+        return ""
+    if pod.annotations.get(GANG_MODE, "Strict") == "NonStrict":
+        return ""
+    return f"{pod.namespace}/{name}"
+
+
+def int_annotation(pod: Any, key: str) -> int:
+    v = pod.annotations.get(key)
+    if v in (None, ""):
+        return 0
+    try:
+        return int(str(v).strip())
+    except ValueError:
+        return 0
+
+
+class PdbBudget:
+    """Disruptions left per PodDisruptionBudget (``status.disruptionsAllowed``) across one plan."""
+
+    def __init__(self, pdbs: Mapping[str, dict]) -> None:
+        self.pdbs = pdbs
+        self.left = {}
+        for key, pdb in pdbs.items():
+            st = pdb.get("status") or {}
+            try:
+                self.left[key] = int(st.get("disruptionsAllowed", 0))
+            except (TypeError, ValueError):
+                self.left[key] = 0
+
+    def matching(self, pod: Any) -> list[str]:
+        out = []
+        for key, pdb in self.pdbs.items():
+            if (pdb.get("metadata") or {}).get("namespace", "default") != pod.namespace:
+                continue
+            if selector_matches((pdb.get("spec") or {}).get("selector"), pod.labels):
+                out.append(key)
+        return out
+
+    def allows(self, pods: Iterable[Any]) -> bool:
+        need: dict[str, int] = {}
+        for p in pods:
+            for k in self.matching(p):
+                need[k] = need.get(k, 0) + 1
+        return all(self.left[k] >= n for k, n in need.items())
+
+    def take(self, pods: Iterable[Any]) -> None:
+        for p in pods:
+            for k in self.matching(p):
+                self.left[k] -= 1
