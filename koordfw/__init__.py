@@ -14,6 +14,7 @@ from .core.errors import ConfigError, KoordfwError, ManifestError, PluginLoadErr
 from .core.framework import CycleState, Handle, PostFilterResult, PreFilterResult, Scheduler, WaitingPod
 from .core.manifests import Manifests, load_manifests, load_objects
 from .core.model import Migration, Node, Pod, make_node, make_pod
+from .core.nodestate import FileWrite, NodeState, PodState
 from .core.profile import Profile, load_profile, profile_from_dict
 from .core.quantity import canonical, format_quantity, parse_quantity
 from .core.status import Code, Status
@@ -22,7 +23,8 @@ from .hookspecs import hookimpl, hookspec
 __version__ = "0.1.0"
 
 __all__ = [
-    "ClusterState", "Code", "ConfigError", "CycleState", "Handle", "KoordfwError", "ManifestError", "Manifests",
+    "ClusterState", "Code", "ConfigError", "CycleState", "FileWrite", "Handle", "KoordfwError", "ManifestError",
+    "Manifests", "NodeState", "PodState",
     "Migration", "Node", "NodeBatch", "NodeView", "Pod", "PluginLoadError", "PostFilterResult",
     "PreFilterResult", "Profile", "Scheduler", "Status", "WaitingPod", "build_registry", "canonical",
     "format_quantity", "hookimpl", "hookspec", "load_manifests", "load_objects", "load_profile", "make_node",

@@ -72,7 +72,7 @@ def structure_args(plugin: str, cls: type, raw: Any, source: str = "profile") ->
     try:
         return CONVERTER.structure(raw, cls)
     except Exception as e:  # cattrs raises ClassValidationError / ForbiddenExtraKeysError / ValueError
-        msgs = cattrs.transform_error(e, path=f"pluginConfig.{plugin}") if isinstance(
+        msgs = cattrs.transform_error(e, path=f"pluginConfig.{plugin}", format_exception=_format_exc) if isinstance(
             e, (cattrs.BaseValidationError,)) else [f"pluginConfig.{plugin}: {e}"]
         # cattrs reports Python field names; the user wrote camelCase keys
         prefix = f"pluginConfig.{plugin}"
@@ -80,6 +80,14 @@ def structure_args(plugin: str, cls: type, raw: Any, source: str = "profile") ->
         known = ", ".join(camel(f.name) for f in attrs.fields(cls))
         raise ConfigError(f"{source}: invalid args for plugin {plugin!r}: {'; '.join(msgs)} "
                           f"(known fields: {known})") from None
+
+
+def _format_exc(exc: BaseException, type_: Any) -> str:
+    """cattrs' default wording, plus the validator's own message where it has one."""
+    base = cattrs.v.format_exception(exc, type_)
+    if isinstance(exc, ValueError) and str(exc) and str(exc) not in base:
+        return f"{base}: {exc}"
+    return base
 
 
 def _camel_path(msg: str, prefix: str) -> str:
