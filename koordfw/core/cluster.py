@@ -272,6 +272,19 @@ class ClusterState:
         i = self._node_index.get(name)
         return None if i is None or i in self._removed_nodes else i
 
+    def indices_of(self, names: Sequence[str]) -> np.ndarray:
+        """Column row of each named node; -1 for unknown or removed nodes (and non-string names)."""
+        index = self._node_index
+        idx = np.fromiter((index.get(n, -1) if isinstance(n, str) else -1 for n in names), dtype=np.int64,
+                          count=len(names))
+        if self._removed_nodes:
+            idx[np.isin(idx, list(self._removed_nodes))] = -1
+        return idx
+
+    def forget_request_cache(self, uid: str) -> None:
+        """Drop a pod's cached request vector (its requests changed, e.g. a newer copy of the pod)."""
+        self._req_cache.pop(uid, None)
+
     @property
     def nodes(self) -> list[NodeView]:
         if not self._removed_nodes:

@@ -323,7 +323,6 @@ class Scheduler:
         self.cluster.remove_pod(uid)
         self.results.pop(uid, None)
         if self.nominated:
-            p = self.cluster.pod(uid)
             for pods in self.nominated.values():
                 pods.pop(uid, None)
         await self.cluster_event("PodDelete")
@@ -422,13 +421,11 @@ class Scheduler:
         else:
             tg.start_soon(self._binding_cycle, pod, node, state, wp)
 
-    async def _find_node(self, pod: Pod, state: CycleState) -> tuple[Status, NodeView | None]:
-        cluster = self.cluster
-        if cluster.num_nodes == 0:
-            return Status.unschedulable("no nodes available to schedule pods"), None
-        # pre_filter
+    async def run_pre_filter(self, pod: Pod, state: CycleState) -> tuple[Status, set[str] | None]:
+        """Run pre_filter: (status, candidate node names or None for all). Skip results are recorded in
+        ``state``; an Unresolvable or Error status stops at once, Unschedulable lets the rest run."""
         candidates: set[str] | None = None
-        pre_unsched: Status | None = None
+        unsched: Status | None = None
         for impl in self.caller.impls("pre_filter"):
             res = await self.caller.call(impl, pod=pod, state=state)
             if res is None:
@@ -440,14 +437,19 @@ class Scheduler:
             st = as_status(res, impl.plugin)
             if st.code == Code.SKIP:
                 state.skip_filter.add(impl.plugin)
-            elif st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+            elif st.code in (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, Code.ERROR):
                 return st, None
             elif st.code == Code.UNSCHEDULABLE:
-                pre_unsched = pre_unsched or st
-            elif st.code == Code.ERROR:
-                return st, None
-        if pre_unsched is not None:
-            return pre_unsched, None
+                unsched = unsched or st
+        return (unsched or Status.success()), candidates
+
+    async def _find_node(self, pod: Pod, state: CycleState) -> tuple[Status, NodeView | None]:
+        cluster = self.cluster
+        if cluster.num_nodes == 0:
+            return Status.unschedulable("no nodes available to schedule pods"), None
+        st, candidates = await self.run_pre_filter(pod, state)
+        if not st.ok:
+            return st, None
         # candidate order: the nominated node first, then round-robin over all (or the restricted set)
         if pod.nominated_node_name:
             i = cluster.node_index(pod.nominated_node_name)
@@ -505,6 +507,11 @@ class Scheduler:
             pos += len(sub)
         feasible = np.concatenate(feasible_parts) if feasible_parts else np.zeros(0, dtype=np.int64)
         return feasible, statuses, n
+
+    async def filter_nodes(self, pod: Pod, state: CycleState, idx: np.ndarray) -> tuple[np.ndarray, NodeStatuses]:
+        """Run the filter plugins over the node indices ``idx`` (all of them, no early stop):
+        (feasible indices, node name → rejecting Status). Nominated pods are counted."""
+        return await self._filter_nodes(pod, state, idx, len(idx))
 
     async def _filter_nodes(self, pod: Pod, state: CycleState, sub: np.ndarray,
                             need: int) -> tuple[np.ndarray, NodeStatuses]:
@@ -669,7 +676,9 @@ class Scheduler:
         code = Code.UNSCHEDULABLE_AND_UNRESOLVABLE if unresolvable and statuses else Code.UNSCHEDULABLE
         return Status(code, (msg,), ",".join(plugins) or None)
 
-    async def _score_and_select(self, pod: Pod, state: CycleState, feasible: np.ndarray) -> NodeView:
+    async def score_nodes(self, pod: Pod, state: CycleState, feasible: np.ndarray) -> tuple[np.ndarray, int]:
+        """pre_score, score, normalize_score (validated to [0, 100]) and weights over ``feasible`` node
+        indices: (weighted totals aligned with ``feasible``, the highest total possible)."""
         cluster = self.cluster
         batch = NodeBatch(cluster, feasible)
         for impl in self.caller.impls("pre_score"):
@@ -682,6 +691,7 @@ class Scheduler:
             elif not st.ok:
                 raise PluginFailure(st if st.code == Code.ERROR else Status.error(st.message, impl.plugin))
         total = np.zeros(len(feasible), dtype=np.int64)
+        max_total = 0
         normalizers = {i.plugin: i for i in self.caller.impls("normalize_score")}
         for impl in self.caller.impls("score"):
             if impl.plugin in state.skip_score:
@@ -706,9 +716,14 @@ class Scheduler:
                 raise PluginFailure(Status.error(
                     f"plugin {impl.plugin} returned a score of {bad}, outside [0, {MAX_NODE_SCORE}]", impl.plugin))
             total += arr * impl.weight
+            max_total += MAX_NODE_SCORE * impl.weight
+        return total, max_total
+
+    async def _score_and_select(self, pod: Pod, state: CycleState, feasible: np.ndarray) -> NodeView:
+        total, _ = await self.score_nodes(pod, state, feasible)
         best = np.flatnonzero(total == total.max())
         pick = int(best[0]) if len(best) == 1 else int(best[self.rng.integers(len(best))])
-        return cluster.views[int(feasible[pick])]
+        return self.cluster.views[int(feasible[pick])]
 
     def _score_array(self, impl: Impl, res: Any, batch: NodeBatch) -> np.ndarray:
         if isinstance(res, dict):

@@ -31,12 +31,12 @@ from aiohttp import web
 
 from ...core.caller import PluginFailure
 from ...core.clock import RealClock
-from ...core.cluster import ClusterState, NodeBatch
+from ...core.cluster import ClusterState
 from ...core.errors import KoordfwError
-from ...core.framework import MAX_NODE_SCORE, CycleState, PreFilterResult, Scheduler
+from ...core.framework import CycleState, Scheduler
 from ...core.model import node_from_manifest, pod_from_manifest
 from ...core.plugins import Registry
-from ...core.status import Code, Status, as_status
+from ...core.status import Code, Status
 from .binder import BindDropped, BindGated, KubeBinder
 from .client import ApiError, KubeClient
 from .health import add_health_routes
@@ -72,16 +72,10 @@ def map_score(total: int, max_total: int) -> int:
 
 
 def node_indices(cluster: ClusterState, names: list) -> np.ndarray:
-    """Row index of each named node in the cluster's columns (-1: unknown, removed or not a string)."""
-    index = cluster._node_index
-    removed = cluster._removed_nodes
-    try:
-        idx = np.fromiter((index.get(n, -1) for n in names), dtype=np.int64, count=len(names))
-    except TypeError:
-        raise BadRequest("NodeNames must be a list of strings") from None
-    if removed:
-        idx[np.isin(idx, list(removed))] = -1
-    return idx
+    """Row index of each named node in the cluster's columns (-1: unknown or removed)."""
+    if not all(isinstance(n, str) for n in names):
+        raise BadRequest("NodeNames must be a list of strings")
+    return cluster.indices_of(names)
 
 
 class Extender:
@@ -145,33 +139,12 @@ class Extender:
         except KoordfwError as e:
             raise BadRequest(str(e)) from None
         # the request's pod is authoritative: drop a request vector cached for an older copy
-        self.scheduler.cluster._req_cache.pop(pod.uid, None)
+        self.scheduler.cluster.forget_request_cache(pod.uid)
         return pod
-
-    @staticmethod
-    async def _pre_filter(s: Scheduler, pod, state: CycleState) -> tuple[Status, set[str] | None]:
-        candidates: set[str] | None = None
-        unsched: Status | None = None
-        for impl in s.caller.impls("pre_filter"):
-            res = await s.caller.call(impl, pod=pod, state=state)
-            if res is None:
-                continue
-            if isinstance(res, PreFilterResult):
-                if res.node_names is not None:
-                    candidates = set(res.node_names) if candidates is None else candidates & set(res.node_names)
-                continue
-            st = as_status(res, impl.plugin)
-            if st.code == Code.SKIP:
-                state.skip_filter.add(impl.plugin)
-            elif st.code in (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, Code.ERROR):
-                return st, None
-            elif st.code == Code.UNSCHEDULABLE:
-                unsched = unsched or st
-        return (unsched or Status.success()), candidates
 
     async def _feasible(self, s: Scheduler, pod, names: list[str], state: CycleState
                         ) -> tuple[list[str], dict[str, Status]]:
-        st, candidates = await self._pre_filter(s, pod, state)
+        st, candidates = await s.run_pre_filter(pod, state)
         if st.code == Code.ERROR:
             raise PluginFailure(st)
         failed: dict[str, Status] = {}
@@ -189,7 +162,7 @@ class Extender:
         sub = idx[usable]
         if not len(sub):
             return [], failed
-        ok, statuses = await s._filter_nodes(pod, state, sub, len(sub))
+        ok, statuses = await s.filter_nodes(pod, state, sub)
         failed.update(statuses)
         keep = np.isin(idx, ok) & usable
         return [names[j] for j in np.flatnonzero(keep).tolist()], failed
@@ -222,56 +195,17 @@ class Extender:
         s, names, _ = self._target(args)
         pod = self._pod(args)
         state = CycleState()
-        st, _cands = await self._pre_filter(s, pod, state)
+        st, _cands = await s.run_pre_filter(pod, state)
         if st.code == Code.ERROR:
             raise PluginFailure(st)
         idx = node_indices(s.cluster, names)
         known = idx >= 0
         scores = np.zeros(len(idx), dtype=np.int64)
         if known.any():
-            total, max_total = await self._score(s, pod, state, idx[known])
+            total, max_total = await s.score_nodes(pod, state, idx[known])
             if max_total > 0:
                 scores[known] = np.clip(total * MAX_EXTENDER_PRIORITY // max_total, 0, MAX_EXTENDER_PRIORITY)
         return [{"Host": n, "Score": v} for n, v in zip(names, scores.tolist())]
-
-    @staticmethod
-    async def _score(s: Scheduler, pod, state: CycleState, feasible: np.ndarray) -> tuple[np.ndarray, int]:
-        """Σ weighted normalised plugin scores per node (the kernel's scoring, without the pick)."""
-        batch = NodeBatch(s.cluster, feasible)
-        for impl in s.caller.impls("pre_score"):
-            res = await s.caller.call(impl, pod=pod, nodes=batch, state=state)
-            if res is None:
-                continue
-            st = as_status(res, impl.plugin)
-            if st.code == Code.SKIP:
-                state.skip_score.add(impl.plugin)
-            elif not st.ok:
-                raise PluginFailure(st if st.code == Code.ERROR else Status.error(st.message, impl.plugin))
-        total = np.zeros(len(feasible), dtype=np.int64)
-        max_total = 0
-        normalizers = {i.plugin: i for i in s.caller.impls("normalize_score")}
-        for impl in s.caller.impls("score"):
-            if impl.plugin in state.skip_score:
-                continue
-            if impl.per_node:
-                arr = np.asarray([await s.caller.call(impl, pod=pod, node=v, state=state) or 0 for v in batch],
-                                 dtype=np.int64)
-            else:
-                res = await s.caller.call(impl, pod=pod, nodes=batch, state=state)
-                if res is None:
-                    continue
-                arr = s._score_array(impl, res, batch)
-            norm = normalizers.get(impl.plugin)
-            if norm is not None:
-                out = await s.caller.call(norm, pod=pod, nodes=batch, scores=arr, state=state)
-                if out is not None:
-                    arr = s._score_array(norm, out, batch)
-            if len(arr) and (arr.min() < 0 or arr.max() > MAX_NODE_SCORE):
-                raise PluginFailure(Status.error(
-                    f"plugin {impl.plugin} returned a score outside [0, {MAX_NODE_SCORE}]", impl.plugin))
-            total += arr * impl.weight
-            max_total += MAX_NODE_SCORE * impl.weight
-        return total, max_total
 
     async def bind(self, args: dict) -> dict:
         if self.binder is None:
