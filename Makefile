@@ -22,7 +22,9 @@ simulate: install
 
 # one pytest process per suite: plugin test folders may share module names (conftest helpers)
 test: install
-	@set -e; for d in tests $(PLUGIN_DIRS); do echo "== $$d"; $(BIN)/python -m pytest -q $$d; done
+	@failed=""; for d in tests $(PLUGIN_DIRS); do echo "== $$d"; \
+	  $(BIN)/python -m pytest -q $$d || failed="$$failed $$d"; done; \
+	if [ -n "$$failed" ]; then echo "FAILED suites:$$failed"; exit 1; fi
 
 bench: install
 	$(BIN)/python bench/throughput.py --table
