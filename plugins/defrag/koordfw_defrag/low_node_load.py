@@ -379,11 +379,18 @@ async def _pass(builder: PlanBuilder, args: LowNodeLoadArgs, pool: NodePool, nod
             pu = n.pod_usage.get(p.key, {})
 
             async def choose(m: Any, first: str = fit_target[p.uid], lead: Any = p) -> str | None:
-                def usage_ok(t: str, mu: Mapping[str, int] = (nodes[m.node_name].pod_usage.get(m.key, {})
-                                                              if m.node_name in nodes else {})) -> bool:
-                    return not args.node_fit or all(t_usage[t].get(r, 0) + _amount(mu, r) <= th[t][1][r] for r in res)
-                order = [first] + [t for t in target_order if t != first] if m is lead else target_order
-                return await builder.first_fit(m, order, usage_ok)
+                if m is lead:  # its usage was added to its fit target already (the nodeFit side effect)
+                    return await builder.first_fit(m, [first] + [t for t in target_order if t != first])
+                mu = nodes[m.node_name].pod_usage.get(m.key, {}) if m.node_name in nodes else {}
+
+                def usage_ok(t: str) -> bool:
+                    return all(t_usage[t].get(r, 0) + _amount(mu, r) <= th[t][1][r] for r in res)
+
+                to = await builder.first_fit(m, target_order, usage_ok if args.node_fit else None)
+                if to is not None and args.node_fit:
+                    for r in res:
+                        t_usage[to][r] = t_usage[to].get(r, 0) + _amount(mu, r)
+                return to
 
             placed = await builder.place_group(group, choose)
             if placed is None:
