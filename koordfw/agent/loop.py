@@ -308,6 +308,9 @@ class Agent:
         """
         await self.startup()
         if once:
+            # CPU usage is a rate: prime the counters so the single round reports it
+            self.collect_state()
+            await anyio.sleep(min(self.interval, 0.5))
             await self.run_once()
             return
         try:

@@ -2,95 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from koordfw.core.plugins import Registry
+from koordfw.testing.cgroups import FakeNode  # noqa: F401  (re-exported for the tests here)
 from koordfw.core.profile import profile_from_dict
-
-
-class FakeNode:
-    """A kubelet-like cgroup v1 tree (cgroupfs driver) plus /proc and /sys files, all under tmp_path."""
-
-    def __init__(self, root: Path, ncpu: int = 8, version: int = 1, driver: str = "cgroupfs") -> None:
-        self.root = root / "cgroup"
-        self.proc = root / "proc"
-        self.sys = root / "sys"
-        self.version = version
-        self.driver = driver
-        self.kubepods = "kubepods.slice" if driver == "systemd" else "kubepods"
-        self.ncpu = ncpu
-        self.proc.mkdir(parents=True)
-        self.root.mkdir(parents=True)
-        if version == 2:
-            (self.root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-        cpu_dir = self.sys / "devices/system/cpu"
-        for i in range(ncpu):
-            t = cpu_dir / f"cpu{i}" / "topology"
-            t.mkdir(parents=True)
-            (t / "core_id").write_text(str(i % (ncpu // 2)))
-            (t / "physical_package_id").write_text("0")
-        (cpu_dir / "online").write_text(f"0-{ncpu - 1}")
-        self.busy_ns = 0
-        self.set_proc_stat(0)
-        (self.proc / "meminfo").write_text("MemTotal:       33554432 kB\nMemAvailable:   16777216 kB\n")
-        for d in (self.kubepods, self.qos("burstable"), self.qos("besteffort")):
-            self.mkcg(d, quota="-1", cpus=f"0-{ncpu - 1}")
-            if version == 1 and d != self.kubepods:
-                (self.root / "cpu" / d / "cpu.idle").write_text("0")
-
-    def qos(self, level: str) -> str:
-        if self.driver == "systemd":
-            return f"{self.kubepods}/kubepods-{level}.slice"
-        return f"{self.kubepods}/{level}"
-
-    def set_proc_stat(self, busy_ns: int) -> None:
-        import os
-
-        hz = os.sysconf("SC_CLK_TCK")
-        ticks = busy_ns * hz // 10**9
-        (self.proc / "stat").write_text(f"cpu  {ticks} 0 0 999999 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\n")
-
-    def ctl(self, controller: str, rel: str) -> Path:
-        return self.root / rel if self.version == 2 else self.root / controller / rel
-
-    def mkcg(self, rel: str, quota: str = "-1", cpus: str = "") -> None:
-        for c in ("cpu", "cpuset", "cpuacct", "memory"):
-            self.ctl(c, rel).mkdir(parents=True, exist_ok=True)
-        if self.version == 1:
-            (self.ctl("cpu", rel) / "cpu.cfs_quota_us").write_text(quota + "\n")
-            (self.ctl("cpu", rel) / "cpu.cfs_period_us").write_text("100000\n")
-            (self.ctl("cpuset", rel) / "cpuset.cpus").write_text((cpus or f"0-{self.ncpu - 1}") + "\n")
-            (self.ctl("cpuacct", rel) / "cpuacct.usage").write_text("0\n")
-        else:
-            (self.ctl("cpu", rel) / "cpu.max").write_text(("max" if quota == "-1" else quota) + " 100000\n")
-            (self.ctl("cpu", rel) / "cpu.idle").write_text("0\n")
-            (self.ctl("cpu", rel) / "cpuset.cpus").write_text("\n")
-            (self.ctl("cpu", rel) / "cpuset.cpus.effective").write_text(f"0-{self.ncpu - 1}\n")
-            (self.ctl("cpu", rel) / "cpu.stat").write_text("usage_usec 0\n")
-
-    def add_pod(self, uid: str, level: str, containers=("c1",)) -> str:
-        if self.driver == "systemd":
-            esc = uid.replace("-", "_")
-            name = f"kubepods-{level}-pod{esc}.slice" if level != "guaranteed" else f"kubepods-pod{esc}.slice"
-        else:
-            name = f"pod{uid}"
-        base = self.kubepods if level == "guaranteed" else self.qos(level)
-        rel = f"{base}/{name}"
-        self.mkcg(rel)
-        for c in containers:
-            self.mkcg(f"{rel}/{c}")
-        return rel
-
-    def set_usage(self, rel: str, ns: int) -> None:
-        if self.version == 1:
-            (self.ctl("cpuacct", rel) / "cpuacct.usage").write_text(f"{ns}\n")
-        else:
-            (self.ctl("cpu", rel) / "cpu.stat").write_text(f"usage_usec {ns // 1000}\n")
-
-    def read(self, controller: str, rel: str, name: str) -> str:
-        return (self.ctl(controller, rel) / name).read_text().strip()
 
 
 @pytest.fixture

@@ -1,0 +1,43 @@
+"""`koordfw agent --kubeconfig`: pod metadata from the API instead of guesses, and the NodeMetric published."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import anyio
+import yaml
+from conftest import node, pod
+
+from koordfw.testing.cgroups import FakeNode
+
+
+async def test_agent_reads_pods_from_the_api_and_publishes_node_metric(api, tmp_path):
+    api.create(node("n1", cpu="8"))
+    # a pod labelled BE by Koordinator but sitting in the burstable QoS cgroup: only the API knows
+    be = api.create(pod("spark-0", "1", node_name="n1", labels={"koordinator.sh/qosClass": "BE"}))
+    ls = api.create(pod("web-0", "2", node_name="n1", labels={"koordinator.sh/qosClass": "LS"}))
+    api.create(pod("elsewhere", "1", node_name="n2"))
+    fake = FakeNode(tmp_path, ncpu=8)
+    for p, level in ((be, "burstable"), (ls, "burstable")):
+        rel = fake.add_pod(p["metadata"]["uid"], level)
+        fake.set_usage(rel, 5 * 10**9)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()))
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("plugins:\n  qosPlan: {disabled: [{name: '*'}], enabled: [be_suppress]}\n"
+                   "pluginConfig:\n  be_suppress: {enable: false}\n")
+    cmd = [sys.executable, "-m", "koordfw", "agent", "--kubeconfig", str(kubeconfig), "--node-name", "n1",
+           "--cgroup-root", str(fake.root), "--config", str(cfg), "--once", "--dry-run",
+           "--node-metric-interval", "60"]
+    proc = await anyio.to_thread.run_sync(lambda: subprocess.run(cmd, capture_output=True, text=True, timeout=120))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["pods"] == 2  # the pod of another node is not this agent's
+    metric = api.get("nodemetrics", "n1")
+    assert metric is not None, "the agent published no NodeMetric"
+    status = metric["status"]
+    assert status["updateTime"] and "cpu" in status["nodeMetric"]["nodeUsage"]["resources"]
+    names = {(m["namespace"], m["name"]) for m in status["podsMetric"]}
+    assert names == {("default", "spark-0"), ("default", "web-0")}
