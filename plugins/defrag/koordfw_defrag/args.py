@@ -68,9 +68,14 @@ def _weights(value: Any) -> dict[str, int]:
     return out
 
 
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
 def _non_negative(inst, attribute, value) -> None:
     if value < 0:
-        raise ValueError(f"{attribute.name}: must be >= 0, got {value}")
+        raise ValueError(f"{_camel(attribute.name)}: must be >= 0, got {value}")
 
 
 @attrs.define
