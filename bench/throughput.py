@@ -3,6 +3,7 @@
     python bench/throughput.py --nodes 5000 --pods 10000 --json
     python bench/throughput.py --table            # 500, 1,000, 5,000, 10,000 nodes
     python bench/throughput.py --nodes 10000 --pods 100000 --json   # memory: 100k pods placed
+    python bench/throughput.py --scenario cpu-topology   # 1,000 NUMA nodes, 20% LSR: plugin on vs off
 
 Prints pods/s, per-pod scheduling-cycle p50/p99 (ms), the kernel's overhead (time in scheduling
 cycles outside plugin bodies, as % of cycle time) and peak RSS. Runs on one core (one event loop).
@@ -86,6 +87,19 @@ def run(nodes: int, pods: int, seed: int = 1) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--scenario" in argv:
+        i = argv.index("--scenario")
+        scenario, rest = argv[i + 1] if i + 1 < len(argv) else "", argv[:i] + argv[i + 2:]
+        if scenario == "cpu-topology":  # the cpu_topology plugin's side-by-side run (bench/cpu_topology.py)
+            sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+            import cpu_topology
+
+            return cpu_topology.main(rest)
+        if scenario != "builtins":
+            print(f"unknown scenario {scenario!r}: use builtins or cpu-topology", file=sys.stderr)
+            return 2
+        argv = rest
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--pods", type=int, default=10000)
