@@ -1,0 +1,174 @@
+"""Benchmark: GPU defragmentation by migration on the Alibaba openb trace (FGD paper protocol).
+
+For each seed: replay the ``default`` workload with the ``bestfit`` policy until arrived GPU requests
+reach 100 % of capacity, run ``gpu_defrag`` once with a budget of 1 %, 2 % or 5 % of the bound pods,
+apply the plan (evict, nominate the planned target, reschedule), then continue the replay to the end
+(arrived ≈ 130 %). Baselines: bestfit and FGD without migration. Reports unallocated and fragmented
+GPU % before/after the round, pods moved, planning time, and unallocated GPU % at arrived = 130 %.
+
+    .venv/bin/python bench/defrag.py [--seeds 42-43] [--budgets 1,2,5] [--json]
+
+Trace replay helpers (tuning, pods, nodes, the target workload, binning) are gpu_share's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import attrs
+import numpy as np
+
+from koordfw import Scheduler
+from koordfw.core.clock import VirtualClock
+from koordfw.core.cluster import ClusterState
+from koordfw.engines.embedded import build_registry
+from koordfw_defrag import Args, plan
+from koordfw_gpu_share import frag
+from koordfw_gpu_share.replay import _node, _pod, bin_curve, load_trace, parse_seeds, profile_for, tune
+
+DATA = Path("/work/shared/data/alibaba-gpu-v2023")
+
+
+async def run(policy: str, seed: int, budget_pct: float | None, nodes_csv: Path, pods_csv: Path) -> dict:
+    nrows, prows = load_trace(nodes_csv, pods_csv)
+    gpu_nodes = [r for r in nrows if r[3] > 0]
+    capacity = 1000 * sum(r[3] for r in gpu_nodes)
+    models = sorted({r[4] for r in gpu_nodes if r[4]})
+    workload = frag.typical_pods(((r[1], r[4], r[3], r[5]) for r in prows), models)
+    rng = np.random.default_rng(seed)
+    order = tune(prows, rng, capacity)
+    perm = rng.permutation(len(gpu_nodes))
+    profile = profile_for(policy, seed, workload)
+    only = ["gpu_share"]
+    if budget_pct is not None:
+        profile["pluginConfig"]["defrag"] = {"gpuDefrag": {"enabled": True},
+                                             "maxMigratingPercentPerRound": budget_pct}
+        only.append("defrag")
+    registry = build_registry(profile, only=only)
+    gpu = registry.plugins["gpu_share"].obj
+    gargs = registry.args["gpu_share"]
+    cluster = ClusterState()
+    for j in perm.tolist():
+        cluster.add_node(_node(gpu_nodes[j]))
+    sched = Scheduler(registry, cluster, VirtualClock(0.0), seed=seed)
+    await sched.startup()
+    pods = [_pod(r) for r in order]
+    milli_of = {p.uid: r[3] * r[4] for p, r in zip(pods, order)}
+    n = len(pods)
+    arrived, used, fragm = np.zeros(n), np.zeros(n), np.zeros(n)
+    a_sum = u_sum = 0
+    round_info: dict = {}
+    t0 = time.perf_counter()
+
+    def state() -> tuple[float, float]:
+        u = sum(a.milli for a in gpu.inv.allocs.values())
+        f = float(gpu.node_frag_milli(cluster, gargs).sum())
+        return 100.0 - 100.0 * u / capacity, 100.0 * f / capacity
+
+    async with anyio.create_task_group() as tg:
+        for i, p in enumerate(pods):
+            cluster.add_pod(p)
+            await sched.enqueue(p)
+            await sched.schedule_next(tg)
+            if cluster.pods[p.uid].node_index < 0:
+                sched.queue.done(p.uid)  # the protocol never retries a failed pod
+            a_sum += milli_of[p.uid]
+            u_sum += gpu.allocated_milli(p.uid)
+            if budget_pct is not None and not round_info and a_sum >= capacity:
+                round_info = await defrag_round(sched, registry, state)
+                u_sum = sum(a.milli for a in gpu.inv.allocs.values())
+            arrived[i], used[i] = a_sum, u_sum
+            fragm[i] = gpu.node_frag_milli(cluster, gargs).sum()
+            if i % 64 == 0:
+                await anyio.lowlevel.checkpoint()
+    curve = bin_curve(arrived, used, fragm, capacity)
+    at = {c["arrived_pct"]: c for c in curve}
+    top = max(at)
+    c100, c130 = at.get(100), at[min(130, top)]
+    return {"policy": policy, "seed": seed, "budget_pct": budget_pct, "pods": n,
+            "unallocated_at_100": round(100 - c100["alloc_pct"], 3), "frag_at_100": round(c100["frag_pct"], 3),
+            "unallocated_at_130": round(100 - c130["alloc_pct"], 3), "frag_at_130": round(c130["frag_pct"], 3),
+            "seconds": round(time.perf_counter() - t0, 1), **round_info}
+
+
+async def defrag_round(sched: Scheduler, registry, state) -> dict:
+    """One planning round on the live replay state, then the moves applied as the embedded engine does."""
+    cluster = sched.cluster
+    args: Args = registry.args["defrag"]
+    un0, fr0 = state()
+    bound = sum(1 for e in cluster.pods.values() if e.node_index >= 0)
+    t = time.perf_counter()
+    result = await plan(cluster, args, sched.handle)
+    plan_s = time.perf_counter() - t
+    landed = elsewhere = lost = 0
+    for m in result.migrations:
+        p = cluster.pod_by_key(m.pod)
+        await sched.evictor(p, m.reason)
+        fresh = attrs.evolve(cluster.pod_by_key(m.pod), nominated_node_name=m.to)
+        cluster.update_pod_object(fresh)
+        sched.queue.info(fresh.uid).pod = fresh
+        sched.nominate(fresh, m.to)
+    async with anyio.create_task_group() as tg:
+        while await sched.schedule_next(tg):
+            pass
+    for m in result.migrations:
+        p = cluster.pod_by_key(m.pod)
+        if p.node_name == m.to:
+            landed += 1
+        elif p.node_name:
+            elsewhere += 1
+        else:
+            lost += 1
+            sched.queue.done(p.uid)
+    un1, fr1 = state()
+    return {"bound_at_round": bound, "moved": len(result.migrations),
+            "moved_pct": round(100.0 * len(result.migrations) / max(bound, 1), 2),
+            "landed_on_target": landed, "landed_elsewhere": elsewhere, "lost": lost,
+            "plan_seconds": round(plan_s, 3),
+            "round_unallocated_before": round(un0, 3), "round_unallocated_after": round(un1, 3),
+            "round_frag_before": round(fr0, 3), "round_frag_after": round(fr1, 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", default="42")
+    ap.add_argument("--budgets", default="1,2,5")
+    ap.add_argument("--nodes", default=str(DATA / "openb_node_list_gpu_node.csv"))
+    ap.add_argument("--pods", default=str(DATA / "openb_pod_list_default.csv"))
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    seeds = parse_seeds(a.seeds)
+    budgets = [float(x) for x in a.budgets.split(",") if x]
+    runs = []
+    for s in seeds:
+        for pol, b in [("fgd", None), ("bestfit", None)] + [("bestfit", b) for b in budgets]:
+            r = anyio.run(lambda: run(pol, s, b, Path(a.nodes), Path(a.pods)))
+            runs.append(r)
+            if not a.json:
+                label = f"{pol}" + (f"+defrag {b:g}%" if b is not None else "")
+                extra = (f" moved {r['moved']} ({r['moved_pct']}%) on-target {r['landed_on_target']} "
+                         f"elsewhere {r['landed_elsewhere']} lost {r['lost']} plan {r['plan_seconds']}s | round: "
+                         f"unalloc {r['round_unallocated_before']:.2f}->{r['round_unallocated_after']:.2f} "
+                         f"frag {r['round_frag_before']:.2f}->{r['round_frag_after']:.2f}") if b is not None else ""
+                print(f"seed {s} {label:<22} unalloc@100 {r['unallocated_at_100']:6.2f} frag@100 {r['frag_at_100']:6.2f} "
+                      f"unalloc@130 {r['unallocated_at_130']:6.2f} frag@130 {r['frag_at_130']:6.2f} "
+                      f"({r['seconds']}s){extra}", flush=True)
+    if a.json:
+        print(json.dumps(runs, indent=1))
+        return
+    if len(seeds) > 1:
+        keys = sorted({(r["policy"], r["budget_pct"]) for r in runs}, key=lambda k: (k[1] is not None, k[1] or 0, k[0]))
+        for pol, b in keys:
+            rs = [r for r in runs if r["policy"] == pol and r["budget_pct"] == b]
+            print(f"median {pol}{'' if b is None else f'+defrag {b:g}%'}: unalloc@130 "
+                  f"{statistics.median(r['unallocated_at_130'] for r in rs):.2f} over {len(rs)} seeds")
+
+
+if __name__ == "__main__":
+    main()
