@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import attrs
 
-from koordfw import PostFilterResult, Status, hookimpl
+from koordfw import PostFilterResult, Status, hookimpl, selector_matches
 from koordfw.core.status import Code
 
 
@@ -38,25 +38,6 @@ def _sort_key(p):
     return (-p.priority, p.creation_timestamp or 0.0, p.key)
 
 
-def _selector_matches(sel, labels) -> bool:
-    if not sel:
-        return False
-    for k, v in (sel.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for e in sel.get("matchExpressions") or []:
-        key, op, vals = e.get("key"), e.get("operator"), e.get("values") or []
-        if op == "In" and labels.get(key) not in vals:
-            return False
-        if op == "NotIn" and labels.get(key) in vals:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
-
-
 def split_by_pdb(pods, pdbs):
     """(violating, non_violating): a pod violates when a matching PDB has no disruptions left."""
     allowed = {}
@@ -69,7 +50,7 @@ def split_by_pdb(pods, pdbs):
         for key, pdb in pdbs.items():
             if (pdb.get("metadata") or {}).get("namespace", "default") != p.namespace:
                 continue
-            if _selector_matches((pdb.get("spec") or {}).get("selector"), p.labels):
+            if selector_matches((pdb.get("spec") or {}).get("selector"), p.labels):
                 allowed[key] -= 1
                 if allowed[key] < 0:
                     hit = True

@@ -31,8 +31,11 @@ GUARANTEED, BURSTABLE, BEST_EFFORT = "Guaranteed", "Burstable", "BestEffort"
 _uid_counter = itertools.count(1)
 
 
-def parse_time(value: object, *, where: str = "") -> float | None:
-    """RFC 3339 timestamp → POSIX seconds (None when absent)."""
+def parse_time(value: object, *, where: str = "", obj: str | None = None, field: str | None = None) -> float | None:
+    """RFC 3339 timestamp (or POSIX seconds) → POSIX seconds; ``None`` when absent.
+
+    A bad value raises ManifestError naming ``obj`` and the field (``field``, or ``where``).
+    """
     if value in (None, ""):
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -41,12 +44,12 @@ def parse_time(value: object, *, where: str = "") -> float | None:
         d = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
         return d.timestamp()
     if not isinstance(value, str):
-        raise ManifestError(f"invalid timestamp {value!r}", field=where or None)
+        raise ManifestError(f"invalid timestamp {value!r}", obj=obj, field=field or where or None)
     s = value.strip().replace("Z", "+00:00")
     try:
         d = _dt.datetime.fromisoformat(s)
     except ValueError:
-        raise ManifestError(f"invalid timestamp {value!r}", field=where or None) from None
+        raise ManifestError(f"invalid timestamp {value!r}", obj=obj, field=field or where or None) from None
     if d.tzinfo is None:
         d = d.replace(tzinfo=_dt.timezone.utc)
     return d.timestamp()
@@ -54,6 +57,28 @@ def parse_time(value: object, *, where: str = "") -> float | None:
 
 def format_time(ts: float) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A ``metav1.LabelSelector`` (``matchLabels`` and ``matchExpressions`` with In, NotIn, Exists,
+    DoesNotExist), as Kubernetes evaluates it: ``None`` matches nothing, ``{}`` matches everything."""
+    if selector is None:
+        return False
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != str(v):
+            return False
+    for e in selector.get("matchExpressions") or []:
+        key, op = e.get("key"), e.get("operator")
+        values = [str(v) for v in e.get("values") or []]
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
 
 
 def priority_class_of(priority: int, labels: Mapping[str, str], qos: str) -> str:

@@ -7,35 +7,14 @@ field raises :class:`koordfw.ManifestError` naming the NodeMetric and the field 
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-from koordfw import ManifestError, canonical
+from koordfw import ManifestError, canonical, parse_time  # noqa: F401  (parse_time: re-exported)
 
 CPU, MEMORY = "cpu", "memory"
-
-
-def parse_time(value: Any, *, obj: str, field: str) -> float | None:
-    """RFC 3339 (``2026-11-20T10:00:00Z``) or a number of POSIX seconds → seconds; ``None`` if absent."""
-    if value in (None, ""):
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, _dt.datetime):
-        d = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
-        return d.timestamp()
-    if not isinstance(value, str):
-        raise ManifestError(f"invalid timestamp {value!r}", obj=obj, field=field)
-    try:
-        d = _dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ManifestError(f"invalid timestamp {value!r}", obj=obj, field=field) from None
-    if d.tzinfo is None:
-        d = d.replace(tzinfo=_dt.timezone.utc)
-    return d.timestamp()
 
 
 def resources(raw: Any, *, obj: str, field: str) -> dict[str, int]:

@@ -15,6 +15,8 @@ from typing import Any
 import attrs
 import structlog
 
+from koordfw import selector_matches
+
 ANNOTATION_COLOCATION_STRATEGY = "node.koordinator.sh/colocation-strategy"
 LABEL_CPU_RECLAIM_RATIO = "node.koordinator.sh/cpu-reclaim-ratio"
 LABEL_MEMORY_RECLAIM_RATIO = "node.koordinator.sh/memory-reclaim-ratio"
@@ -128,24 +130,6 @@ def _check_selector(sel: Mapping[str, Any], where: str) -> None:
         if not isinstance(e, Mapping) or not e.get("key") or e.get("operator") not in (
                 "In", "NotIn", "Exists", "DoesNotExist"):
             raise ValueError(f"{where}.matchExpressions[{j}]: needs key and operator In/NotIn/Exists/DoesNotExist")
-
-
-def selector_matches(sel: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """Kubernetes LabelSelector semantics (an empty selector matches every node)."""
-    for k, v in (sel.get("matchLabels") or {}).items():
-        if labels.get(k) != str(v):
-            return False
-    for e in sel.get("matchExpressions") or []:
-        key, op, values = e["key"], e["operator"], [str(v) for v in e.get("values") or []]
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
 
 
 def _reclaim_percent(labels: Mapping[str, str], key: str) -> int | None:

@@ -6,14 +6,13 @@ Quantities become canonical ints (cpu milli-cores, everything else units). A mal
 
 from __future__ import annotations
 
-import datetime as _dt
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-from koordfw import ManifestError, canonical
+from koordfw import ManifestError, canonical, parse_time  # noqa: F401  (parse_time: re-exported)
 
 #: Koordinator's default ``spec.metricCollectPolicy.reportIntervalSeconds``
 DEFAULT_REPORT_INTERVAL_SECONDS = 60
@@ -40,26 +39,6 @@ def parse_duration(value: Any, *, where: str) -> float:
     if pos != len(s) or pos == 0:
         raise ValueError(f"{where}: invalid duration {value!r} (use Go syntax such as 5m0s)")
     return total
-
-
-def parse_time(value: Any, *, obj: str, field: str) -> float | None:
-    """RFC 3339 (``2026-11-20T10:00:00Z``) or POSIX seconds → seconds; ``None`` when absent."""
-    if value in (None, ""):
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, _dt.datetime):
-        d = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
-        return d.timestamp()
-    if not isinstance(value, str):
-        raise ManifestError(f"invalid timestamp {value!r}", obj=obj, field=field)
-    try:
-        d = _dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ManifestError(f"invalid timestamp {value!r}", obj=obj, field=field) from None
-    if d.tzinfo is None:
-        d = d.replace(tzinfo=_dt.timezone.utc)
-    return d.timestamp()
 
 
 def _mapping(raw: Any, obj: str, field: str) -> Mapping:
