@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from .model import Node, Pod
+from .model import Node, Pod, replace_pod
 
 BASE_RESOURCES = ("cpu", "memory", "pods", "ephemeral-storage")
 
@@ -357,7 +357,7 @@ class ClusterState:
             self.pods[pod.uid] = entry
             self._by_key[pod.key] = pod.uid
         self._unaccount(entry)
-        assumed = attrs.evolve(entry.pod, node_name=node_name)
+        assumed = replace_pod(entry.pod, node_name=node_name)
         entry.pod = assumed
         entry.assumed = True
         self._account(entry, self._node_index[node_name])
@@ -370,7 +370,7 @@ class ClusterState:
         if entry is None:
             return pod
         self._unaccount(entry)
-        entry.pod = attrs.evolve(entry.pod, node_name=None)
+        entry.pod = replace_pod(entry.pod, node_name=None)
         entry.assumed = False
         self.generation += 1
         return entry.pod
@@ -384,7 +384,7 @@ class ClusterState:
         anns = dict(entry.pod.annotations)
         if annotations:
             anns.update(annotations)
-        new = attrs.evolve(entry.pod, node_name=node_name, annotations=anns, phase="Running")
+        new = replace_pod(entry.pod, node_name=node_name, annotations=anns, phase="Running")
         i = entry.node_index
         self._on_node[i][pod.uid] = new
         entry.pod = new

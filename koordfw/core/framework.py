@@ -264,10 +264,12 @@ class Scheduler:
         self._queue_sort_impl = qs[0] if qs else None
         self._has_scoring = bool(registry.impls("score"))
         self._filter_impls = registry.impls("filter")
+        self._normalizers = {i.plugin: i for i in registry.impls("normalize_score")}
         from .. import metrics as _metrics
 
         self.metrics = _metrics.scheduler_metrics()
         _metrics.track_caller(self.caller)
+        self._attempts = {r: self.metrics.attempts.labels(result=r) for r in ("scheduled", "unschedulable", "error")}
 
     # -- queue ----------------------------------------------------------------------------------
     def _sort_key(self, pod: Pod, info: QueuedPodInfo) -> Any:
@@ -610,12 +612,12 @@ class Scheduler:
         """Normalise a batch filter result to (positions rejected in ``cur``, their reasons): a list
         aligned with the positions, or one reason shared by all of them."""
         n = len(cur)
-        if isinstance(res, tuple) and len(res) == 2 and isinstance(res[0], np.ndarray):
+        if type(res) is tuple and len(res) == 2 and isinstance(res[0], np.ndarray):
             ok, reason = res
             if ok.shape != (n,):
                 raise PluginFailure(Status.error(
                     f"plugin {impl.plugin} returned a mask of {ok.size} for {n} nodes", impl.plugin))
-            bad = np.flatnonzero(~ok.astype(bool, copy=False))
+            bad = np.flatnonzero(ok == 0)
             if isinstance(reason, (str, Status)) or reason is None:
                 return bad, reason or f"node(s) rejected by {impl.plugin}"
             reasons = list(reason)
@@ -692,7 +694,7 @@ class Scheduler:
                 raise PluginFailure(st if st.code == Code.ERROR else Status.error(st.message, impl.plugin))
         total = np.zeros(len(feasible), dtype=np.int64)
         max_total = 0
-        normalizers = {i.plugin: i for i in self.caller.impls("normalize_score")}
+        normalizers = self._normalizers
         for impl in self.caller.impls("score"):
             if impl.plugin in state.skip_score:
                 continue
@@ -828,7 +830,7 @@ class Scheduler:
         self.queue.done(pod.uid)
         self.progress += 1
         self.bind_events.append((pod.uid, node_name))
-        self.metrics.attempts.labels(result="scheduled").inc()
+        self._attempts["scheduled"].inc()
         for cb in self.on_bound:
             cb(pod, node_name)
 
@@ -868,7 +870,7 @@ class Scheduler:
         res.node, res.reason = None, f"{res.evicted}; then: {reason}" if res.evicted else reason
         res.attempts = self.attempt_counts[pod.uid]
         unsched = st.is_rejection
-        self.metrics.attempts.labels(result="unschedulable" if unsched else "error").inc()
+        self._attempts["unschedulable" if unsched else "error"].inc()
         self.queue.failed(pod.uid, self.clock.now(), unschedulable=unsched,
                           generation=self.cluster.free_generation,
                           plugins=tuple(p for p in (st.plugin or "").split(",") if p))

@@ -187,6 +187,9 @@ class Pod:
         return self.priority_class or default_priority_class_by_qos(self.qos_class)
 
 
+_POD_FIELDS = tuple(f.name for f in attrs.fields(Pod))
+
+
 @attrs.frozen(eq=False)
 class Node:
     name: str
@@ -199,6 +202,15 @@ class Node:
     taints: tuple[Taint, ...] = ()
     creation_timestamp: float | None = None
     raw: Mapping[str, Any] | None = attrs.field(default=None, repr=False)
+
+
+def replace_pod(pod: Pod, **changes: Any) -> Pod:
+    """``attrs.evolve`` for the scheduler's hot path: same validation-free copy, several times faster
+    (Pod has no converters or validators, so evolve's work is only re-running ``__init__``)."""
+    new = object.__new__(Pod)
+    for name in _POD_FIELDS:
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(pod, name))
+    return new
 
 
 @attrs.frozen
