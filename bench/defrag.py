@@ -35,7 +35,8 @@ from koordfw_gpu_share.replay import _node, _pod, bin_curve, load_trace, parse_s
 DATA = Path("/work/shared/data/alibaba-gpu-v2023")
 
 
-async def run(policy: str, seed: int, budget_pct: float | None, nodes_csv: Path, pods_csv: Path) -> dict:
+async def run(policy: str, seed: int, budget_pct: float | None, nodes_csv: Path, pods_csv: Path,
+              min_gain: float = 100.0) -> dict:
     nrows, prows = load_trace(nodes_csv, pods_csv)
     gpu_nodes = [r for r in nrows if r[3] > 0]
     capacity = 1000 * sum(r[3] for r in gpu_nodes)
@@ -47,7 +48,7 @@ async def run(policy: str, seed: int, budget_pct: float | None, nodes_csv: Path,
     profile = profile_for(policy, seed, workload)
     only = ["gpu_share"]
     if budget_pct is not None:
-        profile["pluginConfig"]["defrag"] = {"gpuDefrag": {"enabled": True},
+        profile["pluginConfig"]["defrag"] = {"gpuDefrag": {"enabled": True, "minGainMilli": min_gain},
                                              "maxMigratingPercentPerRound": budget_pct}
         only.append("defrag")
     registry = build_registry(profile, only=only)
@@ -56,7 +57,9 @@ async def run(policy: str, seed: int, budget_pct: float | None, nodes_csv: Path,
     cluster = ClusterState()
     for j in perm.tolist():
         cluster.add_node(_node(gpu_nodes[j]))
-    sched = Scheduler(registry, cluster, VirtualClock(0.0), seed=seed)
+    # bind inline, as the embedded engine does: a nominated pod is then never counted twice (assumed and
+    # still nominated) while its binding task has not run yet
+    sched = Scheduler(registry, cluster, VirtualClock(0.0), seed=seed, inline_binding=True)
     await sched.startup()
     pods = [_pod(r) for r in order]
     milli_of = {p.uid: r[3] * r[4] for p, r in zip(pods, order)}
@@ -141,14 +144,17 @@ def main() -> None:
     ap.add_argument("--budgets", default="1,2,5")
     ap.add_argument("--nodes", default=str(DATA / "openb_node_list_gpu_node.csv"))
     ap.add_argument("--pods", default=str(DATA / "openb_pod_list_default.csv"))
+    ap.add_argument("--min-gain", type=float, default=100.0, help="gpuDefrag.minGainMilli (default 100)")
+    ap.add_argument("--no-baselines", action="store_true", help="skip the fgd/bestfit runs without migration")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     seeds = parse_seeds(a.seeds)
     budgets = [float(x) for x in a.budgets.split(",") if x]
     runs = []
     for s in seeds:
-        for pol, b in [("fgd", None), ("bestfit", None)] + [("bestfit", b) for b in budgets]:
-            r = anyio.run(lambda: run(pol, s, b, Path(a.nodes), Path(a.pods)))
+        base = [] if a.no_baselines else [("fgd", None), ("bestfit", None)]
+        for pol, b in base + [("bestfit", b) for b in budgets]:
+            r = anyio.run(lambda: run(pol, s, b, Path(a.nodes), Path(a.pods), a.min_gain))
             runs.append(r)
             if not a.json:
                 label = f"{pol}" + (f"+defrag {b:g}%" if b is not None else "")

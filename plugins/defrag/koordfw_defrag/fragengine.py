@@ -14,6 +14,7 @@ plan's reservations, PDBs, budgets) before committing.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -114,6 +115,8 @@ class Descent:
             self.by_node.setdefault(p.node, []).append(j)
         self.steps = 0
         self.seconds = 0.0
+        #: why candidate moves were dropped (for logs and benchmarks)
+        self.dropped: Counter[str] = Counter()
 
     # -- incremental evaluation --------------------------------------------------------------------
     def _shape_row(self, i: int, idx: np.ndarray) -> None:
@@ -207,7 +210,10 @@ class Descent:
             self.steps += 1
             p = self.pods[j]
             why = b.blocked(p.pod)
-            if why is not None or not b.node_budget_left(p.pod.node_name):
+            if why is None and not b.node_budget_left(p.pod.node_name):
+                why = "per-node budget exhausted"
+            if why is not None:
+                self.dropped[why] += 1
                 self.active[j] = False
                 continue
             row = self.ins[self.shape[j]]
@@ -217,7 +223,10 @@ class Descent:
             for t in order.tolist():
                 if tried >= self.max_tries or not np.isfinite(row[t]) or self.rem[j] - row[t] < self.min_gain:
                     break
-                if t == p.node or not self._extra_ok(p, t):
+                if t == p.node:
+                    continue
+                if not self._extra_ok(p, t):
+                    self.dropped["target short of memory/pods"] += 1
                     continue
                 tried += 1
                 if await b.fits(p.pod, names[t]):
@@ -229,6 +238,7 @@ class Descent:
                     done = True
                     break
             if not done:
+                self.dropped["no target passed the filters" if tried else "no target with enough gain"] += 1
                 self.active[j] = False
         self.seconds = time.perf_counter() - t0
         return moved

@@ -109,6 +109,6 @@ async def defragment(builder: PlanBuilder, args: GpuDefragArgs, handle: Any, not
                 describe=lambda g: f"lowers fragmented GPU by {g:.0f} milli")
     moved = await d.run()
     after["gpu"] = metrics(model)
-    log.info("gpu_defrag planned", moves=moved, steps=d.steps, seconds=round(d.seconds, 3),
+    log.info("gpu_defrag planned", moves=moved, steps=d.steps, seconds=round(d.seconds, 3), dropped=dict(d.dropped),
              before=before["gpu"]["fragmentedGpuMilli"], after=after["gpu"]["fragmentedGpuMilli"])
     return moved
