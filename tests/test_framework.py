@@ -269,3 +269,53 @@ def test_error_status_goes_to_backoff_and_is_retried_after_change():
     # the first attempt errored; nothing changed in the cluster, so the simulation does not spin on it
     assert r.placements()["default/p"] is None
     assert len(attempts) == 1
+
+
+def test_nomination_is_dropped_when_the_pod_is_assumed():
+    """kube deletes a pod's nomination on assume: while its binding is in flight it must not be counted
+    twice (reserved and nominated), or later pods see the node fuller than it is."""
+    seen = []
+
+    class Watch:
+        @hookimpl
+        def reserve(self, pod, handle):
+            seen.append((pod.name, {u for pods in handle.scheduler.nominated.values() for u in pods}))
+
+    b = (ClusterBuilder().node("n0", cpu="4")
+         .pod("low", cpu="3", priority=1, node="n0")
+         .pod("vip", cpu="3", priority=100))
+    r = schedule(b, plugins={"watch": Watch()})
+    assert r.placements()["default/vip"] == "n0"
+    vip_uid = r.cluster.pod_by_key("default/vip").uid
+    # at vip's reserve, its own nomination is already gone
+    assert ("vip", set()) in seen and all(vip_uid not in noms for name, noms in seen if name == "vip")
+    assert r.scheduler.nominated == {}
+
+
+def test_handle_run_pre_filters_then_filters():
+    class NeedsPre:
+        @hookimpl
+        def pre_filter(self, pod, state):
+            state["needs_pre/limit"] = int(pod.labels.get("max-index", "99"))
+
+        @hookimpl
+        def filter(self, pod, node, state):
+            if "needs_pre/limit" not in state:
+                raise KeyError("pre_filter state missing")
+            return None if int(node.name[1:]) <= state["needs_pre/limit"] else "index too high"
+
+    results = {}
+
+    class Probe:
+        @hookimpl
+        async def post_bind(self, pod, handle):
+            from koordfw import CycleState
+
+            st = CycleState()
+            results["pre"] = (await handle.run_pre_filters(pod, st))[0].ok
+            results["n0"] = (await handle.run_filters(pod, "n0", st)).ok
+            results["n2"] = (await handle.run_filters(pod, "n2", st)).message
+
+    schedule(ClusterBuilder().node("n0").node("n1").node("n2").pod("p", cpu="1", labels={"max-index": "1"}),
+             plugins={"needs_pre": NeedsPre(), "probe": Probe()})
+    assert results == {"pre": True, "n0": True, "n2": "index too high"}

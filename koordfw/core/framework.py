@@ -214,6 +214,14 @@ class Handle:
     async def evict(self, pod: Pod, reason: str) -> Any:
         return await self._s.evictor(pod, reason)
 
+    async def run_pre_filters(self, pod: Pod, state: CycleState) -> tuple[Status, set[str] | None]:
+        """Run the pre_filter plugins into ``state`` (needed before ``run_filters`` for plugins whose
+        filter reads what their pre_filter computed): (status, candidate node names or None)."""
+        try:
+            return await self._s.run_pre_filter(pod, state)
+        except PluginFailure as f:
+            return f.status, None
+
     async def run_filters(self, pod: Pod, node_name: str, state: CycleState | None = None) -> Status:
         return await self._s.run_filters_on_node(pod, node_name, state or CycleState())
 
@@ -404,8 +412,10 @@ class Scheduler:
         if node is None:
             await self._cycle_failed(pod, status, state, run_post_filter=status.is_rejection)
             return
-        # assume + reserve
+        # assume + reserve; like kube's assume, an assumed pod is no longer counted as nominated
         self.cluster.assume(pod, node.name)
+        if self.nominated:
+            self.nominate(pod, None)
         st = await self._run_reserve(pod, node, state)
         if st.ok:
             st, waits = await self._run_permit(pod, node, state)
