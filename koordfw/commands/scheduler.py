@@ -44,6 +44,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--health-address", default="0.0.0.0:10259",
                    help="serve /healthz and /metrics here (default 0.0.0.0:10259; empty = off)")
     p.add_argument("--seed", type=int, default=0, help="seed for tie-breaking")
+    d = p.add_argument_group("descheduling (the deschedule hooks, e.g. the defrag plugin)")
+    d.add_argument("--deschedule-interval", type=float, default=0.0, metavar="SECONDS",
+                   help="run the descheduling plugins every SECONDS (default 0: off)")
+    d.add_argument("--deschedule-execute", action="store_true",
+                   help="evict through the Eviction API (default: dry-run, plans are only logged)")
+    d.add_argument("--max-evictions-per-minute", type=int, default=10)
+    d.add_argument("--reservation-ttl", type=float, default=300.0, metavar="SECONDS",
+                   help="how long a migration's target stays reserved for the replacement pod (default 300)")
     p.set_defaults(func=run)
 
 
@@ -80,7 +88,11 @@ async def _main(args: argparse.Namespace) -> int:
                                 renew_deadline=args.leader_elect_renew_deadline,
                                 retry_period=args.leader_elect_retry_period)
     engine = KubeSchedulerEngine(registry, client, scheduler_name=name, event_client=event_client, seed=args.seed,
-                                 identity=identity, leader_elector=elector)
+                                 identity=identity, leader_elector=elector,
+                                 deschedule_interval=args.deschedule_interval,
+                                 deschedule_dry_run=not args.deschedule_execute,
+                                 max_evictions_per_minute=args.max_evictions_per_minute,
+                                 reservation_ttl=args.reservation_ttl)
     runner = None
     if args.health_address:
         host, port = split_address(args.health_address)

@@ -261,6 +261,9 @@ class Scheduler:
         self.on_unschedulable: list[Callable[[Pod, Status], Any]] = []
         #: called when an attempt fails, before post_filter runs (after a binding failure's release)
         self.on_attempt_failed: list[Callable[[Pod], None]] = []
+        #: called for each pending pod before it is queued; may return a replacement (e.g. nominated to a
+        #: node reserved for it by a descheduling migration)
+        self.on_enqueue: list[Callable[[Pod], Pod | None]] = []
         self._tg: anyio.abc.TaskGroup | None = None
         self.last_uid = ""
         #: bumped on every bind and every change that frees capacity (the embedded engine's stop rule)
@@ -305,6 +308,14 @@ class Scheduler:
 
     async def enqueue(self, pod: Pod) -> None:
         """Add a pending pod: pre_enqueue gates it or it joins the active queue."""
+        for cb in self.on_enqueue:
+            new = cb(pod)
+            if new is not None and new is not pod:
+                pod = new
+                if self.cluster.pod(pod.uid) is not None:
+                    self.cluster.update_pod_object(pod)
+                if pod.nominated_node_name:
+                    self.nominate(pod, pod.nominated_node_name)
         st = await self.run_pre_enqueue(pod)
         now = self.clock.now()
         if st.ok:

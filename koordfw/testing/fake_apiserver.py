@@ -64,6 +64,7 @@ RESOURCES: dict[str, ResourceType] = {r.plural: r for r in (
     ResourceType("/apis/events.k8s.io/v1", "events", "Event", True),
     ResourceType("/apis/coordination.k8s.io/v1", "leases", "Lease", True),
     ResourceType("/apis/slo.koordinator.sh/v1alpha1", "nodemetrics", "NodeMetric", False, ("metadata.name",), True),
+    ResourceType("/apis/policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", True, has_status=True),
 )}
 
 
@@ -211,6 +212,7 @@ class FakeApiServer:
         self.lose_binding_replies = 0
         #: (uid, node) of every successful binding, in order (to check "none bound twice")
         self.bind_log: list[tuple[str, str]] = []
+        self.evictions: list[tuple[str, str]] = []
         #: (method, path) of every request
         self.requests: list[tuple[str, str]] = []
         self._runner: web.AppRunner | None = None
@@ -441,6 +443,8 @@ class FakeApiServer:
             raise _ApiError(405, "MethodNotAllowed", f"method {m} not allowed")
         if rt.plural == "pods" and sub == "binding" and m == "POST":
             return await self._bind(request, ns or "default", name)
+        if rt.plural == "pods" and sub == "eviction" and m == "POST":
+            return await self._evict(request, ns or "default", name)
         key = self._key(rt, ns, name)
         cur = self.objects[rt.plural].get(key)
         if m == "GET":
@@ -649,6 +653,43 @@ class FakeApiServer:
             if request.transport is not None:
                 request.transport.close()
             return _status(500, "InternalError", "reply lost")
+        return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                  "code": 201}, status=201)
+
+
+    async def _evict(self, request: web.Request, ns: str, name: str) -> web.Response:
+        """``pods/{name}/eviction`` (policy/v1 Eviction), as the API server's EvictionREST answers: 404 for
+        a missing pod, 409 on a failed UID precondition, 429 when a matching PDB allows no disruption,
+        500 when several PDBs match; otherwise the pod is deleted and the PDB spends one disruption."""
+        body = await _json_body(request)
+        if (body.get("metadata") or {}).get("name") not in (None, name):
+            raise _ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
+        pod = self.objects["pods"].get(f"{ns}/{name}")
+        if pod is None:
+            raise _ApiError(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+        want_uid = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+        if want_uid and want_uid != pod["metadata"]["uid"]:
+            raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods "{name}": Precondition '
+                            f"failed: UID in precondition: {want_uid}, UID in object meta: {pod['metadata']['uid']}")
+        from ..core.model import selector_matches
+
+        labels = pod["metadata"].get("labels") or {}
+        pdbs = [b for k, b in self.objects["poddisruptionbudgets"].items()
+                if k.startswith(f"{ns}/") and selector_matches((b.get("spec") or {}).get("selector"), labels)]
+        if len(pdbs) > 1:
+            raise _ApiError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
+                            "eviction subresource does not support.")
+        if pdbs:
+            pdb = pdbs[0]
+            if int((pdb.get("status") or {}).get("disruptionsAllowed", 0)) <= 0:
+                raise _ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's "
+                                "disruption budget.", {"causes": [{"reason": "DisruptionBudget", "message":
+                                f"The disruption budget {pdb['metadata']['name']} needs more healthy pods"}]})
+            self.update("poddisruptionbudgets", pdb["metadata"]["name"],
+                        lambda o: o.setdefault("status", {}).update(
+                            disruptionsAllowed=int(o["status"].get("disruptionsAllowed", 0)) - 1), ns)
+        self.evictions.append((ns, name))
+        self.delete("pods", name, ns)
         return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                   "code": 201}, status=201)
 

@@ -37,7 +37,15 @@ log = structlog.get_logger("koordfw.kube")
 NON_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
 
 #: other kinds kept in the cache: kind -> API path (optional: a cluster without the CRD is fine)
-DEFAULT_OBJECTS = {"NodeMetric": "/apis/slo.koordinator.sh/v1alpha1/nodemetrics"}
+#: the other kinds plugins read, each watched when its API exists (a missing CRD is skipped quietly)
+DEFAULT_OBJECTS = {
+    "NodeMetric": "/apis/slo.koordinator.sh/v1alpha1/nodemetrics",
+    "PodDisruptionBudget": "/apis/policy/v1/poddisruptionbudgets",
+    "PodGroup": "/apis/scheduling.sigs.k8s.io/v1alpha1/podgroups",
+    "ElasticQuota": "/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas",
+    "Device": "/apis/scheduling.koordinator.sh/v1alpha1/devices",
+    "NodeResourceTopology": "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies",
+}
 
 
 def default_identity() -> str:
@@ -66,7 +74,8 @@ class KubeSchedulerEngine:
                  event_client: KubeClient | None = None, seed: int = 0, identity: str | None = None,
                  leader_elector: LeaderElector | None = None, max_in_flight_binds: int | None = None,
                  objects: dict[str, str] | None = None, watch_timeout: int = 300,
-                 flush_interval: float = 1.0) -> None:
+                 flush_interval: float = 1.0, deschedule_interval: float = 0.0, deschedule_dry_run: bool = True,
+                 max_evictions_per_minute: int = 10, reservation_ttl: float = 300.0) -> None:
         self.client = client
         self.scheduler_name = scheduler_name or registry.profile.scheduler_name
         self.identity = identity or default_identity()
@@ -89,6 +98,14 @@ class KubeSchedulerEngine:
         self.scheduler.on_unschedulable.append(self._unschedulable)
         self._bind_slots = anyio.Condition()
         self.stopped_reason = ""
+        self.descheduler = None
+        if deschedule_interval > 0:
+            from .deschedule import LiveDescheduler
+
+            self.descheduler = LiveDescheduler(self.scheduler, client, interval=deschedule_interval,
+                                               dry_run=deschedule_dry_run,
+                                               max_evictions_per_minute=max_evictions_per_minute,
+                                               reservation_ttl=reservation_ttl)
 
     # -- kernel callbacks ---------------------------------------------------------------------------
     def _bound(self, pod: Pod, node: str) -> None:
@@ -154,6 +171,8 @@ class KubeSchedulerEngine:
                 log.info("scheduling", scheduler=self.scheduler_name, nodes=self.cluster.num_nodes,
                          pending=len(self.scheduler.queue))
                 self.started.set()
+                if self.descheduler is not None:
+                    bg.start_soon(self.descheduler.run, self._stop)
                 async with anyio.create_task_group() as binds:
                     await self._loop(binds)
                     for wp in list(self.scheduler.waiting_pods.values()):

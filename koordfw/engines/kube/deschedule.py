@@ -1,0 +1,162 @@
+"""Descheduling on a live cluster: plans from the ``deschedule`` hooks, executed through the Eviction API.
+
+Every ``interval`` seconds the live scheduler's cache is handed to the descheduling plugins (defrag's
+``low_node_load``, ``gpu_defrag``, ``cpu_defrag``, elastic_quota's revoker, ...). Each migration is then:
+
+1. **reserved**: the target gets a placeholder nomination with the moving pod's requests and priority,
+   so no equal-or-lower pod takes the room (the kernel counts nominated pods while filtering), and the
+   pod's controller (its ``ownerReferences`` controller uid) is remembered with the target;
+2. **evicted** through ``pods/{name}/eviction`` (policy/v1, UID precondition), which honours
+   PodDisruptionBudgets (a 429 leaves the pod in place and drops the reservation);
+3. when the controller's replacement pod arrives pending, it is **nominated** to the target, which the
+   kernel evaluates first; the placeholder is dropped then, or when it expires (``reservation_ttl``).
+
+Evictions are rate-limited (``max_evictions_per_minute``). ``dry_run`` (the default) plans and logs
+without evicting or reserving anything.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import attrs
+import structlog
+
+from ...core.caller import PluginFailure
+from ...core.framework import Scheduler
+from ...core.model import Migration, Pod, replace_pod
+from .client import ApiError, KubeClient
+
+log = structlog.get_logger("koordfw.kube.deschedule")
+
+
+def controller_uid(pod: Pod) -> str:
+    for ref in ((pod.raw or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return str(ref.get("uid") or "")
+    return ""
+
+
+@attrs.define
+class Reservation:
+    target: str
+    placeholder: Pod
+    expires: float
+
+
+@attrs.define
+class Outcome:
+    migration: Migration
+    result: str  # "evicted" | "dry-run" | "blocked: ..." | "skipped: ..."
+
+
+class LiveDescheduler:
+    def __init__(self, scheduler: Scheduler, client: KubeClient, *, interval: float = 60.0, dry_run: bool = True,
+                 max_evictions_per_minute: int = 10, reservation_ttl: float = 300.0,
+                 clock: Any = time.monotonic) -> None:
+        self.scheduler, self.client = scheduler, client
+        self.interval, self.dry_run = interval, dry_run
+        self.max_per_minute = max_evictions_per_minute
+        self.ttl = reservation_ttl
+        self.clock = clock
+        self.reservations: dict[str, Reservation] = {}  # controller uid → reservation
+        self._evicted_at: list[float] = []
+        self.history: list[Outcome] = []
+        scheduler.on_enqueue.append(self._nominate_replacement)
+
+    # -- reservations -----------------------------------------------------------------------------
+    def _nominate_replacement(self, pod: Pod) -> Pod | None:
+        owner = controller_uid(pod)
+        res = self.reservations.pop(owner, None) if owner else None
+        if res is None:
+            return None
+        self.scheduler.nominate(res.placeholder, None)
+        log.info("replacement pod nominated to its reserved target", pod=pod.key, node=res.target)
+        return replace_pod(pod, nominated_node_name=res.target)
+
+    def _reserve(self, pod: Pod, target: str) -> Reservation | None:
+        owner = controller_uid(pod)
+        if not owner:
+            return None  # a bare pod is not recreated: nothing to reserve for
+        placeholder = replace_pod(pod, uid=f"reservation-{pod.uid}", name=f"{pod.name}-reservation", node_name=None,
+                                  nominated_node_name=target)
+        self.scheduler.nominate(placeholder, target)
+        res = Reservation(target, placeholder, self.clock() + self.ttl)
+        self.reservations[owner] = res
+        return res
+
+    def expire(self) -> None:
+        now = self.clock()
+        for owner, res in list(self.reservations.items()):
+            if res.expires <= now:
+                self.scheduler.nominate(res.placeholder, None)
+                del self.reservations[owner]
+                log.info("reservation expired", node=res.target, pod=res.placeholder.key)
+
+    # -- one round ----------------------------------------------------------------------------------
+    async def plan(self) -> list[Migration]:
+        s = self.scheduler
+        plan: list[Migration] = []
+        for impl in s.caller.impls("deschedule"):
+            try:
+                res = await s.caller.call(impl, cluster=s.cluster)
+            except PluginFailure as f:
+                log.error("deschedule plugin failed", plugin=impl.plugin, error=f.status.message)
+                continue
+            for m in res or []:
+                plan.append(m if m.plugin else attrs.evolve(m, plugin=impl.plugin))
+        return plan
+
+    def _rate_ok(self) -> bool:
+        now = self.clock()
+        self._evicted_at = [t for t in self._evicted_at if now - t < 60.0]
+        return len(self._evicted_at) < self.max_per_minute
+
+    async def run_once(self) -> list[Outcome]:
+        self.expire()
+        out: list[Outcome] = []
+        for m in await self.plan():
+            pod = self.scheduler.cluster.pod_by_key(m.pod)
+            if pod is None or pod.node_name != m.from_node:
+                out.append(Outcome(m, "skipped: the pod is no longer on its source node"))
+                continue
+            if self.dry_run:
+                log.info("would migrate", pod=m.pod, source=m.from_node, target=m.to, plugin=m.plugin, reason=m.reason)
+                out.append(Outcome(m, "dry-run"))
+                continue
+            if not self._rate_ok():
+                out.append(Outcome(m, "skipped: eviction rate limit"))
+                continue
+            res = self._reserve(pod, m.to) if m.to else None
+            try:
+                await self.client.request(
+                    "POST", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/eviction",
+                    body={"apiVersion": "policy/v1", "kind": "Eviction",
+                          "metadata": {"name": pod.name, "namespace": pod.namespace},
+                          "deleteOptions": {"preconditions": {"uid": pod.uid}}})
+            except ApiError as e:
+                if res is not None:
+                    self.scheduler.nominate(res.placeholder, None)
+                    self.reservations.pop(controller_uid(pod), None)
+                why = "disruption budget" if e.status == 429 else f"{e.status} {e}"
+                log.info("eviction refused", pod=m.pod, status=e.status, error=str(e))
+                out.append(Outcome(m, f"blocked: {why}"))
+                continue
+            self._evicted_at.append(self.clock())
+            log.info("evicted for migration", pod=m.pod, source=m.from_node, target=m.to, plugin=m.plugin)
+            out.append(Outcome(m, "evicted"))
+        self.history.extend(out)
+        return out
+
+    async def run(self, stop: anyio.Event) -> None:
+        while not stop.is_set():
+            with anyio.move_on_after(self.interval):
+                await stop.wait()
+            if stop.is_set():
+                return
+            try:
+                await self.run_once()
+            except Exception as e:  # a failing round must not stop the scheduler
+                log.error("descheduling round failed", error=f"{type(e).__name__}: {e}", exc_info=True)
