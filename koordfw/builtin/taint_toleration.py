@@ -36,17 +36,18 @@ class TaintToleration:
     @hookimpl
     def filter(self, pod, nodes):
         hard, _ = self._columns(nodes.cluster)
-        tainted = nodes.idx[hard[nodes.idx]]
-        if len(tainted) == 0:
+        if not hard[nodes.idx].any():
             return None
-        out = {}
         views = nodes.cluster.views
-        for i in tainted.tolist():
-            for t in views[i].node.taints:
+        ok = np.ones(len(nodes), dtype=bool)
+        reasons = [None] * len(nodes)
+        for j in np.flatnonzero(hard[nodes.idx]).tolist():
+            for t in views[int(nodes.idx[j])].node.taints:
                 if t.effect in ("NoSchedule", "NoExecute") and not any(tol.tolerates(t) for tol in pod.tolerations):
-                    out[views[i].name] = _reason(t)
+                    ok[j] = False
+                    reasons[j] = _reason(t)
                     break
-        return out
+        return ok, reasons
 
     @hookimpl
     def pre_score(self, pod, nodes):
