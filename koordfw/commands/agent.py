@@ -50,6 +50,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("--all", action="store_true",
                     help="also list writes that would not change the current value given in `cgroups`")
     pl.set_defaults(func=run_plan)
+    # plugin packages add node-side sub-commands (e.g. gpu_share's `agent devices`) through this group
+    from importlib import metadata
+
+    for ep in sorted(metadata.entry_points(group="koordfw.agent_commands"), key=lambda e: e.name):
+        try:
+            ep.load()(sp)
+        except Exception as e:  # a broken add-on must not break the agent
+            print(f"koordfw: agent sub-command {ep.name!r} failed to load: {e}", file=sys.stderr)
 
 
 def _load_registry(config: str | None, disable: list[str], plugin_config: dict[str, Any] | None = None):

@@ -60,7 +60,7 @@ def build_device(node_name: str, nvml: Any | None = None) -> dict:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("agent-devices", help="print this node's Koordinator Device object from NVML",
+    p = sub.add_parser("devices", help="print this node's Koordinator Device object from NVML",
                        description="Build the scheduling.koordinator.sh/v1alpha1 Device object of this node's "
                                    "GPUs from NVML. Exits 1 on a machine without NVML or GPUs.")
     p.add_argument("--node-name", default=None, help="Device name (default: the host name)")

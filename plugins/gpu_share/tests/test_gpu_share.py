@@ -171,7 +171,7 @@ def test_replay_small_slice_end_to_end(tmp_path):
 
 
 def test_agent_devices_without_nvml():
-    out = subprocess.run([sys.executable, "-m", "koordfw", "agent-devices"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "koordfw", "agent", "devices"], capture_output=True, text=True)
     assert out.returncode == 1 and ("NVML" in out.stderr)
 
 
