@@ -120,8 +120,10 @@ class _Accumulator:
         cpc = self.topo.cpus_per_core()
         socket_free: dict[int, int] = {}
         cpus_in_cores: dict[int, list[int]] = {}
+        # the same test as _excl_numa, hoisted out of the per-CPU loop
+        excl_nodes = self.excl_nodes if filter_exclusive and self.policy == NUMA_NODE_LEVEL else ()
         for info in self.allocatable.values():
-            if filter_exclusive and self._excl_numa(info):
+            if excl_nodes and info.node in excl_nodes:
                 continue
             cpus_in_cores.setdefault(info.core, []).append(info.cpu)
             socket_free[info.socket] = socket_free.get(info.socket, 0) + 1

@@ -172,6 +172,8 @@ class CPUTopologyPlugin:
         self._max_full_block = np.zeros(0, dtype=np.int64)
         self._forced = np.zeros(0, dtype=np.int8)
         self._nrt_ids: dict[str, int] = {}
+        #: node index → what its CPU state was built from (see _signature)
+        self._sigs: dict[int, tuple] = {}
         self._topologies: dict[str, tuple[CPUTopology | None, str]] = {}
         #: (topology id, unavailable CPUs) → (available, CPUs of whole free cores, cores with a free CPU,
         #: CPUs of whole free cores in the best NUMA node or socket)
@@ -332,6 +334,7 @@ class CPUTopologyPlugin:
             self._max_full_block = np.zeros(0, dtype=np.int64)
             self._forced = np.zeros(0, dtype=np.int8)
             self._nrt_ids = {}
+            self._sigs = {}
         n = cluster.num_nodes
         self._grow(n)
         nrts = cluster.objects_of(NRT_KIND)
@@ -354,10 +357,24 @@ class CPUTopologyPlugin:
                 self._valid[i] = False
                 self._ver[i] = cluster.node_version[i]
                 continue
+            # a node's CPU state depends only on its Node/NRT objects, the pods carrying a cpuset and our
+            # own reservations: ordinary pods landing on it change the version, not the state
+            sig = self._signature(cluster, views[i])
+            if self._nodes[i] is not None and self._sigs.get(i) == sig:
+                self._ver[i] = cluster.node_version[i]
+                continue
             st = self._build(cluster, views[i])
             self._nodes[i] = st
+            self._sigs[i] = self._signature(cluster, views[i])  # _build may drop stale reservations
             self._store_columns(i, st)
             self._ver[i] = cluster.node_version[i]
+
+    def _signature(self, cluster: Any, view: Any) -> tuple:
+        held = self._reserved.get(view.node.name, {})
+        pods = tuple((p.uid, p.annotations.get(ANNOTATION_RESOURCE_STATUS), p.annotations.get(ANNOTATION_RESOURCE_SPEC))
+                     for p in cluster.pods_on(view.node.name)
+                     if p.uid in held or ANNOTATION_RESOURCE_STATUS in p.annotations)
+        return (id(view.node), id(cluster.get_object(NRT_KIND, view.node.name)), pods, tuple(held.items()))
 
     def _store_columns(self, i: int, st: NodeCPUState) -> None:
         topo = st.topology
