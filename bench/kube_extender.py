@@ -39,6 +39,9 @@ def pod(name: str, node_name: str | None = None, cpu: str = "500m") -> dict:
 
 async def serve(args: argparse.Namespace) -> None:
     """The extender process (as kube-scheduler would reach it): cache from the fake API server."""
+    from koordfw.log import configure
+
+    configure("json", "warning")  # logs to stderr: stdout carries the handshake line
     async with FakeApiServer(history=100_000, bookmark_interval=30) as api:
         for i in range(args.nodes):
             api.create(node(i))
