@@ -36,6 +36,7 @@ POLICIES = KOORD_POLICIES + PAPER_POLICIES + OUR_POLICIES
 MAX_SPEC_CPU, MAX_SPEC_GPU = 128000, 8000  # the paper simulator's normalisation constants
 _REQ, _ALLOC, _CHOICE = "gpu_share/request", "gpu_share/alloc", "gpu_share/choice"
 INSUFFICIENT = "Insufficient gpu devices"
+_INSUFFICIENT = Status.unschedulable(INSUFFICIENT)
 
 
 def _policy(value: str) -> str:
@@ -222,12 +223,15 @@ class GpuShare:
         if req.spec:
             allowed = np.array([m in req.spec.split("|") for m in inv.models] + [False], dtype=bool)
             ok &= allowed[inv.model[idx]]
-        bad = np.flatnonzero(~ok)
-        if len(bad) == 0:
+        if ok.all():
             return None
-        st = Status.unschedulable(INSUFFICIENT)
+        # the kernel's mask form: one shared Status, no per-node Python work for the common case
+        if not inv.errors:
+            return ok, _INSUFFICIENT
         views = nodes.cluster.views
-        return {views[i].name: (inv.errors.get(views[i].name) or st) for i in idx[bad].tolist()}
+        reasons = [None if good else (inv.errors.get(views[i].name) or _INSUFFICIENT)
+                   for i, good in zip(idx.tolist(), ok.tolist())]
+        return ok, reasons
 
     @hookimpl
     def pre_score(self, pod, nodes, state, args):

@@ -126,8 +126,11 @@ def _node(r) -> Any:
 def profile_for(policy: str, seed: int, workload: frag.Workload, tie_break: str = "first") -> dict:
     tp = [{"milliCpu": k[0], "milliGpu": k[1], "gpuNumber": k[2], "gpuSpec": k[3], "weight": float(p)}
           for k, p in zip(workload.keys, workload.p.tolist())]
+    # node_resources_fit filters last: gpu_share's vectorised filter drops the nodes without room for the
+    # GPUs first, so the per-node reasons node_resources_fit builds are few (same feasible set and order)
     return {"percentageOfNodesToScore": 100, "disable": ["default_preemption"],
-            "plugins": {"score": {"disabled": [{"name": "*"}], "enabled": [{"name": "gpu_share", "weight": 1}]}},
+            "plugins": {"filter": {"enabled": [{"name": "node_resources_fit"}]},
+                        "score": {"disabled": [{"name": "*"}], "enabled": [{"name": "gpu_share", "weight": 1}]}},
             "pluginConfig": {"gpu_share": {"policy": policy, "seed": seed, "typicalPods": tp, "tieBreak": tie_break}}}
 
 

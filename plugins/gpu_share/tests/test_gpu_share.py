@@ -10,6 +10,7 @@ import pytest
 
 from koordfw.testing import ClusterBuilder, schedule
 from koordfw_gpu_share import frag
+from koordfw_gpu_share.plugin import INSUFFICIENT as INSUFFICIENT_TEXT
 from koordfw_gpu_share.agent_devices import NoGpu, build_device
 from koordfw_gpu_share.requests import InvalidGpuRequest, normalize_request
 
@@ -146,6 +147,19 @@ def test_unhealthy_device_is_never_used():
     b.pod("a", requests={"nvidia.com/gpu": "1"}).pod("b", requests={"nvidia.com/gpu": "1"})
     out = _placed(schedule(b, only=["gpu_share"]))
     assert out["a"][1]["gpu"][0]["minor"] == 1 and out["b"][0] is None
+
+
+def test_bad_device_object_rejects_only_its_node_with_the_reason():
+    b = _cluster()
+    b.obj({"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device", "metadata": {"name": "n1"},
+           "spec": {"devices": "not a list"}})
+    _half(b, "a", 50)
+    b.pod("big", requests={"nvidia.com/gpu": "2"})  # fits n1 for node_resources_fit, not for gpu_share
+    pods = {p["name"]: p for p in schedule(b, only=["gpu_share"]).to_dict()["pods"]}
+    assert pods["a"]["node"] == "n2"
+    assert pods["big"]["node"] is None
+    assert "Device n1: spec.devices must be a list" in pods["big"]["reason"]
+    assert INSUFFICIENT_TEXT in pods["big"]["reason"]
 
 
 def test_replay_small_slice_end_to_end(tmp_path):
