@@ -16,7 +16,7 @@ from .core.manifests import Manifests, load_manifests, load_objects
 from .core.model import Migration, Node, Pod, make_node, make_pod, parse_time, selector_matches
 from .core.nodestate import FileWrite, NodeState, PodState
 from .core.profile import Profile, load_profile, profile_from_dict
-from .core.quantity import canonical, format_quantity, parse_quantity
+from .core.quantity import canonical, format_quantity, parse_duration, parse_quantity
 from .core.status import Code, Status
 from .hookspecs import hookimpl, hookspec
 
@@ -28,7 +28,7 @@ __all__ = [
     "Migration", "Node", "NodeBatch", "NodeView", "Pod", "PluginLoadError", "PostFilterResult",
     "PreFilterResult", "Profile", "Scheduler", "Status", "WaitingPod", "build_registry", "canonical",
     "format_quantity", "hookimpl", "hookspec", "load_manifests", "load_objects", "load_profile", "make_node",
-    "make_pod", "normalize", "parse_quantity", "parse_time", "profile_from_dict", "selector_matches", "simulate",
+    "make_pod", "normalize", "parse_duration", "parse_quantity", "parse_time", "profile_from_dict", "selector_matches", "simulate",
 ]
 
 

@@ -148,3 +148,21 @@ def test_missing_path_and_duplicates(tmp_path):
     f = write(tmp_path, "dup.yaml", "kind: Pod\nmetadata: {name: p}\n---\nkind: Pod\nmetadata: {name: p}\n")
     with pytest.raises(ManifestError, match="duplicate Pod default/p"):
         load_manifests([f])
+
+
+@pytest.mark.parametrize("text,seconds", [
+    ("30s", 30.0), ("1m30s", 90.0), ("1.5h", 5400.0), ("-2s", -2.0), ("0", 0.0), ("500ms", 0.5), (7, 7.0),
+    ("1h2m3s4ms", 3723.004), ("5m0s", 300.0),
+])
+def test_parse_duration_go_syntax(text, seconds):
+    from koordfw import parse_duration
+
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["", "s", "1x", "1m 2s", "--1s", True, None, "1.2.3s", "2"])
+def test_parse_duration_rejects(bad):
+    from koordfw import parse_duration
+
+    with pytest.raises(ValueError):
+        parse_duration(bad)

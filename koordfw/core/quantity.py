@@ -15,6 +15,9 @@ _DECIMAL = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1
             "P": Fraction(10**15), "E": Fraction(10**18)}
 _RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE]([+-]?[0-9]+))?$")
 
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
 #: resources whose canonical integer unit is the milli-unit
 MILLI_RESOURCES = frozenset({"cpu"})
 
@@ -48,6 +51,36 @@ def parse_quantity(value: object) -> Fraction:
     else:
         q *= _DECIMAL[suffix or ""]
     return q
+
+
+def parse_duration(value: object) -> float:
+    """Go's ``time.ParseDuration`` in seconds (``"30s"``, ``"1m30s"``, ``"1.5h"``, ``"-2s"``, ``"0"``); a
+    number is taken as seconds. Raises ``ValueError`` for anything Go would reject."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid duration {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f"invalid duration {value!r}")
+    s = value.strip()
+    if not s:
+        raise ValueError(f"invalid duration {value!r}")
+    sign = 1.0
+    if s[0] in "+-":
+        sign = -1.0 if s[0] == "-" else 1.0
+        s = s[1:]
+    if s == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    while pos < len(s):
+        m = _DURATION_PART.match(s, pos)
+        if m is None:
+            raise ValueError(f"invalid duration {value!r} (use Go syntax such as 1m30s)")
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    if pos == 0:
+        raise ValueError(f"invalid duration {value!r}")
+    return sign * total
 
 
 def _ceil(q: Fraction) -> int:

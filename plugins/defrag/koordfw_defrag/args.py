@@ -7,37 +7,20 @@ strategies. Every strategy is off until configured, so an installed plugin chang
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import attrs
 
+from koordfw import parse_duration
+
 DEFAULT_POOL = "__default_node_pool__"
 
-_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def duration_seconds(value: Any) -> float:
-    """A Go duration ("1m", "90s", "1m30s") or a number of seconds → seconds."""
-    if isinstance(value, bool):
-        raise ValueError(f"invalid duration {value!r}")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"invalid duration {value!r}: negative")
-        return float(value)
-    s = str(value).strip()
-    if s == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for m in _DURATION_RE.finditer(s):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT[m.group(2)]
-        pos = m.end()
-    if pos != len(s) or pos == 0:
-        raise ValueError(f"invalid duration {value!r} (use Go syntax such as 1m0s)")
-    return total
+    """A Go duration ("1m", "90s", "1m30s") or a number of seconds → seconds; negative is invalid."""
+    seconds = parse_duration(value)
+    if seconds < 0:
+        raise ValueError(f"invalid duration {value!r}: negative")
+    return seconds
 
 
 def _percent_map(value: Any) -> dict[str, float]:

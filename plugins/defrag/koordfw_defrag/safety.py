@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from koordfw import selector_matches  # noqa: F401  (re-exported for low_node_load)
+
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 SYSTEM_CRITICAL_PRIORITY = 2000000000
 CRITICAL_CLASSES = ("system-cluster-critical", "system-node-critical")
@@ -53,26 +55,6 @@ def unevictable_reason(pod: Any) -> str | None:
     if has_local_storage(pod):
         return "pod with local storage (emptyDir/hostPath)"
     return None
-
-
-def selector_matches(sel: Mapping | None, labels: Mapping[str, str]) -> bool:
-    """A metav1.LabelSelector; an empty selector matches everything, ``None`` nothing."""
-    if sel is None:
-        return False
-    for k, v in (sel.get("matchLabels") or {}).items():
-        if labels.get(k) != str(v):
-            return False
-    for e in sel.get("matchExpressions") or []:
-        key, op, vals = e.get("key"), e.get("operator"), [str(x) for x in e.get("values") or []]
-        if op == "In" and labels.get(key) not in vals:
-            return False
-        if op == "NotIn" and labels.get(key) in vals:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
 
 
 def gang_id(pod: Any) -> str:

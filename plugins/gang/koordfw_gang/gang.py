@@ -7,10 +7,11 @@ Pure parsing lives here so it can be tested without a scheduler.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Mapping
 
 import attrs
+
+from koordfw import parse_duration
 
 # -- wire names (apis/extension/coscheduling.go, scheduler-plugins) -------------------------------------
 LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
@@ -40,34 +41,11 @@ MATCH_POLICIES = (MATCH_ONLY_WAITING, MATCH_WAITING_AND_RUNNING, MATCH_ONCE_SATI
 
 DEFAULT_TIMEOUT_SECONDS = 600.0
 
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-
-
 def parse_go_duration(text: str) -> float:
-    """Go's ``time.ParseDuration`` in seconds (``"30s"``, ``"1m30s"``, ``"1.5h"``, ``"-2s"``, ``"0"``).
-
-    Raises ``ValueError`` for anything Go would reject.
-    """
-    s = text.strip()
-    if not s:
+    """Go's ``time.ParseDuration`` in seconds; raises ``ValueError`` for anything Go would reject."""
+    if not isinstance(text, str):
         raise ValueError(f"invalid duration {text!r}")
-    sign = 1.0
-    if s[0] in "+-":
-        sign = -1.0 if s[0] == "-" else 1.0
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    while pos < len(s):
-        m = _DURATION_PART.match(s, pos)
-        if m is None:
-            raise ValueError(f"invalid duration {text!r}")
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        pos = m.end()
-    if pos == 0:
-        raise ValueError(f"invalid duration {text!r}")
-    return sign * total
+    return parse_duration(text)
 
 
 def gang_name_of(pod: Any) -> str:

@@ -6,39 +6,23 @@ Quantities become canonical ints (cpu milli-cores, everything else units). A mal
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from koordfw import ManifestError, canonical, parse_time  # noqa: F401  (parse_time: re-exported)
+from koordfw import parse_duration as _parse_duration
 
 #: Koordinator's default ``spec.metricCollectPolicy.reportIntervalSeconds``
 DEFAULT_REPORT_INTERVAL_SECONDS = 60
 
-_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def parse_duration(value: Any, *, where: str) -> float:
     """A Go ``metav1.Duration`` ("5m0s", "300s", "1h") or a number of seconds → seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{where}: invalid duration {value!r}")
-    s = value.strip()
-    if s == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for m in _DURATION_RE.finditer(s):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT[m.group(2)]
-        pos = m.end()
-    if pos != len(s) or pos == 0:
-        raise ValueError(f"{where}: invalid duration {value!r} (use Go syntax such as 5m0s)")
-    return total
+    try:
+        return _parse_duration(value)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
 
 
 def _mapping(raw: Any, obj: str, field: str) -> Mapping:
