@@ -99,6 +99,16 @@ class NodeStatuses(Mapping[str, Status]):
     def __len__(self) -> int:
         return len(self._build())
 
+    # the Mapping mixins would call __getitem__ per key; go to the built dict directly
+    def values(self):  # type: ignore[override]
+        return self._build().values()
+
+    def items(self):  # type: ignore[override]
+        return self._build().items()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._build().get(name, default)
+
 
 @attrs.frozen
 class PreFilterResult:

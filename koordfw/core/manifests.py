@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Iterable, Iterator
 
 import attrs
@@ -17,8 +18,44 @@ import yaml
 from .cluster import ClusterState
 from .errors import ManifestError
 from .model import Node, Pod, node_from_manifest, parse_time, pod_from_manifest
+from .quantity import canonical
 
 SUFFIXES = (".yaml", ".yml", ".json")
+
+
+# -- readers for plugins that parse other objects (NodeMetric, Device, ...) ---------------------------
+
+def field_mapping(raw: Any, obj: str, field: str) -> Mapping[str, Any]:
+    """A mapping field of an object (``None`` → ``{}``); anything else raises ManifestError."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ManifestError("expected a mapping", obj=obj, field=field)
+    return raw
+
+
+def field_list(raw: Any, obj: str, field: str) -> list:
+    """A list field of an object (``None`` → ``[]``); anything else raises ManifestError."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ManifestError("expected a list", obj=obj, field=field)
+    return raw
+
+
+def resource_map(raw: Any, obj: str, field: str, only: tuple[str, ...] | None = None) -> dict[str, int]:
+    """A ResourceList field → canonical ints (cpu milli, others units), optionally only some resources;
+    a bad quantity raises ManifestError naming ``field.<resource>``."""
+    out: dict[str, int] = {}
+    for r, v in field_mapping(raw, obj=obj, field=field).items():
+        r = str(r)
+        if v is None or (only is not None and r not in only):
+            continue
+        try:
+            out[r] = canonical(r, v)
+        except ValueError as e:
+            raise ManifestError(str(e), obj=obj, field=f"{field}.{r}") from None
+    return out
 
 
 @attrs.define

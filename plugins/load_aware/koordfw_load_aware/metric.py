@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from koordfw import ManifestError, canonical, parse_time  # noqa: F401  (parse_time: re-exported)
+from koordfw import ManifestError, field_list, field_mapping, parse_time, resource_map  # noqa: F401  (parse_time: re-exported)
 from koordfw import parse_duration as _parse_duration
 
 #: Koordinator's default ``spec.metricCollectPolicy.reportIntervalSeconds``
@@ -25,32 +25,8 @@ def parse_duration(value: Any, *, where: str) -> float:
         raise ValueError(f"{where}: {e}") from None
 
 
-def _mapping(raw: Any, obj: str, field: str) -> Mapping:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise ManifestError("expected a mapping", obj=obj, field=field)
-    return raw
-
-
-def _list(raw: Any, obj: str, field: str) -> list:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise ManifestError("expected a list", obj=obj, field=field)
-    return raw
-
-
 def resources(raw: Any, *, obj: str, field: str) -> dict[str, int]:
-    out = {}
-    for r, v in _mapping(raw, obj, field).items():
-        if v is None:
-            continue
-        try:
-            out[str(r)] = canonical(str(r), v)
-        except ValueError as e:
-            raise ManifestError(str(e), obj=obj, field=f"{field}.{r}") from None
-    return out
+    return resource_map(raw, obj=obj, field=field)
 
 
 @attrs.frozen
@@ -86,45 +62,45 @@ class MetricInfo:
 
 
 def parse_node_metric(obj: Mapping[str, Any]) -> MetricInfo:
-    meta = _mapping(obj.get("metadata"), "NodeMetric ?", "metadata")
+    meta = field_mapping(obj.get("metadata"), "NodeMetric ?", "metadata")
     name = str(meta.get("name", "?"))
     ctx = f"NodeMetric {name}"
-    spec = _mapping(obj.get("spec"), ctx, "spec")
-    policy = _mapping(spec.get("metricCollectPolicy"), ctx, "spec.metricCollectPolicy")
+    spec = field_mapping(obj.get("spec"), ctx, "spec")
+    policy = field_mapping(spec.get("metricCollectPolicy"), ctx, "spec.metricCollectPolicy")
     interval = policy.get("reportIntervalSeconds")
     if interval is None:
         interval = DEFAULT_REPORT_INTERVAL_SECONDS
     elif isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
         raise ManifestError(f"expected a non-negative number, got {interval!r}", obj=ctx,
                             field="spec.metricCollectPolicy.reportIntervalSeconds")
-    status = _mapping(obj.get("status"), ctx, "status")
+    status = field_mapping(obj.get("status"), ctx, "status")
     update = parse_time(status.get("updateTime"), obj=ctx, field="status.updateTime")
-    nm = _mapping(status.get("nodeMetric"), ctx, "status.nodeMetric")
-    nu = _mapping(nm.get("nodeUsage"), ctx, "status.nodeMetric.nodeUsage")
+    nm = field_mapping(status.get("nodeMetric"), ctx, "status.nodeMetric")
+    nu = field_mapping(nm.get("nodeUsage"), ctx, "status.nodeMetric.nodeUsage")
     node_usage = resources(nu.get("resources"), obj=ctx, field="status.nodeMetric.nodeUsage.resources")
-    su = _mapping(nm.get("systemUsage"), ctx, "status.nodeMetric.systemUsage")
+    su = field_mapping(nm.get("systemUsage"), ctx, "status.nodeMetric.systemUsage")
     system = resources(su.get("resources"), obj=ctx, field="status.nodeMetric.systemUsage.resources")
     aggregated = []
-    for i, a in enumerate(_list(nm.get("aggregatedNodeUsages"), ctx, "status.nodeMetric.aggregatedNodeUsages")):
+    for i, a in enumerate(field_list(nm.get("aggregatedNodeUsages"), ctx, "status.nodeMetric.aggregatedNodeUsages")):
         where = f"status.nodeMetric.aggregatedNodeUsages[{i}]"
-        a = _mapping(a, ctx, where)
+        a = field_mapping(a, ctx, where)
         try:
             d = parse_duration(a.get("duration"), where=f"{where}.duration") if a.get("duration") is not None else 0.0
         except ValueError as e:
             raise ManifestError(str(e).split(": ", 1)[1], obj=ctx, field=f"{where}.duration") from None
         usages = {}
-        for t, rm in _mapping(a.get("usage"), ctx, f"{where}.usage").items():
-            rm = _mapping(rm, ctx, f"{where}.usage.{t}")
+        for t, rm in field_mapping(a.get("usage"), ctx, f"{where}.usage").items():
+            rm = field_mapping(rm, ctx, f"{where}.usage.{t}")
             usages[str(t)] = resources(rm.get("resources"), obj=ctx, field=f"{where}.usage.{t}.resources")
         aggregated.append((d, usages))
     pod_usage, pod_priority = {}, {}
-    for i, pm in enumerate(_list(status.get("podsMetric"), ctx, "status.podsMetric")):
+    for i, pm in enumerate(field_list(status.get("podsMetric"), ctx, "status.podsMetric")):
         where = f"status.podsMetric[{i}]"
-        pm = _mapping(pm, ctx, where)
+        pm = field_mapping(pm, ctx, where)
         if not pm.get("name"):
             raise ManifestError("a pod metric needs a name", obj=ctx, field=f"{where}.name")
         key = f"{pm.get('namespace') or 'default'}/{pm['name']}"
-        pu = _mapping(pm.get("podUsage"), ctx, f"{where}.podUsage")
+        pu = field_mapping(pm.get("podUsage"), ctx, f"{where}.podUsage")
         pod_usage[key] = resources(pu.get("resources"), obj=ctx, field=f"{where}.podUsage.resources")
         if pm.get("priority"):
             pod_priority[key] = str(pm["priority"])
