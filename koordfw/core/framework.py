@@ -274,7 +274,7 @@ class Scheduler:
         #: called for each pending pod before it is queued; may return a replacement (e.g. nominated to a
         #: node reserved for it by a descheduling migration)
         self.on_enqueue: list[Callable[[Pod], Pod | None]] = []
-        self._tg: anyio.abc.TaskGroup | None = None
+        #: uid of the pod whose cycle ran last (replays read it to attribute outcomes)
         self.last_uid = ""
         #: bumped on every bind and every change that frees capacity (the embedded engine's stop rule)
         self.progress = 0
@@ -411,7 +411,6 @@ class Scheduler:
         info = self.queue.pop()
         if info is None:
             return False
-        self._tg = tg
         self.last_uid = info.pod.uid
         pod = self.cluster.pod(info.pod.uid) or info.pod
         t0 = time.perf_counter()
