@@ -109,6 +109,8 @@ def node_frag_one(cpu_left: int, gpu_left: Sequence[int], model: int, w: Workloa
     return float(node_frag(np.array([cpu_left]), np.array([list(gpu_left)], dtype=np.int64), np.array([model]), w)[0])
 
 
-def fgd_score(delta: np.ndarray) -> np.ndarray:
-    """FGD's node score: ``int64(100 · sigmoid(Δ/1000))``, Δ = F(n) − F(n') in GPU milli (Go truncation)."""
-    return (100.0 / (1.0 + np.exp(-np.asarray(delta, dtype=np.float64) / 1000.0))).astype(np.int64)
+def fgd_score(delta: np.ndarray, scale: float = 1000.0) -> np.ndarray:
+    """FGD's node score: ``int64(100 · sigmoid(Δ/scale))``, Δ = F(n) − F(n') in GPU milli (Go truncation).
+
+    ``scale`` 1000 is the paper's; a larger one makes the score coarser (more equal scores)."""
+    return (100.0 / (1.0 + np.exp(-np.asarray(delta, dtype=np.float64) / scale))).astype(np.int64)

@@ -67,6 +67,20 @@ def test_node_frag_hand_computed(cpu, left, want):
     assert frag.node_frag_one(cpu, left, 0, _w()) == pytest.approx(want)
 
 
+@pytest.mark.parametrize("delta, fgd, fgdpack", [
+    # 100·sigmoid(Δ/1000) vs 100·sigmoid(Δ/2000), truncated: 40/80 milli apart tie under fgdpack only
+    (0.0, 50, 50),
+    (80.0, 51, 50),
+    (200.0, 54, 52),
+    (-200.0, 45, 47),
+    (1000.0, 73, 62),
+])
+def test_fgd_score_scale_hand_computed(delta, fgd, fgdpack):
+    from koordfw_gpu_share.plugin import FGDPACK_SCALE
+    assert int(frag.fgd_score(np.array([delta]))[0]) == fgd
+    assert int(frag.fgd_score(np.array([delta]), scale=FGDPACK_SCALE)[0]) == fgdpack
+
+
 def test_typical_pods_threshold_and_order():
     keys = [(1, 500, 1, "")] * 6 + [(2, 0, 0, "")] * 3 + [(3, 1000, 1, "")]
     w = frag.typical_pods(keys, threshold=85)
@@ -100,7 +114,8 @@ def test_annotation_format_memory_from_ratio():
                                                      "koordinator.sh/gpu-memory-ratio": "50"}}]}
 
 
-@pytest.mark.parametrize("policy, same_gpu", [("binpack", True), ("spread", False), ("bestfit", True), ("fgd", True)])
+@pytest.mark.parametrize("policy, same_gpu", [("binpack", True), ("spread", False), ("bestfit", True), ("fgd", True),
+                                              ("fgdpack", True)])
 def test_device_choice_per_policy(policy, same_gpu):
     b = _cluster()
     _half(b, "a", 30)
@@ -182,6 +197,24 @@ def test_replay_small_slice_end_to_end(tmp_path):
     r = data["runs"][0]
     assert 0 <= r["unallocated_gpu_pct_at_100"] <= 100 and r["curve"][0]["arrived_pct"] == 0
     assert "fgd" in data["medians"]
+
+
+def test_replay_fgdpack_small_slice(tmp_path):
+    from koordfw_gpu_share.replay import replay
+    nodes = tmp_path / "nodes.csv"
+    pods = tmp_path / "pods.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
+        f"n{i},32000,131072,{2 if i % 2 else 8},{'T4' if i % 2 else 'G2'}\n" for i in range(12)))
+    shapes = [(1, 810), (1, 470), (1, 1000), (0, 0), (1, 160), (2, 1000)]
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+                    "deletion_time,scheduled_time\n" + "".join(
+                        f"p{i:03d},{2000 + 1000 * (i % 3)},4096,{shapes[i % 6][0]},{shapes[i % 6][1]},,LS,Running,0,0,0\n"
+                        for i in range(90)))
+    a = replay(str(nodes), str(pods), "fgdpack", 3)
+    b = replay(str(nodes), str(pods), "fgdpack", 3)
+    assert a["policy"] == "fgdpack" and a["total_gpus"] == 60
+    assert a["unallocated_gpu_pct_at_100"] == b["unallocated_gpu_pct_at_100"]  # deterministic per seed
+    assert 0 <= a["unallocated_gpu_pct_at_100"] <= 100
 
 
 def test_agent_devices_without_nvml():
