@@ -53,8 +53,9 @@ def detect_version(root: str | os.PathLike[str]) -> int:
     raise FileNotFoundError(f"{r}: neither a cgroup v2 root (cgroup.controllers) nor a v1 root (cpu/)")
 
 
-def _read(path: str | Path) -> str | None:
-    # raw os.open/os.read: several hundred small cgroup files are read per round
+def read_value(path: str | Path) -> str | None:
+    """The stripped value of a file, ``None`` when absent or unreadable. Raw os.open/os.read: several
+    hundred small cgroup files are read per round."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -153,7 +154,7 @@ class CgroupLayout:
             d = d.strip("/")
             for prefix, name in pre:
                 rel = f"{prefix}/{d}/{name}" if prefix else f"{d}/{name}"
-                v = _read(f"{root}/{rel}")
+                v = read_value(f"{root}/{rel}")
                 if v is not None:
                     out[rel] = v
         return out
@@ -164,9 +165,9 @@ class CgroupLayout:
     def cpu_usage_ns(self, rel_dir: str) -> int | None:
         """Cumulative CPU time of a cgroup in ns (v1 cpuacct.usage, v2 cpu.stat usage_usec)."""
         if self.version == 1:
-            v = _read(self._file("cpuacct", rel_dir, "cpuacct.usage"))
+            v = read_value(self._file("cpuacct", rel_dir, "cpuacct.usage"))
             return int(v) if v and v.isdigit() else None
-        v = _read(self._file("cpu", rel_dir, "cpu.stat"))
+        v = read_value(self._file("cpu", rel_dir, "cpu.stat"))
         if not v:
             return None
         for line in v.splitlines():
@@ -177,7 +178,7 @@ class CgroupLayout:
 
     def memory_usage(self, rel_dir: str) -> int | None:
         name = "memory.usage_in_bytes" if self.version == 1 else "memory.current"
-        v = _read(self._file("memory", rel_dir, name))
+        v = read_value(self._file("memory", rel_dir, name))
         return int(v) if v and v.isdigit() else None
 
 
@@ -212,7 +213,7 @@ class UsageTracker:
 
 def read_proc_stat(proc_root: str | os.PathLike[str] = "/proc") -> int | None:
     """Busy CPU time of the node in ns from ``/proc/stat`` (all but idle and iowait)."""
-    v = _read(Path(proc_root) / "stat")
+    v = read_value(Path(proc_root) / "stat")
     if not v:
         return None
     first = v.splitlines()[0].split()
@@ -227,7 +228,7 @@ def read_proc_stat(proc_root: str | os.PathLike[str] = "/proc") -> int | None:
 
 def read_meminfo(proc_root: str | os.PathLike[str] = "/proc") -> tuple[int, int] | None:
     """(MemTotal, MemTotal − MemAvailable) in bytes."""
-    v = _read(Path(proc_root) / "meminfo")
+    v = read_value(Path(proc_root) / "meminfo")
     if not v:
         return None
     info = {}
@@ -244,20 +245,20 @@ def read_meminfo(proc_root: str | os.PathLike[str] = "/proc") -> tuple[int, int]
 def read_cpu_topology(sys_root: str | os.PathLike[str] = "/sys") -> tuple[CPUInfo, ...]:
     """Logical CPUs from ``/sys/devices/system/cpu`` (online ones), with core, socket and NUMA node."""
     base = Path(sys_root) / "devices/system/cpu"
-    online = _read(base / "online")
+    online = read_value(base / "online")
     ids = parse_cpuset(online) if online else sorted(
         int(p.name[3:]) for p in base.glob("cpu[0-9]*") if p.name[3:].isdigit())
     node_of: dict[int, int] = {}
     for n in (Path(sys_root) / "devices/system/node").glob("node[0-9]*"):
-        cl = _read(n / "cpulist")
+        cl = read_value(n / "cpulist")
         if cl:
             for c in parse_cpuset(cl):
                 node_of[c] = int(n.name[4:])
     out = []
     for i in ids:
         t = base / f"cpu{i}" / "topology"
-        core = _read(t / "core_id")
-        sock = _read(t / "physical_package_id")
+        core = read_value(t / "core_id")
+        sock = read_value(t / "physical_package_id")
         core_i = int(core) if core and core.lstrip("-").isdigit() else i
         sock_i = int(sock) if sock and sock.lstrip("-").isdigit() and int(sock) >= 0 else 0
         # core ids repeat per socket: make them node-unique as Koordinator's topology does

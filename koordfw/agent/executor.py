@@ -28,6 +28,7 @@ import structlog
 from prometheus_client import Counter
 
 from ..core.nodestate import FS_CGROUP, FS_RESCTRL, FileWrite, parse_cpuset
+from .cgroups import read_value
 from ..metrics import REGISTRY
 
 log = structlog.get_logger("koordfw.agent")
@@ -143,7 +144,7 @@ class Executor:
         # fast path: an unchanged value needs no write, so no symlink resolution either
         joined = self._lexical(w)
         if joined is not None:
-            old = _read(joined)
+            old = read_value(joined)
             if old is not None and values_equal(w.path, old, w.value):
                 self.stats.unchanged += 1
                 return WriteResult(w, "unchanged", old)
@@ -162,7 +163,7 @@ class Executor:
                     target.parent.mkdir(parents=True, exist_ok=True)
                 except OSError as e:
                     return self._error(w, target, None, e)
-        old = _read(target)
+        old = read_value(target)
         if values_equal(w.path, old, w.value):
             self.stats.unchanged += 1
             return WriteResult(w, "unchanged", old)
@@ -188,7 +189,7 @@ class Executor:
     def read(self, fs: str, path: str) -> str | None:
         """Read a file under a root (``None`` when absent or escaping); used to reconcile on start."""
         target = self.resolve(FileWrite(path, "", fs=fs))
-        return None if target is None else _read(target)
+        return None if target is None else read_value(target)
 
     def _vanished(self, w: FileWrite, target: Path) -> WriteResult:
         self.stats.vanished += 1
@@ -202,17 +203,3 @@ class Executor:
         log.error("write failed", file=str(target), old=old, new=w.value, plugin=w.plugin,
                   error=e.strerror or str(e))
         return WriteResult(w, "error", old, error=f"{reason}: {e.strerror or e}")
-
-
-def _read(path: str | Path) -> str | None:
-    """The stripped value of a file, ``None`` when absent or unreadable."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 65536).decode(errors="replace").strip()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
