@@ -166,3 +166,20 @@ def test_parse_duration_rejects(bad):
 
     with pytest.raises(ValueError):
         parse_duration(bad)
+
+
+@pytest.mark.parametrize("value,expected", [
+    (None, None), ('{"cpu": "20", "memory": "64Gi"}', {"cpu": 20000, "memory": 64 * 2**30}),
+    ("not json", "invalid JSON"), ('["cpu"]', "expected a JSON object"), ('{"cpu": "lots"}', "invalid quantity"),
+])
+def test_raw_allocatable_annotation(value, expected):
+    from koordfw import make_node, raw_allocatable
+
+    node = make_node("n1", annotations={} if value is None else {"node.koordinator.sh/raw-allocatable": value})
+    if expected is None or isinstance(expected, dict):
+        assert raw_allocatable(node) == expected
+        return
+    with pytest.raises(ManifestError) as e:
+        raw_allocatable(node)
+    assert expected in str(e.value)
+    assert "Node n1" in str(e.value) and "metadata.annotations.node.koordinator.sh/raw-allocatable" in str(e.value)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import itertools
+import json
 from typing import Any, Mapping
 
 import attrs
 
 from .errors import ManifestError
-from .quantity import QuantityError, parse_resource_list
+from .quantity import QuantityError, canonical, parse_resource_list
 
 # -- Koordinator wire names (apis/extension) ---------------------------------------------------------
 LABEL_QOS = "koordinator.sh/qosClass"
@@ -27,6 +28,8 @@ _PRIORITY_RANGES = ((9000, 9999, PRIORITY_PROD), (7000, 7999, PRIORITY_MID),
                     (5000, 5999, PRIORITY_BATCH), (3000, 3999, PRIORITY_FREE))
 
 GUARANTEED, BURSTABLE, BEST_EFFORT = "Guaranteed", "Burstable", "BestEffort"
+
+ANNOTATION_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
 
 _uid_counter = itertools.count(1)
 
@@ -57,6 +60,26 @@ def parse_time(value: object, *, where: str = "", obj: str | None = None, field:
 
 def format_time(ts: float) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def raw_allocatable(node: Any) -> dict[str, int] | None:
+    """A node's ``node.koordinator.sh/raw-allocatable`` annotation (a JSON ResourceList, which load-aware
+    scheduling and descheduling read instead of ``status.allocatable``) in canonical ints; ``None``
+    when absent. A bad value raises ManifestError naming the node and the annotation."""
+    raw = node.annotations.get(ANNOTATION_RAW_ALLOCATABLE)
+    if not raw:
+        return None
+    obj, field = f"Node {node.name}", f"metadata.annotations.{ANNOTATION_RAW_ALLOCATABLE}"
+    try:
+        parsed = json.loads(raw)
+    except ValueError as e:
+        raise ManifestError(f"invalid JSON: {e}", obj=obj, field=field) from None
+    if not isinstance(parsed, dict):
+        raise ManifestError("expected a JSON object (a ResourceList)", obj=obj, field=field)
+    try:
+        return {str(k): canonical(str(k), v) for k, v in parsed.items()}
+    except ValueError as e:
+        raise ManifestError(str(e), obj=obj, field=field) from None
 
 
 def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:

@@ -8,13 +8,12 @@ cold nodes' headroom (``available``) lasts. The prod pass does the same with the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-from koordfw import ManifestError, canonical
+from koordfw import ManifestError, canonical, raw_allocatable
 from koordfw.core.model import (LABEL_QOS, PRIORITY_BATCH, PRIORITY_FREE, PRIORITY_MID, PRIORITY_PROD,
                                 QOS_CLASSES, parse_time)
 
@@ -101,16 +100,7 @@ def node_usage(view: Any, cluster: Any, now: float, expiration: float) -> NodeUs
             for r, v in pod_usage.get(key, {}).items():
                 prod[r] = prod.get(r, 0) + v
     alloc = dict(view.allocatable)
-    raw = view.annotations.get(RAW_ALLOCATABLE)
-    if raw:
-        try:
-            parsed = json.loads(raw)
-            if not isinstance(parsed, Mapping):
-                raise ValueError("not a mapping")
-            alloc.update({str(k): canonical(str(k), v) for k, v in parsed.items()})
-        except (ValueError, TypeError) as e:
-            raise ManifestError(f"invalid annotation {RAW_ALLOCATABLE}: {e}", obj=f"Node {view.name}",
-                                field=f"metadata.annotations.{RAW_ALLOCATABLE}") from None
+    alloc.update(raw_allocatable(view) or {})  # a bad annotation raises ManifestError naming the node
     return NodeUsage(view.name, alloc, usage, prod, pod_usage, schedulable=not view.unschedulable)
 
 

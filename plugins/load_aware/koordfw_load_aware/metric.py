@@ -85,9 +85,9 @@ def parse_node_metric(obj: Mapping[str, Any]) -> MetricInfo:
         where = f"status.nodeMetric.aggregatedNodeUsages[{i}]"
         a = field_mapping(a, ctx, where)
         try:
-            d = parse_duration(a.get("duration"), where=f"{where}.duration") if a.get("duration") is not None else 0.0
+            d = _parse_duration(a.get("duration")) if a.get("duration") is not None else 0.0
         except ValueError as e:
-            raise ManifestError(str(e).split(": ", 1)[1], obj=ctx, field=f"{where}.duration") from None
+            raise ManifestError(str(e), obj=ctx, field=f"{where}.duration") from None
         usages = {}
         for t, rm in field_mapping(a.get("usage"), ctx, f"{where}.usage").items():
             rm = field_mapping(rm, ctx, f"{where}.usage.{t}")

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from koordfw import ManifestError, canonical, hookimpl
+from koordfw import ManifestError, hookimpl, raw_allocatable
 
 from .args import LoadAwareArgs
 from .estimator import estimate_pod
@@ -125,16 +125,11 @@ def node_profile(args: LoadAwareArgs, node_name: str, annotations: Mapping[str, 
 def node_allocatable(node: Any) -> dict[str, int]:
     """node.status.allocatable, overridden by ``node.koordinator.sh/raw-allocatable`` (JSON ResourceList)."""
     alloc = dict(node.allocatable)
-    raw = node.annotations.get(ANNOTATION_RAW_ALLOCATABLE)
-    if raw:
-        try:
-            obj = json.loads(raw)
-            if not isinstance(obj, dict):
-                raise ValueError("expected a JSON object")
-            alloc.update({str(k): canonical(str(k), v) for k, v in obj.items()})
-        except ValueError as e:
-            log.warning("ignoring invalid node annotation", node=node.name, annotation=ANNOTATION_RAW_ALLOCATABLE,
-                        error=str(e))
+    try:
+        alloc.update(raw_allocatable(node) or {})
+    except ManifestError as e:
+        log.warning("ignoring invalid node annotation", node=node.name, annotation=ANNOTATION_RAW_ALLOCATABLE,
+                    error=e.detail)
     return alloc
 
 
