@@ -27,11 +27,3 @@ class Clock:
     def __call__(self) -> float:
         return self.t
 
-
-@pytest.fixture(autouse=True)
-def _reset_structlog():
-    """`koordfw.cli.main` binds structlog to the captured stderr of its test; unbind it afterwards."""
-    import structlog
-
-    yield
-    structlog.reset_defaults()
