@@ -10,9 +10,16 @@ Contract:
   refused and logged; nothing is written.
 * A cgroup that vanished between plan and write (parent dir or file missing, ``ENOENT``/``ENODEV``
   on write) is skipped and logged, not an error. With ``mkdir`` the parent dir is created instead.
-* Every write is logged with structlog (``file``, ``old``, ``new``, ``plugin``); with ``dry_run``
-  nothing is written and the would-be writes are logged and returned.
-* Counts go to Prometheus (``koordfw_agent_writes_total{plugin,fs}``,
+* A write with ``rmdir`` removes the directory ``path`` with one ``rmdir(2)`` (:meth:`Executor.remove_dir`),
+  never recursively: resctrl groups and cgroups are removed that way although they list control files,
+  and the kernel refuses a cgroup that still has tasks or children (``EBUSY``, counted as an error with
+  that reason). The same path rules apply (the parent is resolved, symlinks included, and must lie in
+  the root; the last component is removed as named, so a symlink is not followed), and the root itself
+  is refused. A directory already gone is skipped and logged (outcome ``vanished``), not an error.
+* Every write is logged with structlog (``file``, ``old``, ``new``, ``plugin``; a removal as
+  ``remove dir`` with ``dir``, ``plugin``); with ``dry_run`` nothing is written or removed and the
+  would-be operations are logged and returned.
+* Counts go to Prometheus (``koordfw_agent_writes_total{plugin,fs}``, removals included,
   ``koordfw_agent_write_errors_total{plugin,reason}``) and to :attr:`Executor.stats`.
 """
 
@@ -59,8 +66,9 @@ def executor_metrics() -> ExecutorMetrics:
 
 @attrs.frozen
 class WriteResult:
-    """What happened to one FileWrite: ``written``, ``unchanged``, ``vanished``, ``refused``, ``error``
-    or ``dry_run``; ``old`` is the value read before (``None`` when absent)."""
+    """What happened to one FileWrite: ``written``, ``removed`` (an ``rmdir`` write), ``unchanged``,
+    ``vanished``, ``refused``, ``error`` or ``dry_run``; ``old`` is the value read before (``None`` when
+    absent, and for removals)."""
 
     write: FileWrite
     outcome: str
@@ -75,6 +83,7 @@ class ExecutorStats:
     vanished: int = 0
     refused: int = 0
     errors: int = 0
+    removed: int = 0
 
 
 def values_equal(path: str, old: str | None, new: str) -> bool:
@@ -128,6 +137,14 @@ class Executor:
         known = dict(current or {})
         out = []
         for w in writes:
+            if w.rmdir:
+                r = self.apply_one(w)
+                if w.fs == FS_CGROUP and r.outcome in ("removed", "dry_run", "vanished"):
+                    # the files of a removed cgroup are gone with it
+                    prefix = w.path.rstrip("/") + "/"
+                    known = {p: v for p, v in known.items() if not p.startswith(prefix)}
+                out.append(r)
+                continue
             if w.fs == FS_CGROUP and w.path in known and values_equal(w.path, known[w.path], w.value):
                 self.stats.unchanged += 1
                 out.append(WriteResult(w, "unchanged", known[w.path]))
@@ -141,6 +158,8 @@ class Executor:
         return out
 
     def apply_one(self, w: FileWrite) -> WriteResult:
+        if w.rmdir:
+            return self._apply_rmdir(w)
         # fast path: an unchanged value needs no write, so no symlink resolution either
         joined = self._lexical(w)
         if joined is not None:
@@ -185,6 +204,64 @@ class Executor:
         self._metrics.writes.labels(w.plugin, w.fs).inc()
         log.info("write", file=str(target), old=old, new=w.value, plugin=w.plugin)
         return WriteResult(w, "written", old)
+
+    def remove_dir(self, target: Path) -> None:
+        """The one ``rmdir(2)`` of a removal. A fake of a kernel filesystem laid out as plain files
+        (where rmdir of a group that lists control files would fail with ``ENOTEMPTY``) overrides this
+        to apply the kernel's semantics instead; see ``koordfw_llc_isolation.fake``."""
+        os.rmdir(target)
+
+    def _rmdir_target(self, w: FileWrite) -> Path | None:
+        """The directory a removal names: its parent resolved inside the root, its last component as
+        given (so a symlink is never followed); ``None`` when it escapes or is the root itself."""
+        if self._lexical(w) is None:
+            return None
+        parts = [p for p in w.path.split("/") if p not in ("", ".")]
+        if not parts:
+            return None
+        real_root = self._real_roots[w.fs]
+        parent = self.roots[w.fs].joinpath(*parts[:-1]).resolve()
+        if parent != real_root and real_root not in parent.parents:
+            return None
+        return parent / parts[-1]
+
+    def _apply_rmdir(self, w: FileWrite) -> WriteResult:
+        target = self._rmdir_target(w)
+        if target is None:
+            self.stats.refused += 1
+            self._metrics.errors.labels(w.plugin, "refused").inc()
+            log.error("refused removal of the filesystem root or outside it", dir=w.path, fs=w.fs,
+                      plugin=w.plugin, root=str(self.roots.get(w.fs)))
+            return WriteResult(w, "refused", error="path is the root or escapes it")
+        if not os.path.lexists(target):
+            return self._gone(w, target)
+        if self.dry_run:
+            log.info("would remove dir", dir=str(target), plugin=w.plugin)
+            return WriteResult(w, "dry_run")
+        try:
+            self.remove_dir(target)
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                return self._gone(w, target)
+            self.stats.errors += 1
+            reason = errno.errorcode.get(e.errno or 0, "OSError")
+            self._metrics.errors.labels(w.plugin, reason).inc()
+            why = e.strerror or str(e)
+            if e.errno == errno.EBUSY:
+                why += " (still in use: a cgroup with tasks or child groups, or a mount point)"
+            elif e.errno == errno.ENOTEMPTY:
+                why += " (a plain directory with files: only kernel pseudo-filesystems remove them with rmdir)"
+            log.error("remove dir failed", dir=str(target), plugin=w.plugin, error=why)
+            return WriteResult(w, "error", error=f"{reason}: {why}")
+        self.stats.removed += 1
+        self._metrics.writes.labels(w.plugin, w.fs).inc()
+        log.info("remove dir", dir=str(target), plugin=w.plugin)
+        return WriteResult(w, "removed")
+
+    def _gone(self, w: FileWrite, target: Path) -> WriteResult:
+        self.stats.vanished += 1
+        log.info("skipped removal of a directory already gone", dir=str(target), plugin=w.plugin)
+        return WriteResult(w, "vanished")
 
     def read(self, fs: str, path: str) -> str | None:
         """Read a file under a root (``None`` when absent or escaping); used to reconcile on start."""

@@ -12,6 +12,9 @@ Contract (used by the ``collect`` / ``qos_plan`` / ``runtime_hook`` hooks, see `
   cgroup v1 paths start with the controller (``cpu/kubepods/besteffort/cpu.cfs_quota_us``); v2 paths
   do not (``kubepods/besteffort/cpu.max``). The executor (``koordfw.agent.executor``) applies writes in
   list order, only where the file's value differs, and never outside the root.
+  A :class:`FileWrite` with ``rmdir=True`` (see :meth:`FileWrite.remove_dir`) asks instead for the
+  directory ``path`` to be removed with one ``rmdir(2)`` (``value`` is ignored): how a plugin gives back
+  a resctrl group or a cgroup it created. It is never a recursive delete.
 
 Quantities are canonical ints as everywhere in koordfw: cpu in milli-cores, memory in bytes.
 Paths are built with the helpers here (:meth:`NodeState.cgroup_file`, :meth:`NodeState.qos_dir`, ...)
@@ -99,6 +102,9 @@ class FileWrite:
     ``path``: relative to the root of ``fs``; ``value``: the text to write; ``plugin``: filled in by the
     agent with the name of the plugin that asked; ``mkdir``: create the parent directory when missing
     (resctrl groups need it; cgroups of pods are never created, a missing one has vanished).
+    ``rmdir``: remove the directory ``path`` instead of writing (``value`` is ignored, ``mkdir`` must be
+    false); the kernel's pseudo-filesystems remove a resctrl group or a cgroup with ``rmdir(2)`` even
+    though it lists control files. Build one with :meth:`remove_dir`.
     """
 
     path: str
@@ -106,9 +112,23 @@ class FileWrite:
     fs: str = attrs.field(default=FS_CGROUP, validator=_check_fs)
     plugin: str = ""
     mkdir: bool = False
+    rmdir: bool = attrs.field(default=False)
 
-    def to_dict(self) -> dict[str, str]:
-        return {"path": self.path, "value": self.value, "plugin": self.plugin, "fs": self.fs}
+    @rmdir.validator
+    def _check_rmdir(self, attribute: Any, value: bool) -> None:
+        if value and self.mkdir:
+            raise ValueError(f"FileWrite {self.path!r}: rmdir and mkdir exclude each other")
+
+    @classmethod
+    def remove_dir(cls, path: str, fs: str = FS_CGROUP, plugin: str = "") -> FileWrite:
+        """A request to remove the directory ``path`` (relative to the root of ``fs``)."""
+        return cls(path, "", fs=fs, plugin=plugin, rmdir=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "value": self.value, "plugin": self.plugin, "fs": self.fs}
+        if self.rmdir:
+            out["rmdir"] = True
+        return out
 
 
 @attrs.frozen
