@@ -814,17 +814,10 @@ class Scheduler:
                 if not st.ok:
                     await self._binding_failed(pod, node, state, st)
                     return
-            for impl in self.caller.impls("pre_bind"):
-                res = await self.caller.call(impl, pod=pod, node=node, state=state)
-                if res is None:
-                    continue
-                if isinstance(res, dict):
-                    state.annotations.update({str(k): str(v) for k, v in res.items()})
-                    continue
-                st = as_status(res, impl.plugin, default_code=Code.ERROR)
-                if not st.ok:
-                    await self._binding_failed(pod, node, state, st)
-                    return
+            st = await self._run_pre_bind(pod, node, state)
+            if not st.ok:
+                await self._binding_failed(pod, node, state, st)
+                return
             bound = False
             for impl in self.caller.impls("bind"):
                 res = await self.caller.call(impl, pod=pod, node=node, state=state)
@@ -849,6 +842,68 @@ class Scheduler:
             await self._binding_failed(pod, node, state, f.status)
         finally:
             self.in_flight_binds -= 1
+
+    async def _run_pre_bind(self, pod: Pod, node: NodeView, state: CycleState) -> Status:
+        """pre_bind in profile order; annotation dicts are collected into ``state.annotations``.
+        Raises :class:`PluginFailure` for a plugin that raised or timed out."""
+        for impl in self.caller.impls("pre_bind"):
+            res = await self.caller.call(impl, pod=pod, node=node, state=state)
+            if res is None:
+                continue
+            if isinstance(res, dict):
+                state.annotations.update({str(k): str(v) for k, v in res.items()})
+                continue
+            st = as_status(res, impl.plugin, default_code=Code.ERROR)
+            if not st.ok:
+                return st
+        return Status.success()
+
+    async def reserve_placed(self, pod: Pod, node_name: str) -> tuple[Status, CycleState]:
+        """The back half of a cycle for a pod that another scheduler placed on ``node_name`` (the
+        extender's ``bind`` verb): pre_filter, the filters on that node, assume, reserve, pre_bind.
+
+        On success the pod stays assumed on the node with its reservations held, and
+        ``state.annotations`` holds what pre_bind plugins wrote; the caller binds, then calls
+        :meth:`release_placed` if the binding fails. On failure nothing is left reserved or assumed and
+        the status names the plugin. permit is not run: the other scheduler ran its own permit phase,
+        and a wait here would hold its bind call open.
+        """
+        state = CycleState()
+        i = self.cluster.node_index(node_name)
+        if i is None:
+            return Status.unresolvable(f"node {node_name} not found"), state
+        known = self.cluster.pod(pod.uid)
+        if pod.node_name or (known is not None and known.node_name):
+            where = pod.node_name or known.node_name
+            return Status.unresolvable(f"pod {pod.key} is already on node {where}"), state
+        try:
+            st, candidates = await self.run_pre_filter(pod, state)
+        except PluginFailure as f:
+            return f.status, state
+        if not st.ok:
+            return st, state
+        if candidates is not None and node_name not in candidates:
+            return Status.unresolvable(f"node {node_name} is not in the pre_filter node set"), state
+        st = await self.run_filters_on_node(pod, node_name, state)
+        if not st.ok:
+            return st, state
+        node = self.cluster.views[i]
+        self.cluster.assume(pod, node_name)
+        st = await self._run_reserve(pod, node, state)
+        if st.ok:
+            try:
+                st = await self._run_pre_bind(pod, node, state)
+            except PluginFailure as f:
+                st = f.status
+        if not st.ok:
+            await self._unreserve_and_forget(pod, node, state)
+        return st, state
+
+    async def release_placed(self, pod: Pod, node_name: str, state: CycleState) -> None:
+        """Undo :meth:`reserve_placed` after a failed binding: unreserve in reverse order, forget."""
+        i = self.cluster.node_index(node_name)
+        if i is not None:
+            await self._unreserve_and_forget(pod, self.cluster.views[i], state)
 
     def _record_bound(self, pod: Pod, node_name: str, state: CycleState) -> None:
         if self.nominated:

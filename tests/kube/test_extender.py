@@ -146,12 +146,12 @@ async def test_bind_without_client_says_why(stateless):
 # -- with a cluster cache (the fake API server) --------------------------------------------------
 
 @asynccontextmanager
-async def stateful_ctx(api):
+async def stateful_ctx(api, plugins=None):
     for i in range(3):
         api.create(node(f"n{i}", cpu="4"))
     api.create(pod("hog", cpu="3500m", scheduler="default-scheduler", node_name="n0"))
     client = KubeClient(api.url, qps=0)
-    reg = build_registry(None, autoload=False)
+    reg = build_registry(None, autoload=False, plugins=plugins)
     ext = Extender(reg, client=client)
     srv = ExtenderServer(ext)
     port = await srv.start("127.0.0.1", 0)
@@ -186,6 +186,81 @@ async def test_bind_verb_binds_with_uid(api):
         assert api.get("pods", "web", "default")["spec"]["nodeName"] == "n1"
         status, out = await post(http, "/bind", args | {"Node": "n2"})
         assert "already bound to n1" in out["Error"]
+
+
+SLOT = "example.com/slot"
+
+
+class Slots:
+    """Two numbered slots per node, like devices: reserve takes the lowest free one (slots of bound pods
+    come from their annotation), pre_bind writes it, unreserve gives it back."""
+
+    def __init__(self):
+        self.held: dict[str, tuple[str, int]] = {}
+
+    def _taken(self, node):
+        bound = {int(p.annotations[SLOT]) for p in node.cluster.pods_on(node.name) if SLOT in p.annotations}
+        return bound | {s for n, s in self.held.values() if n == node.name}
+
+    @hookimpl
+    def reserve(self, pod, node, state):
+        free = sorted({0, 1} - self._taken(node))
+        if not free:
+            return Status.unschedulable("no free slot")
+        self.held[pod.uid] = (node.name, free[0])
+        return None
+
+    @hookimpl
+    def unreserve(self, pod, node, state):
+        self.held.pop(pod.uid, None)
+
+    @hookimpl
+    def pre_bind(self, pod, node, state):
+        return {SLOT: str(self.held[pod.uid][1])}
+
+
+async def test_bind_verb_runs_reserve_and_pre_bind(api):
+    slots = Slots()
+    async with stateful_ctx(api, {"slots": slots}) as (api, _, http):
+        uids = {n: api.create(pod(n))["metadata"]["uid"] for n in ("a", "b", "c")}
+        for n, want in (("a", "0"), ("b", "1")):
+            status, out = await post(http, "/bind", {"PodName": n, "PodNamespace": "default", "PodUID": uids[n],
+                                                     "Node": "n1"})
+            assert status == 200 and out == {"Error": ""}
+            got = api.get("pods", n, "default")
+            assert got["spec"]["nodeName"] == "n1" and got["metadata"]["annotations"][SLOT] == want
+        status, out = await post(http, "/bind", {"PodName": "c", "PodNamespace": "default", "PodUID": uids["c"],
+                                                 "Node": "n1"})
+        assert out["Error"] == "no free slot (plugin slots)"
+        assert "nodeName" not in api.get("pods", "c", "default")["spec"]
+        assert uids["c"] not in slots.held
+        # the filters run on the chosen node too: n0 has 0.5 CPU left
+        big = api.create(pod("big", cpu="1"))
+        status, out = await post(http, "/bind", {"PodName": "big", "PodNamespace": "default",
+                                                 "PodUID": big["metadata"]["uid"], "Node": "n0"})
+        assert "Insufficient cpu" in out["Error"] and "nodeName" not in api.get("pods", "big", "default")["spec"]
+        assert big["metadata"]["uid"] not in slots.held
+
+
+async def test_bind_verb_releases_the_reservation_when_binding_fails(api):
+    slots = Slots()
+    async with stateful_ctx(api, {"slots": slots}) as (api, ext, http):
+        uid = api.create(pod("web"))["metadata"]["uid"]
+        args = {"PodName": "web", "PodNamespace": "default", "PodUID": uid, "Node": "n1"}
+        api.fail(403, method="POST", path="/binding", count=1)
+        status, out = await post(http, "/bind", args)
+        assert "403" in out["Error"] and "nodeName" not in api.get("pods", "web", "default")["spec"]
+        assert uid not in slots.held and not ext.scheduler.cluster.is_assumed(uid)
+        status, out = await post(http, "/bind", args)  # the slot was given back: the retry gets slot 0
+        assert out == {"Error": ""} and api.get("pods", "web", "default")["metadata"]["annotations"][SLOT] == "0"
+        # a pod the cache knows on a node is never re-reserved (its accounting stays where it is)
+        other = api.create(pod("other", node_name="n2"))
+        await anyio.sleep(0.1)
+        status, out = await post(http, "/bind", args | {"PodName": "other", "PodUID": other["metadata"]["uid"]})
+        assert out["Error"] == "pod default/other is already on node n2"
+        assert ext.scheduler.cluster.pod_by_key("default/other").node_name == "n2"
+        status, out = await post(http, "/bind", args | {"PodUID": "other-uid"})
+        assert "was recreated" in out["Error"]
 
 
 async def test_preempt_keeps_nodes_where_victims_make_room(api):

@@ -7,7 +7,11 @@ capitalised keys kube-scheduler's decoder expects. Verbs are served at ``<prefix
 * ``filter``: ExtenderArgs → ExtenderFilterResult (``NodeNames`` or ``Nodes`` in the request's mode,
   ``FailedNodes``, ``FailedAndUnresolvableNodes`` where preemption cannot help, ``Error``);
 * ``prioritize``: ExtenderArgs → a bare ``[{"Host", "Score"}]`` list, scores mapped to 0..10;
-* ``bind``: ExtenderBindingArgs → ExtenderBindingResult (needs an API client);
+* ``bind``: ExtenderBindingArgs → ExtenderBindingResult (needs an API client). When some plugin has
+  ``reserve`` or ``pre_bind`` hooks, the pod is read from the API and run through pre_filter, the
+  filters on the chosen node, reserve and pre_bind in the cache first, and the annotations they wrote
+  (e.g. ``scheduling.koordinator.sh/device-allocated``) are merge-patched before the Binding; a
+  rejection is returned as the ``Error`` naming the plugin, with nothing left reserved;
 * ``preempt``: ExtenderPreemptionArgs → ``NodeNameToMetaVictims``, dropping nodes where the pod would
   still not fit after its victims leave.
 
@@ -213,14 +217,44 @@ class Extender:
         name, ns, uid, node = (ci_get(args, k) for k in ("PodName", "PodNamespace", "PodUID", "Node"))
         if not name or not node:
             raise BadRequest("bind needs PodName and Node")
-        ns = ns or "default"
+        ns, node = ns or "default", str(node)
         try:
+            if self.stateful and self.binds_with_state:
+                return await self._bind_with_state(name, ns, uid, node)
             if not uid:  # older senders: learn the UID so the binding still carries the precondition
                 cur = await self.client.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
                 uid = (cur.get("metadata") or {}).get("uid", "")
             pod = pod_from_manifest({"metadata": {"name": name, "namespace": ns, "uid": uid}, "spec": {}})
-            await self.binder(pod, str(node), {})
+            await self.binder(pod, node, {})
         except (BindDropped, BindGated, ApiError) as e:
+            return {"Error": str(e)}
+        return {"Error": ""}
+
+    @property
+    def binds_with_state(self) -> bool:
+        """Some plugin reserves or writes pre_bind annotations (devices, cpusets): bind must run them."""
+        return any(self.registry.impls(h) for h in ("reserve", "pre_bind"))
+
+    async def _bind_with_state(self, name: str, ns: str, uid: str | None, node: str) -> dict:
+        """Read the pod, run reserve and pre_bind for it on ``node`` in the cache, then bind with the
+        annotations pre_bind wrote (merge-patched before the Binding, as the secondary scheduler does)."""
+        cur = await self.client.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+        if uid and (cur.get("metadata") or {}).get("uid") != uid:
+            return {"Error": f"pod {ns}/{name} was recreated (uid {(cur.get('metadata') or {}).get('uid')})"}
+        try:
+            pod = pod_from_manifest(cur)
+        except KoordfwError as e:
+            return {"Error": str(e)}
+        s = self.scheduler
+        s.cluster.forget_request_cache(pod.uid)
+        st, state = await s.reserve_placed(pod, node)
+        if not st.ok:
+            why = st.message or "rejected"
+            return {"Error": f"{why} (plugin {st.plugin})" if st.plugin else why}
+        try:
+            await self.binder(pod, node, dict(state.annotations))
+        except (BindDropped, BindGated, ApiError) as e:
+            await s.release_placed(pod, node, state)
             return {"Error": str(e)}
         return {"Error": ""}
 
