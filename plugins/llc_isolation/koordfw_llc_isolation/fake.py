@@ -16,6 +16,15 @@ Plain files cannot react to writes as the kernel does, so the kernel's side is e
   re-interprets every file that changed since the last settle as such a write and re-renders it.
   Call it after each write (see :meth:`apply`): the kernel reacts to every ``write(2)``, and two
   writes to one plain file between settles would leave only the last.
+* ``rmdir(2)`` cannot be replayed that way: on a plain filesystem rmdir of a group directory, which
+  holds its control files as real files here, fails with ``ENOTEMPTY`` before anything could react,
+  whereas the kernel removes the group (its files are kernfs nodes, not directory entries), moves its
+  tasks to the root group and frees its CLOSID. So the one ``rmdir(2)`` is routed to the fake instead:
+  :meth:`FakeResctrl.rmdir_path` has the kernel's semantics for a path (a control group is removed;
+  any other directory of the tree is ``EPERM``, as ``rdtgroup_rmdir`` answers; a missing one
+  ``ENOENT``), and :class:`KernelExecutor` is the agent's executor whose only system-call seam
+  (:meth:`koordfw.agent.executor.Executor.remove_dir`) calls it, settling after every write. Path
+  checks, logging and counting stay the real executor's.
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ import os
 import shutil
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from koordfw.agent.executor import Executor
 
 from .resctrl import AMD, INTEL, ResctrlError, mba_unlimited, parse_cbm, parse_schemata, parse_tasks
 
@@ -223,6 +234,23 @@ class FakeResctrl:
         shutil.rmtree(self._dir(group))
         self._render("")
 
+    def rmdir_path(self, path: str | os.PathLike) -> None:
+        """One ``rmdir(2)`` of ``path`` with the kernel's semantics inside this tree (see the module
+        docstring); a path outside the tree is a plain ``os.rmdir``."""
+        p = Path(os.path.abspath(path))
+        root = Path(os.path.abspath(self.root))
+        if p != root and root not in p.parents:
+            os.rmdir(p)
+            return
+        if not os.path.lexists(p):
+            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), str(p))
+        if p == root:
+            raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(p))  # the mount point
+        group = p.name
+        if p.parent != root or group not in self._schemata:
+            raise OSError(errno.EPERM, os.strerror(errno.EPERM), str(p))
+        self.rmdir(group)
+
     def write(self, group: str, filename: str, data: str) -> None:
         """One ``write(2)`` of ``data`` to ``group/filename`` with the kernel's semantics."""
         if group not in self._schemata:
@@ -331,12 +359,17 @@ class FakeResctrl:
     def apply(self, executor: Any, writes: Iterable[Any]) -> tuple[list[Any], list[tuple[str, str, str]]]:
         """Run ``executor.apply_one`` for each write with the kernel reacting after each one.
 
-        Returns the executor's results and the writes the kernel refused (see :meth:`settle`).
+        Returns the executor's results and the writes the kernel refused (see :meth:`settle`). Removals
+        (``rmdir`` writes) need a :class:`KernelExecutor`; a plain executor meets ``ENOTEMPTY``.
         """
         results, errors = [], []
         for w in writes:
             results.append(executor.apply_one(w))
             errors += self.settle()
+            if isinstance(executor, KernelExecutor) and executor.fake is self:
+                # it settled already: what the kernel refused is in its list
+                errors += executor.kernel_errors
+                executor.kernel_errors = []
         return results, errors
 
     # --------------------------------------------------------------------------------------------
@@ -370,3 +403,27 @@ class FakeResctrl:
         for i, events in values.items():
             for event, v in events.items():
                 (self._dir(group) / "mon_data" / f"mon_L3_{i:02d}" / event).write_text(f"{v}\n")
+
+
+class KernelExecutor(Executor):
+    """The agent's executor with a :class:`FakeResctrl` as the kernel behind its resctrl root.
+
+    Everything is the real executor's (path safety, compare, logging, metrics, ``dry_run``); the fake
+    settles after every write, and the one ``rmdir(2)`` of a removal goes to
+    :meth:`FakeResctrl.rmdir_path`. ``kernel_errors`` collects what the fake kernel refused.
+    """
+
+    def __init__(self, fake: FakeResctrl, roots: Mapping[str, str | os.PathLike], *, dry_run: bool = False) -> None:
+        roots = dict(roots)
+        roots.setdefault("resctrl", fake.root)
+        super().__init__(roots, dry_run=dry_run)
+        self.fake = fake
+        self.kernel_errors: list[tuple[str, str, str]] = []
+
+    def apply_one(self, w: Any) -> Any:
+        result = super().apply_one(w)
+        self.kernel_errors += self.fake.settle()
+        return result
+
+    def remove_dir(self, target: Path) -> None:
+        self.fake.rmdir_path(target)

@@ -38,7 +38,11 @@ ANNOTATION_RESCTRL = "node.koordinator.sh/resctrl"
 
 @attrs.frozen
 class PodTasks:
-    """A pod as the planner sees it: uid, Koordinator QoS, annotations and its task ids."""
+    """A pod as the planner sees it: uid, Koordinator QoS, annotations and its task ids.
+
+    ``known``: its manifest (so its annotations) is known; a pod found only by its cgroup keeps any
+    pod-level group it has, since whether it still asks for one cannot be told.
+    """
 
     uid: str
     qos: str
@@ -46,6 +50,7 @@ class PodTasks:
     tasks: frozenset[int] = frozenset()
     name: str = ""
     active: bool = True
+    known: bool = True
 
     @property
     def label(self) -> str:
@@ -67,6 +72,8 @@ class Plan:
     writes: list[FileWrite]
     targets: list[GroupTarget]
     problems: list[str]
+    #: the stale pod-level groups whose removal is among ``writes``
+    removed: list[str] = attrs.field(factory=list)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -120,6 +127,34 @@ def info_from_state(obj: Any) -> ResctrlInfo:
 def pod_group(uid: str) -> str:
     """Koordinator's pod-level group name."""
     return f"{POD_GROUP_PREFIX}{uid}"
+
+
+def pod_group_uid(group: str) -> str | None:
+    """The pod uid of a pod-level group name, ``None`` for any other group (class groups, the root,
+    someone else's groups, anything that is not one plain directory name)."""
+    if not group.startswith(POD_GROUP_PREFIX) or "/" in group:
+        return None
+    uid = group[len(POD_GROUP_PREFIX):]
+    return uid if uid and uid not in (".", "..") else None
+
+
+def stale_pod_groups(pods: Iterable[PodTasks], observed: Mapping[str, GroupState] | None) -> list[str]:
+    """The ``koordlet-<uid>`` groups in ``observed`` that no pod on the node asks for any more.
+
+    Koordinator's rule (the resctrl runtime hook's all-pods callback): a pod-level group stays while a
+    pod with that uid carrying ``node.koordinator.sh/resctrl`` is on the node (whatever its phase, and
+    also when the annotation is invalid: such a pod is left unchanged); otherwise it is removed. A pod
+    whose manifest is unknown keeps its group. Sorted by name.
+    """
+    if not observed:
+        return []
+    keep = {p.uid for p in pods if not p.known or ANNOTATION_RESCTRL in p.annotations}
+    out = []
+    for g in sorted(observed):
+        uid = pod_group_uid(g)
+        if uid is not None and uid not in keep:
+            out.append(g)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -270,7 +305,13 @@ def plan(info: ResctrlInfo, args: LLCIsolationArgs, pods: Iterable[PodTasks], *,
     ``L3`` line, its ``MB`` line, then one ``tasks`` write per task id not already there (kernels
     before 6.2 take one pid per ``write(2)``). Writes carry ``mkdir`` so a missing group is created.
     A group is created only while a CLOSID is free (``numClosids`` minus the root's).
+
+    Then the removals (``FileWrite.remove_dir``) of the pod-level groups no pod asks for any more
+    (:func:`stale_pod_groups`; only with an ``observed`` snapshot), after the writes that move tasks
+    into other groups. A new group that finds no free CLOSID but one that a removal of this round
+    gives back is created after the removals, so churn does not wait a round.
     """
+    pods = list(pods)
     problems: list[str] = []
     classes, cls_problems = class_targets(info, args)
     problems += cls_problems
@@ -294,22 +335,31 @@ def plan(info: ResctrlInfo, args: LLCIsolationArgs, pods: Iterable[PodTasks], *,
     targets = [GroupTarget(g, classes[g][0], classes[g][1], frozenset(members[g])) for g in classes]
     targets += pod_targets
 
+    stale = stale_pod_groups(pods, observed)
     free = max(0, info.num_closids - 1)  # closid 0 is the root group
     if observed is not None:
         free -= sum(1 for g in observed if g)
+    freed = len(stale)
     writes: list[FileWrite] = []
+    after_removal: list[FileWrite] = []
     kept: list[GroupTarget] = []
     for t in targets:
         obs = observed.get(t.name) if observed is not None else None
+        into = writes
         if obs is None:
-            if free <= 0:
+            if free > 0:
+                free -= 1
+            elif freed > 0:
+                freed -= 1
+                into = after_removal
+            else:
                 problems.append(f"resctrl group {t.name}: no free CLOSID (numClosids={info.num_closids}); "
                                 "not created")
                 continue
-            free -= 1
         kept.append(t)
-        writes += _group_writes(t, obs)
-    return Plan(writes, kept, problems)
+        into += _group_writes(t, obs)
+    writes += [FileWrite.remove_dir(g, fs=FS_RESCTRL, plugin=PLUGIN) for g in stale]
+    return Plan(writes + after_removal, kept, problems, stale)
 
 
 def _group_writes(t: GroupTarget, obs: GroupState | None) -> list[FileWrite]:

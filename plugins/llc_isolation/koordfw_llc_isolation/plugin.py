@@ -18,7 +18,7 @@ from koordfw import hookimpl
 from koordfw.core.nodestate import FS_RESCTRL, FileWrite
 
 from .config import LLCIsolationArgs
-from .plan import ANNOTATION_RESCTRL, PLUGIN, PodTasks, info_from_state, plan
+from .plan import ANNOTATION_RESCTRL, PLUGIN, PodTasks, info_from_state, plan, pod_group_uid
 from .resctrl import (
     CLASS_GROUPS,
     POD_GROUP_PREFIX,
@@ -191,10 +191,14 @@ class LLCIsolation:
         return self.support
 
     def _wanted(self, args: LLCIsolationArgs, node_state: Any) -> bool:
-        """Anything to do at all: an enabled class or a pod carrying the pod-level annotation."""
+        """Anything to do at all: an enabled class, a pod carrying the pod-level annotation, or a
+        pod-level group in the resctrl snapshot (it may have to be removed)."""
         if args.any_enabled:
             return True
-        return any(ANNOTATION_RESCTRL in p.annotations for p in node_state.pods)
+        if any(ANNOTATION_RESCTRL in p.annotations for p in node_state.pods):
+            return True
+        observed = node_state.metrics.get(OBSERVED_KEY)
+        return isinstance(observed, Mapping) and any(pod_group_uid(g) is not None for g in observed)
 
     # -- node QoS loop -----------------------------------------------------------------------------
     @hookimpl
@@ -251,8 +255,10 @@ class LLCIsolation:
             active = p.pod is None or p.pod.phase in _ACTIVE_PHASES
             name = p.pod.key if p.pod is not None else p.uid
             pods.append(PodTasks(uid=p.uid, qos=p.qos, annotations=dict(p.annotations), tasks=frozenset(tasks),
-                                 name=name, active=active))
+                                 name=name, active=active, known=p.pod is not None))
         result = plan(info, args, pods, observed=observed_from_wire(node_state.metrics.get(OBSERVED_KEY)))
         for problem in result.problems:
             self._say(problem)
+        if result.removed:
+            log.info("removing the resctrl groups of pods that left", plugin=PLUGIN, groups=result.removed)
         return result.writes or None

@@ -9,33 +9,18 @@ import pytest
 import yaml
 
 from koordfw.agent.cgroups import CgroupLayout
-from koordfw.agent.executor import Executor
 from koordfw.agent.loop import Agent
 from koordfw.cli import main
 from koordfw.core.plugins import Registry
 from koordfw.core.profile import profile_from_dict
 
-from koordfw_llc_isolation.fake import FakeResctrl
+from koordfw_llc_isolation.fake import FakeResctrl, KernelExecutor
 from koordfw_llc_isolation.resctrl import AMD, INTEL, cpu_vendor, mba_value
 
 BE_UID = "aaaaaaaa-0000-0000-0000-000000000001"
 LS_UID = "bbbbbbbb-0000-0000-0000-000000000002"
 POD_UID = "cccccccc-0000-0000-0000-000000000003"
 CONFIG = {"llc_isolation": {"LS": {"enable": True}, "BE": {"enable": True, "mbaPercent": 45}}}
-
-
-class KernelExecutor(Executor):
-    """The agent's executor with the fake kernel reacting to each write, as the real one does."""
-
-    def __init__(self, fake: FakeResctrl, roots: dict) -> None:
-        super().__init__(roots)
-        self.fake = fake
-        self.kernel_errors: list = []
-
-    def apply_one(self, w):
-        result = super().apply_one(w)
-        self.kernel_errors += self.fake.settle()
-        return result
 
 
 def cgroup_tree(root: Path) -> None:
@@ -88,6 +73,39 @@ async def test_agent_round_against_fake_trees(tmp_path):
     second = await agent.run_once()
     assert [r for r in second if r.write.plugin == "llc_isolation"] == []
     assert agent.node_state.metrics["resctrl.BE.llc_occupancy"] == 0
+
+
+async def test_agent_removes_the_group_of_a_pod_that_left(tmp_path):
+    """The real agent round: the pod-level group goes with its pod (cgroup and manifest gone) and the
+    CLOSID it held is free again in the fake kernel."""
+    host = cpu_vendor()
+    vendor = host if host in (INTEL, AMD) else INTEL
+    fake = FakeResctrl(tmp_path / "resctrl", pids=[1, 200, 300, 301, 400], vendor=vendor, mba=False,
+                       num_closids=4)  # root, LS, BE and one pod-level group
+    cgroup_tree(tmp_path / "cgroup")
+    manifests(tmp_path / "pods.yaml")
+    registry = Registry(profile_from_dict({"pluginConfig": CONFIG})).load(only={"llc_isolation"})
+    executor = KernelExecutor(fake, {"cgroup": tmp_path / "cgroup", "resctrl": fake.root})
+    agent = Agent(registry, CgroupLayout(tmp_path / "cgroup", 1), executor, node_name="n1",
+                  pods_from=tmp_path / "pods.yaml")
+    await agent.startup()
+    await agent.run_once()
+    group = f"koordlet-{POD_UID}"
+    assert group in fake.groups()
+    # the pod leaves: its process ends, the kubelet removes its cgroup, its manifest goes
+    fake.exit(400)
+    pod_dir = tmp_path / "cgroup" / "cpu" / "kubepods" / "burstable" / f"pod{POD_UID}"
+    for f in sorted(pod_dir.rglob("*"), reverse=True):
+        f.unlink() if f.is_file() else f.rmdir()
+    pod_dir.rmdir()
+    docs = [d for d in yaml.safe_load_all((tmp_path / "pods.yaml").read_text()) if d["metadata"]["uid"] != POD_UID]
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all(docs))
+    results = await agent.run_once()
+    mine = [(r.write.path, r.write.rmdir, r.outcome) for r in results if r.write.plugin == "llc_isolation"]
+    assert mine == [(group, True, "removed")] and executor.kernel_errors == []
+    assert fake.groups() == ["", "BE", "LS"]
+    fake.mkdir("reused")  # the CLOSID is free again
+    assert [r for r in await agent.run_once() if r.write.plugin == "llc_isolation"] == []
 
 
 def _state(tmp_path: Path, resctrl: dict | None) -> Path:

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import attrs
 import pytest
 
-from koordfw.agent.executor import Executor
 from koordfw.core.model import make_pod
 from koordfw.core.nodestate import NodeState, PodState
 from koordfw.core.nodestate import ResctrlInfo as StateResctrlInfo
@@ -17,10 +16,17 @@ from koordfw.core.profile import structure_args
 from koordfw.core.errors import ConfigError
 
 from koordfw_llc_isolation.config import LLCIsolationArgs, ResctrlQOS
-from koordfw_llc_isolation.fake import FakeResctrl
-from koordfw_llc_isolation.plan import ANNOTATION_RESCTRL, PodTasks, info_from_state, plan, pod_annotation_target
+from koordfw_llc_isolation.fake import FakeResctrl, KernelExecutor
+from koordfw_llc_isolation.plan import (
+    ANNOTATION_RESCTRL,
+    PodTasks,
+    info_from_state,
+    plan,
+    pod_annotation_target,
+    stale_pod_groups,
+)
 from koordfw_llc_isolation.plugin import LLCIsolation
-from koordfw_llc_isolation.resctrl import AMD, INTEL, ResctrlError, ResctrlInfo
+from koordfw_llc_isolation.resctrl import AMD, INTEL, GroupState, ResctrlError, ResctrlInfo
 
 INFO = ResctrlInfo(cbm_mask="7ff", min_cbm_bits=1, num_closids=16, cache_ids=(0, 1), vendor=INTEL, mba=True)
 ALL_ON = LLCIsolationArgs(LSR=ResctrlQOS(enable=True), LS=ResctrlQOS(enable=True), BE=ResctrlQOS(enable=True))
@@ -216,7 +222,7 @@ class Node:
             self.pods.append(PodState(uid=uid, pod=pod, qos=qos, kube_qos=kube_qos, cgroup_dir=d))
         self.handle = SimpleNamespace(roots={"resctrl": str(self.fake.root), "cgroup": str(self.cgroot),
                                              "proc": str(self.fake.proc_root)})
-        self.executor = Executor({"resctrl": self.fake.root, "cgroup": self.cgroot})
+        self.executor = KernelExecutor(self.fake, {"resctrl": self.fake.root, "cgroup": self.cgroot})
 
     def write_tasks(self, rel_dir: str, pids) -> None:
         d = self.cgroot / "cpu" / rel_dir
@@ -326,3 +332,193 @@ async def test_shutdown_lifts_the_throttles(tmp_path):
     assert node.fake.tasks("BE") == {300, 301, 302}  # placement stays
     pod_group = f"koordlet-{UIDS['pod']}"
     assert node.fake.schemata(pod_group)["L3"] == {0: 0x7c0, 1: 0x7c0}
+
+
+# -- pod-level groups of pods that left ------------------------------------------------------------
+
+
+ANNOTATED = {ANNOTATION_RESCTRL: "{}"}
+
+
+@pytest.mark.parametrize("name, pods, observed, want", [
+    ("no snapshot, nothing known to remove", [], None, []),
+    ("the pod left", [], ["koordlet-gone"], ["koordlet-gone"]),
+    ("the pod is here with the annotation", [PodTasks("u1", "LS", ANNOTATED)], ["koordlet-u1"], []),
+    ("a bad annotation leaves the pod unchanged", [PodTasks("u1", "LS", {ANNOTATION_RESCTRL: "{oops"})],
+     ["koordlet-u1"], []),
+    ("a finished pod still on the node keeps it", [PodTasks("u1", "LS", ANNOTATED, active=False)],
+     ["koordlet-u1"], []),
+    ("the annotation was dropped (Koordinator removes it too)", [PodTasks("u1", "LS", {})], ["koordlet-u1"],
+     ["koordlet-u1"]),
+    ("manifest unknown: cannot tell, kept", [PodTasks("u1", "", {}, known=False)], ["koordlet-u1"], []),
+    ("never the root, class groups or other groups", [],
+     ["", "LSR", "LS", "BE", "other", "koordlet-", "koordlet"], []),
+    ("several, sorted", [PodTasks("b", "LS", ANNOTATED)], ["koordlet-c", "koordlet-b", "koordlet-a"],
+     ["koordlet-a", "koordlet-c"]),
+])
+def test_stale_pod_groups(name, pods, observed, want):
+    obs = None if observed is None else {g: GroupState() for g in observed}
+    assert stale_pod_groups(pods, obs) == want
+    result = plan(INFO, LLCIsolationArgs(), pods, observed=obs)
+    removals = [w for w in result.writes if w.rmdir]
+    assert [(w.path, w.fs, w.plugin) for w in removals] == [(g, "resctrl", "llc_isolation") for g in want]
+    assert result.removed == want
+
+
+def test_removals_come_after_the_writes_moving_tasks_out():
+    """A pod that dropped its annotation goes back to its class group first, then its group is removed."""
+    info = ResctrlInfo(cbm_mask="7ff", num_closids=16, cache_ids=(0,), mba=False)
+    obs = {"LS": GroupState({"L3": {0: 0x7ff}}), "koordlet-u1": GroupState({"L3": {0: 0x3f}}, frozenset({7}))}
+    result = plan(info, LLCIsolationArgs(LS=ResctrlQOS(enable=True)), [PodTasks("u1", "LS", {}, frozenset({7}))],
+                  observed=obs)
+    assert [(w.path, w.value, w.rmdir) for w in result.writes] == [("LS/tasks", "7", False),
+                                                                    ("koordlet-u1", "", True)]
+
+
+def test_a_freed_closid_is_used_in_the_same_round_after_the_removal():
+    info = ResctrlInfo(cbm_mask="7ff", num_closids=3, cache_ids=(0,), mba=False)  # root + 2 groups
+    obs = {"BE": GroupState({"L3": {0: 0xf}}), "koordlet-old": GroupState({"L3": {0: 0x7ff}})}
+    pods = [PodTasks("new", "LS", ANNOTATED, frozenset({9})), PodTasks("x", "BE", {}, frozenset())]
+    result = plan(info, LLCIsolationArgs(BE=ResctrlQOS(enable=True)), pods, observed=obs)
+    assert [(w.path, w.rmdir) for w in result.writes] == [
+        ("koordlet-old", True), ("koordlet-new/schemata", False), ("koordlet-new/tasks", False)]
+    assert result.problems == []
+    # without the stale group there would be no room either way: the CLOSID count is honest
+    full = {"BE": obs["BE"], "koordlet-busy": GroupState()}
+    pods_busy = pods + [PodTasks("busy", "LS", ANNOTATED)]
+    result = plan(info, LLCIsolationArgs(BE=ResctrlQOS(enable=True)), pods_busy, observed=full)
+    assert result.problems == ["resctrl group koordlet-new: no free CLOSID (numClosids=3); not created"]
+
+
+def _leave(node: Node, uid: str) -> None:
+    """The pod ``uid`` leaves the node: its cgroup goes and the agent no longer lists it."""
+    node.pods = [p for p in node.pods if p.uid != uid]
+    for p in list((node.cgroot / "cpu" / "kubepods").rglob(f"pod{uid}")):
+        for sub in sorted(p.rglob("*"), reverse=True):
+            sub.unlink() if sub.is_file() else sub.rmdir()
+        p.rmdir()
+
+
+def _arrive(node: Node, uid: str, pids: list[int]) -> None:
+    node.fake.spawn(*pids)
+    d = f"kubepods/burstable/pod{uid}"
+    node.write_tasks(d + "/c1", pids)
+    pod = attrs.evolve(make_pod(f"new-{uid[:4]}", "default", labels={"koordinator.sh/qosClass": "LS"},
+                                annotations={ANNOTATION_RESCTRL: '{"llc": {"schemata": {"range": [0, 50]}}}'}),
+                       uid=uid, phase="Running")
+    node.pods.append(PodState(uid=uid, pod=pod, qos="LS", kube_qos="Burstable", cgroup_dir=d))
+
+
+def test_pod_leaves_its_group_is_removed_and_its_closid_reused(tmp_path):
+    # root + BE + one pod-level group: every CLOSID is taken after the first round
+    node = Node(tmp_path, num_closids=3, mba=False)
+    plugin = LLCIsolation()
+    args = LLCIsolationArgs(BE=ResctrlQOS(enable=True))
+    plugin.startup(args=args, handle=node.handle)
+    old = f"koordlet-{UIDS['pod']}"
+    _, results, errors, _ = node.round(plugin, args)
+    assert errors == [] and node.fake.groups() == ["", "BE", old]
+    with pytest.raises(OSError, match="out of CLOSIDs"):  # the kernel would refuse a third group now
+        node.fake.mkdir("probe")
+
+    # the pod leaves: the next round removes its group through the executor's rmdir
+    node.fake.exit(400)
+    _leave(node, UIDS["pod"])
+    writes, results, errors, _ = node.round(plugin, args)
+    assert [(w.path, w.rmdir) for w in writes] == [(old, True)]
+    assert [r.outcome for r in results] == ["removed"] and errors == []
+    assert node.fake.groups() == ["", "BE"] and not (node.fake.root / old).exists()
+    assert node.executor.stats.removed == 1
+    assert node.round(plugin, args)[0] == []  # gone for good: nothing more to do
+
+    # a new pod's group gets the CLOSID back
+    new_uid = "55555555-0000-0000-0000-000000000005"
+    _arrive(node, new_uid, [500])
+    writes, results, errors, _ = node.round(plugin, args)
+    assert errors == [] and {r.outcome for r in results} == {"written"}
+    assert node.fake.groups() == ["", "BE", f"koordlet-{new_uid}"]
+    assert node.fake.tasks(f"koordlet-{new_uid}") == {500}
+
+
+def test_churn_in_one_round_frees_then_creates(tmp_path):
+    """One pod leaves while another arrives on a full node: rmdir first, then the new group, same round."""
+    node = Node(tmp_path, num_closids=3, mba=False)
+    plugin = LLCIsolation()
+    args = LLCIsolationArgs(BE=ResctrlQOS(enable=True))
+    node.round(plugin, args)
+    node.fake.exit(400)
+    _leave(node, UIDS["pod"])
+    new_uid = "66666666-0000-0000-0000-000000000006"
+    _arrive(node, new_uid, [600])
+    writes, results, errors, _ = node.round(plugin, args)
+    assert [w.path for w in writes] == [f"koordlet-{UIDS['pod']}", f"koordlet-{new_uid}/schemata",
+                                        f"koordlet-{new_uid}/tasks"]
+    assert [r.outcome for r in results] == ["removed", "written", "written"] and errors == []
+    assert node.fake.groups() == ["", "BE", f"koordlet-{new_uid}"]
+    for i in range(5):  # many pods come and go: no CLOSID leaks
+        node.fake.exit(600 + i)
+        _leave(node, new_uid)
+        new_uid = f"7777777{i}-0000-0000-0000-000000000007"
+        _arrive(node, new_uid, [601 + i])
+        _, results, errors, _ = node.round(plugin, args)
+        assert errors == [] and node.fake.groups() == ["", "BE", f"koordlet-{new_uid}"]
+
+
+def test_removal_dry_run_changes_nothing(tmp_path):
+    node = Node(tmp_path, mba=False)
+    plugin = LLCIsolation()
+    args = LLCIsolationArgs()
+    node.round(plugin, args)
+    old = f"koordlet-{UIDS['pod']}"
+    node.executor = KernelExecutor(node.fake, dict(node.executor.roots), dry_run=True)
+    _leave(node, UIDS["pod"])
+    writes, results, errors, _ = node.round(plugin, args)
+    assert [(r.write.path, r.outcome) for r in results] == [(old, "dry_run")]
+    assert old in node.fake.groups()
+
+
+def test_only_pod_groups_are_ever_removed(tmp_path):
+    """With every pod gone, the class groups and someone else's group stay; only koordlet-<uid> goes."""
+    node = Node(tmp_path, mba=False)
+    plugin = LLCIsolation()
+    node.round(plugin, ALL_ON)
+    node.fake.mkdir("someone-else")
+    node.pods = []
+    writes, results, errors, _ = node.round(plugin, LLCIsolationArgs())
+    assert [(w.path, w.rmdir) for w in writes] == [(f"koordlet-{UIDS['pod']}", True)]
+    assert node.fake.groups() == ["", "BE", "LS", "LSR", "someone-else"]
+
+
+def test_no_rdt_nothing_changes_even_with_a_leftover_dir(tmp_path):
+    plugin = LLCIsolation()
+    root = tmp_path / "no-resctrl"
+    (root / "koordlet-gone").mkdir(parents=True)  # not a resctrl mount: no schemata at the root
+    handle = SimpleNamespace(roots={"resctrl": str(root)})
+    state = NodeState(name="n1")
+    plugin.startup(args=LLCIsolationArgs(), handle=handle)
+    assert plugin.collect(node_state=state, args=LLCIsolationArgs(), handle=handle) is None
+    assert plugin.qos_plan(node_state=state, args=LLCIsolationArgs(), handle=handle) is None
+    assert (root / "koordlet-gone").is_dir()
+
+
+@pytest.mark.parametrize("path, err", [
+    ("", "EBUSY"), ("info", "EPERM"), ("info/L3", "EPERM"), ("mon_groups", "EPERM"), ("BE/mon_data", "EPERM"),
+    ("missing", "ENOENT"), ("BE", None),
+])
+def test_fake_rmdir_has_the_kernels_semantics(tmp_path, path, err):
+    import errno
+
+    fake = FakeResctrl(tmp_path / "resctrl", pids=[1, 2], num_closids=2, mba=False)
+    fake.mkdir("BE")
+    fake.write("BE", "tasks", "2")
+    target = fake.root / path if path else fake.root
+    if err is None:
+        fake.rmdir_path(target)
+        assert fake.groups() == [""] and fake.tasks("") == {1, 2}  # tasks back in the root group
+        assert not target.exists()
+        fake.mkdir("LS")  # its CLOSID is free again
+        return
+    with pytest.raises(OSError) as e:
+        fake.rmdir_path(target)
+    assert errno.errorcode[e.value.errno] == err
+    assert fake.groups() == ["", "BE"]
