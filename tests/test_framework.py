@@ -319,3 +319,45 @@ def test_handle_run_pre_filters_then_filters():
     schedule(ClusterBuilder().node("n0").node("n1").node("n2").pod("p", cpu="1", labels={"max-index": "1"}),
              plugins={"needs_pre": NeedsPre(), "probe": Probe()})
     assert results == {"pre": True, "n0": True, "n2": "index too high"}
+
+
+async def test_every_node_removed_fails_the_pod_instead_of_crashing():
+    from koordfw.core.clock import VirtualClock
+    from koordfw.core.framework import Scheduler
+    from koordfw.core.model import make_node, make_pod
+    from koordfw.engines.embedded import build_registry
+
+    from koordfw.core.cluster import ClusterState
+
+    cluster = ClusterState()
+    cluster.add_node(make_node("n1", allocatable={"cpu": "4", "memory": "8Gi", "pods": "10"}))
+    s = Scheduler(build_registry(None, autoload=False), cluster, VirtualClock(0.0))
+    cluster.remove_node("n1")
+    p = make_pod("p", requests={"cpu": "1"})
+    await s.add_pod(p)
+    async with anyio.create_task_group() as tg:
+        assert await s.schedule_next(tg)
+    assert s.results[p.uid].reason == "no nodes available to schedule pods"
+    cluster.add_node(make_node("n2", allocatable={"cpu": "4", "memory": "8Gi", "pods": "10"}))
+    s.activate([p.uid])
+    async with anyio.create_task_group() as tg:
+        await s.schedule_next(tg)
+    assert cluster.pod(p.uid).node_name == "n2"
+
+
+def test_pods_of_a_removed_node_stay_known_and_count_again_when_it_returns():
+    from koordfw.core.cluster import ClusterState
+    from koordfw.core.model import make_node, make_pod
+
+    cluster = ClusterState()
+    cluster.add_node(make_node("n1", allocatable={"cpu": "4", "memory": "8Gi", "pods": "10"}))
+    p = make_pod("running", requests={"cpu": "3"}, node_name="n1")
+    cluster.add_pod(p)
+    cluster.remove_node("n1")
+    assert cluster.node("n1") is None
+    assert cluster.pod(p.uid).node_name == "n1" and cluster.pending_pods() == []
+    cluster.add_node(make_node("n1", allocatable={"cpu": "4", "memory": "8Gi", "pods": "10"}))
+    assert cluster.node("n1").requested["cpu"] == 3000
+    assert [q.uid for q in cluster.pods_on("n1")] == [p.uid]
+    cluster.remove_pod(p.uid)
+    assert cluster.node("n1").requested.get("cpu", 0) == 0

@@ -218,10 +218,15 @@ class ClusterState:
 
     def update_node(self, node: Node) -> NodeView:
         i = self._node_index[node.name]
+        returning = i in self._removed_nodes
         self._removed_nodes.discard(i)
         view = self.views[i]
         view.node = node
         self._write_node_row(i, node)
+        if returning:  # re-registered: the pods that still name it count on it again
+            for e in self.pods.values():
+                if e.node_index < 0 and e.pod.node_name == node.name and not e.pod.is_terminal:
+                    self._account(e, i)
         self._labels_gen += 1
         self._version[i] += 1
         self.generation += 1
@@ -250,11 +255,16 @@ class ClusterState:
         self.free_generation += 1
 
     def remove_node(self, name: str) -> None:
+        """Take a node out. Its pods stay known, unaccounted, with their ``node_name`` (kube-scheduler's
+        cache keeps them too): the API deletes them on its own, and if the node comes back under the
+        same name (re-registered) they are accounted on it again by :meth:`update_node`."""
         i = self._node_index.get(name)
         if i is None:
             return
         for uid in list(self._on_node[i]):
-            self.remove_pod(uid)
+            entry = self.pods.get(uid)
+            if entry is not None:
+                self._unaccount(entry)
         self._removed_nodes.add(i)
         self._alloc[i, :] = 0
         self._unsched[i] = True
@@ -422,7 +432,9 @@ class ClusterState:
         return [e.pod for e in self.pods.values()]
 
     def pending_pods(self) -> list[Pod]:
-        return [e.pod for e in self.pods.values() if e.node_index < 0 and not e.pod.is_terminal]
+        """Pods not on any node and not naming one (a pod whose node is gone is not pending)."""
+        return [e.pod for e in self.pods.values()
+                if e.node_index < 0 and not e.pod.node_name and not e.pod.is_terminal]
 
     @contextlib.contextmanager
     def without_pods(self, node_name: str, pods: Sequence[Pod]) -> Iterator[None]:

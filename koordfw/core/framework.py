@@ -497,6 +497,8 @@ class Scheduler:
             idx = np.arange(cluster.num_nodes, dtype=np.int64)
             if cluster._removed_nodes:
                 idx = idx[cluster.live_mask]
+            if len(idx) == 0:  # every node was removed: kube's "0/0 nodes are available"
+                return Status.unschedulable("no nodes available to schedule pods"), None
         n_all = len(idx)
         start = self.next_start_node_index % n_all
         order = np.concatenate((idx[start:], idx[:start])) if start else idx

@@ -6,7 +6,8 @@
 * A pod whose binding cycle is in flight is left alone until the cycle ends (``resync``): the
   assumed reservation must not be replaced under it.
 * Updates that change only ``status`` or ``resourceVersion`` (our own PodScheduled patches) do not
-  re-activate a pod, as kube-scheduler's ``isPodUpdated``.
+  re-activate a pod, as kube-scheduler's ``isPodUpdated``; other updates move an unschedulable pod to
+  the backoff queue while its backoff lasts, else to the active queue (``PriorityQueue.Update``).
 * Nodes: an update that changes nothing the plugins read does not wake unschedulable pods.
 * Other kinds (NodeMetric, ...) go to ``cluster.set_object``; their change events are coalesced.
 """
@@ -125,8 +126,15 @@ class ClusterFeeder:
             return
         self.cluster.add_pod(pod)
         info.pod = pod
-        if prev != sig:
-            s.activate([uid])
+        if prev != sig and uid in s.queue.unschedulable:
+            # kube's PriorityQueue.Update: an updated unschedulable pod moves to the backoff queue while
+            # its backoff lasts, else to the active queue; a gated one passes pre_enqueue first
+            if info.gated:
+                st = await s.run_pre_enqueue(pod)
+                if not st.ok:
+                    info.gate_reason = st.message
+                    return
+            s.queue.move_to_active_or_backoff(info, s.clock.now())
             self._wake()
 
     def resync(self, uid: str) -> None:
