@@ -26,10 +26,10 @@ from ...core.plugins import Registry
 from ...core.status import Status
 from .binder import BindDropped, BindGated, KubeBinder
 from .cache import ClusterFeeder
-from .client import KubeClient
+from .client import ApiError, KubeClient
 from .leader import LeaderElector
 from .reflector import Reflector
-from .writer import Writer
+from .writer import Writer, _now as _now_iso
 
 log = structlog.get_logger("koordfw.kube")
 
@@ -83,6 +83,9 @@ class KubeSchedulerEngine:
         self.scheduler, self.feeder, self.reflectors = build_cache(
             registry, client, scheduler_name=self.scheduler_name, seed=seed, objects=objects,
             watch_timeout=watch_timeout, binder=self.binder)
+        # preemption (and any plugin's handle.evict) deletes through the API, never in memory
+        self.scheduler.evictor = self._preempt_victim
+        self.preempted = 0
         self.cluster = self.scheduler.cluster
         self.writer = Writer(client, event_client, controller=self.scheduler_name, instance=self.identity)
         self.elector = leader_elector
@@ -127,7 +130,41 @@ class KubeSchedulerEngine:
             self.cluster.remove_pod(uid)
             return
         reason = "Unschedulable" if st.is_rejection else "SchedulerError"
-        self.writer.unschedulable(pod, reason, st.message or f"rejected by {st.plugin}")
+        info = self.scheduler.queue.info(uid)
+        nominated = info.pod.nominated_node_name if info is not None else None
+        self.writer.unschedulable(pod, reason, st.message or f"rejected by {st.plugin}", nominated)
+
+    async def _preempt_victim(self, pod: Pod, reason: str) -> bool:
+        """kube-scheduler's PrepareCandidate for one victim: a victim of ours waiting at permit is
+        rejected there; any other gets the ``DisruptionTarget`` condition and is deleted through the API
+        (UID precondition, the pod's own grace period). The cache drops it when the watch says it is gone,
+        so its room counts as taken until then and the nominated preemptor waits for it."""
+        wp = self.scheduler.waiting_pods.get(pod.uid)
+        if wp is not None:
+            wp.reject("", reason)
+            return True
+        base = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+        cond = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                "message": f"{self.scheduler_name}: {reason}", "lastTransitionTime": _now_iso()}
+        try:
+            await self.client.request("PATCH", base + "/status", body={"status": {"conditions": [cond]}},
+                                      content_type="application/strategic-merge-patch+json")
+        except ApiError as e:
+            if e.status == 404:
+                return True  # already gone
+            log.warning("could not mark the victim", pod=pod.key, error=str(e))
+        try:
+            await self.client.request("DELETE", base, body={"apiVersion": "v1", "kind": "DeleteOptions",
+                                                            "preconditions": {"uid": pod.uid}})
+        except ApiError as e:
+            if e.status == 404:
+                return True
+            log.warning("could not delete a preemption victim", pod=pod.key, error=str(e))
+            return False
+        self.preempted += 1
+        self.writer.event(pod, "Normal", "Preempted", "Preempting", reason)
+        log.info("preempted", pod=pod.key, reason=reason)
+        return True
 
     async def _bind(self, pod: Pod, node_name: str, annotations: dict) -> bool:
         try:

@@ -47,8 +47,10 @@ class Writer:
         self.events_sent = 0
 
     # -- queueing -----------------------------------------------------------------------------------
-    def unschedulable(self, pod: Pod, reason: str, message: str) -> None:
-        self._status[pod.uid] = (pod, reason, message)
+    def unschedulable(self, pod: Pod, reason: str, message: str, nominated: str | None = None) -> None:
+        """Queue a PodScheduled=False patch (with ``status.nominatedNodeName`` when preemption picked a
+        node for the pod, as kube-scheduler writes it) and a FailedScheduling event."""
+        self._status[pod.uid] = (pod, reason, message, nominated)
         self._status.move_to_end(pod.uid)
         if self._last_failure_note.get(pod.uid) != message:
             self._last_failure_note[pod.uid] = message
@@ -115,15 +117,18 @@ class Writer:
             await self._write_one_event()
 
     async def _write_one_status(self) -> None:
-        uid, (pod, reason, message) = self._status.popitem(last=False)
-        conds = ((pod.raw or {}).get("status") or {}).get("conditions") or []
+        uid, (pod, reason, message, nominated) = self._status.popitem(last=False)
+        status = (pod.raw or {}).get("status") or {}
+        conds = status.get("conditions") or []
         for c in conds:
             if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == reason \
-                    and c.get("message") == message:
+                    and c.get("message") == message and (nominated is None or status.get("nominatedNodeName") == nominated):
                 return  # already there
-        body = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": reason,
-                                           "message": message, "lastProbeTime": None,
-                                           "lastTransitionTime": _now()}]}}
+        body: dict = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": reason,
+                                                 "message": message, "lastProbeTime": None,
+                                                 "lastTransitionTime": _now()}]}}
+        if nominated is not None:
+            body["status"]["nominatedNodeName"] = nominated
         try:
             await self.client.request("PATCH", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status",
                                       body=body, content_type="application/strategic-merge-patch+json")
@@ -133,7 +138,7 @@ class Writer:
                 return
             log.warning("could not patch pod status", pod=pod.key, error=str(e))
             if e.retryable and uid not in self._status:
-                self._status[uid] = (pod, reason, message)
+                self._status[uid] = (pod, reason, message, nominated)
                 await anyio.sleep(0.5)
 
     async def _write_one_event(self) -> None:
