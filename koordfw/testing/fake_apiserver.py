@@ -13,7 +13,11 @@ What it reproduces, from the API server's own behaviour (see docs/kubernetes.md)
   strategic-merge patches (conditions merge on ``type``), events.k8s.io/v1 events, coordination
   leases with optimistic concurrency, and Koordinator ``NodeMetric`` objects;
 * injectable faults: dropped watch streams, 500s (for N requests or for a while), slow replies, a
-  binding that succeeds but whose reply is lost.
+  binding that succeeds but whose reply is lost;
+* opt-in graceful pod deletion (``graceful_deletes=True``): a DELETE or an eviction of a bound pod sets
+  ``deletionTimestamp`` (now + grace) and ``deletionGracePeriodSeconds`` (a MODIFIED event); the pod
+  stays on its node until the grace period ends or ``finish_deletions()`` plays the kubelet's
+  confirmation, and then goes (DELETED). Unbound or terminal pods and a grace period of 0 go at once.
 
 Use ``async with FakeApiServer() as api:`` (it listens on 127.0.0.1, a free port) and point a client at
 ``api.url``. Objects can be added directly (``api.create(...)``) or through HTTP.
@@ -196,9 +200,18 @@ class FakeApiServer:
     """The fake. ``history`` is how many writes a watch can resume from (etcd's compaction window)."""
 
     def __init__(self, *, history: int = 10_000, expired_form: str = "event", bookmark_interval: float = 1.0,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, graceful_deletes: bool = False,
+                 grace_scale: float = 1.0) -> None:
+        """``graceful_deletes`` turns on the real server's two-step pod deletion (off: a DELETE or an
+        eviction removes the pod at once, as the fake always did); ``grace_scale`` multiplies every
+        grace period into real seconds (0.01 turns the default 30 s into 0.3 s)."""
         if expired_form not in ("event", "http"):
             raise ValueError("expired_form must be 'event' or 'http'")
+        if grace_scale < 0:
+            raise ValueError("grace_scale must be >= 0")
+        self.graceful_deletes, self.grace_scale = graceful_deletes, grace_scale
+        #: pod key → the timer that completes its graceful deletion (absent: no timer, see finish_deletions)
+        self._grace_timers: dict[str, asyncio.TimerHandle | None] = {}
         self.history_size, self.expired_form, self.bookmark_interval = history, expired_form, bookmark_interval
         self.host, self.port = host, port
         self.rv = 1000
@@ -232,6 +245,10 @@ class FakeApiServer:
         return self
 
     async def stop(self) -> None:
+        for h in self._grace_timers.values():
+            if h is not None:
+                h.cancel()
+        self._grace_timers.clear()
         self.drop_watches()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -390,14 +407,100 @@ class FakeApiServer:
         return self.replace(plural, cur)
 
     def delete(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
+        """Remove an object now (storage-level; with ``graceful_deletes`` this is the kubelet's final
+        confirmation, see ``request_delete`` for the API's DELETE)."""
         key = self._key(RESOURCES[plural], namespace, name)
         old = self.objects[plural].pop(key, None)
         if old is None:
             return None
+        if plural == "pods":
+            self._cancel_grace(key)
         gone = copy.deepcopy(old)
         gone["metadata"]["resourceVersion"] = self._next_rv()
         self._record(plural, "DELETED", gone, old)
         return gone
+
+    # -- graceful deletion (pods) -------------------------------------------------------------------
+    def request_delete(self, plural: str, name: str, namespace: str | None = None, *,
+                       grace_period_seconds: int | None = None, uid: str | None = None) -> tuple[dict, bool]:
+        """A DELETE as the API server's registry runs it; returns (object, gone now).
+
+        Without ``graceful_deletes`` (or for anything but a bound, non-terminal pod, or a grace period
+        of 0) the object is removed at once. Otherwise, like the pod strategy's CheckGracefulDelete:
+        the grace period is ``grace_period_seconds``, else the pod's ``terminationGracePeriodSeconds``,
+        else 30; the pod gets ``deletionTimestamp`` = now + grace and ``deletionGracePeriodSeconds``
+        (MODIFIED) and keeps its node until the grace period ends. A second delete of a terminating pod
+        may only shorten the period (0 removes it now); a longer or absent one changes nothing."""
+        rt = RESOURCES[plural]
+        key = self._key(rt, namespace, name)
+        cur = self.objects[plural].get(key)
+        if cur is None:
+            raise _ApiError(404, "NotFound", f'{plural} "{name}" not found', {"name": name, "kind": plural})
+        if uid and uid != cur["metadata"]["uid"]:
+            raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": Precondition '
+                            f"failed: UID in precondition: {uid}, UID in object meta: {cur['metadata']['uid']}")
+        spec, meta = cur.get("spec") or {}, cur["metadata"]
+        graceful = (self.graceful_deletes and plural == "pods" and bool(spec.get("nodeName"))
+                    and (cur.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+        if graceful:
+            if grace_period_seconds is None:
+                grace = spec.get("terminationGracePeriodSeconds")
+                grace = 30 if grace is None else int(grace)
+            else:
+                grace = int(grace_period_seconds)
+            grace = max(grace, 0)
+            pending = meta.get("deletionGracePeriodSeconds")
+            if meta.get("deletionTimestamp") and pending is not None and grace >= int(pending):
+                return copy.deepcopy(cur), False  # already terminating at least as soon
+            if grace > 0:
+                when = _dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(seconds=grace)
+
+                def mark(p: dict) -> None:
+                    p["metadata"]["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+                    p["metadata"]["deletionGracePeriodSeconds"] = grace
+
+                new = self.update(plural, name, mark, namespace)
+                self._arm_grace(key, name, namespace, new["metadata"]["uid"], grace * self.grace_scale)
+                return new, False
+        return self.delete(plural, name, namespace), True  # type: ignore[return-value]
+
+    def _arm_grace(self, key: str, name: str, namespace: str | None, uid: str, seconds: float) -> None:
+        self._cancel_grace(key)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous test): finish_deletions() completes it
+            self._grace_timers[key] = None
+            return
+        self._grace_timers[key] = loop.call_later(seconds, self._finish_one, key, name, namespace, uid)
+
+    def _cancel_grace(self, key: str) -> None:
+        h = self._grace_timers.pop(key, None)
+        if h is not None:
+            h.cancel()
+
+    def _finish_one(self, key: str, name: str, namespace: str | None, uid: str) -> None:
+        """The kubelet's confirmation: a delete with grace 0 and a UID precondition (a recreated pod of the
+        same name is left alone)."""
+        self._grace_timers.pop(key, None)
+        cur = self.objects["pods"].get(key)
+        if cur is not None and cur["metadata"]["uid"] == uid and cur["metadata"].get("deletionTimestamp"):
+            self.delete("pods", name, namespace)
+
+    def finish_deletions(self) -> list[str]:
+        """Complete every pending graceful deletion now (as if each kubelet confirmed); returns the
+        ``namespace/name`` keys of the pods removed."""
+        done = []
+        for key, cur in list(self.objects["pods"].items()):
+            if key in self._grace_timers:
+                self._cancel_grace(key)
+                meta = cur["metadata"]
+                self._finish_one(key, meta["name"], meta.get("namespace"), meta["uid"])
+                done.append(key)
+        return done
+
+    def terminating(self) -> list[str]:
+        """``namespace/name`` of the pods whose graceful deletion is pending."""
+        return sorted(k for k in self._grace_timers if k in self.objects["pods"])
 
     def mark_terminating(self, name: str, namespace: str = "default") -> dict:
         """Set ``deletionTimestamp`` on a pod (a graceful delete in progress)."""
@@ -453,10 +556,15 @@ class FakeApiServer:
                                 {"name": name, "kind": rt.plural})
             return web.json_response(cur)
         if m == "DELETE":
-            gone = self.delete(rt.plural, name, ns)
-            if gone is None:
-                raise _ApiError(404, "NotFound", f'{rt.plural} "{name}" not found')
-            return web.json_response(gone)
+            opts = await _json_body(request) if request.can_read_body else {}
+            grace = request.query.get("gracePeriodSeconds", opts.get("gracePeriodSeconds"))
+            try:
+                grace = None if grace is None else int(grace)
+            except (TypeError, ValueError):
+                raise _ApiError(400, "BadRequest", f"invalid gracePeriodSeconds {grace!r}") from None
+            obj, _ = self.request_delete(rt.plural, name, ns, grace_period_seconds=grace,
+                                         uid=(opts.get("preconditions") or {}).get("uid"))
+            return web.json_response(obj)
         if cur is None:
             raise _ApiError(404, "NotFound", f'{rt.plural} "{name}" not found', {"name": name, "kind": rt.plural})
         body = await _json_body(request)
@@ -660,22 +768,26 @@ class FakeApiServer:
     async def _evict(self, request: web.Request, ns: str, name: str) -> web.Response:
         """``pods/{name}/eviction`` (policy/v1 Eviction), as the API server's EvictionREST answers: 404 for
         a missing pod, 409 on a failed UID precondition, 429 when a matching PDB allows no disruption,
-        500 when several PDBs match; otherwise the pod is deleted and the PDB spends one disruption."""
+        500 when several PDBs match; otherwise the pod is deleted (gracefully with ``graceful_deletes``,
+        honouring ``deleteOptions.gracePeriodSeconds``) and the PDB spends one disruption. A pod already
+        terminating skips the budget, as EvictionREST's canIgnorePDB does."""
         body = await _json_body(request)
         if (body.get("metadata") or {}).get("name") not in (None, name):
             raise _ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
         pod = self.objects["pods"].get(f"{ns}/{name}")
         if pod is None:
             raise _ApiError(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
-        want_uid = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+        opts = body.get("deleteOptions") or {}
+        want_uid = (opts.get("preconditions") or {}).get("uid")
         if want_uid and want_uid != pod["metadata"]["uid"]:
             raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods "{name}": Precondition '
                             f"failed: UID in precondition: {want_uid}, UID in object meta: {pod['metadata']['uid']}")
         from ..core.model import selector_matches
 
         labels = pod["metadata"].get("labels") or {}
-        pdbs = [b for k, b in self.objects["poddisruptionbudgets"].items()
-                if k.startswith(f"{ns}/") and selector_matches((b.get("spec") or {}).get("selector"), labels)]
+        pdbs = [] if pod["metadata"].get("deletionTimestamp") else [
+            b for k, b in self.objects["poddisruptionbudgets"].items()
+            if k.startswith(f"{ns}/") and selector_matches((b.get("spec") or {}).get("selector"), labels)]
         if len(pdbs) > 1:
             raise _ApiError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
                             "eviction subresource does not support.")
@@ -688,8 +800,11 @@ class FakeApiServer:
             self.update("poddisruptionbudgets", pdb["metadata"]["name"],
                         lambda o: o.setdefault("status", {}).update(
                             disruptionsAllowed=int(o["status"].get("disruptionsAllowed", 0)) - 1), ns)
+        grace = opts.get("gracePeriodSeconds")
+        if grace is not None and not isinstance(grace, int):
+            raise _ApiError(400, "BadRequest", f"deleteOptions.gracePeriodSeconds: invalid value {grace!r}")
         self.evictions.append((ns, name))
-        self.delete("pods", name, ns)
+        self.request_delete("pods", name, ns, grace_period_seconds=grace)
         return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                   "code": 201}, status=201)
 
