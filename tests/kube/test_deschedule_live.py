@@ -6,11 +6,14 @@ from __future__ import annotations
 import contextlib
 
 import anyio
+import pytest
 from conftest import SCHED, node, pod
 
 from koordfw import Migration, hookimpl
 from koordfw.engines.embedded import build_registry
+from koordfw.engines.kube.client import KubeClient
 from koordfw.engines.kube.engine import KubeSchedulerEngine
+from koordfw.testing.fake_apiserver import FakeApiServer
 
 OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-rs", "uid": "rs-uid-1", "controller": True}
 
@@ -51,6 +54,15 @@ def web(name, **kw):
     p = pod(name, "1", **kw)
     p["metadata"]["ownerReferences"] = [OWNER]
     return p
+
+
+@pytest.fixture
+async def client_graceful():
+    """A fake with the real server's graceful deletion; grace periods long enough that only
+    ``finish_deletions()`` (the kubelet's confirmation) ends them."""
+    async with FakeApiServer(bookmark_interval=0.2, graceful_deletes=True) as api, \
+            KubeClient(api.url, qps=0) as c:
+        yield api, c
 
 
 def engine(client, *, dry_run=False):
@@ -122,3 +134,117 @@ async def test_fake_eviction_answers(api, client):
     assert await evict("a", uid="not-the-uid") == 409
     assert await evict("a", uid=created["metadata"]["uid"]) == 201
     assert api.get("pods", "a", "default") is None
+
+
+class MoveBoth:
+    """Proposes moving web-0 and web-1 (one ReplicaSet) from n0 to n1 while they sit on n0."""
+
+    @hookimpl
+    def deschedule(self, cluster):
+        out = []
+        for name in ("web-0", "web-1"):
+            p = cluster.pod_by_key(f"default/{name}")
+            if p is not None and p.node_name == "n0":
+                out.append(Migration(pod=f"default/{name}", from_node="n0", to="n1", reason="rebalance"))
+        return out
+
+
+def engine_both(client, *, ttl=300.0):
+    reg = build_registry(None, autoload=False, plugins={"move": MoveBoth(), "prefer_n0": PreferN0()})
+    return KubeSchedulerEngine(reg, client, deschedule_interval=0.2, deschedule_dry_run=False, reservation_ttl=ttl)
+
+
+def held(eng):
+    """Placeholder names nominated, per node name."""
+    return {eng.cluster.views[i].name: sorted(p.name for p in d.values() if p.uid.startswith("reservation-"))
+            for i, d in eng.scheduler.nominated.items()}
+
+
+async def test_two_migrations_of_one_owner_each_hold_their_target_until_their_replacement(api, client):
+    api.create(node("n0", cpu="4"))
+    api.create(node("n1", cpu="4"))
+    api.create(web("web-0", node_name="n0"))
+    api.create(web("web-1", node_name="n0"))
+    eng = engine_both(client)
+    async with running(eng):
+        await wait_for(lambda: len(api.evictions) == 2)
+        await wait_for(lambda: not eng.scheduler.cluster.pod_by_key("default/web-1"))
+        assert held(eng) == {"n1": ["web-0-reservation", "web-1-reservation"]}
+        assert [r.placeholder.name for r in eng.descheduler.reservations.values()] == \
+            ["web-0-reservation", "web-1-reservation"]
+        # the first replacement takes the oldest reservation only; the other keeps holding n1
+        api.create(web("web-2"))
+        await wait_for(lambda: (api.get("pods", "web-2", "default") or {}).get("spec", {}).get("nodeName"))
+        assert held(eng) == {"n1": ["web-1-reservation"]}
+        assert [r.placeholder.name for r in eng.descheduler.reservations.values()] == ["web-1-reservation"]
+        api.create(web("web-3"))
+        await wait_for(lambda: (api.get("pods", "web-3", "default") or {}).get("spec", {}).get("nodeName"))
+    assert {p["metadata"]["name"]: p["spec"]["nodeName"] for p in api.pods()} == {"web-2": "n1", "web-3": "n1"}
+    assert eng.scheduler.nominated == {} and eng.descheduler.reservations == {}
+
+
+async def test_after_the_ttl_no_placeholder_stays_nominated(api, client):
+    api.create(node("n0", cpu="4"))
+    api.create(node("n1", cpu="4"))
+    api.create(web("web-0", node_name="n0"))
+    api.create(web("web-1", node_name="n0"))
+    eng = engine_both(client, ttl=0.6)
+    async with running(eng):
+        await wait_for(lambda: len(eng.descheduler.reservations) == 2)
+        assert held(eng) == {"n1": ["web-0-reservation", "web-1-reservation"]}
+        await wait_for(lambda: not eng.descheduler.reservations and not eng.scheduler.nominated)
+        # a replacement arriving after the TTL is scheduled on its merits (PreferN0), not nominated
+        api.create(web("web-2"))
+        await wait_for(lambda: (api.get("pods", "web-2", "default") or {}).get("spec", {}).get("nodeName"))
+    assert api.get("pods", "web-2", "default")["spec"]["nodeName"] == "n0"
+    assert eng.scheduler.nominated == {}
+
+
+async def test_a_refused_eviction_releases_only_its_own_reservation(api, client):
+    api.create(node("n0", cpu="4"))
+    api.create(node("n1", cpu="4"))
+    api.create(web("web-0", node_name="n0"))
+    api.create(web("web-1", node_name="n0", labels={"guarded": "yes"}))
+    api.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "guard", "namespace": "default"},
+                "spec": {"selector": {"matchLabels": {"guarded": "yes"}}}, "status": {"disruptionsAllowed": 0}})
+    eng = engine_both(client)
+    async with running(eng):
+        # several rounds: web-1 is refused each time, web-0's reservation must survive all of them
+        await wait_for(lambda: sum(o.result.startswith("blocked") for o in eng.descheduler.history) >= 3)
+        assert api.evictions == [("default", "web-0")]
+        assert [r.placeholder.name for r in eng.descheduler.reservations.values()] == ["web-0-reservation"]
+        assert held(eng) == {"n1": ["web-0-reservation"]}
+
+
+async def test_graceful_eviction_the_target_stays_held_while_the_victim_terminates(client_graceful):
+    from conftest import SCHED
+
+    api, client = client_graceful
+    api.create(node("n0", cpu="1"))
+    api.create(node("n1", cpu="1"))
+    api.create(web("web-0", node_name="n0"))
+    eng = engine(client)
+    async with running(eng):
+        await wait_for(lambda: api.evictions == [("default", "web-0")])
+        # the victim terminates: still on n0 and holding its CPU there, and the watch told the cache so
+        await wait_for(lambda: getattr(eng.scheduler.cluster.pod_by_key("default/web-0"), "deletion_timestamp", None))
+        assert api.get("pods", "web-0", "default")["spec"]["nodeName"] == "n0"
+        assert held(eng) == {"n1": ["web-0-reservation"]}
+        # an equal-priority pod arriving in the window finds n0 full and n1 reserved: it waits
+        api.create(pod("intruder", "1", scheduler=SCHED))
+        await wait_for(lambda: any(o.result == "skipped: the pod is already being migrated"
+                                   for o in eng.descheduler.history))
+        await anyio.sleep(0.3)
+        assert not api.get("pods", "intruder", "default")["spec"].get("nodeName")
+        # the ReplicaSet's replacement (created as soon as the victim is terminating) gets the target
+        api.create(web("web-1"))
+        await wait_for(lambda: (api.get("pods", "web-1", "default") or {}).get("spec", {}).get("nodeName"))
+        assert api.get("pods", "web-1", "default")["spec"]["nodeName"] == "n1"
+        assert api.get("pods", "web-0", "default")["metadata"]["deletionTimestamp"]
+        # the kubelet confirms: the victim goes and its room on n0 is free for the waiting pod
+        assert api.finish_deletions() == ["default/web-0"]
+        await wait_for(lambda: (api.get("pods", "intruder", "default") or {}).get("spec", {}).get("nodeName"))
+    assert api.get("pods", "intruder", "default")["spec"]["nodeName"] == "n0"
+    assert api.evictions == [("default", "web-0")]  # never evicted twice while terminating
+    assert eng.scheduler.nominated == {} and eng.descheduler.reservations == {}

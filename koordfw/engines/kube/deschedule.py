@@ -11,6 +11,14 @@ Every ``interval`` seconds the live scheduler's cache is handed to the deschedul
 3. when the controller's replacement pod arrives pending, it is **nominated** to the target, which the
    kernel evaluates first; the placeholder is dropped then, or when it expires (``reservation_ttl``).
 
+Reservations are keyed by the evicted pod's UID, so several migrations of one controller's pods hold
+their targets side by side. A replacement pod carries nothing naming the pod it replaces, so it takes
+the **oldest** reservation of its controller: controllers recreate in the order they see pods go,
+and the oldest reservation is the nearest to expiring, so taking it first loses the fewest targets to
+the TTL. Every placeholder leaves the nominator when its reservation is consumed, refused, replaced or
+expires. A pod whose migration is still in progress (reserved, or already terminating) is not
+evicted again.
+
 Evictions are rate-limited (``max_evictions_per_minute``). ``dry_run`` (the default) plans and logs
 without evicting or reserving anything.
 """
@@ -44,6 +52,8 @@ class Reservation:
     target: str
     placeholder: Pod
     expires: float
+    owner: str = ""  # the controller uid whose replacement pod consumes it
+    victim: str = ""  # uid of the evicted pod (the key in ``LiveDescheduler.reservations``)
 
 
 @attrs.define
@@ -61,38 +71,50 @@ class LiveDescheduler:
         self.max_per_minute = max_evictions_per_minute
         self.ttl = reservation_ttl
         self.clock = clock
-        self.reservations: dict[str, Reservation] = {}  # controller uid → reservation
+        #: evicted pod uid → its reservation, oldest first (dicts keep insertion order)
+        self.reservations: dict[str, Reservation] = {}
         self._evicted_at: list[float] = []
         self.history: list[Outcome] = []
         scheduler.on_enqueue.append(self._nominate_replacement)
 
     # -- reservations -----------------------------------------------------------------------------
+    def _release(self, res: Reservation) -> None:
+        """Drop ``res`` and take its placeholder out of the nominator (only if it is still the one held)."""
+        if self.reservations.get(res.victim) is res:
+            del self.reservations[res.victim]
+        self.scheduler.nominate(res.placeholder, None)
+
     def _nominate_replacement(self, pod: Pod) -> Pod | None:
         owner = controller_uid(pod)
-        res = self.reservations.pop(owner, None) if owner else None
+        if not owner:
+            return None
+        res = next((r for r in self.reservations.values() if r.owner == owner), None)  # the oldest
         if res is None:
             return None
-        self.scheduler.nominate(res.placeholder, None)
-        log.info("replacement pod nominated to its reserved target", pod=pod.key, node=res.target)
+        self._release(res)
+        log.info("replacement pod nominated to its reserved target", pod=pod.key, node=res.target,
+                 replaces=res.placeholder.key)
         return replace_pod(pod, nominated_node_name=res.target)
 
     def _reserve(self, pod: Pod, target: str) -> Reservation | None:
         owner = controller_uid(pod)
         if not owner:
             return None  # a bare pod is not recreated: nothing to reserve for
+        prev = self.reservations.get(pod.uid)
+        if prev is not None:
+            self._release(prev)
         placeholder = replace_pod(pod, uid=f"reservation-{pod.uid}", name=f"{pod.name}-reservation", node_name=None,
                                   nominated_node_name=target)
         self.scheduler.nominate(placeholder, target)
-        res = Reservation(target, placeholder, self.clock() + self.ttl)
-        self.reservations[owner] = res
+        res = Reservation(target, placeholder, self.clock() + self.ttl, owner=owner, victim=pod.uid)
+        self.reservations[pod.uid] = res
         return res
 
     def expire(self) -> None:
         now = self.clock()
-        for owner, res in list(self.reservations.items()):
+        for res in list(self.reservations.values()):
             if res.expires <= now:
-                self.scheduler.nominate(res.placeholder, None)
-                del self.reservations[owner]
+                self._release(res)
                 log.info("reservation expired", node=res.target, pod=res.placeholder.key)
 
     # -- one round ----------------------------------------------------------------------------------
@@ -122,6 +144,11 @@ class LiveDescheduler:
             if pod is None or pod.node_name != m.from_node:
                 out.append(Outcome(m, "skipped: the pod is no longer on its source node"))
                 continue
+            if pod.deletion_timestamp is not None or pod.uid in self.reservations:
+                # its eviction was accepted (it is terminating, or the watch has not told us yet):
+                # evicting again would only refresh the reservation and spend the rate limit
+                out.append(Outcome(m, "skipped: the pod is already being migrated"))
+                continue
             if self.dry_run:
                 log.info("would migrate", pod=m.pod, source=m.from_node, target=m.to, plugin=m.plugin, reason=m.reason)
                 out.append(Outcome(m, "dry-run"))
@@ -138,8 +165,7 @@ class LiveDescheduler:
                           "deleteOptions": {"preconditions": {"uid": pod.uid}}})
             except ApiError as e:
                 if res is not None:
-                    self.scheduler.nominate(res.placeholder, None)
-                    self.reservations.pop(controller_uid(pod), None)
+                    self._release(res)  # this victim's own reservation, no other of its controller
                 why = "disruption budget" if e.status == 429 else f"{e.status} {e}"
                 log.info("eviction refused", pod=m.pod, status=e.status, error=str(e))
                 out.append(Outcome(m, f"blocked: {why}"))
