@@ -148,7 +148,8 @@ class KubeClient:
         raise ApiError(status, msg or f"{method} {path}", parsed, reason)
 
     async def watch(self, path: str, params: Mapping[str, Any], *, timeout: float) -> AsyncIterator[dict]:
-        """Open a watch and yield its events; raises ApiError for a non-200 answer or a broken stream."""
+        """Open a watch and yield its events; raises ApiError for a non-200 answer, a broken stream or a
+        malformed event line (status 0, retryable)."""
         await self.limiter.acquire()
         self.request_count += 1
         p = dict(params)
@@ -169,11 +170,24 @@ class KubeClient:
                     while b"\n" in buf:
                         line, buf = buf.split(b"\n", 1)
                         if line.strip():
-                            yield json.loads(line)
+                            yield _decode_event(path, line)
                 if buf.strip():
-                    yield json.loads(buf)
+                    yield _decode_event(path, buf)
         except (aiohttp.ClientError, TimeoutError, ConnectionError) as e:
             raise ApiError(0, f"watch {path}: {type(e).__name__}: {e}") from None
+
+
+def _decode_event(path: str, line: bytes) -> dict:
+    """One line of a watch stream as an event object; a line that is not a JSON object (a proxy's
+    garbage, a truncated write) is a retryable ApiError (status 0), so the watcher re-watches from
+    its last resourceVersion instead of dying."""
+    try:
+        ev = json.loads(line)
+    except ValueError as e:
+        raise ApiError(0, f"watch {path}: malformed event line ({e}): {line[:200]!r}") from None
+    if not isinstance(ev, dict) or not isinstance(ev.get("object", {}), dict):
+        raise ApiError(0, f"watch {path}: event is not a {{type, object}} JSON object: {line[:200]!r}")
+    return ev
 
 
 def _params(p: Mapping[str, Any] | None) -> dict[str, str] | None:
