@@ -8,6 +8,9 @@ Public API (also used by the defrag plugin):
   paper's simulator does (``GetTypicalPods``): count keys, sort by count (ties: larger key first), take
   the most popular until they cover ``threshold`` % of pods, renormalise.
 * :func:`node_frag`: expected fragmented GPU milli of many nodes at once under M.
+* :func:`node_frag_capacity` (ours, the ``fgdcap`` policy's measure): the same, counting a GPU usable by
+  a typical pod only as far as the node's CPU leaves room for the pods that would use it, and a shared
+  GPU only in whole multiples of the pod's share.
 
 A node is ``cpu_left`` (milli) plus ``gpu_left`` (milli per GPU slot; absent or unhealthy slots are 0)
 and a GPU model index into ``Workload.models``. For each typical pod m with probability p:
@@ -101,6 +104,42 @@ def node_frag(cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.ndarray, w: 
         unconstrained = np.array([not k[3] for k in w.keys], dtype=bool)
         acc = np.where((model < 0)[:, None], unconstrained[None, :], acc)
     contrib = np.where(fits & acc, small, idle[:, None])
+    return contrib @ w.p
+
+
+def node_frag_capacity(cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.ndarray, w: Workload) -> np.ndarray:
+    """Ours: :func:`node_frag` counting only the GPU milli a typical pod can really use on the node.
+
+    FGD's measure asks whether ONE instance of typical pod m fits; if so, every GPU with at least m's
+    share left counts as usable. Here a GPU counts only as far as the node's CPU leaves room for the
+    instances that would use it (``cpu_left // m.cpu`` instances, ``num`` GPUs each, the GPUs with the
+    most left first), and a shared GPU only in whole multiples of m's share (810 on a free GPU uses
+    810, the other 190 is a fragment for m). So placing a CPU-only pod, or a CPU-heavy GPU pod, where it
+    would leave GPUs without CPU for their pods shows up as fragmentation, which FGD cannot see while one
+    instance still fits. Same shapes and conditions as :func:`node_frag`."""
+    gpu_left = np.asarray(gpu_left)
+    cpu_left = np.asarray(cpu_left)
+    idle = gpu_left.sum(axis=1).astype(np.float64)
+    if len(w) == 0 or gpu_left.shape[0] == 0:
+        return np.zeros(gpu_left.shape[0], dtype=np.float64)
+    milli = np.maximum(w.milli, 1)
+    ge = gpu_left[:, :, None] >= w.milli[None, None, :]                                      # S,G,K
+    cnt = ge.sum(axis=1)                                                                      # S,K
+    # per GPU, what m can use of it: whole multiples of its share; GPUs sorted by that, most first
+    per = np.where(ge, gpu_left[:, :, None] // milli[None, None, :] * milli[None, None, :], 0)
+    per = -np.sort(-per, axis=1)
+    cs = np.concatenate([np.zeros((per.shape[0], 1, per.shape[2])), np.cumsum(per, axis=1)], axis=1)  # S,G+1,K
+    by_cpu = np.where(w.cpu[None, :] > 0, cpu_left[:, None] // np.maximum(w.cpu[None, :], 1), per.shape[1])
+    num = np.maximum(w.num, 1)[None, :]
+    gpus = np.minimum(cnt // num, by_cpu) * num                                              # S,K usable GPUs
+    usable = np.take_along_axis(cs, np.minimum(gpus, per.shape[1])[:, None, :], axis=1)[:, 0, :]
+    fits = (cnt >= w.num[None, :]) & (cpu_left[:, None] >= w.cpu[None, :]) & (w.milli[None, :] > 0)
+    model = np.asarray(model)
+    acc = w.access[:, np.maximum(model, 0)].T
+    if (model < 0).any():
+        unconstrained = np.array([not k[3] for k in w.keys], dtype=bool)
+        acc = np.where((model < 0)[:, None], unconstrained[None, :], acc)
+    contrib = np.where(fits & acc, idle[:, None] - usable, idle[:, None])
     return contrib @ w.p
 
 

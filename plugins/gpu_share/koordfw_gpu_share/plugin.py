@@ -17,6 +17,10 @@ Policies (``pluginConfig: {gpu_share: {policy: NAME}}``):
 * ``fgdpack`` (ours, experimental; ties FGD on the paper's trace): FGD with a coarser node score, ``int(100·sigmoid(Δ/2000))`` (≈80 GPU milli per
   point instead of ≈40), so more nodes tie and, with ``tieBreak: first``, ties pack onto the first node
   in cluster order; device choice as FGD.
+* ``fgdcap`` (ours; fewer unallocated GPUs than FGD on the paper's trace): FGD's gradient over a
+  capacity-aware fragmentation measure (:func:`koordfw_gpu_share.frag.node_frag_capacity`): a GPU is
+  usable by a typical pod only as far as the node's CPU leaves room for the pods that would use it,
+  and a shared GPU only in whole multiples of the pod's share. Same score form and device choice as FGD.
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ from .requests import GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, InvalidGpuRequest,
 
 KOORD_POLICIES = ("spread", "binpack")
 PAPER_POLICIES = ("fgd", "bestfit", "dotprod", "packing", "clustering", "random")
-OUR_POLICIES = ("fgdx", "fgdpack")
+OUR_POLICIES = ("fgdx", "fgdpack", "fgdcap")
 POLICIES = KOORD_POLICIES + PAPER_POLICIES + OUR_POLICIES
+FGD_FAMILY = ("fgd", "fgdx", "fgdpack", "fgdcap")
 MAX_SPEC_CPU, MAX_SPEC_GPU = 128000, 8000  # the paper simulator's normalisation constants
 #: fgdpack's sigmoid scale (GPU milli); FGD's is 1000. Measured on default: finer scales (exact Δ, 500)
 #: leave more GPUs unallocated, 2000 the same as FGD within seed noise, 4000 and above more again.
@@ -77,6 +82,11 @@ class Args:
     #: ``random`` (the kernel's uniform choice among equal scores) or ``first`` (the first node in
     #: cluster order among the best, which the replay's node permutation makes random per seed)
     tie_break: str = attrs.field(default="random", validator=attrs.validators.in_(("random", "first")))
+
+
+def measure_of(args: Args):
+    """The fragmentation measure an FGD-family policy scores with."""
+    return frag.node_frag_capacity if args.policy == "fgdcap" else frag.node_frag
 
 
 def pod_tag(count: int, milli: int) -> str:
@@ -268,9 +278,9 @@ class GpuShare:
         cpu = int(pod.requests.get("cpu", 0))
         milli, count = (req.milli, req.count) if req else (0, 0)
         inv = self.inv
-        if p in ("fgd", "fgdx", "fgdpack"):
+        if p in FGD_FAMILY:
             scores, _, delta = self._fgd(cluster, idx, pod, req, args)
-            if p == "fgd":
+            if p in ("fgd", "fgdcap"):
                 return scores
             if p == "fgdpack":
                 return frag.fgd_score(delta, scale=FGDPACK_SCALE)
@@ -353,26 +363,28 @@ class GpuShare:
         cur = self.node_version(cluster, idx)
         stale = idx[ver[idx] != cur]
         if len(stale):
-            s, g, d = self._fgd_compute(cluster, stale, cpu, req, w)
+            s, g, d = self._fgd_compute(cluster, stale, cpu, req, w, measure_of(args))
             sc[stale], slot[stale], dl[stale] = s, g, d
             ver[stale] = cur[ver[idx] != cur]
         return sc[idx], slot[idx], dl[idx]
 
-    def _fgd_compute(self, cluster, idx, cpu, req, w, cpu_bias: int = 0):
+    def _fgd_compute(self, cluster, idx, cpu, req, w, measure, cpu_bias: int = 0):
+        """Per node: the FGD score, the best slot (shared pods) and Δ = F(n) − F(n') under the policy's
+        fragmentation measure (the paper's for fgd/fgdx/fgdpack, the capacity-aware one for fgdcap)."""
         inv = self.inv
         left = inv.left[idx]
         cpu_left = self.cpu_left(cluster, idx) + cpu_bias
         model = inv.model[idx]
-        f0 = frag.node_frag(cpu_left, left, model, w)
+        f0 = measure(cpu_left, left, model, w)
         if req is None:
-            d = f0 - frag.node_frag(cpu_left - cpu, left, model, w)
+            d = f0 - measure(cpu_left - cpu, left, model, w)
             return frag.fgd_score(d), np.full(len(idx), -1), d
         fit = inv.fit_devices(idx, req.core, req.memory_ratio, req.memory_bytes)
         if req.count == 1 and req.milli < MILLI:
             si, g = np.nonzero(fit)
             hyp = left[si].copy()
             hyp[np.arange(len(si)), g] -= req.milli
-            d_pairs = f0[si] - frag.node_frag(cpu_left[si] - cpu, hyp, model[si], w)
+            d_pairs = f0[si] - measure(cpu_left[si] - cpu, hyp, model[si], w)
             s_pairs = frag.fgd_score(d_pairs)
             m = np.full(fit.shape, -1, dtype=np.int64)
             m[si, g] = s_pairs
@@ -382,7 +394,7 @@ class GpuShare:
             return m[np.arange(len(idx)), best], best, dm[np.arange(len(idx)), best]
         sel = sub_select(left, fit, req.count)
         hyp = left - np.where(sel, req.milli, 0)
-        d = f0 - frag.node_frag(cpu_left - cpu, hyp, model, w)
+        d = f0 - measure(cpu_left - cpu, hyp, model, w)
         return frag.fgd_score(d), np.full(len(idx), -1), d
 
     def _fgdx_rank(self, cluster, idx, cpu, gpu_req, delta) -> np.ndarray:
@@ -419,10 +431,11 @@ class GpuShare:
                  else np.where(requested <= tot, (tot - requested) * 100 // safe, 0))
             order = sorted(cand.tolist(), key=lambda g: (-int(s[g]), int(inv.minor[i, g])))
             return order[: req.count]
-        if sharing and p in ("fgd", "fgdx", "fgdpack"):
+        if sharing and p in FGD_FAMILY:
             # the pod is already assumed on the node: judge from the state before it, as at score time
             cpu = int(pod.requests.get("cpu", 0))
-            _, slot, _ = self._fgd_compute(cluster, idx, cpu, req, self.target_workload(args), cpu_bias=cpu)
+            _, slot, _ = self._fgd_compute(cluster, idx, cpu, req, self.target_workload(args), measure_of(args),
+                                           cpu_bias=cpu)
             if slot[0] >= 0 and fit[slot[0]]:
                 return [int(slot[0])]
         if sharing and p == "random":

@@ -67,6 +67,48 @@ def test_node_frag_hand_computed(cpu, left, want):
     assert frag.node_frag_one(cpu, left, 0, _w()) == pytest.approx(want)
 
 
+def _w_cap():
+    # one typical pod: a whole GPU with 8 CPUs (p=.5); a 300-milli share with 2 CPUs (p=.5)
+    return frag.make_workload([((8000, 1000, 1, ""), 0.5), ((2000, 300, 1, ""), 0.5)], ["A"])
+
+
+@pytest.mark.parametrize("cpu, left, paper, ours", [
+    # plenty of CPU: FGD's measure; ours also drops the 100 left of a free GPU that 300s cannot use
+    (64000, [1000, 1000], 0.0, 0.5 * 0 + 0.5 * 200),
+    # CPU for one whole-GPU pod only: FGD sees no fragment, ours the GPU the CPU cannot feed (1000);
+    # the 300 pod has CPU for both GPUs, each usable in whole multiples (900 of 1000)
+    (8000, [1000, 1000], 0.0, 0.5 * 1000 + 0.5 * 200),
+    # no CPU for the whole-GPU pod: all idle for both measures; CPU for two 300 pods, so both GPUs
+    (4000, [1000, 1000], 0.5 * 2000, 0.5 * 2000 + 0.5 * 200),
+    # CPU for one 300 pod: only the GPU it can use most of (900 of the 1000) counts
+    (2000, [1000, 600], 0.5 * 1600 + 0.5 * 0, 0.5 * 1600 + 0.5 * (1600 - 900)),
+    (64000, [500, 250], 0.5 * 750 + 0.5 * 250, 0.5 * 750 + 0.5 * (750 - 300)),   # 250 < 300; 500 → 300
+])
+def test_capacity_frag_hand_computed(cpu, left, paper, ours):
+    w = _w_cap()
+    assert frag.node_frag_one(cpu, left, 0, w) == pytest.approx(paper)
+    got = frag.node_frag_capacity(np.array([cpu]), np.array([left]), np.array([0]), w)[0]
+    assert got == pytest.approx(ours)
+
+
+@pytest.mark.parametrize("policy, node", [("fgd", "a"), ("fgdcap", "b")])
+def test_fgdcap_keeps_cpu_for_free_gpus(policy, node):
+    """A CPU-only pod: FGD sees no change on either node (one GPU pod still fits on a) and takes the
+    first; fgdcap sees that on a it would leave 3 of 4 free GPUs without CPU for their pods."""
+    b = ClusterBuilder()
+    for name, cpu in (("a", "16"), ("b", "64")):
+        b.node(name, cpu=cpu, memory="256Gi", labels={"node.koordinator.sh/gpu-model": "T4"},
+               **{"nvidia.com__gpu": "4", "koordinator.sh__gpu-core": "400", "koordinator.sh__gpu-memory-ratio": "400",
+                  "koordinator.sh__gpu-memory": "64Gi"})
+    b.pod("cpu-only", cpu="8", memory="1Gi")
+    out = schedule(b, only=["gpu_share"], profile={
+        "percentageOfNodesToScore": 100,
+        "plugins": {"score": {"disabled": [{"name": "*"}], "enabled": [{"name": "gpu_share"}]}},
+        "pluginConfig": {"gpu_share": {"policy": policy, "tieBreak": "first", "typicalPods": [
+            {"milliCpu": 8000, "milliGpu": 1000, "gpuNumber": 1, "weight": 1.0}]}}})
+    assert {p["name"]: p["node"] for p in out.to_dict()["pods"]}["cpu-only"] == node
+
+
 @pytest.mark.parametrize("delta, fgd, fgdpack", [
     # 100·sigmoid(Δ/1000) vs 100·sigmoid(Δ/2000), truncated: 40/80 milli apart tie under fgdpack only
     (0.0, 50, 50),
@@ -115,7 +157,7 @@ def test_annotation_format_memory_from_ratio():
 
 
 @pytest.mark.parametrize("policy, same_gpu", [("binpack", True), ("spread", False), ("bestfit", True), ("fgd", True),
-                                              ("fgdpack", True)])
+                                              ("fgdpack", True), ("fgdcap", True)])
 def test_device_choice_per_policy(policy, same_gpu):
     b = _cluster()
     _half(b, "a", 30)
