@@ -154,7 +154,7 @@ class LowNodeLoadArgs:
 
 @attrs.define
 class GpuDefragArgs:
-    """Migrations that lower GPU fragmentation (the FGD paper's measure) under the target workload."""
+    """Migrations that lower GPU fragmentation (gpu_share's measures) under the target workload."""
 
     enabled: bool = False
     #: a move is planned only when it lowers the expected fragmented GPU milli by at least this much
@@ -163,6 +163,10 @@ class GpuDefragArgs:
     include_cpu_pods: bool = True
     #: targets tried per move with the scheduler's filters before the pod is given up for the round
     max_target_tries: int = attrs.field(default=8, validator=_non_negative)
+    #: the fragmentation measure the descent lowers: ``capacity`` (gpu_share's node_frag_capacity: a GPU
+    #: counts as usable only as far as the node's CPU leaves room for the pods that would use it) or
+    #: ``fgd`` (the paper's node_frag)
+    measure: str = attrs.field(default="capacity", validator=attrs.validators.in_(("capacity", "fgd")))
 
 
 @attrs.define

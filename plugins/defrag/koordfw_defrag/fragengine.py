@@ -3,7 +3,7 @@
 The model is the FGD paper's: each node has device slots (GPUs; for CPU, one slot holding the free
 milli-cores) with a free amount per slot, a secondary resource (CPU for GPUs, memory for CPU) and a
 device model. ``F(node)`` is the expected free slot amount the target workload M cannot use
-(:func:`koordfw_gpu_share.frag.node_frag`). A move of pod p from s to t changes the total by
+(:func:`koordfw_gpu_share.frag.node_frag`, or for GPUs its capacity-aware variant). A move of pod p from s to t changes the total by
 ``gain = [F(s) − F(s − p)] − [F(t + p) − F(t)]``; each step takes the move with the largest gain
 (insertion costs are kept per pod shape for every node, so a step costs O(shapes × nodes)), places
 the pod on the slots the scheduler's packing choice would give it (best-fit GPU for a shared GPU, the
@@ -56,6 +56,9 @@ class SlotModel:
     model: np.ndarray
     workload: frag.Workload
     extra_free: dict[str, np.ndarray] = attrs.field(factory=dict)
+    #: F per node, ``measure(side_left, left, model, workload)``: the paper's (default) or gpu_share's
+    #: capacity-aware :func:`koordfw_gpu_share.frag.node_frag_capacity`
+    measure: Callable[..., np.ndarray] = frag.node_frag
 
     @property
     def left(self) -> np.ndarray:
@@ -63,7 +66,7 @@ class SlotModel:
 
     def frag_of(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
         left = self.left[idx]
-        return frag.node_frag(self.side_left[idx], left, self.model[idx], self.workload)
+        return self.measure(self.side_left[idx], left, self.model[idx], self.workload)
 
 
 def place_slots(core_free: np.ndarray, mem_free: np.ndarray, total: np.ndarray, core: int, mem: int,
@@ -132,7 +135,7 @@ class Descent:
         sl = m.side_left[idx] - side
         ok &= (sl >= 0) & self.access[i, idx] & ~self.is_source[idx]
         left = np.where(tot > 0, np.minimum(cf, mf), 0)
-        after = frag.node_frag(sl, left, m.model[idx], m.workload)
+        after = m.measure(sl, left, m.model[idx], m.workload)
         self.ins[i, idx] = np.where(ok, after - self.F[idx], INF)
 
     def _removal(self, js: np.ndarray) -> None:
@@ -149,7 +152,7 @@ class Descent:
                 mf[k, s] += p.mem
             sl[k] += p.side
         left = np.where(m.total[nodes] > 0, np.minimum(cf, mf), 0)
-        after = frag.node_frag(sl, left, m.model[nodes], m.workload)
+        after = m.measure(sl, left, m.model[nodes], m.workload)
         self.rem[js] = self.F[nodes] - after
 
     def _apply(self, j: int, t: int) -> None:

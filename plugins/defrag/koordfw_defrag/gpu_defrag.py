@@ -58,7 +58,8 @@ def build(cluster: Any, handle: Any, args: GpuDefragArgs) -> tuple[SlotModel, li
     model = SlotModel(names=[v.name for v in cluster.views], total=total, core_free=inv.core_free.copy(),
                       mem_free=inv.mem_free.copy(), side_left=free[:, ci].copy(), model=inv.model.copy(),
                       workload=w, extra_free={"memory": free[:, mi].copy(),
-                                              "pods": free[:, cluster.resource_index("pods")].copy()})
+                                              "pods": free[:, cluster.resource_index("pods")].copy()},
+                      measure=frag.node_frag_capacity if args.measure == "capacity" else frag.node_frag)
     pods = []
     for uid, e in cluster.pods.items():
         if e.node_index < 0 or not live[e.node_index] or cluster.is_assumed(uid):
@@ -85,12 +86,17 @@ def build(cluster: Any, handle: Any, args: GpuDefragArgs) -> tuple[SlotModel, li
 
 
 def metrics(model: SlotModel) -> dict:
-    f = model.frag_of()
+    """GPU state for the plan's before/after: fragmentation by the paper's measure (comparable with
+    gpu_share's replay), and by the capacity-aware one when the descent uses it."""
     left = model.left
+    f = frag.node_frag(model.side_left, left, model.model, model.workload)
     total = int((model.total > 0).sum())
-    return {"gpus": total, "idleGpuMilli": int(left.sum()), "wholeFreeGpus": int(((left >= 1000) & (model.total > 0)).sum()),
-            "fragmentedGpuMilli": round(float(f.sum()), 1),
-            "fragmentedGpuPct": round(100.0 * float(f.sum()) / (1000 * total), 4) if total else 0.0}
+    out = {"gpus": total, "idleGpuMilli": int(left.sum()), "wholeFreeGpus": int(((left >= 1000) & (model.total > 0)).sum()),
+           "fragmentedGpuMilli": round(float(f.sum()), 1),
+           "fragmentedGpuPct": round(100.0 * float(f.sum()) / (1000 * total), 4) if total else 0.0}
+    if model.measure is not frag.node_frag:
+        out["capacityFragmentedGpuMilli"] = round(float(model.frag_of().sum()), 1)
+    return out
 
 
 async def defragment(builder: PlanBuilder, args: GpuDefragArgs, handle: Any, notes: list[str],

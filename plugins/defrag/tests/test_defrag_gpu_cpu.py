@@ -68,6 +68,25 @@ def test_gpu_defrag_frees_a_whole_node():
     assert a["fragmentedGpuMilli"] < b["fragmentedGpuMilli"]
 
 
+@pytest.mark.parametrize("measure, want", [
+    ("capacity", [("default/batch", "gpu", "cpu-node")]),
+    ("fgd", []),  # one 8-core GPU pod still fits on "gpu": the paper's measure sees nothing to gain
+])
+def test_gpu_defrag_frees_cpu_that_strands_gpus(measure, want):
+    """A CPU-only pod holds half the CPU of a 4-GPU, 16-core node whose GPU pods need 8 cores each:
+    only one of the four free GPUs can get a pod. The capacity-aware measure moves it off."""
+    objs = [node("gpu", cpu="16", memory="256Gi", **{"nvidia.com/gpu": "4", "koordinator.sh/gpu-core": "400",
+                                                       "koordinator.sh/gpu-memory-ratio": "400"}),
+            node("cpu-node", cpu="32", memory="256Gi"),
+            pod("batch", "gpu", cpu="8", memory="1Gi"),
+            *[pod(f"train-{i}", None, cpu="8", memory="1Gi", requests={"nvidia.com/gpu": "1"}) for i in range(3)]]
+    out = plan(objs, {"gpuDefrag": {"enabled": True, "measure": measure}})
+    assert moves(out) == want
+    if measure == "capacity":
+        b, a = out["before"]["gpu"], out["after"]["gpu"]
+        assert a["capacityFragmentedGpuMilli"] < b["capacityFragmentedGpuMilli"]
+
+
 def test_gpu_defrag_without_the_gpu_share_plugin_reads_annotations():
     out = plan(gpu_cluster(), PROFILE)
     assert moves(out) == [("default/s2", "n2", "n1")]

@@ -131,8 +131,9 @@ def node_frag_capacity(cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.nda
     cs = np.concatenate([np.zeros((per.shape[0], 1, per.shape[2])), np.cumsum(per, axis=1)], axis=1)  # S,G+1,K
     by_cpu = np.where(w.cpu[None, :] > 0, cpu_left[:, None] // np.maximum(w.cpu[None, :], 1), per.shape[1])
     num = np.maximum(w.num, 1)[None, :]
-    gpus = np.minimum(cnt // num, by_cpu) * num                                              # S,K usable GPUs
-    usable = np.take_along_axis(cs, np.minimum(gpus, per.shape[1])[:, None, :], axis=1)[:, 0, :]
+    # usable GPUs; a negative cpu_left (a what-if past the node's CPU) leaves none
+    gpus = np.clip(np.minimum(cnt // num, by_cpu) * num, 0, per.shape[1])                   # S,K
+    usable = np.take_along_axis(cs, gpus[:, None, :], axis=1)[:, 0, :]
     fits = (cnt >= w.num[None, :]) & (cpu_left[:, None] >= w.cpu[None, :]) & (w.milli[None, :] > 0)
     model = np.asarray(model)
     acc = w.access[:, np.maximum(model, 0)].T

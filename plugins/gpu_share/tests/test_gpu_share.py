@@ -83,6 +83,7 @@ def _w_cap():
     # CPU for one 300 pod: only the GPU it can use most of (900 of the 1000) counts
     (2000, [1000, 600], 0.5 * 1600 + 0.5 * 0, 0.5 * 1600 + 0.5 * (1600 - 900)),
     (64000, [500, 250], 0.5 * 750 + 0.5 * 250, 0.5 * 750 + 0.5 * (750 - 300)),   # 250 < 300; 500 → 300
+    (-1000, [1000, 1000], 0.5 * 2000 + 0.5 * 2000, 0.5 * 2000 + 0.5 * 2000),      # a what-if past the CPU
 ])
 def test_capacity_frag_hand_computed(cpu, left, paper, ours):
     w = _w_cap()
