@@ -57,16 +57,27 @@ class SlotModel:
     workload: frag.Workload
     extra_free: dict[str, np.ndarray] = attrs.field(factory=dict)
     #: F per node, ``measure(side_left, left, model, workload)``: the paper's (default) or gpu_share's
-    #: capacity-aware :func:`koordfw_gpu_share.frag.node_frag_capacity`
+    #: capacity-aware :func:`koordfw_gpu_share.frag.node_frag_capacity`, which also gets each node's
+    #: free memory (``extra_free["memory"]``) as ``mem_left``
     measure: Callable[..., np.ndarray] = frag.node_frag
+
+    def fragment(self, side_left: np.ndarray, left: np.ndarray, idx: np.ndarray | slice,
+                 mem_left: np.ndarray | None) -> np.ndarray:
+        """F of node states (``idx`` selects the nodes' models; ``mem_left`` their free memory)."""
+        if self.measure is frag.node_frag_capacity:
+            return frag.node_frag_capacity(side_left, left, self.model[idx], self.workload, mem_left=mem_left)
+        return self.measure(side_left, left, self.model[idx], self.workload)
+
+    def mem_left(self, idx: np.ndarray | slice) -> np.ndarray | None:
+        mem = self.extra_free.get("memory")
+        return None if mem is None else mem[idx]
 
     @property
     def left(self) -> np.ndarray:
         return np.where(self.total > 0, np.minimum(self.core_free, self.mem_free), 0)
 
     def frag_of(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
-        left = self.left[idx]
-        return self.measure(self.side_left[idx], left, self.model[idx], self.workload)
+        return self.fragment(self.side_left[idx], self.left[idx], idx, self.mem_left(idx))
 
 
 def place_slots(core_free: np.ndarray, mem_free: np.ndarray, total: np.ndarray, core: int, mem: int,
@@ -95,10 +106,12 @@ class Descent:
         self.plugin, self.min_gain, self.max_tries, self.describe = plugin, min_gain, max_tries, describe
         n = len(model.names)
         self.F = model.frag_of()
-        keys = sorted({(p.core, p.mem, p.count, p.side, p.spec) for p in self.pods})
+        # a pod's memory is part of its shape: the target must hold it, and the capacity measure counts it
+        keys = sorted({(p.core, p.mem, p.count, p.side, p.spec, p.extra.get("memory", 0)) for p in self.pods})
         self.shape_keys = keys
         kidx = {k: i for i, k in enumerate(keys)}
-        self.shape = np.array([kidx[(p.core, p.mem, p.count, p.side, p.spec)] for p in self.pods], dtype=np.int64)
+        self.shape = np.array([kidx[(p.core, p.mem, p.count, p.side, p.spec, p.extra.get("memory", 0))]
+                               for p in self.pods], dtype=np.int64)
         self.pnode = np.array([p.node for p in self.pods], dtype=np.int64)
         models = model.workload.models
         self.access = np.ones((len(keys), n), dtype=bool)
@@ -123,7 +136,7 @@ class Descent:
 
     # -- incremental evaluation --------------------------------------------------------------------
     def _shape_row(self, i: int, idx: np.ndarray) -> None:
-        core, mem, count, side, _ = self.shape_keys[i]
+        core, mem, count, side, _, pod_mem = self.shape_keys[i]
         m = self.m
         cf, mf, tot = m.core_free[idx], m.mem_free[idx], m.total[idx]
         if count > 0:
@@ -134,8 +147,12 @@ class Descent:
             ok = np.ones(len(idx), dtype=bool)
         sl = m.side_left[idx] - side
         ok &= (sl >= 0) & self.access[i, idx] & ~self.is_source[idx]
+        ml = m.mem_left(idx)
+        if ml is not None:
+            ml = ml - pod_mem
+            ok &= ml >= 0
         left = np.where(tot > 0, np.minimum(cf, mf), 0)
-        after = m.measure(sl, left, m.model[idx], m.workload)
+        after = m.fragment(sl, left, idx, ml)
         self.ins[i, idx] = np.where(ok, after - self.F[idx], INF)
 
     def _removal(self, js: np.ndarray) -> None:
@@ -145,14 +162,18 @@ class Descent:
         nodes = self.pnode[js]
         cf, mf = m.core_free[nodes].copy(), m.mem_free[nodes].copy()
         sl = m.side_left[nodes].copy()
+        ml = m.mem_left(nodes)
+        ml = None if ml is None else ml.copy()
         for k, j in enumerate(js.tolist()):
             p = self.pods[j]
             for s in p.slots:
                 cf[k, s] += p.core
                 mf[k, s] += p.mem
             sl[k] += p.side
+            if ml is not None:
+                ml[k] += p.extra.get("memory", 0)
         left = np.where(m.total[nodes] > 0, np.minimum(cf, mf), 0)
-        after = m.measure(sl, left, m.model[nodes], m.workload)
+        after = m.fragment(sl, left, nodes, ml)
         self.rem[js] = self.F[nodes] - after
 
     def _apply(self, j: int, t: int) -> None:

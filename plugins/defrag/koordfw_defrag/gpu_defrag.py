@@ -47,8 +47,26 @@ def gpu_state(cluster: Any, handle: Any) -> tuple[Inventory, frag.Workload]:
     return inv, frag.typical_pods(keys, inv.models)
 
 
+def memory_by_key(cluster: Any) -> dict[frag.PodKey, int]:
+    """Mean memory request (bytes) of the cluster's pods per typical-pod key (cpu, milli, num, spec)."""
+    sums: dict[frag.PodKey, list[int]] = {}
+    for e in cluster.pods.values():
+        try:
+            req = pod_gpu_request(e.pod)
+        except InvalidGpuRequest:
+            continue
+        key = (int(e.pod.requests.get("cpu", 0)), req.milli if req else 0, req.count if req else 0,
+               req.spec if req else "")
+        acc = sums.setdefault(key, [0, 0])
+        acc[0] += int(e.pod.requests.get("memory", 0))
+        acc[1] += 1
+    return {k: total // n for k, (total, n) in sums.items()}
+
+
 def build(cluster: Any, handle: Any, args: GpuDefragArgs) -> tuple[SlotModel, list[MovablePod], Inventory]:
     inv, w = gpu_state(cluster, handle)
+    if args.measure == "capacity":  # typical pods' memory limits how many of them a node can take too
+        w = w.with_memory(memory_by_key(cluster))
     n = cluster.num_nodes
     ci, mi = cluster.resource_index("cpu"), cluster.resource_index("memory")
     free = cluster.allocatable[:n] - cluster.requested[:n]

@@ -87,6 +87,17 @@ def test_gpu_defrag_frees_cpu_that_strands_gpus(measure, want):
         assert a["capacityFragmentedGpuMilli"] < b["capacityFragmentedGpuMilli"]
 
 
+def test_gpu_defrag_target_needs_the_pods_memory():
+    """The same stranding pod, two CPU-rich targets: the one without room for its 64 GiB is never used."""
+    objs = [node("gpu", cpu="16", memory="256Gi", **{"nvidia.com/gpu": "4", "koordinator.sh/gpu-core": "400",
+                                                       "koordinator.sh/gpu-memory-ratio": "400"}),
+            node("tight", cpu="64", memory="32Gi"), node("roomy", cpu="32", memory="128Gi"),
+            pod("batch", "gpu", cpu="8", memory="64Gi"),
+            *[pod(f"train-{i}", None, cpu="8", memory="1Gi", requests={"nvidia.com/gpu": "1"}) for i in range(3)]]
+    out = plan(objs, {"gpuDefrag": {"enabled": True}})
+    assert moves(out) == [("default/batch", "gpu", "roomy")]
+
+
 def test_gpu_defrag_without_the_gpu_share_plugin_reads_annotations():
     out = plan(gpu_cluster(), PROFILE)
     assert moves(out) == [("default/s2", "n2", "n1")]

@@ -40,13 +40,20 @@ class Workload:
     p: np.ndarray
     models: tuple[str, ...]
     access: np.ndarray
+    #: memory (bytes) per typical pod, when known; only :func:`node_frag_capacity` reads it
+    memory: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def with_models(self, models: Sequence[str]) -> Workload:
         """The same workload with its access mask computed for ``models`` (model index order)."""
-        return make_workload(list(zip(self.keys, self.p.tolist())), models)
+        w = make_workload(list(zip(self.keys, self.p.tolist())), models)
+        return w if self.memory is None else attrs.evolve(w, memory=self.memory)
+
+    def with_memory(self, memory_by_key: dict[PodKey, int]) -> Workload:
+        """The same workload with each typical pod's memory (bytes; 0 where unknown)."""
+        return attrs.evolve(self, memory=np.array([int(memory_by_key.get(k, 0)) for k in self.keys], dtype=np.int64))
 
 
 def make_workload(weighted: Sequence[tuple[PodKey, float]], models: Sequence[str]) -> Workload:
@@ -107,7 +114,8 @@ def node_frag(cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.ndarray, w: 
     return contrib @ w.p
 
 
-def node_frag_capacity(cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.ndarray, w: Workload) -> np.ndarray:
+def node_frag_capacity(cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.ndarray, w: Workload,
+                       mem_left: np.ndarray | None = None) -> np.ndarray:
     """Ours: :func:`node_frag` counting only the GPU milli a typical pod can really use on the node.
 
     FGD's measure asks whether ONE instance of typical pod m fits; if so, every GPU with at least m's
@@ -116,7 +124,8 @@ def node_frag_capacity(cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.nda
     most left first), and a shared GPU only in whole multiples of m's share (810 on a free GPU uses
     810, the other 190 is a fragment for m). So placing a CPU-only pod, or a CPU-heavy GPU pod, where it
     would leave GPUs without CPU for their pods shows up as fragmentation, which FGD cannot see while one
-    instance still fits. Same shapes and conditions as :func:`node_frag`."""
+    instance still fits. With ``mem_left`` (S,) and the workload's ``memory``, memory limits the
+    instances the same way. Same shapes and conditions as :func:`node_frag` otherwise."""
     gpu_left = np.asarray(gpu_left)
     cpu_left = np.asarray(cpu_left)
     idle = gpu_left.sum(axis=1).astype(np.float64)
@@ -130,11 +139,17 @@ def node_frag_capacity(cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.nda
     per = -np.sort(-per, axis=1)
     cs = np.concatenate([np.zeros((per.shape[0], 1, per.shape[2])), np.cumsum(per, axis=1)], axis=1)  # S,G+1,K
     by_cpu = np.where(w.cpu[None, :] > 0, cpu_left[:, None] // np.maximum(w.cpu[None, :], 1), per.shape[1])
+    mem_ok: np.ndarray | bool = True
+    if mem_left is not None and w.memory is not None:
+        mem_left = np.asarray(mem_left)
+        by_mem = np.where(w.memory[None, :] > 0, mem_left[:, None] // np.maximum(w.memory[None, :], 1), per.shape[1])
+        by_cpu = np.minimum(by_cpu, by_mem)
+        mem_ok = mem_left[:, None] >= w.memory[None, :]
     num = np.maximum(w.num, 1)[None, :]
     # usable GPUs; a negative cpu_left (a what-if past the node's CPU) leaves none
     gpus = np.clip(np.minimum(cnt // num, by_cpu) * num, 0, per.shape[1])                   # S,K
     usable = np.take_along_axis(cs, gpus[:, None, :], axis=1)[:, 0, :]
-    fits = (cnt >= w.num[None, :]) & (cpu_left[:, None] >= w.cpu[None, :]) & (w.milli[None, :] > 0)
+    fits = (cnt >= w.num[None, :]) & (cpu_left[:, None] >= w.cpu[None, :]) & (w.milli[None, :] > 0) & mem_ok
     model = np.asarray(model)
     acc = w.access[:, np.maximum(model, 0)].T
     if (model < 0).any():

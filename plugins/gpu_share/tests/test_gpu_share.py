@@ -92,6 +92,17 @@ def test_capacity_frag_hand_computed(cpu, left, paper, ours):
     assert got == pytest.approx(ours)
 
 
+def test_capacity_frag_counts_memory_when_known():
+    w = frag.make_workload([((8000, 1000, 1, ""), 1.0)], ["A"]).with_memory({(8000, 1000, 1, ""): 48 * GI})
+    cpu, left = np.array([64000]), np.array([[1000, 1000, 1000]])
+    assert frag.node_frag_capacity(cpu, left, np.array([0]), w)[0] == pytest.approx(0.0)  # memory not given
+    got = frag.node_frag_capacity(cpu, left, np.array([0]), w, mem_left=np.array([100 * GI]))[0]
+    assert got == pytest.approx(1000.0)  # memory for two of the three GPUs' pods
+    got = frag.node_frag_capacity(cpu, left, np.array([0]), w, mem_left=np.array([40 * GI]))[0]
+    assert got == pytest.approx(3000.0)  # not even one fits
+    assert w.with_models(["A", "B"]).memory.tolist() == [48 * GI]
+
+
 @pytest.mark.parametrize("policy, node", [("fgd", "a"), ("fgdcap", "b")])
 def test_fgdcap_keeps_cpu_for_free_gpus(policy, node):
     """A CPU-only pod: FGD sees no change on either node (one GPU pod still fits on a) and takes the
