@@ -22,13 +22,19 @@ async def feeder() -> tuple[Scheduler, ClusterFeeder]:
     return s, f
 
 
-async def test_an_updated_unschedulable_pod_waits_out_its_backoff():
+async def unschedulable_pod() -> tuple[Scheduler, ClusterFeeder, dict]:
+    """A pod that fits nowhere, after its first attempt (unschedulable, backing off)."""
     s, f = await feeder()
     big = meta(pod("big", cpu="2"), "p1", "2")
     await f.on_pod("ADDED", big, None)
     async with anyio.create_task_group() as tg:
         await s.schedule_next(tg)
     assert "p1" in s.queue.unschedulable
+    return s, f, big
+
+
+async def test_an_updated_unschedulable_pod_waits_out_its_backoff():
+    s, f, big = await unschedulable_pod()
     big["metadata"]["labels"] = {"touched": "1"}  # a controller touches the pod during its backoff
     await f.on_pod("MODIFIED", meta(big, "p1", "3"), None)
     assert "p1" in s.queue.backoff and "p1" not in s.queue.active
@@ -38,11 +44,7 @@ async def test_an_updated_unschedulable_pod_waits_out_its_backoff():
 
 
 async def test_an_updated_unschedulable_pod_past_its_backoff_is_active_at_once():
-    s, f = await feeder()
-    big = meta(pod("big", cpu="2"), "p1", "2")
-    await f.on_pod("ADDED", big, None)
-    async with anyio.create_task_group() as tg:
-        await s.schedule_next(tg)
+    s, f, big = await unschedulable_pod()
     s.clock.advance(60.0)
     big["metadata"]["labels"] = {"touched": "1"}
     await f.on_pod("MODIFIED", meta(big, "p1", "3"), None)

@@ -13,8 +13,8 @@ from conftest import node, pod
 from koordfw import hookimpl
 from koordfw.engines.embedded import build_registry
 from koordfw.engines.kube.extender import Extender, ExtenderServer, map_score
-from koordfw.engines.kube.client import KubeClient
 from koordfw.core.status import Status
+from koordfw.testing.kube import extender_with_cache
 
 
 class Boom:
@@ -150,20 +150,8 @@ async def stateful_ctx(api, plugins=None):
     for i in range(3):
         api.create(node(f"n{i}", cpu="4"))
     api.create(pod("hog", cpu="3500m", scheduler="default-scheduler", node_name="n0"))
-    client = KubeClient(api.url, qps=0)
-    reg = build_registry(None, autoload=False, plugins=plugins)
-    ext = Extender(reg, client=client)
-    srv = ExtenderServer(ext)
-    port = await srv.start("127.0.0.1", 0)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(srv.run_cache)
-        for r in ext.reflectors:
-            await r.synced.wait()
-        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
-            yield api, ext, http
-        tg.cancel_scope.cancel()
-    await srv.stop()
-    await client.close()
+    async with extender_with_cache(api.url, build_registry(None, autoload=False, plugins=plugins)) as (ext, http):
+        yield api, ext, http
 
 
 async def test_cache_mode_filter_sees_pods_on_nodes(api):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import anyio
-from conftest import SCHED, node, pod
+from conftest import node, pod
 from test_scheduler_e2e import running, wait_for
 
 from koordfw.engines.embedded import build_registry

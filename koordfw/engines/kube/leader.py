@@ -97,13 +97,7 @@ class LeaderElector:
         spec["renewTime"] = _micro(wall)
         spec["leaseDurationSeconds"] = math.ceil(self.lease_duration)
         lease["spec"] = spec
-        try:
-            await self.client.request("PUT", f"{self._path}/{self.name}", body=lease, limited=False, timeout=timeout)
-        except ApiError as e:
-            log.info("could not update the lease", error=str(e))
-            return False
-        self._observe(spec, time.monotonic())
-        return True
+        return await self._write("PUT", f"{self._path}/{self.name}", lease, timeout, "update")
 
     async def _create(self, timeout: float) -> bool:
         wall = self._wall()
@@ -111,12 +105,16 @@ class LeaderElector:
                 "acquireTime": _micro(wall), "renewTime": _micro(wall), "leaseTransitions": 0}
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec}
+        return await self._write("POST", self._path, body, timeout, "create")
+
+    async def _write(self, method: str, path: str, lease: dict, timeout: float, what: str) -> bool:
+        """Write the lease; on success the record we wrote is what we have observed, now."""
         try:
-            await self.client.request("POST", self._path, body=body, limited=False, timeout=timeout)
+            await self.client.request(method, path, body=lease, limited=False, timeout=timeout)
         except ApiError as e:
-            log.info("could not create the lease", error=str(e))
+            log.info(f"could not {what} the lease", error=str(e))
             return False
-        self._observe(spec, time.monotonic())
+        self._observe(lease["spec"], time.monotonic())
         return True
 
     async def _attempt(self, budget: float) -> bool:

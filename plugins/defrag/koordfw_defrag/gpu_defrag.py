@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import structlog
 
 from koordfw_gpu_share import frag

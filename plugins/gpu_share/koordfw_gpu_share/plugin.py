@@ -349,7 +349,6 @@ class GpuShare:
 
     def _fgd(self, cluster, idx, pod, req, args):
         """FGD per node: (score, best slot or -1, Δ float), cached per pod shape and node version."""
-        inv = self.inv
         w = self.target_workload(args)
         cpu = int(pod.requests.get("cpu", 0))
         key = (cpu, req.core, req.memory_ratio, req.memory_bytes, req.count, req.spec) if req else (cpu,)

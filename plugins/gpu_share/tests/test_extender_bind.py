@@ -3,13 +3,9 @@
 
 import json
 
-import aiohttp
-import anyio
-
 from koordfw.engines.embedded import build_registry
-from koordfw.engines.kube.client import KubeClient
-from koordfw.engines.kube.extender import Extender, ExtenderServer
 from koordfw.testing.fake_apiserver import FakeApiServer
+from koordfw.testing.kube import extender_with_cache
 
 ANN = "scheduling.koordinator.sh/device-allocated"
 
@@ -31,35 +27,25 @@ def gpu_pod(name: str, percent: int) -> dict:
 
 
 async def test_extender_bind_writes_device_allocated():
-    async with FakeApiServer(bookmark_interval=0.2) as api, KubeClient(api.url, qps=0) as client:
+    async with FakeApiServer(bookmark_interval=0.2) as api:
         api.create(gpu_node("g0"))
-        ext = Extender(build_registry(None, only=["gpu_share"]), client=client)
-        srv = ExtenderServer(ext)
-        port = await srv.start("127.0.0.1", 0)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(srv.run_cache)
-            for r in ext.reflectors:
-                await r.synced.wait()
-            async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
-                async def bind(name: str, percent: int) -> str:
-                    uid = api.create(gpu_pod(name, percent))["metadata"]["uid"]
-                    body = {"PodName": name, "PodNamespace": "default", "PodUID": uid, "Node": "g0"}
-                    async with http.post("/bind", data=json.dumps(body)) as r:
-                        assert r.status == 200
-                        return (await r.json())["Error"]
+        async with extender_with_cache(api.url, build_registry(None, only=["gpu_share"])) as (_, http):
+            async def bind(name: str, percent: int) -> str:
+                uid = api.create(gpu_pod(name, percent))["metadata"]["uid"]
+                body = {"PodName": name, "PodNamespace": "default", "PodUID": uid, "Node": "g0"}
+                async with http.post("/bind", data=json.dumps(body)) as r:
+                    assert r.status == 200
+                    return (await r.json())["Error"]
 
-                assert await bind("a", 50) == ""
-                assert await bind("b", 60) == ""  # spread: the emptier GPU, minor 1
-                got = {n: json.loads(api.get("pods", n, "default")["metadata"]["annotations"][ANN])
-                       for n in ("a", "b")}
-                assert got["a"] == {"gpu": [{"minor": 0, "resources": {
-                    "koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory": "8Gi",
-                    "koordinator.sh/gpu-memory-ratio": "50"}}]}
-                assert [d["minor"] for d in got["b"]["gpu"]] == [1]
-                assert api.get("pods", "a", "default")["spec"]["nodeName"] == "g0"
-                # 50 % and 40 % are left: nothing is given twice
-                err = await bind("c", 60)
-                assert err == "Insufficient gpu devices (plugin gpu_share)"
-                assert "nodeName" not in api.get("pods", "c", "default")["spec"]
-            tg.cancel_scope.cancel()
-        await srv.stop()
+            assert await bind("a", 50) == ""
+            assert await bind("b", 60) == ""  # spread: the emptier GPU, minor 1
+            got = {n: json.loads(api.get("pods", n, "default")["metadata"]["annotations"][ANN]) for n in ("a", "b")}
+            assert got["a"] == {"gpu": [{"minor": 0, "resources": {
+                "koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory": "8Gi",
+                "koordinator.sh/gpu-memory-ratio": "50"}}]}
+            assert [d["minor"] for d in got["b"]["gpu"]] == [1]
+            assert api.get("pods", "a", "default")["spec"]["nodeName"] == "g0"
+            # 50 % and 40 % are left: nothing is given twice
+            err = await bind("c", 60)
+            assert err == "Insufficient gpu devices (plugin gpu_share)"
+            assert "nodeName" not in api.get("pods", "c", "default")["spec"]
