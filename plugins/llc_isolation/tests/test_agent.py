@@ -47,12 +47,13 @@ def manifests(path: Path) -> None:
     path.write_text(yaml.safe_dump_all(pods))
 
 
-async def test_agent_round_against_fake_trees(tmp_path):
+async def agent_on_fake_trees(tmp_path, **fake_args):
+    """The real agent with llc_isolation over a fake resctrl tree and a fake kubelet cgroup tree."""
     # the agent's plugin reads the vendor from this machine's /proc/cpuinfo: make the fake match it
     host = cpu_vendor()
     vendor = host if host in (INTEL, AMD) else INTEL
-    fake = FakeResctrl(tmp_path / "resctrl", pids=[1, 200, 300, 301, 400], vendor=vendor,
-                       mba=host in (INTEL, AMD))
+    fake_args.setdefault("mba", host in (INTEL, AMD))
+    fake = FakeResctrl(tmp_path / "resctrl", pids=[1, 200, 300, 301, 400], vendor=vendor, **fake_args)
     cgroup_tree(tmp_path / "cgroup")
     manifests(tmp_path / "pods.yaml")
     registry = Registry(profile_from_dict({"pluginConfig": CONFIG})).load(only={"llc_isolation"})
@@ -60,6 +61,11 @@ async def test_agent_round_against_fake_trees(tmp_path):
     agent = Agent(registry, CgroupLayout(tmp_path / "cgroup", 1), executor, node_name="n1",
                   pods_from=tmp_path / "pods.yaml")
     await agent.startup()
+    return fake, executor, agent, vendor
+
+
+async def test_agent_round_against_fake_trees(tmp_path):
+    fake, executor, agent, vendor = await agent_on_fake_trees(tmp_path)
     results = await agent.run_once()
     mine = [r for r in results if r.write.plugin == "llc_isolation"]
     assert mine and {r.outcome for r in mine} == {"written"}
@@ -78,17 +84,8 @@ async def test_agent_round_against_fake_trees(tmp_path):
 async def test_agent_removes_the_group_of_a_pod_that_left(tmp_path):
     """The real agent round: the pod-level group goes with its pod (cgroup and manifest gone) and the
     CLOSID it held is free again in the fake kernel."""
-    host = cpu_vendor()
-    vendor = host if host in (INTEL, AMD) else INTEL
-    fake = FakeResctrl(tmp_path / "resctrl", pids=[1, 200, 300, 301, 400], vendor=vendor, mba=False,
-                       num_closids=4)  # root, LS, BE and one pod-level group
-    cgroup_tree(tmp_path / "cgroup")
-    manifests(tmp_path / "pods.yaml")
-    registry = Registry(profile_from_dict({"pluginConfig": CONFIG})).load(only={"llc_isolation"})
-    executor = KernelExecutor(fake, {"cgroup": tmp_path / "cgroup", "resctrl": fake.root})
-    agent = Agent(registry, CgroupLayout(tmp_path / "cgroup", 1), executor, node_name="n1",
-                  pods_from=tmp_path / "pods.yaml")
-    await agent.startup()
+    # CLOSIDs for the root, LS, BE and one pod-level group only
+    fake, executor, agent, _ = await agent_on_fake_trees(tmp_path, mba=False, num_closids=4)
     await agent.run_once()
     group = f"koordlet-{POD_UID}"
     assert group in fake.groups()
