@@ -184,15 +184,16 @@ class Slots:
     come from their annotation), pre_bind writes it, unreserve gives it back."""
 
     def __init__(self):
-        self.held: dict[str, tuple[str, int]] = {}
+        self.held: dict[str, tuple[str, int]] = {}  # pod uid -> (node, slot)
 
-    def _taken(self, node):
-        bound = {int(p.annotations[SLOT]) for p in node.cluster.pods_on(node.name) if SLOT in p.annotations}
-        return bound | {s for n, s in self.held.values() if n == node.name}
+    def _taken(self, node, me):
+        bound = {int(p.annotations[SLOT]) for p in node.cluster.pods_on(node.name)
+                 if SLOT in p.annotations and p.uid != me}
+        return bound | {s for uid, (n, s) in self.held.items() if n == node.name and uid != me}
 
     @hookimpl
     def reserve(self, pod, node, state):
-        free = sorted({0, 1} - self._taken(node))
+        free = sorted({0, 1} - self._taken(node, pod.uid))
         if not free:
             return Status.unschedulable("no free slot")
         self.held[pod.uid] = (node.name, free[0])
@@ -238,7 +239,7 @@ async def test_bind_verb_releases_the_reservation_when_binding_fails(api):
         api.fail(403, method="POST", path="/binding", count=1)
         status, out = await post(http, "/bind", args)
         assert "403" in out["Error"] and "nodeName" not in api.get("pods", "web", "default")["spec"]
-        assert uid not in slots.held and not ext.scheduler.cluster.is_assumed(uid)
+        assert uid not in slots.held and ext.scheduler.cluster.pod(uid) is None  # nothing left behind
         status, out = await post(http, "/bind", args)  # the slot was given back: the retry gets slot 0
         assert out == {"Error": ""} and api.get("pods", "web", "default")["metadata"]["annotations"][SLOT] == "0"
         # a pod the cache knows on a node is never re-reserved (its accounting stays where it is)

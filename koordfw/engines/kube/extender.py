@@ -247,16 +247,19 @@ class Extender:
             return {"Error": str(e)}
         s = self.scheduler
         s.cluster.forget_request_cache(pod.uid)
+        cached = s.cluster.pod(pod.uid) is not None  # the cache keeps no pending pod of other schedulers
         st, state = await s.reserve_placed(pod, node)
-        if not st.ok:
-            why = st.message or "rejected"
-            return {"Error": f"{why} (plugin {st.plugin})" if st.plugin else why}
-        try:
-            await self.binder(pod, node, dict(state.annotations))
-        except (BindDropped, BindGated, ApiError) as e:
-            await s.release_placed(pod, node, state)
-            return {"Error": str(e)}
-        return {"Error": ""}
+        if st.ok:
+            try:
+                await self.binder(pod, node, dict(state.annotations))
+                return {"Error": ""}
+            except (BindDropped, BindGated, ApiError) as e:
+                await s.release_placed(pod, node, state)
+                st = Status.error(str(e))
+        if not cached:
+            s.cluster.remove_pod(pod.uid)
+        why = st.message or "rejected"
+        return {"Error": f"{why} (plugin {st.plugin})" if st.plugin else why}
 
     async def preempt(self, args: dict) -> dict:
         pod = self._pod(args)

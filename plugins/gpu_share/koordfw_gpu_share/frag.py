@@ -120,8 +120,8 @@ def node_frag_capacity(cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.nda
 
     FGD's measure asks whether ONE instance of typical pod m fits; if so, every GPU with at least m's
     share left counts as usable. Here a GPU counts only as far as the node's CPU leaves room for the
-    instances that would use it (``cpu_left // m.cpu`` instances, ``num`` GPUs each, the GPUs with the
-    most left first), and a shared GPU only in whole multiples of m's share (810 on a free GPU uses
+    instances that would use it (``cpu_left // m.cpu`` instances, ``num`` GPUs each, the GPUs m can use
+    most of first), and a shared GPU only in whole multiples of m's share (810 on a free GPU uses
     810, the other 190 is a fragment for m). So placing a CPU-only pod, or a CPU-heavy GPU pod, where it
     would leave GPUs without CPU for their pods shows up as fragmentation, which FGD cannot see while one
     instance still fits. With ``mem_left`` (S,) and the workload's ``memory``, memory limits the
@@ -138,16 +138,17 @@ def node_frag_capacity(cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.nda
     per = np.where(ge, gpu_left[:, :, None] // milli[None, None, :] * milli[None, None, :], 0)
     per = -np.sort(-per, axis=1)
     cs = np.concatenate([np.zeros((per.shape[0], 1, per.shape[2])), np.cumsum(per, axis=1)], axis=1)  # S,G+1,K
-    by_cpu = np.where(w.cpu[None, :] > 0, cpu_left[:, None] // np.maximum(w.cpu[None, :], 1), per.shape[1])
+    # how many instances of m the node's CPU (and memory, when given) leaves room for
+    room = np.where(w.cpu[None, :] > 0, cpu_left[:, None] // np.maximum(w.cpu[None, :], 1), per.shape[1])
     mem_ok: np.ndarray | bool = True
     if mem_left is not None and w.memory is not None:
         mem_left = np.asarray(mem_left)
         by_mem = np.where(w.memory[None, :] > 0, mem_left[:, None] // np.maximum(w.memory[None, :], 1), per.shape[1])
-        by_cpu = np.minimum(by_cpu, by_mem)
+        room = np.minimum(room, by_mem)
         mem_ok = mem_left[:, None] >= w.memory[None, :]
     num = np.maximum(w.num, 1)[None, :]
     # usable GPUs; a negative cpu_left (a what-if past the node's CPU) leaves none
-    gpus = np.clip(np.minimum(cnt // num, by_cpu) * num, 0, per.shape[1])                   # S,K
+    gpus = np.clip(np.minimum(cnt // num, room) * num, 0, per.shape[1])                     # S,K
     usable = np.take_along_axis(cs, gpus[:, None, :], axis=1)[:, 0, :]
     fits = (cnt >= w.num[None, :]) & (cpu_left[:, None] >= w.cpu[None, :]) & (w.milli[None, :] > 0) & mem_ok
     model = np.asarray(model)
