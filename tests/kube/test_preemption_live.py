@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import types
+
+import pytest
 from conftest import node, pod
 from test_scheduler_e2e import running, wait_for
 
 from koordfw.engines.embedded import build_registry
 from koordfw.engines.kube.client import KubeClient
-from koordfw.engines.kube.engine import KubeSchedulerEngine
+from koordfw.core.model import make_pod
+from koordfw.engines.kube.engine import KubeSchedulerEngine, NotLeading
 from koordfw.testing.fake_apiserver import FakeApiServer
 
 
@@ -46,3 +50,17 @@ async def test_the_preemptor_is_nominated_in_its_status_while_the_victim_termina
             assert conds["DisruptionTarget"]["reason"] == "PreemptionByScheduler"
             assert "PodScheduled" not in conds  # not ours: no scheduling status written on it
             assert "nodeName" not in api.get("pods", "high", "default")["spec"]
+
+
+async def test_no_bind_or_preemption_once_leadership_is_lost():
+    async with FakeApiServer(bookmark_interval=0.2) as api, KubeClient(api.url, qps=0) as client:
+        lease = types.SimpleNamespace(is_leader=True)
+        eng = KubeSchedulerEngine(build_registry(None, autoload=False), client, leader_elector=lease)
+        eng.started.set()
+        p = make_pod("web", requests={"cpu": "1"})
+        lease.is_leader = False
+        with pytest.raises(NotLeading, match="not binding default/web"):
+            await eng._bind(p, "n1", {})
+        with pytest.raises(NotLeading, match="not preempting default/web"):
+            await eng._preempt_victim(p, "test")
+        assert api.bind_log == [] and not [r for r in api.requests if r[0] in ("POST", "DELETE", "PATCH")]

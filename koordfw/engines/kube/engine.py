@@ -33,6 +33,10 @@ from .writer import Writer, _now as _now_iso
 
 log = structlog.get_logger("koordfw.kube")
 
+
+class NotLeading(Exception):
+    """An API write was refused because this replica no longer holds the leader lease."""
+
 #: kube-scheduler's informer selector: all non-terminal pods
 NON_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -143,6 +147,7 @@ class KubeSchedulerEngine:
         if wp is not None:
             wp.reject("", reason)
             return True
+        self._check_leading(f"preempting {pod.key}")
         base = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
         cond = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
                 "message": f"{self.scheduler_name}: {reason}", "lastTransitionTime": _now_iso()}
@@ -166,7 +171,15 @@ class KubeSchedulerEngine:
         log.info("preempted", pod=pod.key, reason=reason)
         return True
 
+    def _check_leading(self, what: str) -> None:
+        """Refuse an API write once leadership is lost: another replica may be scheduling already
+        (kube-scheduler exits at that instant; here the binds in flight fail and requeue while the
+        engine stops)."""
+        if self.elector is not None and self.started.is_set() and not self.elector.is_leader:
+            raise NotLeading(f"not the leader any more: not {what}")
+
     async def _bind(self, pod: Pod, node_name: str, annotations: dict) -> bool:
+        self._check_leading(f"binding {pod.key}")
         try:
             return await self.binder(pod, node_name, annotations)
         except BindDropped as e:
