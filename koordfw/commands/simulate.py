@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from ..core.errors import ConfigError
 from ._common import add_plugin_options, registry_from_args
 
 
@@ -18,6 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table")
     p.add_argument("--seed", type=int, default=0, help="seed for tie-breaking (default 0)")
     p.add_argument("--deschedule", action="store_true", help="after scheduling, apply the descheduling plan and reschedule")
+    p.add_argument("--deschedule-cycles", type=int, default=1, metavar="N",
+                   help="with --deschedule: plan, apply and reschedule N times, each plan on the settled result "
+                        "of the one before and within the profile's per-round budget (default 1)")
     p.set_defaults(func=run)
 
 
@@ -28,6 +32,9 @@ def run(args: argparse.Namespace) -> int:
     from ..engines.embedded import run_simulation
     from ..report import render_simulation
 
+    if args.deschedule_cycles < 1:
+        raise ConfigError(f"--deschedule-cycles: must be at least 1, got {args.deschedule_cycles}")
+    cycles = args.deschedule_cycles if args.deschedule else 0
     manifests = load_manifests(args.paths)
     registry = registry_from_args(args)
     for e in registry.errors:
@@ -39,10 +46,10 @@ def run(args: argparse.Namespace) -> int:
         with Progress(transient=True, console=_stderr_console()) as bar:
             task = bar.add_task("scheduling", total=len(manifests.pods))
             result = anyio.run(lambda: run_simulation(
-                manifests, registry, seed=args.seed, deschedule=args.deschedule,
+                manifests, registry, seed=args.seed, deschedule=cycles,
                 progress=lambda done, total: bar.update(task, completed=done, total=total)))
     else:
-        result = anyio.run(lambda: run_simulation(manifests, registry, seed=args.seed, deschedule=args.deschedule))
+        result = anyio.run(lambda: run_simulation(manifests, registry, seed=args.seed, deschedule=cycles))
     data = result.to_dict()
     if args.output == "json":
         json.dump(data, sys.stdout, indent=2, sort_keys=False)

@@ -237,15 +237,19 @@ def build_registry(profile: Profile | str | Path | dict | None = None, *, plugin
 
 
 async def run_simulation(source: Manifests | Sequence[str | Path], registry: Registry, *, seed: int = 0,
-                         deschedule: bool = False,
+                         deschedule: bool | int = False,
                          progress: Callable[[int, int], None] | None = None) -> SimulationResult:
+    """Schedule every pending pod; then, with ``deschedule`` (True = 1, or a number of cycles), run the
+    descheduling plugins that many times, each plan applied and its pods rescheduled before the next."""
     manifests = source if isinstance(source, Manifests) else load_manifests(source)
     cluster = manifests.to_cluster()
     engine = EmbeddedEngine(registry, cluster, seed=seed, start_time=manifests.newest_timestamp())
     order = [p.uid for p in manifests.pods]
     t0 = time.perf_counter()
     await engine.run(progress=progress)
-    migrations = await engine.deschedule() if deschedule else []
+    migrations: list[Migration] = []
+    for _ in range(int(deschedule)):
+        migrations += await engine.deschedule()
     seconds = time.perf_counter() - t0
     extra: dict[str, Any] = {}
     for impl, res, st in await engine.scheduler.caller.call_safe("report"):
@@ -258,7 +262,7 @@ async def run_simulation(source: Manifests | Sequence[str | Path], registry: Reg
 def simulate(source: Manifests | Sequence[str | Path], profile: Profile | str | Path | dict | None = None, *,
              seed: int = 0, plugins: dict[str, Any] | None = None, disable: Iterable[str] = (),
              autoload: bool | None = None, only: Iterable[str] | None = None,
-             deschedule: bool = False) -> SimulationResult:
+             deschedule: bool | int = False) -> SimulationResult:
     """Schedule every pending pod of ``source`` (manifest paths or loaded Manifests); synchronous."""
     registry = build_registry(profile, plugins=plugins, disable=disable, autoload=autoload, only=only)
     return anyio.run(lambda: run_simulation(source, registry, seed=seed, deschedule=deschedule))

@@ -206,3 +206,25 @@ def test_koordfw_simulate_deschedule_cli(tmp_path, capsys, dry):
         assert placed["default/c"] == "n1"
         assert out["migrations"][0]["plugin"] == "cpu_defrag"
         assert sum(1 for k in ("default/big0", "default/big1", "default/big2") if placed[k] == "n2") == 1
+
+
+def test_koordfw_simulate_deschedule_cycles(tmp_path, capsys):
+    """Two GPU nodes whose free GPUs a CPU-only pod strands; one move per round: each descheduling
+    cycle moves one, on the settled result of the cycle before."""
+    gpus = {"nvidia.com/gpu": "4", "koordinator.sh/gpu-core": "400", "koordinator.sh/gpu-memory-ratio": "400"}
+    objs = [node("gpu-a", cpu="16", memory="256Gi", **gpus), node("gpu-b", cpu="16", memory="256Gi", **gpus),
+            node("cpu-node", cpu="32", memory="256Gi"),
+            pod("batch-a", "gpu-a", cpu="8", memory="1Gi"), pod("batch-b", "gpu-b", cpu="8", memory="1Gi"),
+            *[pod(f"train-{i}", None, cpu="8", memory="1Gi", requests={"nvidia.com/gpu": "1"}) for i in range(6)]]
+    d, p = _write(tmp_path, objs, {"gpuDefrag": {"enabled": True}, "maxMigratingPerRound": 1})
+    got = {}
+    for cycles in (1, 2):
+        assert main(["simulate", str(d), "--profile", str(p), "--deschedule", "--deschedule-cycles", str(cycles),
+                     "-o", "json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        got[cycles] = sorted(m["pod"] for m in out["migrations"])
+        placed = {x["name"]: x["node"] for x in out["pods"]}
+        assert sum(1 for i in range(6) if placed[f"train-{i}"]) == 2 + cycles  # each move frees CPU for one more
+    assert len(got[1]) == 1 and got[2] == ["default/batch-a", "default/batch-b"]
+    assert main(["simulate", str(d), "--profile", str(p), "--deschedule", "--deschedule-cycles", "0"]) == 2
+    assert "--deschedule-cycles: must be at least 1" in capsys.readouterr().err
