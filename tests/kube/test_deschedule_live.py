@@ -11,7 +11,7 @@ from conftest import SCHED, node, pod
 
 from koordfw import Migration, hookimpl
 from koordfw.engines.embedded import build_registry
-from koordfw.engines.kube.client import KubeClient
+from koordfw.engines.kube.client import ApiError, KubeClient
 from koordfw.engines.kube.engine import KubeSchedulerEngine
 from koordfw.testing.fake_apiserver import FakeApiServer
 
@@ -248,3 +248,30 @@ async def test_graceful_eviction_the_target_stays_held_while_the_victim_terminat
     assert api.get("pods", "intruder", "default")["spec"]["nodeName"] == "n0"
     assert api.evictions == [("default", "web-0")]  # never evicted twice while terminating
     assert eng.scheduler.nominated == {} and eng.descheduler.reservations == {}
+
+
+async def test_a_lost_eviction_reply_keeps_the_reservation(api, client):
+    """The eviction reaches the server but its reply is lost: the target stays held, so the replacement
+    still lands on it (releasing it would let the replacement land anywhere)."""
+    api.create(node("n0", cpu="4"))
+    api.create(node("n1", cpu="4"))
+    api.create(web("web-0", node_name="n0"))
+    real = client.request
+
+    async def lose_eviction_replies(method, path, *a, **kw):
+        out = await real(method, path, *a, **kw)
+        if path.endswith("/eviction"):
+            raise ApiError(0, f"{method} {path}: ServerDisconnectedError")
+        return out
+
+    client.request = lose_eviction_replies
+    eng = engine(client)
+    async with running(eng):
+        await wait_for(lambda: api.evictions == [("default", "web-0")])
+        await wait_for(lambda: bool(eng.descheduler.history))
+        assert eng.descheduler.history[0].result.startswith("unknown")
+        assert any(p.name == "web-0-reservation" for pods in eng.scheduler.nominated.values() for p in pods.values())
+        api.create(web("web-1"))
+        await wait_for(lambda: (api.get("pods", "web-1", "default") or {}).get("spec", {}).get("nodeName"))
+    assert api.get("pods", "web-1", "default")["spec"]["nodeName"] == "n1"
+    assert eng.scheduler.nominated == {}

@@ -17,7 +17,8 @@ the **oldest** reservation of its controller: controllers recreate in the order 
 and the oldest reservation is the nearest to expiring, so taking it first loses the fewest targets to
 the TTL. Every placeholder leaves the nominator when its reservation is consumed, refused, replaced or
 expires. A pod whose migration is still in progress (reserved, or already terminating) is not
-evicted again.
+evicted again. An eviction that got no answer (connection broken, reply lost) may have gone through,
+so its reservation is kept (until the replacement takes it or the TTL ends), not released.
 
 Evictions are rate-limited (``max_evictions_per_minute``). ``dry_run`` (the default) plans and logs
 without evicting or reserving anything.
@@ -164,6 +165,13 @@ class LiveDescheduler:
                           "metadata": {"name": pod.name, "namespace": pod.namespace},
                           "deleteOptions": {"preconditions": {"uid": pod.uid}}})
             except ApiError as e:
+                if e.status == 0:
+                    # no answer (the connection broke, the reply was lost): the eviction may have gone
+                    # through, so the target stays reserved until the replacement takes it or the TTL ends
+                    self._evicted_at.append(self.clock())
+                    log.warning("eviction outcome unknown; keeping its reservation", pod=m.pod, error=str(e))
+                    out.append(Outcome(m, "unknown: no reply to the eviction; target kept reserved"))
+                    continue
                 if res is not None:
                     self._release(res)  # this victim's own reservation, no other of its controller
                 why = "disruption budget" if e.status == 429 else f"{e.status} {e}"
