@@ -12,7 +12,8 @@ import numpy as _np
 from .core.cluster import ClusterState, NodeBatch, NodeView
 from .core.errors import ConfigError, KoordfwError, ManifestError, PluginLoadError
 from .core.framework import CycleState, Handle, PostFilterResult, PreFilterResult, Scheduler, WaitingPod
-from .core.manifests import Manifests, field_list, field_mapping, load_manifests, load_objects, resource_map
+from .core.manifests import (Manifests, NodeMetricStatus, PodMetric, field_list, field_mapping, load_manifests,
+                             load_objects, node_metric_name, read_node_metric, resource_map)
 from .core.model import Migration, Node, Pod, make_node, make_pod, parse_time, raw_allocatable, selector_matches
 from .core.nodestate import FileWrite, NodeState, PodState
 from .core.profile import Profile, load_profile, profile_from_dict
@@ -29,6 +30,7 @@ __all__ = [
     "PreFilterResult", "Profile", "Scheduler", "Status", "WaitingPod", "build_registry", "canonical", "field_list", "field_mapping",
     "format_quantity", "hookimpl", "hookspec", "load_manifests", "load_objects", "load_profile", "make_node",
     "make_pod", "normalize", "parse_duration", "parse_quantity", "parse_time", "profile_from_dict", "raw_allocatable", "resource_map", "selector_matches", "simulate",
+    "NodeMetricStatus", "PodMetric", "node_metric_name", "read_node_metric",
 ]
 
 

@@ -183,3 +183,26 @@ def test_raw_allocatable_annotation(value, expected):
         raw_allocatable(node)
     assert expected in str(e.value)
     assert "Node n1" in str(e.value) and "metadata.annotations.node.koordinator.sh/raw-allocatable" in str(e.value)
+
+
+def test_read_node_metric_common_part_and_errors():
+    from koordfw import read_node_metric
+
+    obj = {"metadata": {"name": "n1"},
+           "status": {"updateTime": "2026-11-01T00:00:00Z",
+                      "nodeMetric": {"nodeUsage": {"resources": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"}},
+                                     "systemUsage": {"resources": {"cpu": "500m"}}},
+                      "podsMetric": [{"name": "web", "podUsage": {"resources": {"cpu": "1"}}, "priority": "koord-prod"},
+                                     {"namespace": "ml", "name": "job", "podUsage": {"resources": {"memory": "2Gi"}}}]}}
+    m = read_node_metric(obj, only=("cpu", "memory"))
+    assert m.name == "n1" and m.ctx == "NodeMetric n1" and m.update_time == 1793491200.0
+    assert m.node_usage == {"cpu": 2000, "memory": 2**30} and m.system_usage == {"cpu": 500}
+    assert [(p.key, dict(p.usage), p.priority) for p in m.pods] == [
+        ("default/web", {"cpu": 1000}, "koord-prod"), ("ml/job", {"memory": 2 * 2**30}, "")]
+    assert read_node_metric(obj).node_usage["nvidia.com/gpu"] == 1
+    obj["status"]["podsMetric"][1]["name"] = ""
+    with pytest.raises(ManifestError, match=r"NodeMetric n1.*status\.podsMetric\[1\]\.name"):
+        read_node_metric(obj)
+    obj["status"]["nodeMetric"]["systemUsage"]["resources"]["cpu"] = "lots"
+    with pytest.raises(ManifestError, match=r"status\.nodeMetric\.systemUsage\.resources\.cpu"):
+        read_node_metric(obj)

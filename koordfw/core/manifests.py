@@ -58,6 +58,68 @@ def resource_map(raw: Any, obj: str, field: str, only: tuple[str, ...] | None = 
     return out
 
 
+@attrs.frozen
+class PodMetric:
+    """One ``status.podsMetric[]`` entry of a NodeMetric (usage as canonical ints)."""
+
+    namespace: str
+    name: str
+    usage: Mapping[str, int]
+    #: ``priority`` when the agent reported it (koord-prod, koord-batch, ...), else ""
+    priority: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@attrs.frozen
+class NodeMetricStatus:
+    """What every reader of a Koordinator ``NodeMetric`` needs; ``status`` and ``node_metric`` are the
+    raw mappings for the parts a plugin reads on its own (``ctx`` names the object in errors)."""
+
+    name: str
+    ctx: str
+    update_time: float | None
+    #: ``status.nodeMetric.nodeUsage.resources`` ({} when the agent reported none)
+    node_usage: Mapping[str, int]
+    system_usage: Mapping[str, int]
+    pods: tuple[PodMetric, ...]
+    status: Mapping[str, Any]
+    node_metric: Mapping[str, Any]
+
+
+def node_metric_name(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """(name, ``"NodeMetric <name>"``) of a NodeMetric object, for error messages."""
+    meta = field_mapping(obj.get("metadata"), "NodeMetric ?", "metadata")
+    name = str(meta.get("name", "?"))
+    return name, f"NodeMetric {name}"
+
+
+def read_node_metric(obj: Mapping[str, Any], only: tuple[str, ...] | None = None) -> NodeMetricStatus:
+    """The update time, node and system usage and per-pod usage of a NodeMetric (resources limited to
+    ``only`` when given); a malformed field raises ManifestError naming the object and the field."""
+    name, ctx = node_metric_name(obj)
+    status = field_mapping(obj.get("status"), ctx, "status")
+    update = parse_time(status.get("updateTime"), obj=ctx, field="status.updateTime")
+    nm = field_mapping(status.get("nodeMetric"), ctx, "status.nodeMetric")
+    usage = {}
+    for part in ("nodeUsage", "systemUsage"):
+        raw = field_mapping(nm.get(part), ctx, f"status.nodeMetric.{part}")
+        usage[part] = resource_map(raw.get("resources"), ctx, f"status.nodeMetric.{part}.resources", only)
+    pods = []
+    for i, pm in enumerate(field_list(status.get("podsMetric"), ctx, "status.podsMetric")):
+        where = f"status.podsMetric[{i}]"
+        pm = field_mapping(pm, ctx, where)
+        if not pm.get("name"):
+            raise ManifestError("a pod metric needs a name", obj=ctx, field=f"{where}.name")
+        raw = field_mapping(pm.get("podUsage"), ctx, f"{where}.podUsage")
+        pods.append(PodMetric(str(pm.get("namespace") or "default"), str(pm["name"]),
+                              resource_map(raw.get("resources"), ctx, f"{where}.podUsage.resources", only),
+                              str(pm.get("priority") or "")))
+    return NodeMetricStatus(name, ctx, update, usage["nodeUsage"], usage["systemUsage"], tuple(pods), status, nm)
+
+
 @attrs.define
 class Manifests:
     nodes: list[Node] = attrs.field(factory=list)

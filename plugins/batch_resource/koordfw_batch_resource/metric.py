@@ -12,27 +12,17 @@ from typing import Any
 
 import attrs
 
-from koordfw import ManifestError, field_list, field_mapping, parse_time, resource_map  # noqa: F401
+from koordfw import PodMetric, field_list, field_mapping, read_node_metric, resource_map
 
 CPU, MEMORY = "cpu", "memory"
+
+#: one ``status.podsMetric[]`` entry (the kernel's reader)
+PodUsage = PodMetric
 
 
 def resources(raw: Any, *, obj: str, field: str) -> dict[str, int]:
     """A ResourceList mapping → ``{cpu: milli, memory: bytes}`` (other resources are ignored)."""
     return resource_map(raw, obj=obj, field=field, only=(CPU, MEMORY))
-
-
-@attrs.frozen
-class PodUsage:
-    namespace: str
-    name: str
-    usage: Mapping[str, int]
-    #: ``podsMetric[].priority`` when the agent reported it (koord-prod, koord-batch, ...), else ""
-    priority: str = ""
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 @attrs.frozen
@@ -48,26 +38,8 @@ class NodeMetricInfo:
 
 
 def parse_node_metric(obj: Mapping[str, Any]) -> NodeMetricInfo:
-    meta = field_mapping(obj.get("metadata"), "NodeMetric ?", "metadata")
-    name = str(meta.get("name", "?"))
-    ctx = f"NodeMetric {name}"
-    status = field_mapping(obj.get("status"), ctx, "status")
-    update = parse_time(status.get("updateTime"), obj=ctx, field="status.updateTime")
-    nm = field_mapping(status.get("nodeMetric"), ctx, "status.nodeMetric")
-    node_usage_raw = field_mapping(nm.get("nodeUsage"), ctx, "status.nodeMetric.nodeUsage")
-    node_usage = resources(node_usage_raw.get("resources"), obj=ctx, field="status.nodeMetric.nodeUsage.resources")
-    sys_raw = field_mapping(nm.get("systemUsage"), ctx, "status.nodeMetric.systemUsage")
-    system = resources(sys_raw.get("resources"), obj=ctx, field="status.nodeMetric.systemUsage.resources")
-    pods = []
-    for i, pm in enumerate(field_list(status.get("podsMetric"), ctx, "status.podsMetric")):
-        where = f"status.podsMetric[{i}]"
-        pm = field_mapping(pm, ctx, where)
-        if not pm.get("name"):
-            raise ManifestError("a pod metric needs a name", obj=ctx, field=f"{where}.name")
-        usage_raw = field_mapping(pm.get("podUsage"), ctx, f"{where}.podUsage")
-        pods.append(PodUsage(str(pm.get("namespace") or "default"), str(pm["name"]),
-                             resources(usage_raw.get("resources"), obj=ctx, field=f"{where}.podUsage.resources"),
-                             str(pm.get("priority") or "")))
+    m = read_node_metric(obj, only=(CPU, MEMORY))
+    ctx, status = m.ctx, m.status
     host_hp: dict[str, int] = {}
     for i, hm in enumerate(field_list(status.get("hostApplicationMetric"), ctx, "status.hostApplicationMetric")):
         where = f"status.hostApplicationMetric[{i}]"
@@ -77,5 +49,5 @@ def parse_node_metric(obj: Mapping[str, Any]) -> NodeMetricInfo:
         usage_raw = field_mapping(hm.get("usage"), ctx, f"{where}.usage")
         for r, v in resources(usage_raw.get("resources"), obj=ctx, field=f"{where}.usage.resources").items():
             host_hp[r] = host_hp.get(r, 0) + v
-    return NodeMetricInfo(name=name, update_time=update, has_node_usage=bool(node_usage), node_usage=node_usage,
-                          system_usage=system, pods=tuple(pods), host_app_hp_usage=host_hp)
+    return NodeMetricInfo(name=m.name, update_time=m.update_time, has_node_usage=bool(m.node_usage),
+                          node_usage=m.node_usage, system_usage=m.system_usage, pods=m.pods, host_app_hp_usage=host_hp)

@@ -11,7 +11,8 @@ from typing import Any
 
 import attrs
 
-from koordfw import ManifestError, field_list, field_mapping, parse_time, resource_map  # noqa: F401  (parse_time: re-exported)
+from koordfw import (ManifestError, field_list, field_mapping, node_metric_name, parse_time,  # noqa: F401  (parse_time: re-exported)
+                     read_node_metric, resource_map)
 from koordfw import parse_duration as _parse_duration
 
 #: Koordinator's default ``spec.metricCollectPolicy.reportIntervalSeconds``
@@ -62,9 +63,7 @@ class MetricInfo:
 
 
 def parse_node_metric(obj: Mapping[str, Any]) -> MetricInfo:
-    meta = field_mapping(obj.get("metadata"), "NodeMetric ?", "metadata")
-    name = str(meta.get("name", "?"))
-    ctx = f"NodeMetric {name}"
+    _, ctx = node_metric_name(obj)
     spec = field_mapping(obj.get("spec"), ctx, "spec")
     policy = field_mapping(spec.get("metricCollectPolicy"), ctx, "spec.metricCollectPolicy")
     interval = policy.get("reportIntervalSeconds")
@@ -73,15 +72,10 @@ def parse_node_metric(obj: Mapping[str, Any]) -> MetricInfo:
     elif isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
         raise ManifestError(f"expected a non-negative number, got {interval!r}", obj=ctx,
                             field="spec.metricCollectPolicy.reportIntervalSeconds")
-    status = field_mapping(obj.get("status"), ctx, "status")
-    update = parse_time(status.get("updateTime"), obj=ctx, field="status.updateTime")
-    nm = field_mapping(status.get("nodeMetric"), ctx, "status.nodeMetric")
-    nu = field_mapping(nm.get("nodeUsage"), ctx, "status.nodeMetric.nodeUsage")
-    node_usage = resources(nu.get("resources"), obj=ctx, field="status.nodeMetric.nodeUsage.resources")
-    su = field_mapping(nm.get("systemUsage"), ctx, "status.nodeMetric.systemUsage")
-    system = resources(su.get("resources"), obj=ctx, field="status.nodeMetric.systemUsage.resources")
+    m = read_node_metric(obj)
     aggregated = []
-    for i, a in enumerate(field_list(nm.get("aggregatedNodeUsages"), ctx, "status.nodeMetric.aggregatedNodeUsages")):
+    for i, a in enumerate(field_list(m.node_metric.get("aggregatedNodeUsages"), ctx,
+                                     "status.nodeMetric.aggregatedNodeUsages")):
         where = f"status.nodeMetric.aggregatedNodeUsages[{i}]"
         a = field_mapping(a, ctx, where)
         try:
@@ -93,17 +87,7 @@ def parse_node_metric(obj: Mapping[str, Any]) -> MetricInfo:
             rm = field_mapping(rm, ctx, f"{where}.usage.{t}")
             usages[str(t)] = resources(rm.get("resources"), obj=ctx, field=f"{where}.usage.{t}.resources")
         aggregated.append((d, usages))
-    pod_usage, pod_priority = {}, {}
-    for i, pm in enumerate(field_list(status.get("podsMetric"), ctx, "status.podsMetric")):
-        where = f"status.podsMetric[{i}]"
-        pm = field_mapping(pm, ctx, where)
-        if not pm.get("name"):
-            raise ManifestError("a pod metric needs a name", obj=ctx, field=f"{where}.name")
-        key = f"{pm.get('namespace') or 'default'}/{pm['name']}"
-        pu = field_mapping(pm.get("podUsage"), ctx, f"{where}.podUsage")
-        pod_usage[key] = resources(pu.get("resources"), obj=ctx, field=f"{where}.podUsage.resources")
-        if pm.get("priority"):
-            pod_priority[key] = str(pm["priority"])
-    return MetricInfo(name=name, update_time=update, report_interval=float(interval),
-                      node_usage=node_usage or None, system_usage=system, aggregated=tuple(aggregated),
-                      pod_usage=pod_usage, pod_priority=pod_priority)
+    return MetricInfo(name=m.name, update_time=m.update_time, report_interval=float(interval),
+                      node_usage=m.node_usage or None, system_usage=m.system_usage, aggregated=tuple(aggregated),
+                      pod_usage={p.key: p.usage for p in m.pods},
+                      pod_priority={p.key: p.priority for p in m.pods if p.priority})
