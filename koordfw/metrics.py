@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
@@ -47,17 +48,13 @@ class SchedulerMetrics:
     cycle_latency: Histogram
 
 
-_SCHED: SchedulerMetrics | None = None
-
-
+@functools.cache
 def scheduler_metrics() -> SchedulerMetrics:
-    global _SCHED
-    if _SCHED is None:
-        _SCHED = SchedulerMetrics(
-            attempts=Counter("koordfw_schedule_attempts", "Scheduling attempts by result", ["result"],
-                             registry=REGISTRY),
-            cycle_latency=Histogram("koordfw_scheduling_cycle_seconds", "Scheduling cycle latency",
-                                    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                             0.1, 0.25, 0.5, 1.0), registry=REGISTRY),
-        )
-    return _SCHED
+    """Created on first use (once per process: a collector can be registered only once)."""
+    return SchedulerMetrics(
+        attempts=Counter("koordfw_schedule_attempts", "Scheduling attempts by result", ["result"],
+                         registry=REGISTRY),
+        cycle_latency=Histogram("koordfw_scheduling_cycle_seconds", "Scheduling cycle latency",
+                                buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                         0.1, 0.25, 0.5, 1.0), registry=REGISTRY),
+    )

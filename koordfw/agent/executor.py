@@ -26,6 +26,7 @@ Contract:
 from __future__ import annotations
 
 import errno
+import functools
 import os
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -49,19 +50,15 @@ class ExecutorMetrics:
     errors: Counter
 
 
-_METRICS: ExecutorMetrics | None = None
-
-
+@functools.cache
 def executor_metrics() -> ExecutorMetrics:
-    global _METRICS
-    if _METRICS is None:
-        _METRICS = ExecutorMetrics(
-            writes=Counter("koordfw_agent_writes", "Files written by the node agent", ["plugin", "fs"],
-                           registry=REGISTRY),
-            errors=Counter("koordfw_agent_write_errors", "Writes refused or failed, by reason",
-                           ["plugin", "reason"], registry=REGISTRY),
-        )
-    return _METRICS
+    """Created on first use (once per process: a collector can be registered only once)."""
+    return ExecutorMetrics(
+        writes=Counter("koordfw_agent_writes", "Files written by the node agent", ["plugin", "fs"],
+                       registry=REGISTRY),
+        errors=Counter("koordfw_agent_write_errors", "Writes refused or failed, by reason",
+                       ["plugin", "reason"], registry=REGISTRY),
+    )
 
 
 @attrs.frozen

@@ -20,6 +20,7 @@ its restores. ``--once`` runs one round and leaves its writes in place.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -51,21 +52,17 @@ class AgentMetrics:
     plugin_errors: Counter
 
 
-_METRICS: AgentMetrics | None = None
-
-
+@functools.cache
 def agent_metrics() -> AgentMetrics:
-    global _METRICS
-    if _METRICS is None:
-        _METRICS = AgentMetrics(
-            rounds=Counter("koordfw_agent_rounds", "Node QoS loop rounds", registry=REGISTRY),
-            duration=Histogram("koordfw_agent_loop_seconds", "Duration of one collect→plan→apply round",
-                               buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
-                               registry=REGISTRY),
-            plugin_errors=Counter("koordfw_agent_plugin_errors", "Plugin failures in the node QoS loop",
-                                  ["plugin", "hook"], registry=REGISTRY),
-        )
-    return _METRICS
+    """Created on first use (once per process: a collector can be registered only once)."""
+    return AgentMetrics(
+        rounds=Counter("koordfw_agent_rounds", "Node QoS loop rounds", registry=REGISTRY),
+        duration=Histogram("koordfw_agent_loop_seconds", "Duration of one collect→plan→apply round",
+                           buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+                           registry=REGISTRY),
+        plugin_errors=Counter("koordfw_agent_plugin_errors", "Plugin failures in the node QoS loop",
+                              ["plugin", "hook"], registry=REGISTRY),
+    )
 
 
 class AgentHandle:
