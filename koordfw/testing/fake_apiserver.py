@@ -145,44 +145,33 @@ def _matches(obj: dict | None, terms: list[tuple[str, str, str]], namespace: str
     return True
 
 
-def _merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = _merge_patch(out.get(k), v)
-    return out
-
-
 _MERGE_KEYS = {"conditions": "type", "containers": "name", "initContainers": "name", "tolerations": None,
                "podsMetric": None}
 
 
-def _strategic_merge(target: Any, patch: Any) -> Any:
-    """A strategic merge patch for the lists the scheduler patches (``conditions`` merge on ``type``)."""
+def _merge_patch(target: Any, patch: Any, merge_keys: dict[str, str | None] | None = None) -> Any:
+    """RFC 7386 JSON merge patch; with ``merge_keys``, a strategic merge patch for the lists the scheduler
+    patches (a list named there with a key merges its items on that key, e.g. ``conditions`` on ``type``;
+    every other list is replaced, as in a merge patch)."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     out = dict(target) if isinstance(target, dict) else {}
     for k, v in patch.items():
         if v is None:
             out.pop(k, None)
-        elif isinstance(v, list) and _MERGE_KEYS.get(k) and isinstance(out.get(k), list):
-            key = _MERGE_KEYS[k]
+        elif merge_keys and merge_keys.get(k) and isinstance(v, list) and isinstance(out.get(k), list):
+            key = merge_keys[k]
             merged = [dict(x) for x in out[k]]
             for item in v:
                 for i, old in enumerate(merged):
                     if isinstance(item, dict) and old.get(key) == item.get(key):
-                        merged[i] = _strategic_merge(old, item)
+                        merged[i] = _merge_patch(old, item, merge_keys)
                         break
                 else:
                     merged.append(copy.deepcopy(item))
             out[k] = merged
         else:
-            out[k] = _strategic_merge(out.get(k), v)
+            out[k] = _merge_patch(out.get(k), v, merge_keys)
     return out
 
 
@@ -597,7 +586,7 @@ class FakeApiServer:
             elif rt.has_status:
                 body.pop("status", None)
             if ctype == "application/strategic-merge-patch+json":
-                new = _strategic_merge(cur, body)
+                new = _merge_patch(cur, body, _MERGE_KEYS)
             elif ctype == "application/merge-patch+json":
                 new = _merge_patch(cur, body)
             else:
