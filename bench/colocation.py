@@ -34,6 +34,8 @@ import time
 import uuid
 from pathlib import Path
 
+from koordfw.testing.cgroups import make_real_cgroup, remove_real_cgroups
+
 ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 NCPU = os.cpu_count() or 1
@@ -92,11 +94,8 @@ class Tree:
                 p = ROOT / c / "/".join(parts[:k])
                 if p.exists():
                     continue
-                p.mkdir()
+                make_real_cgroup(p)
                 self.made.append(p)
-                if c == "cpuset":
-                    for f in ("cpuset.cpus", "cpuset.mems"):
-                        (p / f).write_text((p.parent / f).read_text())
 
     def build(self) -> None:
         for d in (self.ls, self.be):
@@ -128,15 +127,7 @@ class Tree:
             self.write("cpu", be_qos, "cpu.idle", "0")
 
     def cleanup(self) -> None:
-        for p in sorted(self.made, key=lambda p: -len(p.parts)):
-            for _ in range(100):
-                try:
-                    p.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
+        remove_real_cgroups(self.made)
 
 
 def node_busy_ns() -> int:

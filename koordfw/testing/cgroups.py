@@ -3,7 +3,32 @@ systemd driver) plus the /proc and /sys files the agent reads, all under one dir
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from pathlib import Path
+
+
+def make_real_cgroup(path: Path) -> None:
+    """Create one cgroup directory in a real (mounted) hierarchy; a new cpuset cgroup starts empty, so
+    it gets its parent's ``cpuset.cpus`` and ``cpuset.mems`` (tasks cannot join it otherwise)."""
+    path.mkdir()
+    for f in ("cpuset.cpus", "cpuset.mems"):
+        if (path / f).exists():
+            (path / f).write_text((path.parent / f).read_text())
+
+
+def remove_real_cgroups(paths: Iterable[Path], attempts: int = 100) -> None:
+    """Remove real cgroup directories, deepest first, retrying while the kernel still counts tasks that
+    have just been killed (rmdir fails with EBUSY until they are gone); vanished ones are skipped."""
+    for p in sorted(paths, key=lambda p: -len(p.parts)):
+        for _ in range(attempts):
+            try:
+                p.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.02)
 
 
 class FakeNode:

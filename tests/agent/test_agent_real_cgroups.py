@@ -18,6 +18,7 @@ import pytest
 from koordfw.agent.cgroups import CgroupLayout
 from koordfw.agent.executor import Executor
 from koordfw.agent.loop import Agent
+from koordfw.testing.cgroups import make_real_cgroup, remove_real_cgroups
 from koordfw_be_suppress import Args, plan
 
 from .conftest import make_registry
@@ -56,11 +57,8 @@ def real_tree():
         for c in CONTROLLERS:
             for d in dirs:
                 p = ROOT / c / d
-                p.mkdir()
+                make_real_cgroup(p)
                 made.append(p)
-                if c == "cpuset":  # a new cpuset cgroup starts empty; tasks need cpus and mems
-                    for f in ("cpuset.cpus", "cpuset.mems"):
-                        (p / f).write_text((p.parent / f).read_text())
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         procs.append(busy)
         for c in CONTROLLERS:
@@ -71,15 +69,7 @@ def real_tree():
             p.kill()
             p.wait()
         time.sleep(0.05)
-        for p in reversed(made):
-            for _ in range(50):
-                try:
-                    p.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
+        remove_real_cgroups(made)
 
 
 def _usage_cores(pod: str, seconds: float) -> float:
