@@ -34,23 +34,16 @@ from koordfw.core.clock import VirtualClock
 from koordfw.core.cluster import ClusterState
 from koordfw.engines.embedded import build_registry
 from koordfw_defrag import Args, plan
-from koordfw_gpu_share import frag
-from koordfw_gpu_share.replay import _node, _pod, bin_curve, load_trace, parse_seeds, profile_for, tune
+from koordfw_gpu_share.replay import _node, _pod, bin_curve, parse_seeds, prepare_trace, profile_for
 
 DATA = Path("/work/shared/data/alibaba-gpu-v2023")
 
 
 async def run(policy: str, seed: int, budget_pct: float | None, nodes_csv: Path, pods_csv: Path,
               min_gain: float = 100.0, rounds: int = 1, cycles: int = 1) -> dict:
-    nrows, prows = load_trace(nodes_csv, pods_csv)
-    gpu_nodes = [r for r in nrows if r[3] > 0]
-    capacity = 1000 * sum(r[3] for r in gpu_nodes)
-    models = sorted({r[4] for r in gpu_nodes if r[4]})
-    workload = frag.typical_pods(((r[1], r[4], r[3], r[5]) for r in prows), models)
-    rng = np.random.default_rng(seed)
-    order = tune(prows, rng, capacity)
-    perm = rng.permutation(len(gpu_nodes))
-    profile = profile_for(policy, seed, workload)
+    trace = prepare_trace(nodes_csv, pods_csv, seed)
+    capacity = trace.capacity_milli
+    profile = profile_for(policy, seed, trace.workload)
     only = ["gpu_share"]
     if budget_pct is not None:
         profile["pluginConfig"]["defrag"] = {"gpuDefrag": {"enabled": True, "minGainMilli": min_gain},
@@ -60,14 +53,14 @@ async def run(policy: str, seed: int, budget_pct: float | None, nodes_csv: Path,
     gpu = registry.plugins["gpu_share"].obj
     gargs = registry.args["gpu_share"]
     cluster = ClusterState()
-    for j in perm.tolist():
-        cluster.add_node(_node(gpu_nodes[j]))
+    for r in trace.nodes:
+        cluster.add_node(_node(r))
     # bind inline, as the embedded engine does: a nominated pod is then never counted twice (assumed and
     # still nominated) while its binding task has not run yet
     sched = Scheduler(registry, cluster, VirtualClock(0.0), seed=seed, inline_binding=True)
     await sched.startup()
-    pods = [_pod(r) for r in order]
-    milli_of = {p.uid: r[3] * r[4] for p, r in zip(pods, order)}
+    pods = [_pod(r) for r in trace.pods]
+    milli_of = {p.uid: r[3] * r[4] for p, r in zip(pods, trace.pods)}
     n = len(pods)
     arrived, used, fragm = np.zeros(n), np.zeros(n), np.zeros(n)
     a_sum = u_sum = 0

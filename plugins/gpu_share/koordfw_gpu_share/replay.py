@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import attrs
 import numpy as np
 
 from koordfw import ConfigError, Scheduler, make_node, make_pod
@@ -159,16 +160,19 @@ def bin_curve(arrived: np.ndarray, used: np.ndarray, fragm: np.ndarray, capacity
     return out
 
 
-async def replay_async(nodes_csv, pods_csv, policy: str, seed: int, tie_break: str = "first",
-                       progress: Callable[[int, int], None] | None = None) -> dict:
-    import anyio
-    import anyio.lowlevel
+@attrs.frozen
+class Trace:
+    """One seed's input to the protocol: GPU nodes in cluster order (seed-permuted), pods in arrival
+    order (shuffled and resampled to 1.3 × capacity), the GPU capacity and the target workload M."""
 
-    from koordfw.engines.embedded import build_registry
+    nodes: list
+    pods: list
+    capacity_milli: int
+    workload: frag.Workload
 
-    if policy not in POLICIES:
-        raise ConfigError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
-    t0 = time.perf_counter()
+
+def prepare_trace(nodes_csv, pods_csv, seed: int) -> Trace:
+    """Read the trace and apply the protocol's seeded shuffle, resampling and node permutation."""
     nrows, prows = load_trace(nodes_csv, pods_csv)
     gpu_nodes = [r for r in nrows if r[3] > 0]
     capacity = 1000 * sum(r[3] for r in gpu_nodes)
@@ -179,21 +183,42 @@ async def replay_async(nodes_csv, pods_csv, policy: str, seed: int, tie_break: s
     rng = np.random.default_rng(seed)
     order = tune(prows, rng, capacity)
     perm = rng.permutation(len(gpu_nodes))
-    registry = build_registry(profile_for(policy, seed, workload, tie_break), only=["gpu_share"])
+    return Trace([gpu_nodes[j] for j in perm.tolist()], order, capacity, workload)
+
+
+async def start_replay(trace: Trace, policy: str, seed: int, tie_break: str = "first") -> tuple:
+    """The scheduler of one run with every pod added and queued in arrival order:
+    ``(scheduler, cluster, gpu_share plugin object, registry, pods)``."""
+    from koordfw.engines.embedded import build_registry
+
+    if policy not in POLICIES:
+        raise ConfigError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
+    registry = build_registry(profile_for(policy, seed, trace.workload, tie_break), only=["gpu_share"])
     if "gpu_share" not in registry.plugins:
         raise ConfigError("the gpu_share plugin is not installed (pip install plugins/gpu_share)")
-    plugin = registry.plugins["gpu_share"].obj
     cluster = ClusterState()
-    for j in perm.tolist():
-        cluster.add_node(_node(gpu_nodes[j]))
+    for r in trace.nodes:
+        cluster.add_node(_node(r))
     sched = Scheduler(registry, cluster, VirtualClock(0.0), seed=seed)
-    pods = [_pod(r) for r in order]
-    milli_of = {p.uid: r[3] * r[4] for p, r in zip(pods, order)}
+    pods = [_pod(r) for r in trace.pods]
     for p in pods:
         cluster.add_pod(p)
     await sched.startup()
     for p in pods:
         await sched.enqueue(p)
+    return sched, cluster, registry.plugins["gpu_share"].obj, registry, pods
+
+
+async def replay_async(nodes_csv, pods_csv, policy: str, seed: int, tie_break: str = "first",
+                       progress: Callable[[int, int], None] | None = None) -> dict:
+    import anyio
+    import anyio.lowlevel
+
+    t0 = time.perf_counter()
+    trace = prepare_trace(nodes_csv, pods_csv, seed)
+    capacity = trace.capacity_milli
+    sched, cluster, plugin, registry, pods = await start_replay(trace, policy, seed, tie_break)
+    milli_of = {p.uid: r[3] * r[4] for p, r in zip(pods, trace.pods)}
     args = registry.args["gpu_share"]
     n = len(pods)
     arrived = np.zeros(n)

@@ -271,6 +271,25 @@ def test_replay_fgdpack_small_slice(tmp_path):
     assert 0 <= a["unallocated_gpu_pct_at_100"] <= 100
 
 
+def test_prepare_trace_is_seeded_and_rejects_a_cluster_without_gpus(tmp_path):
+    from koordfw import ConfigError
+    from koordfw_gpu_share.replay import prepare_trace
+    nodes = tmp_path / "nodes.csv"
+    pods = tmp_path / "pods.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
+        f"n{i},32000,131072,{i % 3},{'T4' if i % 3 else ''}\n" for i in range(9)))
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(
+        f"p{i:02d},1000,1024,1,{(250, 500, 1000)[i % 3]}\n" for i in range(20)))
+    a, b, c = (prepare_trace(nodes, pods, s) for s in (7, 7, 8))
+    assert a.capacity_milli == 9000 and [r[3] for r in a.nodes].count(0) == 0  # GPU nodes only
+    assert a.nodes == b.nodes and a.pods == b.pods
+    assert (a.nodes, a.pods) != (c.nodes, c.pods)
+    assert sum(r[3] * r[4] for r in a.pods) <= 1.3 * 9000 < sum(r[3] * r[4] for r in a.pods) + 1000
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,0,\n")
+    with pytest.raises(ConfigError, match="nodes.csv: no GPU nodes"):
+        prepare_trace(nodes, pods, 7)
+
+
 def test_agent_devices_without_nvml():
     out = subprocess.run([sys.executable, "-m", "koordfw", "agent", "devices"], capture_output=True, text=True)
     assert out.returncode == 1 and ("NVML" in out.stderr)
