@@ -12,6 +12,11 @@ free GPU milli on the nodes. This sorts that free milli, slot by slot, into why 
 
 It also lists the failed pods by shape. The run is the same as ``koordfw replay openb`` up to that pod.
 
+For scale it packs the shared-GPU pods that arrived by then alone, GPU by GPU (no nodes, CPU or memory,
+every pod placed, as many GPUs as needed), online by best fit in arrival order and offline by best fit
+after sorting them largest first, and reports the milli left on partly used GPUs as % of capacity: what
+share packing by itself leaves, before any other constraint.
+
 Usage: .venv/bin/python bench/gpu_share_holes.py [--workload default] [--policy fgdcap] [--seeds 42-43]
        [--top 8] [--json]
 """
@@ -19,6 +24,7 @@ Usage: .venv/bin/python bench/gpu_share_holes.py [--workload default] [--policy 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 from collections import Counter
 
@@ -31,17 +37,32 @@ from koordfw_gpu_share.replay import parse_seeds, prepare_trace, start_replay
 DATA = "/work/shared/data/alibaba-gpu-v2023"
 
 
+def best_fit_gaps(shares: list[int]) -> list[int]:
+    """Pack GPU shares (milli < 1000) one by one into the partly used GPU with the least room that holds
+    the share, else a fresh GPU; the gaps left on partly used GPUs."""
+    gaps: list[int] = []  # sorted
+    for x in shares:
+        i = bisect.bisect_left(gaps, x)
+        g = (gaps.pop(i) if i < len(gaps) else 1000) - x
+        if g > 0:
+            bisect.insort(gaps, g)
+    return gaps
+
+
 async def holes(workload: str, policy: str, seed: int, top: int) -> dict:
     trace = prepare_trace(f"{DATA}/openb_node_list_gpu_node.csv", f"{DATA}/openb_pod_list_{workload}.csv", seed)
     cap = trace.capacity_milli
     sched, cluster, plugin, _, pods = await start_replay(trace, policy, seed)
     row = {p.uid: r for p, r in zip(pods, trace.pods)}
     failed: list[tuple] = []
+    shares: list[int] = []
     arrived = 0
     async with anyio.create_task_group() as tg:
         while arrived < cap and await sched.schedule_next(tg):
             r = row[sched.last_uid]
             arrived += r[3] * r[4]
+            if r[3] == 1 and 0 < r[4] < 1000:
+                shares.append(r[4])
             if cluster.pods[sched.last_uid].node_index < 0:
                 failed.append(r)
             await anyio.lowlevel.checkpoint()
@@ -75,6 +96,7 @@ async def holes(workload: str, policy: str, seed: int, top: int) -> dict:
         shapes[(r[3], r[4])] += 1
         demand[(r[3], r[4])] += r[3] * r[4]
     pct = 100.0 / cap
+    online, offline = best_fit_gaps(shares), best_fit_gaps(sorted(shares, reverse=True))
     return {"workload": workload, "policy": policy, "seed": seed,
             "unallocated_pct": round(sum(demand.values()) * pct, 3),
             "free_pct": round(float(inv.left.clip(min=0).sum()) * pct, 3),
@@ -83,6 +105,10 @@ async def holes(workload: str, policy: str, seed: int, top: int) -> dict:
                                   for k, v in small.most_common(top)],
             **{k.replace(" ", "_") + "_pct": round(cats[k] * pct, 3)
                for k in ("stranded by CPU", "stranded by memory", "usable by a failed pod")},
+            "shares_alone_best_fit_pct": round(sum(online) * pct, 3),
+            "shares_alone_best_fit_190_pct": round(190 * online.count(190) * pct, 3),
+            "shares_alone_best_fit_decreasing_pct": round(sum(offline) * pct, 3),
+            "shares_alone_best_fit_decreasing_190_pct": round(190 * offline.count(190) * pct, 3),
             "failed_pods": len(failed),
             "failed_by_shape": [{"gpus": k[0], "milli": k[1], "pods": shapes[k], "gpu_pct": round(v * pct, 3)}
                                 for k, v in demand.most_common(top)]}
@@ -107,6 +133,9 @@ def main() -> None:
               f"+ usable {r['usable_by_a_failed_pod_pct']:.2f}%")
         print("  too small, by milli left on the GPU: " + ", ".join(
             f"{x['left_milli']}: {x['gpus']} GPUs ({x['pct']:.2f}%)" for x in r["too_small_by_size"]))
+        print(f"  shares alone, GPU by GPU: online best fit leaves {r['shares_alone_best_fit_pct']:.2f}% "
+              f"(190 milli: {r['shares_alone_best_fit_190_pct']:.2f}%), offline best fit decreasing "
+              f"{r['shares_alone_best_fit_decreasing_pct']:.2f}% (190 milli: {r['shares_alone_best_fit_decreasing_190_pct']:.2f}%)")
         print(f"  {r['failed_pods']} failed pods, by shape: " + ", ".join(
             f"{x['pods']}×{x['gpus']}×{x['milli']} ({x['gpu_pct']:.2f}%)" for x in r["failed_by_shape"]))
 
