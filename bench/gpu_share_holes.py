@@ -7,8 +7,10 @@ free GPU milli on the nodes. This sorts that free milli, slot by slot, into why 
   190-milli remainders beside 810-milli pods show as one line);
 * ``stranded by CPU`` / ``stranded by memory``: some failed pod's share fits the GPU, but no such pod
   fits the node's CPU (or, with CPU, its memory);
-* ``whole GPUs`` a failed pod could have used: zero in a one-pass run without departures, shown as a
-  check.
+* ``usable``: some failed pod fits the GPU, the node's CPU and its memory; zero in a one-pass run
+  without departures (room only shrinks after a pod fails), shown as a check.
+
+Only the failed pods that ask for one GPU (a share or a whole one) take part in the slot-by-slot test.
 
 It also lists the failed pods by shape. The run is the same as ``koordfw replay openb`` up to that pod.
 
