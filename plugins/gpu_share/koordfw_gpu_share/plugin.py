@@ -21,32 +21,41 @@ Policies (``pluginConfig: {gpu_share: {policy: NAME}}``):
   capacity-aware fragmentation measure (:func:`koordfw_gpu_share.frag.node_frag_capacity`): a GPU is
   usable by a typical pod only as far as the node's CPU leaves room for the pods that would use it,
   and a shared GPU only in whole multiples of the pod's share. Same score form and device choice as FGD.
+* ``fgdlp`` (ours): fgdcap, except that a shared-GPU pod whose size the share distribution covers is
+  packed by configuration (:mod:`koordfw_gpu_share.lp`): into the oldest GPU opened for a combination of
+  shares that still waits for one of its size, else onto a fresh GPU (the node chosen by fgdcap's score
+  over fresh GPUs) opened for the combination furthest behind the LP's proportions. The distribution is
+  ``shareSizes`` in the args or, when empty, learnt from the shared pods seen.
 """
 
 from __future__ import annotations
 
 import json
-from collections import deque
+from collections import Counter, deque
 
 import attrs
 import numpy as np
 
 from koordfw import Status, format_quantity, hookimpl, normalize
 
-from . import frag
+from . import frag, lp
 from .inventory import DEVICE_ALLOCATED, MILLI, Alloc, Inventory
 from .requests import GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, InvalidGpuRequest, pod_gpu_request
 
 KOORD_POLICIES = ("spread", "binpack")
 PAPER_POLICIES = ("fgd", "bestfit", "dotprod", "packing", "clustering", "random")
-OUR_POLICIES = ("fgdx", "fgdpack", "fgdcap")
+OUR_POLICIES = ("fgdx", "fgdpack", "fgdcap", "fgdlp")
 POLICIES = KOORD_POLICIES + PAPER_POLICIES + OUR_POLICIES
-FGD_FAMILY = ("fgd", "fgdx", "fgdpack", "fgdcap")
+FGD_FAMILY = ("fgd", "fgdx", "fgdpack", "fgdcap", "fgdlp")
 MAX_SPEC_CPU, MAX_SPEC_GPU = 128000, 8000  # the paper simulator's normalisation constants
 #: fgdpack's sigmoid scale (GPU milli); FGD's is 1000. Measured on default: finer scales (exact Δ, 500)
 #: leave more GPUs unallocated, 2000 the same as FGD within seed noise, 4000 and above more again.
 FGDPACK_SCALE = 2000.0
 _REQ, _ALLOC, _CHOICE = "gpu_share/request", "gpu_share/alloc", "gpu_share/choice"
+_LP_UNDO = "gpu_share/lp"
+#: fgdlp with a learnt share distribution: first LP after this many shared pods, then again every as many
+LP_LEARN_EVERY = 300
+LP_COUNTED_MAX = 100_000
 INSUFFICIENT = "Insufficient gpu devices"
 _INSUFFICIENT = Status.unschedulable(INSUFFICIENT)
 
@@ -70,6 +79,14 @@ class TypicalPod:
 
 
 @attrs.define
+class ShareSize:
+    """One share size of fgdlp's distribution: per-GPU milli (1–999) and its relative frequency."""
+
+    milli_gpu: int = attrs.field(validator=[attrs.validators.ge(1), attrs.validators.le(MILLI - 1)])
+    weight: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
+
+
+@attrs.define
 class Args:
     policy: str = attrs.field(default="spread", converter=_policy)
     #: FGD target workload; empty = learnt from the pods the scheduler has seen
@@ -82,11 +99,16 @@ class Args:
     #: ``random`` (the kernel's uniform choice among equal scores) or ``first`` (the first node in
     #: cluster order among the best, which the replay's node permutation makes random per seed)
     tie_break: str = attrs.field(default="random", validator=attrs.validators.in_(("random", "first")))
+    #: fgdlp's share distribution; empty = learnt from the shared pods seen
+    share_sizes: list[ShareSize] = attrs.field(factory=list)
+    #: fgdlp opens a GPU for a configuration only on a node whose CPU left after the pod is at least this
+    #: many times the typical CPU of the configuration's other shares (1.5 measured best of 1, 1.5, 2)
+    lp_cpu_margin: float = attrs.field(default=1.5, validator=attrs.validators.ge(0))
 
 
 def measure_of(args: Args):
     """The fragmentation measure an FGD-family policy scores with."""
-    return frag.node_frag_capacity if args.policy == "fgdcap" else frag.node_frag
+    return frag.node_frag_capacity if args.policy in ("fgdcap", "fgdlp") else frag.node_frag
 
 
 def pod_tag(count: int, milli: int) -> str:
@@ -96,6 +118,13 @@ def pod_tag(count: int, milli: int) -> str:
     if count == 1 and milli < MILLI:
         return "share-gpu"
     return f"{count}-gpu"
+
+
+def share_cpu(w: frag.Workload, milli: int) -> float:
+    """Expected CPU (milli) of a typical one-GPU pod sharing ``milli`` of a GPU (0 if M has none)."""
+    m = (w.milli == milli) & (w.num == 1)
+    tot = float(w.p[m].sum())
+    return float((w.p[m] * w.cpu[m]).sum()) / tot if tot > 0 else 0.0
 
 
 def sub_select(left: np.ndarray, fit: np.ndarray, count: int) -> np.ndarray:
@@ -124,6 +153,10 @@ class GpuShare:
         self._since_refresh = 0
         self._cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._frag_cache: tuple[np.ndarray, np.ndarray] | None = None
+        self.packer = lp.Packer()
+        self._shares_seen: Counter = Counter()
+        self._shares_since = 0
+        self._lp_counted: dict[str, None] = {}  # insertion-ordered, bounded by LP_COUNTED_MAX
 
     # -- configuration ---------------------------------------------------------------------------
     @hookimpl
@@ -141,6 +174,27 @@ class GpuShare:
         self.sync(handle.cluster)
         for e in handle.cluster.pods.values():
             self._observe(e.pod)
+        if args.policy == "fgdlp" and args.share_sizes:
+            self.packer.weights = self._solve({s.milli_gpu: s.weight for s in args.share_sizes})
+
+    @staticmethod
+    def _solve(dist: dict[int, float]) -> dict:
+        try:
+            return lp.solve(dist)
+        except ImportError:
+            raise RuntimeError("policy fgdlp needs scipy for its configuration LP (pip install scipy)") from None
+
+    def _learn_share(self, req, args) -> None:
+        """fgdlp without ``shareSizes``: count shared pods; solve the LP after every LP_LEARN_EVERY."""
+        if args.share_sizes or req is None or req.count != 1 or req.milli >= MILLI:
+            return
+        self._shares_seen[req.milli] += 1
+        self._shares_since += 1
+        if self._shares_since >= LP_LEARN_EVERY:
+            self._shares_since = 0
+            self.packer.weights = self._solve(dict(self._shares_seen))
+            self.packer.opened.clear()  # match the new proportions from here on
+            self.packer.n_opened = 0
 
     # -- state -----------------------------------------------------------------------------------
     def sync(self, cluster) -> Inventory:
@@ -223,6 +277,11 @@ class GpuShare:
         except InvalidGpuRequest as e:
             return Status.unresolvable(str(e))
         state[_REQ] = req
+        if args.policy == "fgdlp" and not args.share_sizes and pod.uid not in self._lp_counted:
+            self._lp_counted[pod.uid] = None  # count each pod once, however often it is retried
+            if len(self._lp_counted) > LP_COUNTED_MAX:
+                del self._lp_counted[next(iter(self._lp_counted))]
+            self._learn_share(req, args)
         if req is None:
             return Status.skip()
         if not self.inv.any_gpu:
@@ -280,6 +339,8 @@ class GpuShare:
         inv = self.inv
         if p in FGD_FAMILY:
             scores, _, delta = self._fgd(cluster, idx, pod, req, args)
+            if p == "fgdlp":
+                return self._lp_score(cluster, idx, pod, req, args, state, scores)
             if p in ("fgd", "fgdcap"):
                 return scores
             if p == "fgdpack":
@@ -347,11 +408,12 @@ class GpuShare:
             tier[j] = (75 if len(t) == 1 else 50) if t.get(tag, 0) > 0 else (25 if not t else 0)
         return base + tier
 
-    def _fgd(self, cluster, idx, pod, req, args):
+    def _fgd(self, cluster, idx, pod, req, args, fresh_only: bool = False):
         """FGD per node: (score, best slot or -1, Δ float), cached per pod shape and node version."""
         w = self.target_workload(args)
         cpu = int(pod.requests.get("cpu", 0))
         key = (cpu, req.core, req.memory_ratio, req.memory_bytes, req.count, req.spec) if req else (cpu,)
+        key += (fresh_only,)
         n = cluster.num_nodes
         c = self._cache.get(key)
         if c is None or len(c[0]) != n:
@@ -362,14 +424,15 @@ class GpuShare:
         cur = self.node_version(cluster, idx)
         stale = idx[ver[idx] != cur]
         if len(stale):
-            s, g, d = self._fgd_compute(cluster, stale, cpu, req, w, measure_of(args))
+            s, g, d = self._fgd_compute(cluster, stale, cpu, req, w, measure_of(args), fresh_only=fresh_only)
             sc[stale], slot[stale], dl[stale] = s, g, d
             ver[stale] = cur[ver[idx] != cur]
         return sc[idx], slot[idx], dl[idx]
 
-    def _fgd_compute(self, cluster, idx, cpu, req, w, measure, cpu_bias: int = 0):
+    def _fgd_compute(self, cluster, idx, cpu, req, w, measure, cpu_bias: int = 0, fresh_only: bool = False):
         """Per node: the FGD score, the best slot (shared pods) and Δ = F(n) − F(n') under the policy's
-        fragmentation measure (the paper's for fgd/fgdx/fgdpack, the capacity-aware one for fgdcap)."""
+        fragmentation measure (the paper's for fgd/fgdx/fgdpack, the capacity-aware one for fgdcap).
+        ``fresh_only``: a shared pod is judged on unused GPUs only (a node without one scores 0, slot -1)."""
         inv = self.inv
         left = inv.left[idx]
         cpu_left = self.cpu_left(cluster, idx) + cpu_bias
@@ -379,6 +442,9 @@ class GpuShare:
             d = f0 - measure(cpu_left - cpu, left, model, w)
             return frag.fgd_score(d), np.full(len(idx), -1), d
         fit = inv.fit_devices(idx, req.core, req.memory_ratio, req.memory_bytes)
+        if fresh_only:  # unused GPUs of a node are alike: judge the first one
+            fit &= left == MILLI
+            fit &= np.cumsum(fit, axis=1) == 1
         if req.count == 1 and req.milli < MILLI:
             si, g = np.nonzero(fit)
             hyp = left[si].copy()
@@ -390,11 +456,47 @@ class GpuShare:
             best = np.argmax(m, axis=1)  # first slot with the best (truncated) score, as the Go loop
             dm = np.full(fit.shape, -np.inf)
             dm[si, g] = d_pairs
-            return m[np.arange(len(idx)), best], best, dm[np.arange(len(idx)), best]
+            top = m[np.arange(len(idx)), best]
+            return np.maximum(top, 0), np.where(top >= 0, best, -1), dm[np.arange(len(idx)), best]
         sel = sub_select(left, fit, req.count)
         hyp = left - np.where(sel, req.milli, 0)
         d = f0 - measure(cpu_left - cpu, hyp, model, w)
         return frag.fgd_score(d), np.full(len(idx), -1), d
+
+    def _lp_score(self, cluster, idx, pod, req, args, state, scores) -> np.ndarray:
+        """fgdlp: a covered share goes to the oldest GPU waiting for its size on a feasible node (that node
+        alone scores 100), else a fresh GPU is opened for the next configuration (fgdcap's score over
+        fresh GPUs). Anything else keeps fgdcap's score."""
+        packer = self.packer
+        if req is None or req.count != 1 or req.milli >= MILLI or not packer.covers(req.milli):
+            return scores
+        inv = self.inv
+        pos = {int(i): j for j, i in enumerate(idx.tolist())}
+        for slot in packer.waiting_slots(req.milli, inv.left):
+            j = pos.get(slot[0])
+            if j is None or packer.need[slot][req.milli] <= 0 or inv.left[slot] < req.milli:
+                continue
+            if not inv.fit_devices(np.array([slot[0]]), req.core, req.memory_ratio, req.memory_bytes)[0, slot[1]]:
+                continue
+            state[_CHOICE] = ("fill", slot)
+            out = np.minimum(scores, 99)
+            out[j] = 100
+            return out
+        cfg = packer.next_config(req.milli)
+        cpu = int(pod.requests.get("cpu", 0))
+        w = self.target_workload(args)
+        fresh, fslot, _ = self._fgd(cluster, idx, pod, req, args, fresh_only=True)
+        # open only where the node's CPU leaves room (with a margin) for the rest of the configuration
+        rest = list(cfg or ())
+        if req.milli in rest:
+            rest.remove(req.milli)
+        room = self.cpu_left(cluster, idx) - cpu >= args.lp_cpu_margin * sum(share_cpu(w, t) for t in rest)
+        if (room & (fslot >= 0)).any():
+            fslot = np.where(room, fslot, -1)
+        if not (fslot >= 0).any():  # no fresh GPU on any feasible node: pack as fgdcap does
+            return scores
+        state[_CHOICE] = ("open", cfg)
+        return np.where(fslot >= 0, np.maximum(fresh, 1), 0)
 
     def _fgdx_rank(self, cluster, idx, cpu, gpu_req, delta) -> np.ndarray:
         """Ours: the node with the largest exact Δ wins (no int truncation); ties go to the tightest
@@ -410,7 +512,7 @@ class GpuShare:
         return out
 
     # -- device choice ---------------------------------------------------------------------------
-    def choose_slots(self, cluster, i: int, pod, req, args) -> list[int]:
+    def choose_slots(self, cluster, i: int, pod, req, args, choice: tuple | None = None) -> list[int]:
         inv = self.inv
         idx = np.array([i])
         fit = inv.fit_devices(idx, req.core, req.memory_ratio, req.memory_bytes)[0]
@@ -430,6 +532,20 @@ class GpuShare:
                  else np.where(requested <= tot, (tot - requested) * 100 // safe, 0))
             order = sorted(cand.tolist(), key=lambda g: (-int(s[g]), int(inv.minor[i, g])))
             return order[: req.count]
+        if sharing and p == "fgdlp" and choice is None and self.packer.covers(req.milli):
+            # not scored (one feasible node, or another score won): the same rule on this node alone
+            waiting = [sl for sl in self.packer.waiting_slots(req.milli, inv.left)
+                       if sl[0] == i and fit[sl[1]] and self.packer.need[sl][req.milli] > 0]
+            choice = ("fill", waiting[0]) if waiting else ("open", self.packer.next_config(req.milli))
+        if sharing and p == "fgdlp" and choice is not None:
+            if choice[0] == "fill" and choice[1][0] == i and fit[choice[1][1]]:
+                return [int(choice[1][1])]
+            if choice[0] == "open":
+                cpu = int(pod.requests.get("cpu", 0))
+                _, slot, _ = self._fgd_compute(cluster, idx, cpu, req, self.target_workload(args),
+                                               measure_of(args), cpu_bias=cpu, fresh_only=True)
+                if slot[0] >= 0 and fit[slot[0]]:
+                    return [int(slot[0])]
         if sharing and p in FGD_FAMILY:
             # the pod is already assumed on the node: judge from the state before it, as at score time
             cpu = int(pod.requests.get("cpu", 0))
@@ -450,9 +566,11 @@ class GpuShare:
         if req is None:
             return None
         inv = self.sync(handle.cluster)
-        slots = self.choose_slots(handle.cluster, node.index, pod, req, args)
+        slots = self.choose_slots(handle.cluster, node.index, pod, req, args, state.get(_CHOICE))
         if len(slots) < req.count:
             return Status.unschedulable(INSUFFICIENT)
+        if args.policy == "fgdlp" and req.count == 1 and req.milli < MILLI:
+            state[_LP_UNDO] = self._lp_record(node.index, slots[0], req.milli, state.get(_CHOICE))
         if req.memory_ratio is not None:
             mem, mem_b = req.memory_ratio, None
         else:
@@ -463,8 +581,19 @@ class GpuShare:
         state[_ALLOC] = a
         return None
 
+    def _lp_record(self, i: int, g: int, size: int, choice: tuple | None) -> tuple:
+        """fgdlp's bookkeeping for a share placed on GPU ``g`` of node ``i`` (before the allocation)."""
+        slot = (i, g)
+        if int(self.inv.left[slot]) == MILLI and self.packer.covers(size):
+            cfg = choice[1] if choice is not None and choice[0] == "open" and choice[1] else None
+            return self.packer.open(slot, size, cfg or self.packer.next_config(size))
+        return self.packer.fill(slot, size)
+
     @hookimpl
     def unreserve(self, pod, node, state):
+        rec = state.pop(_LP_UNDO, None)
+        if rec is not None:
+            self.packer.undo(rec)
         if self.inv is not None:
             self.inv.release(pod.uid)
         state.pop(_ALLOC, None)

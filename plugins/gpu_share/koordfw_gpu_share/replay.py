@@ -15,6 +15,7 @@ import csv
 import json
 import statistics
 import sys
+from collections import Counter
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -124,15 +125,21 @@ def _node(r) -> Any:
     return make_node(name, allocatable=alloc, labels={GPU_MODEL_LABEL: model} if model else {})
 
 
-def profile_for(policy: str, seed: int, workload: frag.Workload, tie_break: str = "first") -> dict:
+def profile_for(policy: str, seed: int, workload: frag.Workload, tie_break: str = "first",
+                shares: dict[int, int] | None = None) -> dict:
+    """The replay's scheduler profile. ``shares`` (share milli → pods in the trace) becomes fgdlp's
+    ``shareSizes``, the way the target workload M comes from the trace for the FGD family."""
     tp = [{"milliCpu": k[0], "milliGpu": k[1], "gpuNumber": k[2], "gpuSpec": k[3], "weight": float(p)}
           for k, p in zip(workload.keys, workload.p.tolist())]
+    cfg: dict[str, Any] = {"policy": policy, "seed": seed, "typicalPods": tp, "tieBreak": tie_break}
+    if policy == "fgdlp" and shares:
+        cfg["shareSizes"] = [{"milliGpu": m, "weight": float(c)} for m, c in sorted(shares.items())]
     # node_resources_fit filters last: gpu_share's vectorised filter drops the nodes without room for the
     # GPUs first, so the per-node reasons node_resources_fit builds are few (same feasible set and order)
     return {"percentageOfNodesToScore": 100, "disable": ["default_preemption"],
             "plugins": {"filter": {"enabled": [{"name": "node_resources_fit"}]},
                         "score": {"disabled": [{"name": "*"}], "enabled": [{"name": "gpu_share", "weight": 1}]}},
-            "pluginConfig": {"gpu_share": {"policy": policy, "seed": seed, "typicalPods": tp, "tieBreak": tie_break}}}
+            "pluginConfig": {"gpu_share": cfg}}
 
 
 def bin_curve(arrived: np.ndarray, used: np.ndarray, fragm: np.ndarray, capacity_milli: int) -> list[dict]:
@@ -169,6 +176,8 @@ class Trace:
     pods: list
     capacity_milli: int
     workload: frag.Workload
+    #: share milli → number of shared-GPU pods of that size in the trace file
+    shares: dict[int, int] = attrs.field(factory=dict)
 
 
 def prepare_trace(nodes_csv, pods_csv, seed: int) -> Trace:
@@ -183,7 +192,8 @@ def prepare_trace(nodes_csv, pods_csv, seed: int) -> Trace:
     rng = np.random.default_rng(seed)
     order = tune(prows, rng, capacity)
     perm = rng.permutation(len(gpu_nodes))
-    return Trace([gpu_nodes[j] for j in perm.tolist()], order, capacity, workload)
+    shares = Counter(r[4] for r in prows if r[3] == 1 and 0 < r[4] < 1000)
+    return Trace([gpu_nodes[j] for j in perm.tolist()], order, capacity, workload, dict(shares))
 
 
 async def start_replay(trace: Trace, policy: str, seed: int, tie_break: str = "first") -> tuple:
@@ -193,7 +203,7 @@ async def start_replay(trace: Trace, policy: str, seed: int, tie_break: str = "f
 
     if policy not in POLICIES:
         raise ConfigError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
-    registry = build_registry(profile_for(policy, seed, trace.workload, tie_break), only=["gpu_share"])
+    registry = build_registry(profile_for(policy, seed, trace.workload, tie_break, trace.shares), only=["gpu_share"])
     if "gpu_share" not in registry.plugins:
         raise ConfigError("the gpu_share plugin is not installed (pip install plugins/gpu_share)")
     cluster = ClusterState()
