@@ -10,7 +10,7 @@ true optimum can only be worse: the figure is a floor, not an achievable value.
 
     .venv/bin/python bench/gpu_share_bound.py [--seeds 42-51] [--workload default]
 
-Needs scipy (its HiGHS LP solver), which koordfw does not depend on: ``pip install scipy``.
+Uses scipy's HiGHS LP solver, which the gpu_share plugin installs (its fgdlp policy solves an LP too).
 """
 
 from __future__ import annotations
@@ -84,11 +84,6 @@ def main() -> int:
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--workload", default="default")
     a = ap.parse_args()
-    try:
-        import scipy  # noqa: F401
-    except ImportError:
-        print("bench/gpu_share_bound.py needs scipy for its LP solver: pip install scipy", file=sys.stderr)
-        return 2
     rows = []
     for s in parse_seeds(a.seeds):
         r = bound(s, a.workload)

@@ -15,9 +15,10 @@ Only the failed pods that ask for one GPU (a share or a whole one) take part in 
 It also lists the failed pods by shape. The run is the same as ``koordfw replay openb`` up to that pod.
 
 For scale it packs the shared-GPU pods that arrived by then alone, GPU by GPU (no nodes, CPU or memory,
-every pod placed, as many GPUs as needed), online by best fit in arrival order and offline by best fit
-after sorting them largest first, and reports the milli left on partly used GPUs as % of capacity: what
-share packing by itself leaves, before any other constraint.
+every pod placed, as many GPUs as needed): online by best fit in arrival order, online by fgdlp's
+configuration packing (:mod:`koordfw_gpu_share.lp`, with the trace's share distribution, as the replay
+gives it), and offline by best fit after sorting them largest first. It reports the milli left on
+partly used GPUs as % of capacity: what share packing by itself leaves, before any other constraint.
 
 Usage: .venv/bin/python bench/gpu_share_holes.py [--workload default] [--policy fgdcap] [--seeds 42-43]
        [--top 8] [--json]
@@ -34,6 +35,7 @@ import anyio
 import anyio.lowlevel
 import numpy as np
 
+from koordfw_gpu_share import lp
 from koordfw_gpu_share.replay import parse_seeds, prepare_trace, start_replay
 
 DATA = "/work/shared/data/alibaba-gpu-v2023"
@@ -49,6 +51,30 @@ def best_fit_gaps(shares: list[int]) -> list[int]:
         if g > 0:
             bisect.insort(gaps, g)
     return gaps
+
+
+def configuration_gaps(shares: list[int], dist: dict[int, int]) -> list[int]:
+    """fgdlp's rule on shares alone: the oldest GPU waiting for the size, else a fresh GPU opened for
+    the configuration furthest behind the LP; sizes the distribution lacks go by best fit."""
+    packer = lp.Packer(weights=lp.solve(dist))
+    left: dict[tuple[int, int], int] = {}
+    for x in shares:
+        slot = None
+        if packer.covers(x):
+            slot = next((sl for sl in packer.waiting_slots(x, left)
+                         if packer.need[sl][x] > 0 and left[sl] >= x), None)
+            if slot is None:
+                slot = (len(left), 0)
+                left[slot] = 1000
+                packer.open(slot, x, packer.next_config(x))
+            else:
+                packer.fill(slot, x)
+        else:
+            fits = [sl for sl, v in left.items() if v >= x]
+            slot = min(fits, key=lambda sl: left[sl]) if fits else (len(left), 0)
+            left.setdefault(slot, 1000)
+        left[slot] -= x
+    return [v for v in left.values() if v > 0]
 
 
 async def holes(workload: str, policy: str, seed: int, top: int) -> dict:
@@ -99,6 +125,7 @@ async def holes(workload: str, policy: str, seed: int, top: int) -> dict:
         demand[(r[3], r[4])] += r[3] * r[4]
     pct = 100.0 / cap
     online, offline = best_fit_gaps(shares), best_fit_gaps(sorted(shares, reverse=True))
+    configured = configuration_gaps(shares, trace.shares)
     return {"workload": workload, "policy": policy, "seed": seed,
             "unallocated_pct": round(sum(demand.values()) * pct, 3),
             "free_pct": round(float(inv.left.clip(min=0).sum()) * pct, 3),
@@ -109,6 +136,8 @@ async def holes(workload: str, policy: str, seed: int, top: int) -> dict:
                for k in ("stranded by CPU", "stranded by memory", "usable by a failed pod")},
             "shares_alone_best_fit_pct": round(sum(online) * pct, 3),
             "shares_alone_best_fit_190_pct": round(190 * online.count(190) * pct, 3),
+            "shares_alone_configurations_pct": round(sum(configured) * pct, 3),
+            "shares_alone_configurations_190_pct": round(190 * configured.count(190) * pct, 3),
             "shares_alone_best_fit_decreasing_pct": round(sum(offline) * pct, 3),
             "shares_alone_best_fit_decreasing_190_pct": round(190 * offline.count(190) * pct, 3),
             "failed_pods": len(failed),
@@ -136,7 +165,9 @@ def main() -> None:
         print("  too small, by milli left on the GPU: " + ", ".join(
             f"{x['left_milli']}: {x['gpus']} GPUs ({x['pct']:.2f}%)" for x in r["too_small_by_size"]))
         print(f"  shares alone, GPU by GPU: online best fit leaves {r['shares_alone_best_fit_pct']:.2f}% "
-              f"(190 milli: {r['shares_alone_best_fit_190_pct']:.2f}%), offline best fit decreasing "
+              f"(190 milli: {r['shares_alone_best_fit_190_pct']:.2f}%), online configurations "
+              f"{r['shares_alone_configurations_pct']:.2f}% (190 milli: {r['shares_alone_configurations_190_pct']:.2f}%), "
+              f"offline best fit decreasing "
               f"{r['shares_alone_best_fit_decreasing_pct']:.2f}% (190 milli: {r['shares_alone_best_fit_decreasing_190_pct']:.2f}%)")
         print(f"  {r['failed_pods']} failed pods, by shape: " + ", ".join(
             f"{x['pods']}×{x['gpus']}×{x['milli']} ({x['gpu_pct']:.2f}%)" for x in r["failed_by_shape"]))
