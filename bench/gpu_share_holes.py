@@ -61,8 +61,7 @@ def configuration_gaps(shares: list[int], dist: dict[int, int]) -> list[int]:
     for x in shares:
         slot = None
         if packer.covers(x):
-            slot = next((sl for sl in packer.waiting_slots(x, left)
-                         if packer.need[sl][x] > 0 and left[sl] >= x), None)
+            slot = next(iter(packer.waiting_slots(x, left)), None)
             if slot is None:
                 slot = (len(left), 0)
                 left[slot] = 1000

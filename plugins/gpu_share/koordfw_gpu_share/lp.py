@@ -84,18 +84,21 @@ class Packer:
     def covers(self, size: int) -> bool:
         return any(size in c for c in self.weights)
 
-    def waiting_slots(self, size: int, left: np.ndarray) -> Iterable[Slot]:
-        """GPUs still waiting for a share of ``size`` (oldest first); stale entries are dropped.
-        ``left``: milli left per (node, slot)."""
+    def awaits(self, slot: Slot, size: int, left) -> bool:
+        """``slot`` still waits for a share of ``size`` and has room for it (``left``: milli left,
+        indexed by (node, slot))."""
+        need = self.need.get(slot)
+        return need is not None and need[size] > 0 and left[slot] >= size
+
+    def waiting_slots(self, size: int, left) -> list[Slot]:
+        """GPUs still waiting for a share of ``size``, oldest first; stale entries are dropped."""
         q = self.waiting.get(size)
-        while q:
-            slot = q[0]
-            need = self.need.get(slot)
-            if need is None or need[size] <= 0 or left[slot] < size:
-                q.popleft()
-                continue
-            break
-        return list(q) if q else []
+        if not q:
+            return []
+        live = [sl for sl in q if self.awaits(sl, size, left)]
+        if len(live) != len(q):
+            self.waiting[size] = deque(live)
+        return live
 
     def next_config(self, size: int) -> Config | None:
         """The configuration with ``size`` furthest behind its LP proportion."""

@@ -474,7 +474,7 @@ class GpuShare:
         pos = {int(i): j for j, i in enumerate(idx.tolist())}
         for slot in packer.waiting_slots(req.milli, inv.left):
             j = pos.get(slot[0])
-            if j is None or packer.need[slot][req.milli] <= 0 or inv.left[slot] < req.milli:
+            if j is None:
                 continue
             if not inv.fit_devices(np.array([slot[0]]), req.core, req.memory_ratio, req.memory_bytes)[0, slot[1]]:
                 continue
@@ -534,8 +534,7 @@ class GpuShare:
             return order[: req.count]
         if sharing and p == "fgdlp" and choice is None and self.packer.covers(req.milli):
             # not scored (one feasible node, or another score won): the same rule on this node alone
-            waiting = [sl for sl in self.packer.waiting_slots(req.milli, inv.left)
-                       if sl[0] == i and fit[sl[1]] and self.packer.need[sl][req.milli] > 0]
+            waiting = [sl for sl in self.packer.waiting_slots(req.milli, inv.left) if sl[0] == i and fit[sl[1]]]
             choice = ("fill", waiting[0]) if waiting else ("open", self.packer.next_config(req.milli))
         if sharing and p == "fgdlp" and choice is not None:
             if choice[0] == "fill" and choice[1][0] == i and fit[choice[1][1]]:

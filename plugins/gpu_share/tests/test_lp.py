@@ -49,6 +49,11 @@ def test_packer_rate_matching_fill_and_undo():
     p.undo(rec)
     assert (0, 0) not in p.need and p.n_opened == 0 and p.opened[(470, 470)] == 0
     assert p.fill((0, 1), 470) == ("none",)  # a GPU nobody opened waits for nothing
+    # a stale entry behind a live one: only the live GPU is offered
+    p.open((0, 1), 470, (470, 470))
+    p.waiting[470].appendleft((0, 0))
+    p.waiting[470].append((0, 0))
+    assert p.waiting_slots(470, Left()) == [(0, 1)] and list(p.waiting[470]) == [(0, 1)]
 
 
 def _node(b, name, gpus=2, cpu="32"):
