@@ -20,12 +20,20 @@ import attrs
 import numpy as np
 
 CAPACITY = 1000  # milli per GPU
+#: the LP is solved over at most this many configurations: with many small share sizes the count
+#: explodes, so the least frequent sizes are left out (their pods are packed by fit) until it fits
+MAX_CONFIGS = 20_000
 
 Config = tuple[int, ...]  # share sizes in one GPU, largest first
 
 
-def maximal_configs(sizes: Iterable[int], capacity: int = CAPACITY) -> list[Config]:
-    """Every multiset of ``sizes`` with sum ≤ capacity to which no size can be added."""
+class TooManyConfigs(Exception):
+    pass
+
+
+def maximal_configs(sizes: Iterable[int], capacity: int = CAPACITY, limit: int | None = None) -> list[Config]:
+    """Every multiset of ``sizes`` with sum ≤ capacity to which no size can be added. Raises
+    :class:`TooManyConfigs` past ``limit``."""
     ss = sorted({int(s) for s in sizes if 0 < int(s) <= capacity}, reverse=True)
     if not ss:
         return []
@@ -36,6 +44,8 @@ def maximal_configs(sizes: Iterable[int], capacity: int = CAPACITY) -> list[Conf
         if i == len(ss):
             if cur and room < smin:
                 out.append(tuple(cur))
+                if limit is not None and len(out) > limit:
+                    raise TooManyConfigs
             return
         s = ss[i]
         for k in range(room // s, -1, -1):
@@ -50,8 +60,18 @@ def solve(dist: Mapping[int, float], capacity: int = CAPACITY) -> dict[Config, f
     size → rate) with the fewest GPUs."""
     from scipy.optimize import linprog
 
-    sizes = sorted(s for s, w in dist.items() if w > 0 and 0 < s < capacity)
-    cfgs = maximal_configs(sizes, capacity)
+    # the most frequent sizes first; keep the longest prefix whose configurations stay under MAX_CONFIGS
+    ranked = sorted((s for s, w in dist.items() if w > 0 and 0 < s < capacity), key=lambda s: (-dist[s], -s))
+    lo, hi, cfgs = 0, len(ranked), []
+    while lo < hi:  # binary search on the prefix length
+        mid = (lo + hi + 1) // 2
+        try:
+            found = maximal_configs(ranked[:mid], capacity, MAX_CONFIGS)
+        except TooManyConfigs:
+            hi = mid - 1
+            continue
+        lo, cfgs = mid, found
+    sizes = sorted(ranked[:lo])
     if not cfgs:
         return {}
     row = {s: i for i, s in enumerate(sizes)}

@@ -20,6 +20,18 @@ def test_maximal_configs_hand_enumerated():
     assert lp.maximal_configs([]) == []
 
 
+def test_lp_leaves_out_rare_sizes_when_configurations_explode(monkeypatch):
+    monkeypatch.setattr(lp, "MAX_CONFIGS", 500)
+    dist = {m: 1 for m in range(10, 1000, 10)}  # every gpu-core percentage: far too many combinations
+    dist[470] = dist[320] = dist[650] = 50
+    w = lp.solve(dist)
+    used = {s for c in w for s in c}
+    assert {470, 320, 650} <= used and len(used) < len(dist)
+    assert len(lp.maximal_configs(used)) <= 500
+    with pytest.raises(lp.TooManyConfigs):
+        lp.maximal_configs(dist, limit=500)
+
+
 def test_lp_pairs_sizes_that_fill_a_gpu():
     # 470 pairs with 470 (60 left) and 320 with 650 (30 left): two GPUs for the four shares, the only optimum
     w = lp.solve({470: 2, 320: 1, 650: 1})
