@@ -17,6 +17,12 @@ def node(name: str, cpu: str = "4", memory: str = "16Gi", pods: str = "110", lab
             "spec": {}, "status": {"capacity": alloc, "allocatable": alloc}}
 
 
+def pdb(name: str, labels: dict, disruptions_allowed: int, ns: str = "default") -> dict:
+    """A PodDisruptionBudget over pods with ``labels``, its status already computed."""
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": {"matchLabels": labels}}, "status": {"disruptionsAllowed": disruptions_allowed}}
+
+
 def pod(name: str, cpu: str = "100m", memory: str = "128Mi", *, ns: str = "default", scheduler: str = SCHED,
         node_name: str | None = None, labels: dict | None = None, annotations: dict | None = None,
         **spec) -> dict:

@@ -3,11 +3,11 @@ replacement on the target; PDBs honoured; dry-run by default."""
 
 from __future__ import annotations
 
-import contextlib
 
 import anyio
 import pytest
-from conftest import SCHED, node, pod
+from conftest import SCHED, node, pdb, pod
+from test_scheduler_e2e import running, wait_for
 
 from koordfw import Migration, hookimpl
 from koordfw.engines.embedded import build_registry
@@ -33,21 +33,6 @@ class PreferN0:
     @hookimpl
     def score(self, nodes):
         return {n.name: 100 if n.name == "n0" else 0 for n in nodes}
-
-
-async def wait_for(pred, timeout: float = 15.0) -> None:
-    with anyio.fail_after(timeout):
-        while not pred():
-            await anyio.sleep(0.02)
-
-
-@contextlib.asynccontextmanager
-async def running(eng):
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(eng.run)
-        await eng.started.wait()
-        yield
-        eng.stop()
 
 
 def web(name, **kw):
@@ -91,9 +76,7 @@ async def test_pdb_blocks_the_eviction_and_the_reservation_is_released(api, clie
     api.create(node("n0", cpu="4"))
     api.create(node("n1", cpu="4"))
     api.create(web("web-0", node_name="n0", labels={"app": "web"}))
-    api.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-                "metadata": {"name": "web-pdb", "namespace": "default"},
-                "spec": {"selector": {"matchLabels": {"app": "web"}}}, "status": {"disruptionsAllowed": 0}})
+    api.create(pdb("web-pdb", {"app": "web"}, 0))
     eng = engine(client)
     async with running(eng):
         await wait_for(lambda: any(o.result.startswith("blocked") for o in eng.descheduler.history))
@@ -205,9 +188,7 @@ async def test_a_refused_eviction_releases_only_its_own_reservation(api, client)
     api.create(node("n1", cpu="4"))
     api.create(web("web-0", node_name="n0"))
     api.create(web("web-1", node_name="n0", labels={"guarded": "yes"}))
-    api.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-                "metadata": {"name": "guard", "namespace": "default"},
-                "spec": {"selector": {"matchLabels": {"guarded": "yes"}}}, "status": {"disruptionsAllowed": 0}})
+    api.create(pdb("guard", {"guarded": "yes"}, 0))
     eng = engine_both(client)
     async with running(eng):
         # several rounds: web-1 is refused each time, web-0's reservation must survive all of them

@@ -7,7 +7,7 @@ import datetime as dt
 
 import anyio
 import pytest
-from conftest import node, pod
+from conftest import node, pdb, pod
 
 from koordfw.engines.kube.client import ApiError, KubeClient
 from koordfw.testing.fake_apiserver import FakeApiServer
@@ -136,9 +136,7 @@ async def test_delete_answers_404_and_uid_precondition_409(gapi, gclient):
 async def test_eviction_takes_the_same_graceful_path_and_a_terminating_pod_skips_the_budget(gapi, gclient):
     created = bound(gapi, labels={"app": "web"})
     gapi.grace_scale = 100.0
-    gapi.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-                 "metadata": {"name": "pdb", "namespace": "default"},
-                 "spec": {"selector": {"matchLabels": {"app": "web"}}}, "status": {"disruptionsAllowed": 1}})
+    gapi.create(pdb("pdb", {"app": "web"}, 1))
     body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a", "namespace": "default"},
             "deleteOptions": {"preconditions": {"uid": created["metadata"]["uid"]}}}
     await gclient.request("POST", f"{PODS}/a/eviction", body=body)

@@ -10,16 +10,11 @@ import pytest
 from koordfw.engines.kube.client import KubeClient
 from koordfw.engines.kube.leader import LeaderElector, _micro
 from koordfw.testing.fake_apiserver import Fault
+from test_scheduler_e2e import wait_for
 
 NS, NAME = "kube-system", "sched"
 # short timings keep the suite fast; the margin lease - renew (1 s) is what keeps leaders apart
 KW = dict(namespace=NS, name=NAME, lease_duration=2.0, renew_deadline=1.0, retry_period=0.25)
-
-
-async def wait_for(pred, timeout: float = 10.0) -> None:
-    with anyio.fail_after(timeout):
-        while not pred():
-            await anyio.sleep(0.01)
 
 
 @pytest.fixture
@@ -46,7 +41,7 @@ async def test_acquire_creates_then_renews_and_release_hands_back(api, clients):
     rv0 = lease["metadata"]["resourceVersion"]
     async with anyio.create_task_group() as tg:
         tg.start_soon(a.hold)
-        await wait_for(lambda: int(api.get("leases", NAME, NS)["metadata"]["resourceVersion"]) > int(rv0) + 2)
+        await wait_for(lambda: int(api.get("leases", NAME, NS)["metadata"]["resourceVersion"]) > int(rv0) + 2, 10.0)
         assert a.is_leader and not a.lost.is_set()
         tg.cancel_scope.cancel()
     await a.release()
@@ -81,7 +76,7 @@ async def test_hung_renewal_ends_leadership_before_another_takes_the_lease(api, 
         hang = Fault(status=0, delay=60, method="GET", path="leases", count=1)
         api.faults.append(hang)
         t0 = time.monotonic()
-        await wait_for(lambda: hang.count == 0)  # A's renewal is the one hanging
+        await wait_for(lambda: hang.count == 0, 10.0)  # A's renewal is the one hanging
         with anyio.fail_after(8):
             await b.acquire()
         t_b.append(time.monotonic())
