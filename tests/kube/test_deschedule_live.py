@@ -199,8 +199,6 @@ async def test_a_refused_eviction_releases_only_its_own_reservation(api, client)
 
 
 async def test_graceful_eviction_the_target_stays_held_while_the_victim_terminates(client_graceful):
-    from conftest import SCHED
-
     api, client = client_graceful
     api.create(node("n0", cpu="1"))
     api.create(node("n1", cpu="1"))
