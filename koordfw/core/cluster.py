@@ -332,8 +332,10 @@ class ClusterState:
         self.generation += 1
 
     def _account(self, entry: PodEntry, i: int) -> None:
+        # the vector first: a resource no node advertises yet grows the columns (and replaces ``_req``)
+        vec = self.request_vector(entry.pod)
         entry.node_index = i
-        self._req[i] += self.request_vector(entry.pod)
+        self._req[i] += vec
         self._on_node[i][entry.pod.uid] = entry.pod
         self._version[i] += 1
 
@@ -341,7 +343,8 @@ class ClusterState:
         i = entry.node_index
         if i < 0:
             return
-        self._req[i] -= self.request_vector(entry.pod)
+        vec = self.request_vector(entry.pod)
+        self._req[i] -= vec
         self._on_node[i].pop(entry.pod.uid, None)
         self._version[i] += 1
         entry.node_index = -1
@@ -443,7 +446,8 @@ class ClusterState:
         removed = []
         for p in pods:
             if p.uid in self._on_node[i]:
-                self._req[i] -= self.request_vector(p)
+                vec = self.request_vector(p)
+                self._req[i] -= vec
                 del self._on_node[i][p.uid]
                 removed.append(p)
         self._version[i] += 1
@@ -451,7 +455,8 @@ class ClusterState:
             yield
         finally:
             for p in removed:
-                self._req[i] += self.request_vector(p)
+                vec = self.request_vector(p)
+                self._req[i] += vec
                 self._on_node[i][p.uid] = p
             self._version[i] += 1
 
