@@ -6,6 +6,7 @@ integer units rounded up (``Value()``), which is how Koordinator compares them.
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -21,6 +22,14 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 #: resources whose canonical integer unit is the milli-unit
 MILLI_RESOURCES = frozenset({"cpu"})
 
+#: Kubernetes: "no quantity may represent a number greater than 2^63-1"; koordfw holds canonical amounts
+#: (milli-cpu, bytes, units) as int64 and refuses larger ones instead of capping them
+MAX_CANONICAL = 2**63 - 1
+#: longest number part accepted (Go's int64 has 19 digits; a quantity's digits beyond that are noise)
+_MAX_DIGITS = 40
+#: largest decimal exponent accepted (``1e18`` bytes is an exabyte; beyond ``e30`` nothing fits int64)
+_MAX_EXPONENT = 30
+
 
 class QuantityError(ValueError):
     def __init__(self, message: str, field: str | None = None) -> None:
@@ -33,24 +42,42 @@ def parse_quantity(value: object) -> Fraction:
     if isinstance(value, bool):
         raise QuantityError(f"invalid quantity {value!r}")
     if isinstance(value, int):
+        if abs(value) > MAX_CANONICAL * 1000:
+            raise QuantityError(f"invalid quantity {_short(value)}: larger than 2^63-1")
         return Fraction(value)
     if isinstance(value, float):
+        if not math.isfinite(value):
+            raise QuantityError(f"invalid quantity {value!r}: not a finite number")
         return Fraction(str(value))
     if not isinstance(value, str):
-        raise QuantityError(f"invalid quantity {value!r}: expected a string or a number")
+        raise QuantityError(f"invalid quantity {_short(value)}: expected a string or a number")
     s = value.strip()
+    if len(s) > _MAX_DIGITS + 8:
+        raise QuantityError(f"invalid quantity {_short(value)}: longer than {_MAX_DIGITS + 8} characters")
     m = _RE.match(s)
     if not m:
-        raise QuantityError(f"invalid quantity {value!r}")
+        raise QuantityError(f"invalid quantity {_short(value)}")
     number, suffix, exponent = m.groups()
     q = Fraction(number)
     if exponent is not None:
-        q *= Fraction(10) ** int(exponent)
+        e = int(exponent)
+        if abs(e) > _MAX_EXPONENT:
+            raise QuantityError(f"invalid quantity {_short(value)}: exponent beyond ±{_MAX_EXPONENT}")
+        q *= Fraction(10) ** e
     elif suffix in _BINARY:
         q *= _BINARY[suffix]
     else:
         q *= _DECIMAL[suffix or ""]
     return q
+
+
+def _short(value: object, limit: int = 40) -> str:
+    """``repr`` of a bad value for an error message, cut to ``limit`` characters."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long for repr (sys.get_int_max_str_digits)
+        return f"<a {type(value).__name__} too long to print>"
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def parse_duration(value: object) -> float:
@@ -59,12 +86,18 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"invalid duration {value!r}")
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:
+            raise ValueError(f"invalid duration {_short(value)}: too large") from None
+        if not math.isfinite(seconds):
+            raise ValueError(f"invalid duration {value!r}: not a finite number")
+        return _bounded_duration(seconds, value)
     if not isinstance(value, str):
-        raise ValueError(f"invalid duration {value!r}")
+        raise ValueError(f"invalid duration {_short(value)}")
     s = value.strip()
-    if not s:
-        raise ValueError(f"invalid duration {value!r}")
+    if not s or len(s) > 64:
+        raise ValueError(f"invalid duration {_short(value)}")
     sign = 1.0
     if s[0] in "+-":
         sign = -1.0 if s[0] == "-" else 1.0
@@ -80,23 +113,41 @@ def parse_duration(value: object) -> float:
         pos = m.end()
     if pos == 0:
         raise ValueError(f"invalid duration {value!r}")
-    return sign * total
+    return _bounded_duration(sign * total, value)
+
+
+#: Go's time.Duration is int64 nanoseconds: about 292 years
+MAX_DURATION_SECONDS = (2**63 - 1) / 1e9
+
+
+def _bounded_duration(seconds: float, value: object) -> float:
+    if abs(seconds) > MAX_DURATION_SECONDS:
+        raise ValueError(f"invalid duration {_short(value)}: longer than Go's time.Duration (292 years)")
+    return seconds
 
 
 def _ceil(q: Fraction) -> int:
     return -((-q.numerator) // q.denominator)
 
 
+def _bounded(amount: int, value: object, unit: str) -> int:
+    if abs(amount) > MAX_CANONICAL:
+        raise QuantityError(f"invalid quantity {_short(value)}: larger than 2^63-1 {unit}")
+    return amount
+
+
 def to_milli(value: object) -> int:
-    return _ceil(parse_quantity(value) * 1000)
+    return _bounded(_ceil(parse_quantity(value) * 1000), value, "milli-units")
 
 
 def to_int(value: object) -> int:
-    return _ceil(parse_quantity(value))
+    return _bounded(_ceil(parse_quantity(value)), value, "units")
 
 
 def canonical(resource: str, value: object) -> int:
-    """The integer a resource is accounted in: milli for cpu, units (rounded up) otherwise."""
+    """The integer a resource is accounted in: milli for cpu, units (rounded up) otherwise.
+
+    Raises :class:`QuantityError` for anything that is not a finite quantity within int64 in that unit."""
     return to_milli(value) if resource in MILLI_RESOURCES else to_int(value)
 
 
@@ -113,16 +164,25 @@ def format_quantity(resource: str, amount: int) -> str:
     return str(amount)
 
 
-def parse_resource_list(raw: object, *, where: str = "") -> dict[str, int]:
-    """Parse a ResourceList mapping into canonical integers; errors name the offending key."""
+def parse_resource_list(raw: object, *, where: str = "", allow_negative: bool = False) -> dict[str, int]:
+    """Parse a ResourceList mapping into canonical integers; errors name the offending key.
+
+    Amounts must be non-negative (Kubernetes' validation of requests, limits, capacity and
+    allocatable) unless ``allow_negative``."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise QuantityError(f"expected a mapping, got {type(raw).__name__}", field=where or None)
     out: dict[str, int] = {}
     for k, v in raw.items():
+        field = f"{where}.{k}" if where else str(k)
+        if not isinstance(k, str) or not k:
+            raise QuantityError(f"invalid resource name {_short(k)}", field=field)
         try:
-            out[str(k)] = canonical(str(k), v)
+            amount = canonical(k, v)
         except QuantityError as e:
-            raise QuantityError(str(e), field=f"{where}.{k}" if where else str(k)) from None
+            raise QuantityError(str(e), field=field) from None
+        if amount < 0 and not allow_negative:
+            raise QuantityError(f"invalid quantity {_short(v)}: must be greater than or equal to 0", field=field)
+        out[k] = amount
     return out
