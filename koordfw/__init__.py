@@ -17,7 +17,8 @@ from .core.manifests import (Manifests, NodeMetricStatus, PodMetric, field_list,
 from .core.model import Migration, Node, Pod, make_node, make_pod, parse_time, raw_allocatable, selector_matches
 from .core.nodestate import FileWrite, NodeState, PodState
 from .core.profile import Profile, load_profile, profile_from_dict
-from .core.quantity import canonical, format_quantity, parse_duration, parse_quantity
+from .core.quantity import QuantityError, canonical, format_quantity, parse_duration, parse_quantity
+from .core.safeload import InputError, load_yaml, load_yaml_all, loads_json
 from .core.status import Code, Status
 from .hookspecs import hookimpl, hookspec
 
@@ -31,6 +32,7 @@ __all__ = [
     "format_quantity", "hookimpl", "hookspec", "load_manifests", "load_objects", "load_profile", "make_node",
     "make_pod", "normalize", "parse_duration", "parse_quantity", "parse_time", "profile_from_dict", "raw_allocatable", "resource_map", "selector_matches", "simulate",
     "NodeMetricStatus", "PodMetric", "node_metric_name", "read_node_metric",
+    "InputError", "QuantityError", "load_yaml", "load_yaml_all", "loads_json",
 ]
 
 
