@@ -77,6 +77,13 @@ def filter(pod, nodes, args):
     return ~short.any(axis=1), reasons
 
 
+def _saturating_add(a, b):
+    """``a + b`` for non-negative int64 amounts, capped at the int64 maximum instead of wrapping."""
+    out = a + b
+    over = out < a
+    return np.where(over, np.iinfo(np.int64).max, out) if over.any() else out
+
+
 @hookimpl
 def score(pod, nodes, args):
     cluster = nodes.cluster
@@ -86,7 +93,7 @@ def score(pod, nodes, args):
     if weights.sum() <= 0:
         return None
     alloc = cluster.allocatable[np.ix_(nodes.idx, cols)]
-    req = cluster.requested[np.ix_(nodes.idx, cols)] + vec[cols]
+    req = _saturating_add(cluster.requested[np.ix_(nodes.idx, cols)], vec[cols])
     safe = np.where(alloc > 0, alloc, 1)
     if args.scoring_strategy == "BalancedAllocation":
         frac = np.minimum(req / safe, 1.0)
@@ -94,7 +101,19 @@ def score(pod, nodes, args):
         std = np.nan_to_num(np.nanstd(frac, axis=1), nan=0.0)
         return ((1.0 - std) * 100).astype(np.int64)
     if args.scoring_strategy == "MostAllocated":
-        per = np.where(alloc > 0, np.minimum(req, alloc) * 100 // safe, 0)
+        per = np.where(alloc > 0, _percent(np.minimum(req, alloc), safe), 0)
     else:
-        per = np.where((alloc > 0) & (req <= alloc), (alloc - req) * 100 // safe, 0)
+        per = np.where((alloc > 0) & (req <= alloc), _percent(np.maximum(alloc - req, 0), safe), 0)
     return (per * weights).sum(axis=1) // weights.sum()
+
+
+#: above this, ``amount * 100`` no longer fits int64
+_EXACT_LIMIT = (2**63 - 1) // 100
+
+
+def _percent(part, whole):
+    """``part * 100 // whole`` exactly (kube's integer arithmetic), without int64 overflow for
+    quantities near 2^63 (a node advertising exabytes)."""
+    if part.size and int(part.max()) > _EXACT_LIMIT:
+        return (part.astype(object) * 100 // whole.astype(object)).astype(np.int64)
+    return part * 100 // whole

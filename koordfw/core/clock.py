@@ -5,10 +5,20 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import time
 from typing import Callable, Protocol
 
 import anyio
+
+
+def _finite(t: float, what: str) -> float:
+    """Virtual time must be finite and move when advanced: a time so large that adding a second to it
+    changes nothing (beyond 2^52 s) would stop the clock, and the run with it."""
+    t = float(t)
+    if not math.isfinite(t) or abs(t) >= 2.0**52:
+        raise ValueError(f"virtual clock: {what} at {t!r} is not a usable time")
+    return t
 
 
 class TimerHandle:
@@ -59,7 +69,7 @@ class VirtualClock:
     virtual = True
 
     def __init__(self, start: float = 0.0) -> None:
-        self._now = float(start)
+        self._now = _finite(start, "start")
         self._timers: list[tuple[float, int, TimerHandle]] = []
         self._seq = itertools.count()
 
@@ -67,7 +77,7 @@ class VirtualClock:
         return self._now
 
     def call_at(self, when: float, callback: Callable[[], None]) -> TimerHandle:
-        h = TimerHandle(when, callback)
+        h = TimerHandle(_finite(when, "a timer"), callback)
         heapq.heappush(self._timers, (when, next(self._seq), h))
         return h
 
@@ -78,6 +88,7 @@ class VirtualClock:
 
     def advance_to(self, when: float) -> int:
         """Set the time to ``when`` (never backwards), firing every timer due by then. Returns how many fired."""
+        when = _finite(when, "advance_to")
         fired = 0
         while self._timers and self._timers[0][0] <= when:
             t, _, h = heapq.heappop(self._timers)

@@ -7,18 +7,18 @@ Errors name the file, the object and the field.
 
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any, Iterable, Iterator
 
 import attrs
-import yaml
 
 from .cluster import ClusterState
 from .errors import ManifestError
-from .model import Node, Pod, node_from_manifest, parse_time, pod_from_manifest
-from .quantity import canonical
+from .model import Node, Pod, node_from_manifest, object_name, object_namespace, parse_time, pod_from_manifest
+from .quantity import QuantityError, canonical
+from .safeload import InputError, load_yaml_all, loads_json, read_text
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -52,9 +52,13 @@ def resource_map(raw: Any, obj: str, field: str, only: tuple[str, ...] | None = 
         if v is None or (only is not None and r not in only):
             continue
         try:
-            out[r] = canonical(r, v)
-        except ValueError as e:
+            amount = canonical(r, v)
+        except QuantityError as e:
             raise ManifestError(str(e), obj=obj, field=f"{field}.{r}") from None
+        if amount < 0:
+            raise ManifestError(f"invalid quantity {v!r}: must be greater than or equal to 0", obj=obj,
+                                field=f"{field}.{r}")
+        out[r] = amount
     return out
 
 
@@ -92,7 +96,8 @@ class NodeMetricStatus:
 def node_metric_name(obj: Mapping[str, Any]) -> tuple[str, str]:
     """(name, ``"NodeMetric <name>"``) of a NodeMetric object, for error messages."""
     meta = field_mapping(obj.get("metadata"), "NodeMetric ?", "metadata")
-    name = str(meta.get("name", "?"))
+    name = meta.get("name", "?")
+    name = name if isinstance(name, str) else "?"
     return name, f"NodeMetric {name}"
 
 
@@ -111,8 +116,8 @@ def read_node_metric(obj: Mapping[str, Any], only: tuple[str, ...] | None = None
     for i, pm in enumerate(field_list(status.get("podsMetric"), ctx, "status.podsMetric")):
         where = f"status.podsMetric[{i}]"
         pm = field_mapping(pm, ctx, where)
-        if not pm.get("name"):
-            raise ManifestError("a pod metric needs a name", obj=ctx, field=f"{where}.name")
+        if not pm.get("name") or not isinstance(pm["name"], str):
+            raise ManifestError("a pod metric needs a name (a string)", obj=ctx, field=f"{where}.name")
         raw = field_mapping(pm.get("podUsage"), ctx, f"{where}.podUsage")
         pods.append(PodMetric(str(pm.get("namespace") or "default"), str(pm["name"]),
                               resource_map(raw.get("resources"), ctx, f"{where}.podUsage.resources", only),
@@ -126,6 +131,9 @@ class Manifests:
     pods: list[Pod] = attrs.field(factory=list)
     objects: list[tuple[str, dict]] = attrs.field(factory=list)  # (kind, object)
     files: list[str] = attrs.field(factory=list)
+
+    #: (kind, key) → the file each object came from, for errors about duplicates
+    sources: dict[tuple[str, str], str] = attrs.field(factory=dict)
 
     def newest_timestamp(self) -> float | None:
         """The newest creation time or metric update time in the input (the virtual clock's start)."""
@@ -169,20 +177,36 @@ def _iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:
 
 def _documents(path: Path) -> list[Any]:
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ManifestError(f"cannot read: {e}", file=str(path)) from None
-    if path.suffix == ".json":
-        try:
-            return [json.loads(text)]
-        except json.JSONDecodeError as e:
-            raise ManifestError(f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}", file=str(path)) from None
+        text = read_text(path)
+    except OSError as e:
+        raise ManifestError(f"cannot read: {e.strerror or e}", file=str(path)) from None
+    except InputError as e:
+        raise ManifestError(str(e), file=str(path)) from None
     try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ManifestError(f"invalid YAML{where}: {getattr(e, 'problem', None) or e}", file=str(path)) from None
+        return [loads_json(text)] if path.suffix == ".json" else load_yaml_all(text)
+    except InputError as e:
+        raise ManifestError(str(e), file=str(path)) from None
+
+
+#: Kubernetes kinds are CamelCase identifiers
+_KIND = re.compile(r"[A-Z][A-Za-z0-9]*")
+#: kinds whose spelling is checked, so that ``pod`` or ``Node `` is an error rather than an ignored object
+KNOWN_KINDS = ("Pod", "Node", "NodeMetric", "Device", "PodGroup", "ElasticQuota", "NodeResourceTopology",
+               "PodDisruptionBudget", "NodeSLO", "Reservation", "ConfigMap", "Namespace", "PriorityClass")
+_KNOWN_FOLDED = {k.lower(): k for k in KNOWN_KINDS}
+
+
+def _check_kind(kind: Any, file: str, obj: str, field: str) -> str:
+    if not isinstance(kind, str) or not kind:
+        raise ManifestError("object has no kind", file=file, obj=obj, field=field)
+    if not _KIND.fullmatch(kind):
+        folded = _KNOWN_FOLDED.get(kind.strip().lower())
+        hint = f"; did you mean {folded!r}?" if folded else " (a CamelCase name such as Pod or Node)"
+        raise ManifestError(f"invalid kind {kind[:60]!r}{hint}", file=file, obj=obj, field=field)
+    folded = _KNOWN_FOLDED.get(kind.lower())
+    if folded is not None and folded != kind:
+        raise ManifestError(f"unknown kind {kind!r}; did you mean {folded!r}?", file=file, obj=obj, field=field)
+    return kind
 
 
 def _flatten(doc: Any, file: str, where: str) -> Iterator[tuple[dict, str]]:
@@ -200,22 +224,44 @@ def _flatten(doc: Any, file: str, where: str) -> Iterator[tuple[dict, str]]:
     yield doc, where
 
 
+def _record(out: Manifests, kind: str, key: str, file: str, obj: str) -> None:
+    """Remember where ``kind``/``key`` came from; a second object with the same identity is an error
+    naming both files (the API server holds one object per kind, namespace and name)."""
+    first = out.sources.get((kind, key))
+    if first is not None:
+        where = "the same file" if first == file else first
+        raise ManifestError(f"duplicate {kind} {key}: already defined in {where}", file=file, obj=obj)
+    out.sources[(kind, key)] = file
+
+
 def load_objects(docs: Iterable[Any], *, file: str = "<input>", into: Manifests | None = None) -> Manifests:
+    """Parse objects into ``into`` (or a new Manifests). Every object needs a valid kind and name; two
+    objects of one kind with the same namespace/name, or two pods with one UID, are errors."""
     out = into if into is not None else Manifests()
     for doc in docs:
         for obj, where in _flatten(doc, file, ""):
-            kind = obj.get("kind")
-            name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
-            if not isinstance(kind, str) or not kind:
-                raise ManifestError("object has no kind", file=file, obj=f"object {name or '?'}",
-                                    field=f"{where}kind")
-            if not name:
-                raise ManifestError(f"{kind} has no metadata.name", file=file, field=f"{where}metadata.name")
+            meta = obj.get("metadata")
+            if meta is not None and not isinstance(meta, dict):
+                raise ManifestError("expected a mapping", file=file, field=f"{where}metadata")
+            meta = meta or {}
+            raw_name = meta.get("name")
+            label = f"object {raw_name}" if isinstance(raw_name, str) and raw_name else "object ?"
+            kind = _check_kind(obj.get("kind"), file, label, f"{where}kind")
+            name = object_name(meta, kind, file=file, where=where)
             if kind == "Pod":
-                out.pods.append(pod_from_manifest(obj, file=file))
+                pod = pod_from_manifest(obj, file=file)
+                _record(out, "Pod", pod.key, file, f"Pod {pod.key}")
+                _record(out, "Pod uid", pod.uid, file, f"Pod {pod.key} (metadata.uid {pod.uid})")
+                out.pods.append(pod)
             elif kind == "Node":
-                out.nodes.append(node_from_manifest(obj, file=file))
+                node = node_from_manifest(obj, file=file)
+                _record(out, "Node", node.name, file, f"Node {node.name}")
+                out.nodes.append(node)
             else:
+                ns = object_namespace(meta, file=file, obj=f"{kind} {name}", where=where) \
+                    if meta.get("namespace") is not None else ""
+                key = f"{ns}/{name}" if ns else name
+                _record(out, kind, key, file, f"{kind} {key}")
                 out.objects.append((kind, obj))
     return out
 
@@ -224,16 +270,8 @@ def load_manifests(paths: Iterable[str | Path]) -> Manifests:
     """Load every manifest under ``paths`` (files or directories)."""
     out = Manifests()
     for f in _iter_files(paths):
+        if str(f) in out.files:  # the same file named twice (a file and its directory)
+            continue
         out.files.append(str(f))
         load_objects(_documents(f), file=str(f), into=out)
-    seen: dict[str, str] = {}
-    for p in out.pods:
-        if p.key in seen:
-            raise ManifestError(f"duplicate Pod {p.key}", obj=f"Pod {p.key}")
-        seen[p.key] = p.uid
-    names = set()
-    for n in out.nodes:
-        if n.name in names:
-            raise ManifestError(f"duplicate Node {n.name}", obj=f"Node {n.name}")
-        names.add(n.name)
     return out

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import itertools
-import json
+import math
+import re
 from typing import Any, Mapping
 
 import attrs
 
 from .errors import ManifestError
-from .quantity import QuantityError, canonical, parse_resource_list
+from .quantity import QuantityError, parse_resource_list
+from .safeload import InputError, loads_json
 
 # -- Koordinator wire names (apis/extension) ---------------------------------------------------------
 LABEL_QOS = "koordinator.sh/qosClass"
@@ -34,28 +36,52 @@ ANNOTATION_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
 _uid_counter = itertools.count(1)
 
 
+#: the range of an RFC 3339 timestamp (years 0001 to 9999), as POSIX seconds
+MIN_TIMESTAMP = _dt.datetime(1, 1, 1, tzinfo=_dt.timezone.utc).timestamp()
+MAX_TIMESTAMP = _dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=_dt.timezone.utc).timestamp()
+
+
+def _short(value: object, limit: int = 40) -> str:
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long for repr
+        return f"<a {type(value).__name__} too long to print>"
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
 def parse_time(value: object, *, where: str = "", obj: str | None = None, field: str | None = None) -> float | None:
     """RFC 3339 timestamp (or POSIX seconds) → POSIX seconds; ``None`` when absent.
 
-    A bad value raises ManifestError naming ``obj`` and the field (``field``, or ``where``).
+    A bad value (not a timestamp, not finite, outside the years 0001-9999) raises ManifestError naming
+    ``obj`` and the field (``field``, or ``where``).
     """
-    if value in (None, ""):
+    if value is None or value == "":
         return None
+    where_ = field or where or None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, _dt.datetime):
+        ts = float(value) if isinstance(value, float) or abs(value) < 2**63 else math.inf
+    elif isinstance(value, _dt.datetime):
         d = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
-        return d.timestamp()
-    if not isinstance(value, str):
-        raise ManifestError(f"invalid timestamp {value!r}", obj=obj, field=field or where or None)
-    s = value.strip().replace("Z", "+00:00")
-    try:
-        d = _dt.datetime.fromisoformat(s)
-    except ValueError:
-        raise ManifestError(f"invalid timestamp {value!r}", obj=obj, field=field or where or None) from None
-    if d.tzinfo is None:
-        d = d.replace(tzinfo=_dt.timezone.utc)
-    return d.timestamp()
+        ts = d.timestamp()
+    elif isinstance(value, _dt.date):  # YAML reads a bare 2024-01-02 as a date
+        ts = _dt.datetime(value.year, value.month, value.day, tzinfo=_dt.timezone.utc).timestamp()
+    elif isinstance(value, str) and len(value) <= 64:
+        s = value.strip().replace("Z", "+00:00")
+        try:
+            d = _dt.datetime.fromisoformat(s)
+        except ValueError:
+            raise ManifestError(f"invalid timestamp {_short(value)}", obj=obj, field=where_) from None
+        if d.tzinfo is None:
+            d = d.replace(tzinfo=_dt.timezone.utc)
+        try:
+            ts = d.timestamp()
+        except (OverflowError, ValueError):
+            ts = math.inf
+    else:
+        raise ManifestError(f"invalid timestamp {_short(value)}", obj=obj, field=where_)
+    if not (MIN_TIMESTAMP <= ts <= MAX_TIMESTAMP):
+        raise ManifestError(f"invalid timestamp {_short(value)}: outside the years 0001-9999", obj=obj, field=where_)
+    return ts
 
 
 def format_time(ts: float) -> str:
@@ -71,15 +97,15 @@ def raw_allocatable(node: Any) -> dict[str, int] | None:
         return None
     obj, field = f"Node {node.name}", f"metadata.annotations.{ANNOTATION_RAW_ALLOCATABLE}"
     try:
-        parsed = json.loads(raw)
-    except ValueError as e:
-        raise ManifestError(f"invalid JSON: {e}", obj=obj, field=field) from None
+        parsed = loads_json(raw)
+    except InputError as e:
+        raise ManifestError(str(e), obj=obj, field=field) from None
     if not isinstance(parsed, dict):
         raise ManifestError("expected a JSON object (a ResourceList)", obj=obj, field=field)
     try:
-        return {str(k): canonical(str(k), v) for k, v in parsed.items()}
-    except ValueError as e:
-        raise ManifestError(str(e), obj=obj, field=field) from None
+        return parse_resource_list(parsed)
+    except QuantityError as e:
+        raise ManifestError(str(e), obj=obj, field=f"{field}.{e.field}" if e.field else field) from None
 
 
 def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
@@ -249,12 +275,182 @@ class Migration:
 
 # -- building from manifests ------------------------------------------------------------------------
 
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+#: Kubernetes' int32 fields (spec.priority)
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def object_name(meta: Mapping[str, Any], kind: str, *, file: str | None = None, where: str = "") -> str:
+    """``metadata.name`` of an object: a non-empty string; Pods and Nodes as Kubernetes validates them
+    (a DNS-1123 subdomain of at most 253 characters). Anything else raises ManifestError."""
+    name = meta.get("name")
+    field = f"{where}metadata.name"
+    if name is None or name == "":
+        raise ManifestError(f"{kind} has no metadata.name", file=file, field=field)
+    if not isinstance(name, str):
+        raise ManifestError(f"metadata.name must be a string, got {type(name).__name__} {_short(name)}",
+                            file=file, obj=kind, field=field)
+    if kind in ("Pod", "Node") and (len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name)):
+        raise ManifestError(f"invalid name {_short(name)}: a lowercase RFC 1123 subdomain of at most 253 "
+                            "characters ([a-z0-9], '-' and '.', starting and ending alphanumeric)",
+                            file=file, obj=f"{kind} {_short(name)}", field=field)
+    if len(name) > 253 or "/" in name:
+        raise ManifestError(f"invalid name {_short(name)}: at most 253 characters, no '/'", file=file,
+                            obj=kind, field=field)
+    return name
+
+
+def object_namespace(meta: Mapping[str, Any], *, file: str | None = None, obj: str | None = None,
+                     where: str = "") -> str:
+    """``metadata.namespace`` (``default`` when absent): a DNS-1123 label, as Kubernetes validates it."""
+    ns = meta.get("namespace")
+    if ns is None or ns == "":
+        return "default"
+    if not isinstance(ns, str) or len(ns) > 63 or not _DNS_LABEL.fullmatch(ns):
+        raise ManifestError(f"invalid namespace {_short(ns)}: a lowercase RFC 1123 label of at most 63 characters",
+                            file=file, obj=obj, field=f"{where}metadata.namespace")
+    return ns
+
+
+def _scalar(v: object, where: str, ctx: str) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ManifestError(f"expected a string, got {v!r}", obj=ctx, field=where)
+    if isinstance(v, (str, int, float)):
+        return str(v)
+    raise ManifestError(f"expected a string, got {type(v).__name__}", obj=ctx, field=where)
+
+
 def _str_map(obj: object, where: str, ctx: str) -> dict[str, str]:
+    """A string-to-string mapping (labels, annotations, nodeSelector); YAML scalars are taken as their
+    text (``1``, ``true``), a mapping or list as a value is an error."""
     if obj is None:
         return {}
     if not isinstance(obj, dict):
         raise ManifestError(f"expected a mapping, got {type(obj).__name__}", obj=ctx, field=where)
-    return {str(k): "" if v is None else str(v) for k, v in obj.items()}
+    return {_scalar(k, where, ctx): _scalar(v, f"{where}.{k}", ctx) for k, v in obj.items()}
+
+
+def _int_field(v: object, where: str, ctx: str, lo: int = INT32_MIN, hi: int = INT32_MAX) -> int:
+    if isinstance(v, str):
+        try:
+            v = int(v.strip()) if len(v) < 20 else v
+        except ValueError:
+            pass
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ManifestError(f"expected an integer, got {_short(v)}", obj=ctx, field=where)
+    if not lo <= v <= hi:
+        raise ManifestError(f"{_short(v)} is outside {lo}..{hi}", obj=ctx, field=where)
+    return v
+
+
+_NODE_OPS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+_LABEL_OPS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def _map(v: object, where: str, ctx: str) -> Mapping[str, Any]:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ManifestError(f"expected a mapping, got {type(v).__name__}", obj=ctx, field=where)
+    return v
+
+
+def _list(v: object, where: str, ctx: str) -> list:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise ManifestError(f"expected a list, got {type(v).__name__}", obj=ctx, field=where)
+    return v
+
+
+def _requirement(e: object, where: str, ctx: str, ops: tuple[str, ...]) -> None:
+    e = _map(e, where, ctx)
+    if not isinstance(e.get("key"), str) or not e.get("key"):
+        raise ManifestError("a requirement needs a key (a string)", obj=ctx, field=f"{where}.key")
+    op = e.get("operator")
+    if op not in ops:
+        raise ManifestError(f"invalid operator {_short(op)}; one of {', '.join(ops)}", obj=ctx, field=f"{where}.operator")
+    values = _list(e.get("values"), f"{where}.values", ctx)
+    for j, v in enumerate(values):
+        _scalar(v, f"{where}.values[{j}]", ctx)
+    if op in ("In", "NotIn") and not values:
+        raise ManifestError(f"{op} needs at least one value", obj=ctx, field=f"{where}.values")
+    if op in ("Exists", "DoesNotExist") and values:
+        raise ManifestError(f"{op} takes no values", obj=ctx, field=f"{where}.values")
+    if op in ("Gt", "Lt"):
+        if len(values) != 1:
+            raise ManifestError(f"{op} needs exactly one value", obj=ctx, field=f"{where}.values")
+        try:
+            int(str(values[0]))
+        except ValueError:
+            raise ManifestError(f"{op} needs an integer value", obj=ctx, field=f"{where}.values[0]") from None
+
+
+def label_selector_check(sel: object, where: str, ctx: str) -> None:
+    """Validate a ``metav1.LabelSelector``'s shape (matchLabels, matchExpressions), as the API does."""
+    sel = _map(sel, where, ctx)
+    _str_map(sel.get("matchLabels"), f"{where}.matchLabels", ctx)
+    for j, e in enumerate(_list(sel.get("matchExpressions"), f"{where}.matchExpressions", ctx)):
+        _requirement(e, f"{where}.matchExpressions[{j}]", ctx, _LABEL_OPS)
+
+
+def _node_term(t: object, where: str, ctx: str) -> None:
+    t = _map(t, where, ctx)
+    for part in ("matchExpressions", "matchFields"):
+        for j, e in enumerate(_list(t.get(part), f"{where}.{part}", ctx)):
+            _requirement(e, f"{where}.{part}[{j}]", ctx, _NODE_OPS)
+
+
+def _weight(item: Mapping[str, Any], where: str, ctx: str) -> None:
+    _int_field(item.get("weight"), f"{where}.weight", ctx, 1, 100)
+
+
+def _pod_term(t: object, where: str, ctx: str) -> None:
+    t = _map(t, where, ctx)
+    if t.get("labelSelector") is not None:
+        label_selector_check(t["labelSelector"], f"{where}.labelSelector", ctx)
+    if t.get("namespaceSelector") is not None:
+        label_selector_check(t["namespaceSelector"], f"{where}.namespaceSelector", ctx)
+    for j, n in enumerate(_list(t.get("namespaces"), f"{where}.namespaces", ctx)):
+        if not isinstance(n, str):
+            raise ManifestError("expected a string", obj=ctx, field=f"{where}.namespaces[{j}]")
+    if not isinstance(t.get("topologyKey"), str) or not t.get("topologyKey"):
+        raise ManifestError("a pod affinity term needs a topologyKey (a string)", obj=ctx, field=f"{where}.topologyKey")
+
+
+def validate_affinity(affinity: object, ctx: str, where: str = "spec.affinity") -> dict:
+    """Check ``spec.affinity``'s shape as the API server does (types, operators, values, weights), so
+    plugins can read it without guarding every field; returns it."""
+    aff = dict(_map(affinity, where, ctx))
+    na = _map(aff.get("nodeAffinity"), f"{where}.nodeAffinity", ctx)
+    w = f"{where}.nodeAffinity"
+    req = na.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if req is not None:
+        rw = f"{w}.requiredDuringSchedulingIgnoredDuringExecution"
+        terms = _list(_map(req, rw, ctx).get("nodeSelectorTerms"), f"{rw}.nodeSelectorTerms", ctx)
+        for i, t in enumerate(terms):
+            _node_term(t, f"{rw}.nodeSelectorTerms[{i}]", ctx)
+    pw = f"{w}.preferredDuringSchedulingIgnoredDuringExecution"
+    for i, item in enumerate(_list(na.get("preferredDuringSchedulingIgnoredDuringExecution"), pw, ctx)):
+        item = _map(item, f"{pw}[{i}]", ctx)
+        _weight(item, f"{pw}[{i}]", ctx)
+        _node_term(item.get("preference"), f"{pw}[{i}].preference", ctx)
+    for kind in ("podAffinity", "podAntiAffinity"):
+        pa = _map(aff.get(kind), f"{where}.{kind}", ctx)
+        rw = f"{where}.{kind}.requiredDuringSchedulingIgnoredDuringExecution"
+        for i, t in enumerate(_list(pa.get("requiredDuringSchedulingIgnoredDuringExecution"), rw, ctx)):
+            _pod_term(t, f"{rw}[{i}]", ctx)
+        pw = f"{where}.{kind}.preferredDuringSchedulingIgnoredDuringExecution"
+        for i, item in enumerate(_list(pa.get("preferredDuringSchedulingIgnoredDuringExecution"), pw, ctx)):
+            item = _map(item, f"{pw}[{i}]", ctx)
+            _weight(item, f"{pw}[{i}]", ctx)
+            _pod_term(item.get("podAffinityTerm"), f"{pw}[{i}].podAffinityTerm", ctx)
+    return aff
 
 
 def _resources(obj: object, where: str, ctx: str) -> dict[str, int]:
@@ -338,10 +534,8 @@ def pod_from_manifest(obj: Mapping[str, Any], *, file: str | None = None) -> Pod
     meta = obj.get("metadata") or {}
     if not isinstance(meta, dict):
         raise ManifestError("expected a mapping", file=file, field="metadata")
-    name = meta.get("name")
-    ns = str(meta.get("namespace") or "default")
-    if not name:
-        raise ManifestError("a Pod needs metadata.name", file=file, field="metadata.name")
+    name = object_name(meta, "Pod", file=file)
+    ns = object_namespace(meta, file=file, obj=f"Pod {name}")
     ctx = f"Pod {ns}/{name}"
     try:
         return _pod(obj, meta, str(name), ns, ctx)
@@ -375,13 +569,7 @@ def _pod(obj: Mapping[str, Any], meta: dict, name: str, ns: str, ctx: str) -> Po
     for c in containers:
         _add(limits, c.limits)
     priority = spec.get("priority", 0)
-    if priority is None:
-        priority = 0
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        try:
-            priority = int(str(priority))
-        except ValueError:
-            raise ManifestError(f"invalid priority {priority!r}", obj=ctx, field="spec.priority") from None
+    priority = 0 if priority is None else _int_field(priority, "spec.priority", ctx)
     tolerations = []
     raw_tol = spec.get("tolerations") or []
     if not isinstance(raw_tol, list):
@@ -389,11 +577,14 @@ def _pod(obj: Mapping[str, Any], meta: dict, name: str, ns: str, ctx: str) -> Po
     for i, t in enumerate(raw_tol):
         if not isinstance(t, dict):
             raise ManifestError("expected a mapping", obj=ctx, field=f"spec.tolerations[{i}]")
-        tolerations.append(Toleration(key=str(t.get("key") or ""), operator=str(t.get("operator") or "Equal"),
-                                      value=str(t.get("value") or ""), effect=str(t.get("effect") or "")))
-    affinity = spec.get("affinity") or {}
-    if not isinstance(affinity, dict):
-        raise ManifestError("expected a mapping", obj=ctx, field="spec.affinity")
+        tw = f"spec.tolerations[{i}]"
+        op = _scalar(t.get("operator"), f"{tw}.operator", ctx) or "Equal"
+        if op not in ("Equal", "Exists"):
+            raise ManifestError(f"invalid operator {op!r}; one of Equal, Exists", obj=ctx, field=f"{tw}.operator")
+        tolerations.append(Toleration(key=_scalar(t.get("key"), f"{tw}.key", ctx), operator=op,
+                                      value=_scalar(t.get("value"), f"{tw}.value", ctx),
+                                      effect=_scalar(t.get("effect"), f"{tw}.effect", ctx)))
+    affinity = validate_affinity(spec.get("affinity"), ctx)
     owners = meta.get("ownerReferences") or []
     owner_kind = ""
     if isinstance(owners, list):
@@ -406,19 +597,27 @@ def _pod(obj: Mapping[str, Any], meta: dict, name: str, ns: str, ctx: str) -> Po
     raw = dict(obj)
     if "managedFields" in meta:
         raw["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    node_name = spec.get("nodeName") or None
+    if node_name is not None and not isinstance(node_name, str):
+        raise ManifestError(f"expected a node name (a string), got {_short(node_name)}", obj=ctx, field="spec.nodeName")
+    nominated = status.get("nominatedNodeName") or None
+    if nominated is not None and not isinstance(nominated, str):
+        raise ManifestError(f"expected a node name (a string), got {_short(nominated)}", obj=ctx,
+                            field="status.nominatedNodeName")
     return Pod(
-        name=name, namespace=ns, uid=str(meta.get("uid") or f"uid-{ns}-{name}"),
+        name=name, namespace=ns, uid=_scalar(meta.get("uid"), "metadata.uid", ctx) or f"uid-{ns}-{name}",
         labels=labels, annotations=annotations,
-        node_name=str(spec["nodeName"]) if spec.get("nodeName") else None,
-        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
-        priority=priority, preemption_policy=str(spec.get("preemptionPolicy") or "PreemptLowerPriority"),
+        node_name=node_name,
+        scheduler_name=_scalar(spec.get("schedulerName"), "spec.schedulerName", ctx) or "default-scheduler",
+        priority=priority,
+        preemption_policy=_scalar(spec.get("preemptionPolicy"), "spec.preemptionPolicy", ctx) or "PreemptLowerPriority",
         requests=requests, limits=limits, containers=containers, init_containers=init,
         node_selector=_str_map(spec.get("nodeSelector"), "spec.nodeSelector", ctx),
         affinity=affinity, tolerations=tuple(tolerations), owner_kind=owner_kind,
-        creation_timestamp=parse_time(meta.get("creationTimestamp"), where="metadata.creationTimestamp"),
-        deletion_timestamp=parse_time(meta.get("deletionTimestamp"), where="metadata.deletionTimestamp"),
-        phase=str(status.get("phase") or ("Running" if spec.get("nodeName") else "Pending")),
-        nominated_node_name=status.get("nominatedNodeName") or None,
+        creation_timestamp=parse_time(meta.get("creationTimestamp"), obj=ctx, field="metadata.creationTimestamp"),
+        deletion_timestamp=parse_time(meta.get("deletionTimestamp"), obj=ctx, field="metadata.deletionTimestamp"),
+        phase=_scalar(status.get("phase"), "status.phase", ctx) or ("Running" if node_name else "Pending"),
+        nominated_node_name=nominated,
         kube_qos=kube_qos, qos_class=qos,
         priority_class=priority_class_of(priority, labels, qos),
         raw=raw,
@@ -429,9 +628,9 @@ def node_from_manifest(obj: Mapping[str, Any], *, file: str | None = None) -> No
     if not isinstance(obj, dict):
         raise ManifestError("a Node must be a mapping", file=file)
     meta = obj.get("metadata") or {}
-    name = meta.get("name") if isinstance(meta, dict) else None
-    if not name:
-        raise ManifestError("a Node needs metadata.name", file=file, field="metadata.name")
+    if not isinstance(meta, dict):
+        raise ManifestError("expected a mapping", file=file, field="metadata")
+    name = object_name(meta, "Node", file=file)
     ctx = f"Node {name}"
     try:
         spec = obj.get("spec") or {}
@@ -455,17 +654,23 @@ def node_from_manifest(obj: Mapping[str, Any], *, file: str | None = None) -> No
         for i, t in enumerate(raw_taints):
             if not isinstance(t, dict) or not t.get("key"):
                 raise ManifestError("a taint needs a key", obj=ctx, field=f"spec.taints[{i}]")
-            taints.append(Taint(str(t["key"]), str(t.get("value") or ""), str(t.get("effect") or "NoSchedule")))
+            tw = f"spec.taints[{i}]"
+            effect = _scalar(t.get("effect"), f"{tw}.effect", ctx) or "NoSchedule"
+            if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+                raise ManifestError(f"invalid effect {effect!r}; one of NoSchedule, PreferNoSchedule, NoExecute",
+                                    obj=ctx, field=f"{tw}.effect")
+            taints.append(Taint(_scalar(t["key"], f"{tw}.key", ctx), _scalar(t.get("value"), f"{tw}.value", ctx),
+                                effect))
         raw = dict(obj)
         if "managedFields" in meta:
             raw["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
         return Node(
-            name=str(name), uid=str(meta.get("uid") or f"uid-node-{name}"),
+            name=name, uid=_scalar(meta.get("uid"), "metadata.uid", ctx) or f"uid-node-{name}",
             labels=_str_map(meta.get("labels"), "metadata.labels", ctx),
             annotations=_str_map(meta.get("annotations"), "metadata.annotations", ctx),
             capacity=capacity, allocatable=allocatable, unschedulable=bool(spec.get("unschedulable")),
             taints=tuple(taints),
-            creation_timestamp=parse_time(meta.get("creationTimestamp"), where="metadata.creationTimestamp"),
+            creation_timestamp=parse_time(meta.get("creationTimestamp"), obj=ctx, field="metadata.creationTimestamp"),
             raw=raw,
         )
     except ManifestError as e:

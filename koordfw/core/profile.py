@@ -18,16 +18,18 @@ structured into the plugin's attrs class (see the ``plugin_args`` hook) with cam
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
 
 import attrs
 import cattrs
-import yaml
 from cattrs.gen import make_dict_structure_fn, override
 
 from .errors import ConfigError
+from .quantity import MAX_DURATION_SECONDS
+from .safeload import InputError, check_depth, load_yaml, read_text
 
 POINTS = ("queue_sort", "pre_enqueue", "pre_filter", "filter", "post_filter", "pre_score", "score",
           "normalize_score", "reserve", "unreserve", "permit", "pre_bind", "bind", "post_bind",
@@ -150,8 +152,9 @@ def _names(items: Any, where: str, source: str) -> list[tuple[str, int]]:
             out.append((it, 0))
         elif isinstance(it, dict) and isinstance(it.get("name"), str):
             w = it.get("weight", 0) or 0
-            if not isinstance(w, int) or isinstance(w, bool) or w < 0:
-                raise ConfigError(f"{source}: {where}[{i}].weight: expected a non-negative integer, got {w!r}")
+            if not isinstance(w, int) or isinstance(w, bool) or not 0 <= w <= 2**31 - 1:
+                raise ConfigError(f"{source}: {where}[{i}].weight: expected a non-negative integer below 2^31, "
+                                  f"got {str(w)[:40]}")
             out.append((it["name"], w))
         else:
             raise ConfigError(f"{source}: {where}[{i}]: expected a plugin name or {{name: ..., weight: ...}}")
@@ -163,11 +166,23 @@ def profile_from_dict(raw: Any, source: str = "<profile>") -> Profile:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: a profile must be a mapping")
+    try:
+        check_depth(raw)
+    except InputError as e:
+        raise ConfigError(f"{source}: {e}") from None
     # A KubeSchedulerConfiguration with one profile is accepted too.
-    if raw.get("kind") == "KubeSchedulerConfiguration" and isinstance(raw.get("profiles"), list):
-        if not raw["profiles"]:
-            raise ConfigError(f"{source}: profiles: empty")
-        merged = dict(raw["profiles"][0])
+    if raw.get("kind") == "KubeSchedulerConfiguration" and "profiles" in raw:
+        profiles = raw["profiles"]
+        if not isinstance(profiles, list) or not profiles:
+            raise ConfigError(f"{source}: profiles: expected a list of one profile")
+        if len(profiles) > 1:
+            names = [str(p.get("schedulerName", "default-scheduler"))[:60] if isinstance(p, dict) else "?"
+                     for p in profiles]
+            raise ConfigError(f"{source}: profiles: koordfw runs one profile per process, found {len(profiles)} "
+                              f"({', '.join(names)}); keep the one to run, or run one koordfw per profile")
+        if not isinstance(profiles[0], dict):
+            raise ConfigError(f"{source}: profiles[0]: expected a mapping")
+        merged = dict(profiles[0])
         for k in ("percentageOfNodesToScore",):
             if k in raw and k not in merged:
                 merged[k] = raw[k]
@@ -180,7 +195,9 @@ def profile_from_dict(raw: Any, source: str = "<profile>") -> Profile:
         raise ConfigError(f"{source}: unknown profile field(s) {sorted(unknown)}; known: {sorted(known)}")
     prof = Profile(source=source)
     if "schedulerName" in raw:
-        prof.scheduler_name = str(raw["schedulerName"])
+        if not isinstance(raw["schedulerName"], str) or not raw["schedulerName"]:
+            raise ConfigError(f"{source}: schedulerName: expected a non-empty string")
+        prof.scheduler_name = raw["schedulerName"]
     plugins = raw.get("plugins") or {}
     if not isinstance(plugins, dict):
         raise ConfigError(f"{source}: plugins: expected a mapping of hook point to enabled/disabled lists")
@@ -202,9 +219,11 @@ def profile_from_dict(raw: Any, source: str = "<profile>") -> Profile:
     if isinstance(pc, list):  # Kubernetes' form
         conv = {}
         for i, item in enumerate(pc):
-            if not isinstance(item, dict) or "name" not in item:
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
                 raise ConfigError(f"{source}: pluginConfig[{i}]: expected {{name: ..., args: {{...}}}}")
-            conv[str(item["name"])] = item.get("args") or {}
+            if item["name"] in conv:
+                raise ConfigError(f"{source}: pluginConfig[{i}]: a second entry for plugin {item['name']!r}")
+            conv[item["name"]] = item.get("args") or {}
         pc = conv
     if not isinstance(pc, dict):
         raise ConfigError(f"{source}: pluginConfig: expected a mapping of plugin name to args")
@@ -214,22 +233,43 @@ def profile_from_dict(raw: Any, source: str = "<profile>") -> Profile:
         raise ConfigError(f"{source}: disable: expected a list of plugin names")
     prof.disable = set(dis)
     thr = raw.get("threadedPlugins") or []
-    if not isinstance(thr, list):
+    if not isinstance(thr, list) or not all(isinstance(t, str) for t in thr):
         raise ConfigError(f"{source}: threadedPlugins: expected a list of plugin names")
-    prof.threaded_plugins = set(map(str, thr))
-    for key, attr, typ in (("percentageOfNodesToScore", "percentage_of_nodes_to_score", int),
-                           ("pluginTimeoutSeconds", "plugin_timeout_seconds", float),
-                           ("podInitialBackoffSeconds", "pod_initial_backoff_seconds", float),
-                           ("podMaxBackoffSeconds", "pod_max_backoff_seconds", float),
-                           ("podMaxInUnschedulablePodsDuration", "pod_max_in_unschedulable_seconds", float)):
+    prof.threaded_plugins = set(thr)
+    if "percentageOfNodesToScore" in raw:
+        v = raw["percentageOfNodesToScore"]
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 100:
+            raise ConfigError(f"{source}: percentageOfNodesToScore: expected an integer between 0 and 100, "
+                              f"got {str(v)[:40]}")
+        prof.percentage_of_nodes_to_score = v
+    # durations in seconds, as kube-scheduler validates them: positive (the unschedulable cap may be 0)
+    for key, attr, positive in (("pluginTimeoutSeconds", "plugin_timeout_seconds", True),
+                                ("podInitialBackoffSeconds", "pod_initial_backoff_seconds", True),
+                                ("podMaxBackoffSeconds", "pod_max_backoff_seconds", True),
+                                ("podMaxInUnschedulablePodsDuration", "pod_max_in_unschedulable_seconds", False)):
         if key in raw:
-            v = raw[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ConfigError(f"{source}: {key}: expected a non-negative number, got {v!r}")
-            if key == "percentageOfNodesToScore" and v > 100:
-                raise ConfigError(f"{source}: {key}: must be between 0 and 100, got {v!r}")
-            setattr(prof, attr, typ(v))
+            setattr(prof, attr, _seconds(raw[key], key, source, positive))
+    if prof.pod_max_backoff_seconds < prof.pod_initial_backoff_seconds:
+        raise ConfigError(f"{source}: podMaxBackoffSeconds: must be at least podInitialBackoffSeconds "
+                          f"({prof.pod_initial_backoff_seconds:g}), got {prof.pod_max_backoff_seconds:g}")
     return prof
+
+
+def _seconds(v: Any, key: str, source: str, positive: bool) -> float:
+    """A duration field in seconds: a finite number, above 0 (or at least 0), within Go's time.Duration."""
+    ok = not isinstance(v, bool) and isinstance(v, (int, float))
+    if ok:
+        try:
+            f = float(v)
+        except OverflowError:
+            ok = False
+        else:
+            ok = math.isfinite(f) and (f > 0 if positive else f >= 0) and f <= MAX_DURATION_SECONDS
+    if not ok:
+        what = "greater than 0" if positive else "at least 0"
+        raise ConfigError(f"{source}: {key}: expected a number of seconds {what} and at most "
+                          f"{MAX_DURATION_SECONDS:.3g}, got {str(v)[:40]}")
+    return f
 
 
 def load_profile(path: str | Path | None) -> Profile:
@@ -237,13 +277,10 @@ def load_profile(path: str | Path | None) -> Profile:
         return Profile()
     p = Path(path)
     try:
-        text = p.read_text()
+        raw = load_yaml(read_text(p))
     except OSError as e:
         raise ConfigError(f"{p}: cannot read profile: {e.strerror or e}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ConfigError(f"{p}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    except InputError as e:
+        msg = str(e)
+        raise ConfigError(f"{p}: {'not valid YAML' + msg[12:] if msg.startswith('invalid YAML') else msg}") from None
     return profile_from_dict(raw, source=str(p))

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 import anyio
 import anyio.lowlevel
 import attrs
+import numpy as np
 import structlog
 
 from ..core.caller import PluginFailure
@@ -26,7 +27,7 @@ from ..core.manifests import Manifests, load_manifests
 from ..core.model import Migration
 from ..core.plugins import Registry
 from ..core.profile import Profile, load_profile
-from ..core.quantity import format_quantity
+from ..core.quantity import MAX_CANONICAL, format_quantity
 
 log = structlog.get_logger("koordfw.embedded")
 
@@ -84,6 +85,15 @@ class SimulationResult:
         return out
 
 
+def _bad_amounts(res: Any) -> dict[str, str]:
+    """What a node_resources result holds that is not a resource name with an int64 amount ≥ 0."""
+    if not isinstance(res, dict):
+        return {"<result>": type(res).__name__}
+    return {str(k)[:60]: repr(v)[:40] for k, v in res.items()
+            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, np.integer))
+            or not 0 <= int(v) <= MAX_CANONICAL}
+
+
 class EmbeddedEngine:
     def __init__(self, registry: Registry, cluster: ClusterState, *, seed: int = 0,
                  start_time: float | None = None) -> None:
@@ -119,6 +129,11 @@ class EmbeddedEngine:
                     log.error("node_resources failed", node=view.name, plugin=impl.plugin, error=f.status.message)
                     continue
                 if res:
+                    bad = _bad_amounts(res)
+                    if bad:
+                        log.error("node_resources returned invalid amounts", node=view.name, plugin=impl.plugin,
+                                  invalid=bad)
+                        continue
                     merged.update({str(k): int(v) for k, v in res.items()})
             if merged:
                 self.cluster.set_extra_allocatable(view.name, merged)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 import anyio
-import yaml
 
 from ..core.clock import VirtualClock
 from ..core.manifests import Manifests, load_objects
 from ..core.model import make_node, make_pod
+from ..core.safeload import load_yaml_all
 from ..engines.embedded import SimulationResult, build_registry, run_simulation
 
 __all__ = ["ClusterBuilder", "VirtualClock", "schedule", "schedule_async"]
@@ -52,7 +52,7 @@ class ClusterBuilder:
         return self
 
     def yaml(self, text: str) -> ClusterBuilder:
-        load_objects([d for d in yaml.safe_load_all(text) if d is not None], file="<builder>", into=self.manifests)
+        load_objects(load_yaml_all(text), file="<builder>", into=self.manifests)
         return self
 
     def build(self) -> Manifests:
