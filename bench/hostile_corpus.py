@@ -68,7 +68,7 @@ def main() -> int:
                 (p.write_bytes if isinstance(content, bytes) else p.write_text)(content)
             argv = [a.replace("{dir}", d) for a in case.argv]
             try:
-                r = subprocess.run([sys.executable, "-m", "koordfw", *argv], env=env, capture_output=True, text=True,
+                r = subprocess.run([sys.executable, "-m", "koordfw", *argv], env=env, cwd=d, capture_output=True, text=True,
                                    timeout=args.timeout, preexec_fn=_limit(args.memory), errors="replace")
                 outcome = classify(case, r.returncode, r.stdout, r.stderr, False)
                 tail = (r.stderr.strip().splitlines() or [""])[-1][:110]
