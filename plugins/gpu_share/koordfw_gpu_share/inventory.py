@@ -7,14 +7,14 @@ Absent or unhealthy slots have total 0, so they never fit anything and hold no i
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import numpy as np
 import structlog
 
-from koordfw import parse_quantity
+from koordfw import loads_json, parse_quantity
 
 from .requests import GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, GPU_MODEL_LABEL, KOORD_GPU, NVIDIA_GPU
 
@@ -26,6 +26,17 @@ MILLI = 1000
 
 class InventoryError(ValueError):
     pass
+
+
+#: most GPUs one node (one Device object) may list: the columns are nodes × this many slots, so one
+#: hostile Device must not make them gigabytes (the largest machines have 16 GPUs)
+MAX_GPUS_PER_NODE = 256
+#: Koordinator's minor is an int32
+MAX_MINOR = 2**31 - 1
+#: per device: gpu-core and gpu-memory-ratio are percentages of one device; gpu-memory at most 1 PiB,
+#: so that bytes × 1000 (the milli arithmetic) stays far inside int64
+MAX_PERCENT = 100
+MAX_DEVICE_MEMORY = 2**50
 
 
 @attrs.define
@@ -41,39 +52,106 @@ class Alloc:
     tag: str = ""
 
 
-def _device_list(obj: dict, node: str) -> list[tuple[int, bool, int, int, int]]:
-    """``[(minor, healthy, core milli, memory milli, memory bytes)]`` of a Device object's GPUs."""
-    spec = obj.get("spec") or {}
+def _minor(value: Any, where: str) -> int:
+    """A device minor: an integer 0..2^31-1 (a string of digits is accepted, as the annotation writes it)."""
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 10:
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InventoryError(f"{where}: expected an integer minor, got {_show(value)}")
+    if not 0 <= value <= MAX_MINOR:
+        raise InventoryError(f"{where}: minor {_show(value)} outside 0..{MAX_MINOR}")
+    return value
+
+
+def _amount(res: Mapping[str, Any], name: str, default: Any, where: str, hi: int, scale: int = 1) -> int:
+    """One resource (percent or bytes) in 0..``hi``, times ``scale`` (10: percent → milli of a device)."""
+    raw = res.get(name, default)
+    try:
+        q = parse_quantity(raw)
+    except ValueError as e:
+        raise InventoryError(f"{where}.{name}: {e}") from None
+    if q < 0 or q > hi:
+        raise InventoryError(f"{where}.{name}: {_show(raw)} outside 0..{hi}")
+    return int(q * scale)
+
+
+def _show(v: Any, width: int = 40) -> str:
+    r = repr(v) if not isinstance(v, int) or abs(v) < 10**width else f"an integer of {len(str(abs(v)))} digits"
+    return r if len(r) <= width else r[:width] + "…"
+
+
+def _device_list(obj: Any, node: str) -> list[tuple[int, bool, int, int, int]]:
+    """``[(minor, healthy, core milli, memory milli, memory bytes)]`` of a Device object's GPUs.
+
+    Raises :class:`InventoryError` naming the Device and the field for anything Koordinator's API would
+    not accept (or that would not fit the columns): a non-mapping spec, devices not a list, a minor that
+    is not an integer 0..2^31-1 or is listed twice, gpu-core / gpu-memory-ratio outside 0..100, gpu-memory
+    outside 0..1 PiB, more than :data:`MAX_GPUS_PER_NODE` GPUs."""
+    ctx = f"Device {node}"
+    spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, Mapping):
+        raise InventoryError(f"{ctx}: spec must be a mapping")
     devs = spec.get("devices") or []
     if not isinstance(devs, list):
-        raise InventoryError(f"Device {node}: spec.devices must be a list")
+        raise InventoryError(f"{ctx}: spec.devices must be a list")
     out = []
+    seen: dict[int, int] = {}
     for i, d in enumerate(devs):
-        if not isinstance(d, dict):
-            raise InventoryError(f"Device {node}: spec.devices[{i}] must be a mapping")
+        where = f"{ctx}: spec.devices[{i}]"
+        if not isinstance(d, Mapping):
+            raise InventoryError(f"{where} must be a mapping")
         if str(d.get("type", "")).lower() != "gpu":
             continue
-        try:
-            minor = int(d.get("minor", i))
-            res = d.get("resources") or {}
-            core = parse_quantity(res.get(GPU_CORE, 100))
-            ratio = parse_quantity(res.get(GPU_MEMORY_RATIO, 100))
-            mem = parse_quantity(res.get(GPU_MEMORY, 0))
-        except (TypeError, ValueError) as e:
-            raise InventoryError(f"Device {node}: spec.devices[{i}]: {e}") from None
+        if len(out) >= MAX_GPUS_PER_NODE:
+            raise InventoryError(f"{ctx}: spec.devices lists more than {MAX_GPUS_PER_NODE} GPUs")
+        minor = _minor(d.get("minor", i), f"{where}.minor")
+        if minor in seen:
+            raise InventoryError(f"{where}.minor: minor {minor} already used by spec.devices[{seen[minor]}]")
+        seen[minor] = i
+        res = d.get("resources")
+        if res is None:
+            res = {}
+        if not isinstance(res, Mapping):
+            raise InventoryError(f"{where}.resources must be a mapping")
+        core = _amount(res, GPU_CORE, 100, f"{where}.resources", MAX_PERCENT, 10)
+        ratio = _amount(res, GPU_MEMORY_RATIO, 100, f"{where}.resources", MAX_PERCENT, 10)
+        mem = _amount(res, GPU_MEMORY, 0, f"{where}.resources", MAX_DEVICE_MEMORY)
         healthy = d.get("health", True) not in (False, "false", "False", "Unhealthy")
-        out.append((minor, healthy, int(core * 10), int(ratio * 10), int(mem)))
+        out.append((minor, healthy, core, ratio, mem))
     return sorted(out)
+
+
+def devices_by_node(cluster: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """Device objects by the node they describe (``metadata.name``; Device is cluster-scoped, so a
+    namespace does not make a second object for the same node), and an error per node named by more
+    than one Device: neither is used, rather than one silently shadowing the other."""
+    by_name: dict[str, Any] = {}
+    keys: dict[str, list[str]] = {}
+    for key, obj in cluster.objects_of("Device").items():
+        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+        name = str(meta.get("name")) if isinstance(meta, Mapping) and meta.get("name") else str(key).rsplit("/", 1)[-1]
+        keys.setdefault(name, []).append(str(key))
+        by_name.setdefault(name, obj)
+    errors = {name: (f"Device {name}: defined {len(ks)} times ({', '.join(sorted(ks))}); "
+                     f"none is used until only one is left")
+              for name, ks in keys.items() if len(ks) > 1}
+    for name in errors:
+        by_name.pop(name, None)
+    return by_name, errors
 
 
 class Inventory:
     """GPU columns for every node of a ClusterState, plus the allocations held on them."""
 
-    def __init__(self, cluster: Any) -> None:
+    def __init__(self, cluster: Any, warned: set[str] | None = None) -> None:
+        """``warned``: inventory errors already logged (kept by the caller across rebuilds, so that a bad
+        Device is reported once, not at every rebuild)."""
         self.cluster = cluster
         views = cluster.views
         n = cluster.num_nodes
-        devices = cluster.objects_of("Device")
+        devices, dup_errors = devices_by_node(cluster)
         per_node: list[list[tuple[int, bool, int, int, int]]] = []
         self.errors: dict[str, str] = {}
         models: list[str] = []
@@ -83,13 +161,18 @@ class Inventory:
             devs: list[tuple[int, bool, int, int, int]] = []
             obj = devices.get(name)
             try:
+                if name in dup_errors:
+                    raise InventoryError(dup_errors[name])
                 if obj is not None:
                     devs = _device_list(obj, name)
                 else:
                     devs = self._from_allocatable(v)
             except InventoryError as e:
                 self.errors[name] = str(e)
-                log.warning("bad GPU inventory", node=name, error=str(e))
+                if warned is None or str(e) not in warned:
+                    if warned is not None:
+                        warned.add(str(e))
+                    log.warning("bad GPU inventory: the node's GPUs are left out", node=name, error=str(e))
                 devs = []
             per_node.append(devs)
             m = v.labels.get(GPU_MODEL_LABEL, "")
@@ -117,6 +200,8 @@ class Inventory:
         self.allocs: dict[str, Alloc] = {}
         self.tags: list[dict[str, int]] = [dict() for _ in range(n)]
         self.any_gpu = bool(self.ngpu.any())
+        #: (pod uid, annotation) already warned about as unreadable
+        self.bad_annotations: set[tuple[str, str]] = set()
 
     @staticmethod
     def _from_allocatable(view: Any) -> list[tuple[int, bool, int, int, int]]:
@@ -126,7 +211,13 @@ class Inventory:
             count = max(alloc.get(GPU_CORE, 0), alloc.get(KOORD_GPU, 0)) // 100
         if count <= 0:
             return []
+        if count > MAX_GPUS_PER_NODE:
+            raise InventoryError(f"Node {view.name}: status.allocatable gives {count} GPUs, more than "
+                                 f"{MAX_GPUS_PER_NODE}")
         mem = alloc.get(GPU_MEMORY, 0) // count
+        if mem > MAX_DEVICE_MEMORY:
+            raise InventoryError(f"Node {view.name}: status.allocatable.{GPU_MEMORY}: more than "
+                                 f"{MAX_DEVICE_MEMORY} bytes per GPU")
         return [(i, True, MILLI, MILLI, mem) for i in range(count)]
 
     # -- allocation bookkeeping -------------------------------------------------------------------
@@ -156,34 +247,60 @@ class Inventory:
         return a
 
     def alloc_from_annotation(self, pod: Any, node: int, tag_of: Any) -> Alloc | None:
-        """Rebuild a pod's allocation from ``scheduling.koordinator.sh/device-allocated``."""
+        """Rebuild a pod's allocation from ``scheduling.koordinator.sh/device-allocated``. An annotation
+        that cannot be read (bad JSON, nesting, a minor the node lacks, amounts outside 0..100 %) is
+        ignored with one warning naming the pod and the annotation: only that pod's GPUs are unknown."""
         raw = pod.annotations.get(DEVICE_ALLOCATED)
         if not raw:
             return None
         try:
-            data = json.loads(raw)
-            gpus = data.get("gpu") or []
-            slots, core, mem, mem_b = [], 0, 0, None
-            for d in gpus:
-                minor = int(d["minor"])
-                hit = np.flatnonzero(self.minor[node] == minor)
-                if len(hit) == 0:
-                    raise ValueError(f"node has no GPU with minor {minor}")
-                slots.append(int(hit[0]))
-                res = d.get("resources") or {}
-                core = int(parse_quantity(res.get(GPU_CORE, 0)) * 10)
-                if GPU_MEMORY_RATIO in res:
-                    mem = int(parse_quantity(res[GPU_MEMORY_RATIO]) * 10)
-                elif GPU_MEMORY in res and self.mem_bytes[node, slots[-1]] > 0:
-                    mem_b = int(parse_quantity(res[GPU_MEMORY]))
-                    mem = -(-mem_b * MILLI // int(self.mem_bytes[node, slots[-1]]))
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            log.warning("ignoring bad device-allocated annotation", pod=pod.key, error=str(e))
+            slots, core, mem, mem_b = self._parse_allocated(raw, node)
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
+            key = (pod.uid, raw)
+            if key not in self.bad_annotations:
+                if len(self.bad_annotations) > 65536:
+                    self.bad_annotations.clear()
+                self.bad_annotations.add(key)
+                log.warning("ignoring bad device-allocated annotation", pod=pod.key, annotation=DEVICE_ALLOCATED,
+                            error=str(e))
             return None
         if not slots:
             return None
         return Alloc(node, tuple(slots), core, mem, mem_b, max(core, mem) * len(slots),
                      tag_of(len(slots), max(core, mem)))
+
+    def _parse_allocated(self, raw: str, node: int) -> tuple[list[int], int, int, int | None]:
+        data = loads_json(raw)
+        if not isinstance(data, Mapping):
+            raise ValueError("expected a JSON object")
+        gpus = data.get("gpu") or []
+        if not isinstance(gpus, list):
+            raise ValueError("gpu: expected a list")
+        if len(gpus) > MAX_GPUS_PER_NODE:
+            raise ValueError(f"gpu: more than {MAX_GPUS_PER_NODE} entries")
+        slots: list[int] = []
+        core, mem, mem_b = 0, 0, None
+        for i, d in enumerate(gpus):
+            where = f"gpu[{i}]"
+            if not isinstance(d, Mapping):
+                raise ValueError(f"{where}: expected a mapping")
+            minor = _minor(d.get("minor"), f"{where}.minor")
+            hit = np.flatnonzero(self.minor[node] == minor)
+            if len(hit) == 0:
+                raise ValueError(f"{where}.minor: node has no GPU with minor {minor}")
+            if int(hit[0]) in slots:
+                raise ValueError(f"{where}.minor: minor {minor} listed twice")
+            slots.append(int(hit[0]))
+            res = d.get("resources") or {}
+            if not isinstance(res, Mapping):
+                raise ValueError(f"{where}.resources: expected a mapping")
+            core = _amount(res, GPU_CORE, 0, f"{where}.resources", MAX_PERCENT, 10)
+            if GPU_MEMORY_RATIO in res:
+                mem = _amount(res, GPU_MEMORY_RATIO, 0, f"{where}.resources", MAX_PERCENT, 10)
+            elif GPU_MEMORY in res and self.mem_bytes[node, slots[-1]] > 0:
+                mem_b = _amount(res, GPU_MEMORY, 0, f"{where}.resources", MAX_DEVICE_MEMORY)
+                mem = -(-mem_b * MILLI // int(self.mem_bytes[node, slots[-1]]))
+        return slots, core, mem, mem_b
 
     def reconcile(self, tag_of: Any) -> None:
         """Drop allocations of pods that left their node; add annotated pods bound elsewhere."""

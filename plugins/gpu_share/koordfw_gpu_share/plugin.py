@@ -31,7 +31,9 @@ Policies (``pluginConfig: {gpu_share: {policy: NAME}}``):
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter, deque
+from typing import Any
 
 import attrs
 import numpy as np
@@ -39,7 +41,7 @@ import numpy as np
 from koordfw import Status, format_quantity, hookimpl, normalize
 
 from . import frag, lp
-from .inventory import DEVICE_ALLOCATED, MILLI, Alloc, Inventory
+from .inventory import DEVICE_ALLOCATED, MAX_GPUS_PER_NODE, MILLI, Alloc, Inventory
 from .requests import GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, InvalidGpuRequest, pod_gpu_request
 
 KOORD_POLICIES = ("spread", "binpack")
@@ -67,23 +69,47 @@ def _policy(value: str) -> str:
     return v
 
 
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _number(lo: float | None = None, hi: float | None = None, *, integer: bool = False):
+    """attrs validator: a finite number (an integer with ``integer``) within [lo, hi]; the message names
+    the field in the profile's camelCase."""
+    kind = "an integer" if integer else "a finite number"
+    bounds = (f" in [{lo:g}, {hi:g}]" if lo is not None and hi is not None else f" >= {lo:g}" if lo is not None
+              else f" <= {hi:g}" if hi is not None else "")
+
+    def check(inst: Any, attribute: Any, value: Any) -> None:
+        ok = (not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
+              and (integer or math.isfinite(value)) and (lo is None or value >= lo) and (hi is None or value <= hi))
+        if not ok:
+            raise ValueError(f"{_camel(attribute.name)}: expected {kind}{bounds}, got {value!r}")
+    return check
+
+
+#: largest CPU (milli) of a typical pod: far above any node, far below int64 in the numpy columns
+MAX_MILLI_CPU = 2**40
+
+
 @attrs.define
 class TypicalPod:
     """One entry of the FGD target workload (the paper's ``TargetPod``)."""
 
-    milli_cpu: int
-    milli_gpu: int = 0
-    gpu_number: int = 0
+    milli_cpu: int = attrs.field(validator=_number(0, MAX_MILLI_CPU, integer=True))
+    milli_gpu: int = attrs.field(default=0, validator=_number(0, MILLI, integer=True))
+    gpu_number: int = attrs.field(default=0, validator=_number(0, MAX_GPUS_PER_NODE, integer=True))
     gpu_spec: str = ""
-    weight: float = 1.0
+    weight: float = attrs.field(default=1.0, validator=_number(0))
 
 
 @attrs.define
 class ShareSize:
     """One share size of fgdlp's distribution: per-GPU milli (1–999) and its relative frequency."""
 
-    milli_gpu: int = attrs.field(validator=[attrs.validators.ge(1), attrs.validators.le(MILLI - 1)])
-    weight: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
+    milli_gpu: int = attrs.field(validator=_number(1, MILLI - 1, integer=True))
+    weight: float = attrs.field(default=1.0, validator=_number(0))
 
 
 @attrs.define
@@ -91,11 +117,11 @@ class Args:
     policy: str = attrs.field(default="spread", converter=_policy)
     #: FGD target workload; empty = learnt from the pods the scheduler has seen
     typical_pods: list[TypicalPod] = attrs.field(factory=list)
-    popularity_threshold: float = 95.0
+    popularity_threshold: float = attrs.field(default=95.0, validator=_number(0, 100))
     #: with a learnt workload, rebuild it after this many new pods
-    workload_refresh_pods: int = 100
-    #: seed of the ``random`` policy's GPU choice
-    seed: int = 0
+    workload_refresh_pods: int = attrs.field(default=100, validator=_number(0, integer=True))
+    #: seed of the ``random`` policy's GPU choice (numpy's generators take a non-negative seed)
+    seed: int = attrs.field(default=0, validator=_number(0, integer=True))
     #: ``random`` (the kernel's uniform choice among equal scores) or ``first`` (the first node in
     #: cluster order among the best, which the replay's node permutation makes random per seed)
     tie_break: str = attrs.field(default="random", validator=attrs.validators.in_(("random", "first")))
@@ -103,7 +129,7 @@ class Args:
     share_sizes: list[ShareSize] = attrs.field(factory=list)
     #: fgdlp opens a GPU for a configuration only on a node whose CPU left after the pod is at least this
     #: many times the typical CPU of the configuration's other shares (1.5 measured best of 1, 1.5, 2)
-    lp_cpu_margin: float = attrs.field(default=1.5, validator=attrs.validators.ge(0))
+    lp_cpu_margin: float = attrs.field(default=1.5, validator=_number(0))
 
 
 def measure_of(args: Args):
@@ -157,6 +183,7 @@ class GpuShare:
         self._shares_seen: Counter = Counter()
         self._shares_since = 0
         self._lp_counted: dict[str, None] = {}  # insertion-ordered, bounded by LP_COUNTED_MAX
+        self._warned: set[str] = set()  # inventory errors already logged
 
     # -- configuration ---------------------------------------------------------------------------
     @hookimpl
@@ -203,7 +230,7 @@ class GpuShare:
         key = (id(cluster), cluster.num_nodes, cluster._labels_gen, tuple(id(o) for o in devs.values()))
         if key != self._inv_key:
             old = self.inv
-            self.inv = Inventory(cluster)
+            self.inv = Inventory(cluster, self._warned)
             if old is not None:  # keep what we reserved on nodes that still exist
                 for uid, a in old.allocs.items():
                     if a.node < cluster.num_nodes:

@@ -138,16 +138,47 @@ def normalize_request(requests: Mapping[str, int], spec: str = "") -> GpuRequest
 
 def gpu_model_spec(pod: Any) -> str:
     """The GPU models a pod accepts, from ``nodeSelector`` or a required node-affinity ``In`` term on
-    ``node.koordinator.sh/gpu-model``; joined by ``|`` (the trace's ``gpu_spec`` format), empty = any."""
-    sel = (pod.node_selector or {}).get(GPU_MODEL_LABEL)
-    if sel:
-        return sel
-    na = ((pod.affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    ``node.koordinator.sh/gpu-model``; joined by ``|`` (the trace's ``gpu_spec`` format), empty = any.
+
+    A malformed affinity raises :class:`InvalidGpuRequest` naming the field (the loader checks
+    manifests, but a pod can also come from an embedder or a live cluster)."""
+    sel = pod.node_selector or {}
+    if not isinstance(sel, Mapping):
+        raise InvalidGpuRequest("spec.nodeSelector: expected a mapping")
+    if sel.get(GPU_MODEL_LABEL):
+        return str(sel[GPU_MODEL_LABEL])
+    where = "spec.affinity"
+    aff = pod.affinity or {}
+    if not isinstance(aff, Mapping):
+        raise InvalidGpuRequest(f"{where}: expected a mapping")
+    na = aff.get("nodeAffinity") or {}
+    where += ".nodeAffinity"
+    if not isinstance(na, Mapping):
+        raise InvalidGpuRequest(f"{where}: expected a mapping")
+    req = na.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    where += ".requiredDuringSchedulingIgnoredDuringExecution"
+    if not isinstance(req, Mapping):
+        raise InvalidGpuRequest(f"{where}: expected a mapping")
+    terms = req.get("nodeSelectorTerms") or []
+    if not isinstance(terms, list):
+        raise InvalidGpuRequest(f"{where}.nodeSelectorTerms: expected a list")
     models: list[str] = []
-    for term in na.get("nodeSelectorTerms") or []:
-        for e in term.get("matchExpressions") or []:
+    for i, term in enumerate(terms):
+        tw = f"{where}.nodeSelectorTerms[{i}]"
+        if not isinstance(term, Mapping):
+            raise InvalidGpuRequest(f"{tw}: expected a mapping")
+        exprs = term.get("matchExpressions") or []
+        if not isinstance(exprs, list):
+            raise InvalidGpuRequest(f"{tw}.matchExpressions: expected a list")
+        for j, e in enumerate(exprs):
+            ew = f"{tw}.matchExpressions[{j}]"
+            if not isinstance(e, Mapping):
+                raise InvalidGpuRequest(f"{ew}: expected a mapping")
             if e.get("key") == GPU_MODEL_LABEL and e.get("operator", "In") == "In":
-                models.extend(str(v) for v in e.get("values") or [])
+                values = e.get("values") or []
+                if not isinstance(values, list):
+                    raise InvalidGpuRequest(f"{ew}.values: expected a list")
+                models.extend(str(v) for v in values)
     return "|".join(dict.fromkeys(models))
 
 
