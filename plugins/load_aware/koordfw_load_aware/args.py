@@ -11,37 +11,60 @@ from .metric import parse_duration
 AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
 
 
-def _percents(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    for k, v in (value or {}).items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"{attribute.name}.{k}: expected a non-negative integer, got {v!r}")
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
-def _weights(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None:
-        _percents(inst, attribute, value)
+def _int_map(lo: int, hi: int, what: str):
+    """attrs validator of a resource → integer mapping with every value in [lo, hi] (Koordinator's
+    ``validateResourceThresholds`` / ``validateResourceWeights`` / ``validateEstimatedScalingFactors``)."""
+
+    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value is None:
+            return
+        for k, v in value.items():
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"{_camel(attribute.name)}.{k}: expected {what} in [{lo}, {hi}], got {v!r}")
+    return check
+
+
+_percents = _int_map(0, 100, "an integer percentage")
+_weights = _int_map(1, 100, "an integer weight")
+_factors = _int_map(1, 100, "an integer percentage")
 
 
 def _agg_type(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value and value not in AGGREGATION_TYPES:
-        raise ValueError(f"{attribute.name}: unknown aggregation type {value!r}; use one of {', '.join(AGGREGATION_TYPES)}")
+        raise ValueError(f"{_camel(attribute.name)}: unknown aggregation type {value!r}; use one of {', '.join(AGGREGATION_TYPES)}")
 
 
 def _duration(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None:
-        parse_duration(value, where=attribute.name)
+        if parse_duration(value, where=_camel(attribute.name)) < 0:
+            raise ValueError(f"{_camel(attribute.name)}: must be >= 0, got {value!r}")
 
 
-def _non_negative(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+#: seconds fields: at most ~31 years, far inside float precision and Go's time.Duration
+MAX_SECONDS = 10**9
+
+
+def _seconds(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{attribute.name}: expected a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SECONDS:
+        raise ValueError(f"{_camel(attribute.name)}: expected an integer number of seconds in [0, {MAX_SECONDS}], "
+                         f"got {value!r}")
+
+
+def _dominant(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
+        raise ValueError(f"{_camel(attribute.name)}: expected an integer weight in [0, 100], got {value!r}")
 
 
 def _estimator(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value != "defaultEstimator":
-        raise ValueError(f"{attribute.name}: unknown estimator {value!r}; only defaultEstimator is available")
+        raise ValueError(f"{_camel(attribute.name)}: unknown estimator {value!r}; only defaultEstimator is available")
 
 
 @attrs.define
@@ -66,20 +89,20 @@ class AggregatedArgs:
 @attrs.define
 class LoadAwareArgs:
     filter_expired_node_metrics: bool = True
-    node_metric_expiration_seconds: int = attrs.field(default=180, validator=_non_negative)
+    node_metric_expiration_seconds: int = attrs.field(default=180, validator=_seconds)
     enable_schedule_when_node_metrics_expired: bool = False
     #: defaulted to cpu 1 / memory 1 only when dominantResourceWeight is 0 (see ``weights``)
     resource_weights: dict[str, int] | None = attrs.field(default=None, validator=_weights)
-    dominant_resource_weight: int = attrs.field(default=0, validator=_non_negative)
+    dominant_resource_weight: int = attrs.field(default=0, validator=_dominant)
     usage_thresholds: dict[str, int] = attrs.field(factory=lambda: {"cpu": 65, "memory": 95}, validator=_percents)
     prod_usage_thresholds: dict[str, int] = attrs.field(factory=dict, validator=_percents)
     prod_usage_include_sys: bool = False
     score_according_prod_usage: bool = False
     estimator: str = attrs.field(default="defaultEstimator", validator=_estimator)
     estimated_scaling_factors: dict[str, int] = attrs.field(factory=lambda: {"cpu": 85, "memory": 70},
-                                                            validator=_percents)
-    estimated_seconds_after_pod_scheduled: int | None = attrs.field(default=None, validator=_non_negative)
-    estimated_seconds_after_initialized: int | None = attrs.field(default=None, validator=_non_negative)
+                                                            validator=_factors)
+    estimated_seconds_after_pod_scheduled: int | None = attrs.field(default=None, validator=_seconds)
+    estimated_seconds_after_initialized: int | None = attrs.field(default=None, validator=_seconds)
     aggregated: AggregatedArgs | None = None
 
     @property

@@ -6,6 +6,7 @@ Quantities become canonical ints (cpu milli-cores, everything else units). A mal
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,8 @@ from koordfw import parse_duration as _parse_duration
 
 #: Koordinator's default ``spec.metricCollectPolicy.reportIntervalSeconds``
 DEFAULT_REPORT_INTERVAL_SECONDS = 60
+#: the longest report interval accepted (~31 years): a larger one, or a non-finite one, is malformed
+MAX_REPORT_INTERVAL_SECONDS = 10**9
 
 def parse_duration(value: Any, *, where: str) -> float:
     """A Go ``metav1.Duration`` ("5m0s", "300s", "1h") or a number of seconds → seconds."""
@@ -69,9 +72,10 @@ def parse_node_metric(obj: Mapping[str, Any]) -> MetricInfo:
     interval = policy.get("reportIntervalSeconds")
     if interval is None:
         interval = DEFAULT_REPORT_INTERVAL_SECONDS
-    elif isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
-        raise ManifestError(f"expected a non-negative number, got {interval!r}", obj=ctx,
-                            field="spec.metricCollectPolicy.reportIntervalSeconds")
+    elif (isinstance(interval, bool) or not isinstance(interval, (int, float)) or not math.isfinite(interval)
+          or not 0 <= interval <= MAX_REPORT_INTERVAL_SECONDS):
+        raise ManifestError(f"expected a number of seconds in [0, {MAX_REPORT_INTERVAL_SECONDS}], got "
+                            f"{str(interval)[:40]}", obj=ctx, field="spec.metricCollectPolicy.reportIntervalSeconds")
     m = read_node_metric(obj)
     aggregated = []
     for i, a in enumerate(field_list(m.node_metric.get("aggregatedNodeUsages"), ctx,

@@ -19,14 +19,14 @@ NodeMetric object changed, so a cycle costs one vectorised pass over the candida
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import structlog
 
-from koordfw import ManifestError, hookimpl, raw_allocatable
+from koordfw import ManifestError, hookimpl, loads_json, raw_allocatable
 
 from .args import LoadAwareArgs
 from .estimator import estimate_pod
@@ -77,13 +77,31 @@ def _threshold_map(raw: Any, where: str) -> dict[str, int]:
         raise ValueError(f"{where}: expected a mapping of resource to percent")
     out = {}
     for k, v in raw.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"{where}.{k}: expected a non-negative integer, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 100:
+            raise ValueError(f"{where}.{k}: expected an integer percentage in [0, 100], got {_short(v)}")
         out[str(k)] = v
     return out
 
 
-def node_profile(args: LoadAwareArgs, node_name: str, annotations: Mapping[str, str]) -> _Profile:
+def _short(v: Any, width: int = 40) -> str:
+    r = repr(v) if not isinstance(v, int) or abs(v) < 10**width else f"an integer of {len(str(abs(v)))} digits"
+    return r if len(r) <= width else r[:width] + "…"
+
+
+def _warn_once(warned: set | None, key: tuple, event: str, **kw: Any) -> None:
+    """Log ``event`` unless ``key`` was logged already (``warned`` is kept per plugin instance, so that a
+    node's bad annotation is reported once, not at every recomputation of its row)."""
+    if warned is not None:
+        if key in warned:
+            return
+        if len(warned) > 65536:
+            warned.clear()
+        warned.add(key)
+    log.warning(event, **kw)
+
+
+def node_profile(args: LoadAwareArgs, node_name: str, annotations: Mapping[str, str],
+                 warned: set | None = None) -> _Profile:
     """``generateUsageThresholdsFilterProfile``: the args, overridden per field by the node annotation
     ``scheduling.koordinator.sh/usage-thresholds``. An invalid annotation is logged (naming the node and
     the annotation) and ignored, as Koordinator does."""
@@ -96,7 +114,7 @@ def node_profile(args: LoadAwareArgs, node_name: str, annotations: Mapping[str, 
     if not raw:
         return prof
     try:
-        obj = json.loads(raw)
+        obj = loads_json(raw)
         if not isinstance(obj, dict):
             raise ValueError("expected a JSON object")
         usage = _threshold_map(obj.get("usageThresholds"), "usageThresholds")
@@ -110,8 +128,8 @@ def node_profile(args: LoadAwareArgs, node_name: str, annotations: Mapping[str, 
             d = custom_agg.get("usageAggregatedDuration")
             agg_d = parse_duration(d, where="aggregatedUsage.usageAggregatedDuration") if d is not None else None
     except ValueError as e:
-        log.warning("ignoring invalid node annotation", node=node_name, annotation=ANNOTATION_USAGE_THRESHOLDS,
-                    error=str(e))
+        _warn_once(warned, (node_name, ANNOTATION_USAGE_THRESHOLDS, raw), "ignoring invalid node annotation",
+                   node=node_name, annotation=ANNOTATION_USAGE_THRESHOLDS, error=str(e))
         return prof
     if usage:
         prof.thresholds = usage
@@ -122,14 +140,22 @@ def node_profile(args: LoadAwareArgs, node_name: str, annotations: Mapping[str, 
     return prof
 
 
-def node_allocatable(node: Any) -> dict[str, int]:
-    """node.status.allocatable, overridden by ``node.koordinator.sh/raw-allocatable`` (JSON ResourceList)."""
+def node_allocatable(node: Any, warned: set | None = None) -> dict[str, int]:
+    """node.status.allocatable, overridden by ``node.koordinator.sh/raw-allocatable`` (JSON ResourceList).
+    An annotation that cannot be read (not JSON, too deep, a non-finite, huge or negative quantity) is
+    ignored with a warning naming the node and the annotation: the node keeps its allocatable."""
     alloc = dict(node.allocatable)
     try:
-        alloc.update(raw_allocatable(node) or {})
-    except ManifestError as e:
-        log.warning("ignoring invalid node annotation", node=node.name, annotation=ANNOTATION_RAW_ALLOCATABLE,
-                    error=e.detail)
+        raw = raw_allocatable(node) or {}
+        bad = sorted(r for r, v in raw.items() if v < 0)
+        if bad:
+            raise ValueError(f"negative quantity for {', '.join(bad)}")
+    except (ManifestError, ValueError, RecursionError) as e:
+        _warn_once(warned, (node.name, ANNOTATION_RAW_ALLOCATABLE, node.annotations.get(ANNOTATION_RAW_ALLOCATABLE)),
+                   "ignoring invalid node annotation", node=node.name, annotation=ANNOTATION_RAW_ALLOCATABLE,
+                   error=getattr(e, "detail", None) or str(e) or type(e).__name__)
+        return alloc
+    alloc.update(raw)
     return alloc
 
 
@@ -229,6 +255,8 @@ class _Columns:
         except ManifestError as e:
             log.warning("ignoring invalid NodeMetric: load-aware treats the node as having none", error=str(e))
             info = None
+        if len(self.parsed) > 65536:
+            self.parsed.clear()
         self.parsed[id(obj)] = (obj, info)
         return info
 
@@ -240,9 +268,9 @@ class _Columns:
         view = cluster.views[i]
         node = view.node
         self.ver[i] = cluster.node_version[i]
-        alloc = node_allocatable(node)
+        alloc = node_allocatable(node, self.owner.warned)
         self.alloc[i] = [alloc.get(r, 0) for r in self.res]
-        prof = node_profile(self.args, node.name, node.annotations)
+        prof = node_profile(self.args, node.name, node.annotations, self.owner.warned)
         for name, m in (("usage", prof.thresholds), ("prod", prof.prod_thresholds)):
             extra = set(m) - set(self.res)
             if extra:
@@ -345,6 +373,8 @@ class LoadAware:
         self.assigned_at: dict[str, float] = {}
         self._cols: _Columns | None = None
         self._run_start: float | None = None
+        #: bad node annotations already reported
+        self.warned: set = set()
 
     def _metric_now(self, handle: Any) -> float:
         return self._run_start if self._run_start is not None else handle.clock.now()

@@ -264,9 +264,9 @@ def test_score_prefers_the_cooler_node():
 
 
 @pytest.mark.parametrize("args,message", [
-    ({"usage_thresholds": {"cpu": -1}}, "usage_thresholds.cpu"),
+    ({"usage_thresholds": {"cpu": -1}}, "usageThresholds.cpu"),
     ({"estimator": "magic"}, "unknown estimator"),
-    ({"node_metric_expiration_seconds": -5}, "node_metric_expiration_seconds"),
+    ({"node_metric_expiration_seconds": -5}, "nodeMetricExpirationSeconds"),
 ])
 def test_bad_args(args, message):
     with pytest.raises(ValueError, match=message):
