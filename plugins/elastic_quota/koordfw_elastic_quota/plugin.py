@@ -14,6 +14,7 @@ With no ElasticQuota object in the cluster every hook returns ``None``: nothing 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,8 +22,7 @@ import attrs
 import numpy as np
 import structlog
 
-from koordfw import Migration, PostFilterResult, Status, canonical, hookimpl
-from koordfw.core.status import Code
+from koordfw import Code, Migration, PostFilterResult, Status, canonical, hookimpl
 
 from .quotas import (DEFAULT, LABEL_PREEMPTIBLE, ROOT, SYSTEM, QuotaTree, build_quotas, fmt, fmt_map)
 
@@ -38,15 +38,32 @@ def _resource_list(instance: Any, attribute: attrs.Attribute, value: Any) -> Non
             if canonical(str(k), v) < 0:
                 raise ValueError("negative")
         except ValueError as e:
-            raise ValueError(f"{attribute.name}.{k}: invalid quantity {v!r} ({e})") from None
+            raise ValueError(f"{_camel(attribute.name)}.{k}: invalid quantity {v!r} ({e})") from None
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+#: the longest delay accepted (seconds, ~31 years): Go's Duration holds 292 years
+MAX_SECONDS = 1e9
+
+
+def _seconds(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """A finite number of seconds in [0, 1e9] (Koordinator refuses negative durations)."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not 0 <= value <= MAX_SECONDS):
+        raise ValueError(f"{_camel(attribute.name)}: expected a number of seconds in [0, {MAX_SECONDS:g}], "
+                         f"got {value!r}")
 
 
 @attrs.define
 class Args:
     """ElasticQuotaArgs. ``delayEvictTime`` and ``revokePodInterval`` are in seconds."""
 
-    delay_evict_time: float = 120.0
-    revoke_pod_interval: float = 1.0
+    delay_evict_time: float = attrs.field(default=120.0, validator=_seconds)
+    revoke_pod_interval: float = attrs.field(default=1.0, validator=_seconds)
     #: max of the default and system quotas when no ElasticQuota object defines them (empty = no limit)
     default_quota_group_max: dict[str, str] = attrs.field(factory=dict, validator=_resource_list)
     system_quota_group_max: dict[str, str] = attrs.field(factory=dict, validator=_resource_list)

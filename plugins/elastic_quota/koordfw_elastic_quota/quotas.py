@@ -10,14 +10,12 @@ per-quota request/used (from pods) and computes every runtime top-down, level by
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
-from koordfw import parse_quantity
-from koordfw.core.quantity import QuantityError, canonical
+from koordfw import QuantityError, canonical, loads_json, parse_quantity
 
 from .runtime import Child, redistribute, scale_mins
 
@@ -48,11 +46,11 @@ def _canonical_list(raw: Any, where: str) -> Resources:
     for k, v in raw.items():
         try:
             q = parse_quantity(v)
-        except QuantityError as e:
+            if q < 0:
+                raise ValueError(f"negative quantity {v!r}")
+            out[str(k)] = canonical(str(k), v)
+        except (QuantityError, ValueError) as e:
             raise ValueError(f"{where}.{k}: {e}") from None
-        if q < 0:
-            raise ValueError(f"{where}.{k}: negative quantity {v!r}")
-        out[str(k)] = canonical(str(k), v)
     return out
 
 
@@ -103,16 +101,16 @@ def parse_quota(obj: Mapping[str, Any]) -> ElasticQuota:
         raw_w = anns.get(ANNOTATION_SHARED_WEIGHT)
         if raw_w not in (None, ""):
             try:
-                parsed = json.loads(raw_w) if isinstance(raw_w, str) else raw_w
-            except json.JSONDecodeError as e:
-                raise ValueError(f"annotation {ANNOTATION_SHARED_WEIGHT}: invalid JSON: {e.msg}") from None
+                parsed = loads_json(raw_w) if isinstance(raw_w, str) else raw_w
+            except ValueError as e:
+                raise ValueError(f"annotation {ANNOTATION_SHARED_WEIGHT}: {e}") from None
             q.shared_weight = _canonical_list(parsed, f"annotation {ANNOTATION_SHARED_WEIGHT}")
         raw_ns = anns.get(ANNOTATION_NAMESPACES)
         if raw_ns not in (None, ""):
             try:
-                nss = json.loads(raw_ns)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"annotation {ANNOTATION_NAMESPACES}: invalid JSON: {e.msg}") from None
+                nss = loads_json(raw_ns) if isinstance(raw_ns, str) else raw_ns
+            except ValueError as e:
+                raise ValueError(f"annotation {ANNOTATION_NAMESPACES}: {e}") from None
             if not isinstance(nss, list) or not all(isinstance(x, str) for x in nss):
                 raise ValueError(f"annotation {ANNOTATION_NAMESPACES}: expected a JSON list of namespace names")
             q.namespaces = tuple(nss)
