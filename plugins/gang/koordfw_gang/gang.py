@@ -6,12 +6,14 @@ Pure parsing lives here so it can be tested without a scheduler.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping
 
 import attrs
+import structlog
 
-from koordfw import parse_duration
+from koordfw import loads_json, parse_duration
+
+log = structlog.get_logger("koordfw.gang")
 
 # -- wire names (apis/extension/coscheduling.go, scheduler-plugins) -------------------------------------
 LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
@@ -40,6 +42,8 @@ MATCH_ONCE_SATISFIED = "once-satisfied"
 MATCH_POLICIES = (MATCH_ONLY_WAITING, MATCH_WAITING_AND_RUNNING, MATCH_ONCE_SATISFIED)
 
 DEFAULT_TIMEOUT_SECONDS = 600.0
+#: minMember, scheduleTimeoutSeconds, min-available and total-number are int32 in Koordinator's API
+INT32_MAX = 2**31 - 1
 
 def parse_go_duration(text: str) -> float:
     """Go's ``time.ParseDuration`` in seconds; raises ``ValueError`` for anything Go would reject."""
@@ -93,16 +97,34 @@ class GangDefinitionError(ValueError):
 
 
 def _parse_int(value: object) -> int | None:
+    """An int32 (an int, or a string of one as annotations carry it); ``None`` for anything else."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, str):
+        text = value.strip()
+        if len(text) > 12:
+            return None
         try:
-            return int(value.strip())
+            value = int(text)
         except ValueError:
             return None
+    if isinstance(value, int) and -INT32_MAX - 1 <= value <= INT32_MAX:
+        return value
     return None
+
+
+def _groups(raw: str, gang_id: str) -> list[str]:
+    """The ``groups`` annotation (a JSON list of gang ids); an unreadable one is logged and ignored, as
+    Koordinator does, leaving the gang its own group."""
+    try:
+        parsed = loads_json(raw)
+        if not isinstance(parsed, list) or not all(isinstance(g, str) and g for g in parsed):
+            raise ValueError("expected a JSON list of gang ids")
+    except ValueError as e:
+        log.warning("ignoring invalid gang annotation", gang=gang_id, annotation=ANNOTATION_GANG_GROUPS,
+                    error=str(e))
+        return []
+    return list(dict.fromkeys(parsed))
 
 
 def _common(gang_id: str, min_member: int, ann: Mapping[str, str], wait: float | None, *,
@@ -118,12 +140,7 @@ def _common(gang_id: str, min_member: int, ann: Mapping[str, str], wait: float |
     groups: list[str] = []
     raw_groups = ann.get(ANNOTATION_GANG_GROUPS)
     if raw_groups:
-        try:
-            parsed = json.loads(raw_groups)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, list) and all(isinstance(g, str) and g for g in parsed):
-            groups = list(dict.fromkeys(parsed))
+        groups = _groups(raw_groups, gang_id)
     if gang_id not in groups:
         groups.append(gang_id)
     policy = ann.get(ANNOTATION_GANG_MATCH_POLICY) or ann.get(ANNOTATION_GANG_MATCH_POLICY_ALIAS)
@@ -146,7 +163,7 @@ def spec_from_pod(pod: Any, *, default_timeout: float = DEFAULT_TIMEOUT_SECONDS,
     min_member = _parse_int(raw_min)
     if min_member is None or min_member < 0:
         raise GangDefinitionError(f"gang {gang_id}: pod {pod.key} has an invalid {ANNOTATION_GANG_MIN_NUM} "
-                                  f"{raw_min!r} (expected a non-negative integer)")
+                                  f"{_short(raw_min)} (expected an integer in [0, {INT32_MAX}])")
     wait: float | None
     raw_wait = ann.get(ANNOTATION_GANG_WAIT_TIME)
     try:
@@ -170,15 +187,23 @@ def spec_from_pod_group(gang_id: str, pg: Mapping[str, Any], *, default_timeout:
     raw_min = spec.get("minMember", 0)
     min_member = _parse_int(raw_min)
     if min_member is None or min_member < 0:
-        raise GangDefinitionError(f"PodGroup {gang_id}: spec.minMember: expected a non-negative integer, "
-                                  f"got {raw_min!r}")
+        raise GangDefinitionError(f"PodGroup {gang_id}: spec.minMember: expected an integer in [0, {INT32_MAX}], "
+                                  f"got {_short(raw_min)}")
     raw_wait = spec.get("scheduleTimeoutSeconds")
     wait = _parse_int(raw_wait)
+    if raw_wait is not None and wait is None:
+        raise GangDefinitionError(f"PodGroup {gang_id}: spec.scheduleTimeoutSeconds: expected an integer in "
+                                  f"[0, {INT32_MAX}], got {_short(raw_wait)}")
     meta = pg.get("metadata") or {}
     ann = meta.get("annotations") if isinstance(meta, Mapping) else None
     ann = {str(k): str(v) for k, v in ann.items()} if isinstance(ann, Mapping) else {}
     return _common(gang_id, min_member, ann, float(wait) if wait is not None else None,
                    default_timeout=default_timeout, default_match_policy=default_match_policy, source="PodGroup")
+
+
+def _short(v: Any, width: int = 40) -> str:
+    r = repr(v) if not isinstance(v, int) or abs(v) < 10**width else f"an integer of {len(str(abs(v)))} digits"
+    return r if len(r) <= width else r[:width] + "…"
 
 
 @attrs.define(eq=False)

@@ -150,11 +150,11 @@ class Coscheduling:
                 g.spec, g.error = None, f"Gang \"{g.gang_id}\" not found: no PodGroup {g.gang_id}"
                 self._pg_seen.pop(g.gang_id, None)
             elif self._pg_seen.get(g.gang_id) != id(pg):
-                self._pg_seen[g.gang_id] = id(pg)
                 try:
                     g.spec, g.error = spec_from_pod_group(g.gang_id, pg, **kw), ""
                 except GangDefinitionError as e:
                     g.spec, g.error = None, f"Gang \"{g.gang_id}\" has not initialized: {e}"
+                self._pg_seen[g.gang_id] = id(pg)
             return g
         if g.spec is None:
             first_error = ""
@@ -200,7 +200,7 @@ class Coscheduling:
     def _basic_check(self, pod: Any, g: Gang, handle: Any, args: Any) -> str:
         """PreEnqueue/BeforePreFilter: the reason the pod cannot be scheduled yet, or ``""``."""
         if g.spec is None:
-            return g.error
+            return g.error or f"Gang \"{g.gang_id}\" has not initialized"
         if g.passes_once_satisfied:
             return ""
         group = g.spec.group_id
