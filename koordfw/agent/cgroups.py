@@ -15,6 +15,7 @@ for the node) and turned into milli-cores by :class:`UsageTracker` from two samp
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -24,7 +25,7 @@ from typing import Iterable
 import attrs
 
 from ..core.model import BEST_EFFORT, BURSTABLE, GUARANTEED
-from ..core.nodestate import CPUInfo, NodeState, parse_cpuset
+from ..core.nodestate import MAX_CPUS, CPUInfo, NodeState, parse_cpuset
 
 _POD_CGROUPFS = re.compile(r"^pod([0-9a-zA-Z_-]+)$")
 _POD_SYSTEMD = re.compile(r"^kubepods(?:-(burstable|besteffort))?-pod([0-9a-zA-Z_]+)\.slice$")
@@ -43,6 +44,14 @@ POD_FILES = {
 }
 
 
+def _uint(text: str | None, digits: int = 20) -> int | None:
+    """A non-negative decimal of at most ``digits`` ASCII digits (a kernel counter is a u64), else None."""
+    if text is None:
+        return None
+    t = text.strip()
+    return int(t) if t and len(t) <= digits and t.isascii() and t.isdigit() else None
+
+
 def detect_version(root: str | os.PathLike[str]) -> int:
     """2 when ``root`` is a unified hierarchy (has ``cgroup.controllers``), else 1 (per-controller dirs)."""
     r = Path(root)
@@ -53,15 +62,20 @@ def detect_version(root: str | os.PathLike[str]) -> int:
     raise FileNotFoundError(f"{r}: neither a cgroup v2 root (cgroup.controllers) nor a v1 root (cpu/)")
 
 
+#: the most bytes :func:`read_value` reads of a file
+READ_LIMIT = 65536
+
+
 def read_value(path: str | Path) -> str | None:
-    """The stripped value of a file, ``None`` when absent or unreadable. Raw os.open/os.read: several
-    hundred small cgroup files are read per round."""
+    """The stripped value of a file (its first :data:`READ_LIMIT` bytes), ``None`` when absent or
+    unreadable, or when the path is not one (a NUL byte). Raw os.open/os.read: several hundred small
+    cgroup files are read per round."""
     try:
         fd = os.open(path, os.O_RDONLY)
-    except OSError:
+    except (OSError, ValueError):
         return None
     try:
-        return os.read(fd, 65536).decode(errors="replace").strip()
+        return os.read(fd, READ_LIMIT).decode(errors="replace").strip()
     except OSError:
         return None
     finally:
@@ -165,21 +179,20 @@ class CgroupLayout:
     def cpu_usage_ns(self, rel_dir: str) -> int | None:
         """Cumulative CPU time of a cgroup in ns (v1 cpuacct.usage, v2 cpu.stat usage_usec)."""
         if self.version == 1:
-            v = read_value(self._file("cpuacct", rel_dir, "cpuacct.usage"))
-            return int(v) if v and v.isdigit() else None
+            return _uint(read_value(self._file("cpuacct", rel_dir, "cpuacct.usage")))
         v = read_value(self._file("cpu", rel_dir, "cpu.stat"))
         if not v:
             return None
         for line in v.splitlines():
             k, _, n = line.partition(" ")
             if k == "usage_usec":
-                return int(n) * 1000
+                usec = _uint(n)
+                return None if usec is None else usec * 1000
         return None
 
     def memory_usage(self, rel_dir: str) -> int | None:
         name = "memory.usage_in_bytes" if self.version == 1 else "memory.current"
-        v = read_value(self._file("memory", rel_dir, name))
-        return int(v) if v and v.isdigit() else None
+        return _uint(read_value(self._file("memory", rel_dir, name)))
 
 
 def _container_id(name: str) -> str:
@@ -196,7 +209,9 @@ class UsageTracker:
     _last: dict[str, tuple[float, int]] = attrs.field(factory=dict)
 
     def rate_milli(self, key: str, now: float, cumulative_ns: int | None) -> int | None:
-        if cumulative_ns is None:
+        """Milli-cores since the previous sample of ``key``; ``None`` without one, when the counter went
+        back, or when ``now`` (seconds) is not a finite number (such a sample is dropped)."""
+        if cumulative_ns is None or not isinstance(now, (int, float)) or not math.isfinite(now):
             self._last.pop(key, None)
             return None
         prev = self._last.get(key)
@@ -219,7 +234,9 @@ def read_proc_stat(proc_root: str | os.PathLike[str] = "/proc") -> int | None:
     first = v.splitlines()[0].split()
     if not first or first[0] != "cpu":
         return None
-    vals = [int(x) for x in first[1:]]
+    vals = [_uint(x) for x in first[1:]]
+    if len(vals) < 4 or None in vals:
+        return None
     # user nice system idle iowait irq softirq steal (guest time is already inside user/nice)
     busy = sum(vals[:8]) - vals[3] - (vals[4] if len(vals) > 4 else 0)
     hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -235,8 +252,9 @@ def read_meminfo(proc_root: str | os.PathLike[str] = "/proc") -> tuple[int, int]
     for line in v.splitlines():
         k, _, rest = line.partition(":")
         parts = rest.split()
-        if parts and parts[0].isdigit():
-            info[k] = int(parts[0]) * 1024
+        kb = _uint(parts[0]) if parts else None
+        if kb is not None:
+            info[k] = kb * 1024
     if "MemTotal" not in info:
         return None
     return info["MemTotal"], info["MemTotal"] - info.get("MemAvailable", info.get("MemFree", 0))
@@ -246,21 +264,31 @@ def read_cpu_topology(sys_root: str | os.PathLike[str] = "/sys") -> tuple[CPUInf
     """Logical CPUs from ``/sys/devices/system/cpu`` (online ones), with core, socket and NUMA node."""
     base = Path(sys_root) / "devices/system/cpu"
     online = read_value(base / "online")
-    ids = parse_cpuset(online) if online else sorted(
-        int(p.name[3:]) for p in base.glob("cpu[0-9]*") if p.name[3:].isdigit())
+    try:
+        ids = parse_cpuset(online) if online else []
+    except ValueError:
+        ids = []
+    if not ids:
+        ids = sorted(i for i in (_uint(p.name[3:], 4) for p in base.glob("cpu[0-9]*")) if i is not None
+                     and i < MAX_CPUS)
     node_of: dict[int, int] = {}
     for n in (Path(sys_root) / "devices/system/node").glob("node[0-9]*"):
         cl = read_value(n / "cpulist")
-        if cl:
-            for c in parse_cpuset(cl):
-                node_of[c] = int(n.name[4:])
+        node_id = _uint(n.name[4:], 4)
+        try:
+            cpus = parse_cpuset(cl) if cl and node_id is not None else []
+        except ValueError:
+            cpus = []
+        for c in cpus:
+            node_of[c] = node_id
     out = []
     for i in ids:
         t = base / f"cpu{i}" / "topology"
         core = read_value(t / "core_id")
-        sock = read_value(t / "physical_package_id")
-        core_i = int(core) if core and core.lstrip("-").isdigit() else i
-        sock_i = int(sock) if sock and sock.lstrip("-").isdigit() and int(sock) >= 0 else 0
+        sock = read_value(t / "physical_package_id")  # -1 where the firmware does not say
+        core_i = _uint(core, 9)
+        core_i = i if core_i is None else core_i
+        sock_i = _uint(sock, 4) or 0
         # core ids repeat per socket: make them node-unique as Koordinator's topology does
         out.append(CPUInfo(i, sock_i * 100000 + core_i, sock_i, node_of.get(i, 0)))
     return tuple(out)

@@ -17,13 +17,20 @@ Contract (used by the ``collect`` / ``qos_plan`` / ``runtime_hook`` hooks, see `
   a resctrl group or a cgroup it created. It is never a recursive delete.
 
 Quantities are canonical ints as everywhere in koordfw: cpu in milli-cores, memory in bytes.
+
+Bounds (so that no node state, however small, costs unbounded time or memory): CPU ids are below
+:data:`MAX_CPUS` (8192, the kernel's largest ``NR_CPUS``) in cpu lists, the topology and resctrl cache
+ids; a node without a topology has at most :data:`MAX_CPUS` CPUs; core, socket and NUMA node ids are
+int32 (as Koordinator's ``CPUInfo``); a cgroup value is at most :data:`MAX_CGROUP_VALUE` characters (what
+the agent reads of a file); a cgroup path has no NUL byte, ``.``/``..`` component or component longer
+than :data:`NAME_MAX` bytes. :meth:`NodeState.from_state_file` checks all of it and names the field.
 Paths are built with the helpers here (:meth:`NodeState.cgroup_file`, :meth:`NodeState.qos_dir`, ...)
 so a plugin works on v1 and v2 and with the cgroupfs and systemd drivers alike.
 """
 
 from __future__ import annotations
 
-import json
+import re
 from typing import Any, Iterable, Mapping
 
 import attrs
@@ -31,6 +38,7 @@ import attrs
 from .errors import ManifestError
 from .model import BEST_EFFORT, BURSTABLE, GUARANTEED, Pod, pod_from_manifest
 from .quantity import QuantityError, parse_resource_list
+from .safeload import loads_json
 
 FS_CGROUP = "cgroup"
 FS_RESCTRL = "resctrl"
@@ -47,31 +55,95 @@ ANNOTATION_RESERVATION = "node.koordinator.sh/reservation"
 ANNOTATION_SYSTEM_QOS = "node.koordinator.sh/system-qos-resource"
 ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
 
+#: CPU ids are below this: the kernel's largest ``CONFIG_NR_CPUS`` (x86_64 ``MAXSMP``); also the most CPUs
+#: a node without a topology may have, and the most entries of a topology or a resctrl cache id list
+MAX_CPUS = 8192
+#: core, socket and NUMA node ids of a topology are int32, as in Koordinator's ``CPUInfo``
+MAX_TOPOLOGY_ID = 2**31 - 1
+#: the longest cgroup value (characters) a state may give: what the agent reads of a file (64 KiB)
+MAX_CGROUP_VALUE = 65536
+#: the longest component of a cgroup path (bytes, ``NAME_MAX``) and the longest path (``PATH_MAX``)
+NAME_MAX = 255
+PATH_MAX = 4096
+#: cgroup files holding a cpu (or memory node) list, checked with :func:`parse_cpuset`
+CPU_LIST_FILES = ("cpuset.cpus", "cpuset.mems", "cpuset.cpus.effective", "cpuset.cpus.exclusive",
+                  "cpuset.mems.effective")
+#: the kernel's CFS period range (µs) for ``cpu.cfs_period_us`` / the period of ``cpu.max``
+CFS_PERIOD_RANGE = (1000, 1000000)
+_INT64_MAX = 2**63 - 1
+
 
 # -- cpuset lists ------------------------------------------------------------------------------------
 
-def parse_cpuset(text: str | None) -> list[int]:
+_CPU_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+
+
+def parse_cpuset(text: str | None, *, limit: int = MAX_CPUS) -> list[int]:
     """Parse a Linux cpu list (``"0-3,8,10-11"``) into sorted CPU ids. Empty text → ``[]``.
 
-    Raises ``ValueError`` naming the bad part.
+    Ids must be below ``limit`` (:data:`MAX_CPUS`, 8192: no kernel has more CPUs), so the result has at
+    most ``limit`` entries and the work is linear in the text whatever ranges it names (overlapping
+    ranges are merged before they are expanded). Raises ``ValueError`` naming the bad part.
     """
-    out: set[int] = set()
     if text is None:
         return []
+    ranges: list[tuple[int, int]] = []
     for part in str(text).strip().split(","):
         part = part.strip()
         if not part:
             continue
-        lo, sep, hi = part.partition("-")
-        try:
-            a = int(lo)
-            b = int(hi) if sep else a
-        except ValueError:
-            raise ValueError(f"invalid cpu list {text!r}: bad element {part!r}") from None
-        if a < 0 or b < a:
-            raise ValueError(f"invalid cpu list {text!r}: bad range {part!r}")
-        out.update(range(a, b + 1))
-    return sorted(out)
+        m = _CPU_RANGE.fullmatch(part)
+        if m is None or len(part) > 24:
+            raise ValueError(f"invalid cpu list {_show(text)}: bad element {_show(part)}")
+        a = int(m.group(1))
+        b = int(m.group(2)) if m.group(2) is not None else a
+        if b < a:
+            raise ValueError(f"invalid cpu list {_show(text)}: bad range {_show(part)}")
+        if b >= limit:
+            raise ValueError(f"invalid cpu list {_show(text)}: {_show(part)}: cpu ids must be below {limit}")
+        ranges.append((a, b))
+    out: list[int] = []
+    last = -1
+    for a, b in sorted(ranges):
+        if b > last:
+            out.extend(range(max(a, last + 1), b + 1))
+            last = b
+    return out
+
+
+def _show(v: Any, width: int = 60) -> str:
+    """``repr(v)`` cut to ``width`` characters, for error messages about untrusted values."""
+    r = repr(v) if not isinstance(v, int) or abs(v) < 10**width else f"an integer of {len(str(abs(v)))} digits"
+    return r if len(r) <= width else f"{r[:width]}… ({len(r)} characters)"
+
+
+def _key(k: str) -> str:
+    """A mapping key as part of a field name: as written when short and printable, else ``[repr]``."""
+    return k if k.isprintable() and len(k) <= 200 else f"[{_show(k)}]"
+
+
+def check_cgroup_dir(path: Any, what: str = "cgroup dir") -> str:
+    """A cgroup dir relative to a controller's root, normalised (no leading/trailing ``/``).
+
+    Refused (``ValueError``): a non-string, a NUL byte, a ``.`` or ``..`` component, a component longer
+    than :data:`NAME_MAX` bytes or a path longer than :data:`PATH_MAX`, and a path that names the root
+    itself (``""``, ``"/"``): a pod's or QoS level's files never sit at a controller's root.
+    """
+    if not isinstance(path, str):
+        raise ValueError(f"expected a {what} string, got {type(path).__name__}")
+    if "\x00" in path:
+        raise ValueError(f"{what} {_show(path)} contains a NUL byte")
+    if len(path.encode("utf-8", "surrogateescape")) > PATH_MAX:
+        raise ValueError(f"{what} is longer than {PATH_MAX} bytes")
+    parts = [p for p in path.split("/") if p]
+    for p in parts:
+        if p in (".", ".."):
+            raise ValueError(f"{what} {_show(path)} has a {p!r} component")
+        if len(p.encode("utf-8", "surrogateescape")) > NAME_MAX:
+            raise ValueError(f"{what} {_show(path)} has a component longer than {NAME_MAX} bytes")
+    if not parts:
+        raise ValueError(f"{what} {_show(path)} is the cgroup root itself")
+    return "/".join(parts)
 
 
 def format_cpuset(cpus: Iterable[int]) -> str:
@@ -223,18 +295,64 @@ class ResctrlInfo:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], where: str = "resctrl") -> ResctrlInfo:
+        """From a state file's ``resctrl`` mapping; a bad field raises :class:`ManifestError` naming it.
+
+        ``cbmMask``: a hex string of at most 64 bits; ``minCbmBits``: an integer 0..64; ``numClosids``:
+        0..4096; ``cacheIds``: a list of distinct integers below :data:`MAX_CPUS`; ``vendor``: a string;
+        ``mba``: a boolean or a mapping whose ``minBandwidth``/``bandwidthGran``/``numClosids`` are
+        integers 0..2^31-1 and ``delayLinear`` a boolean or 0/1. Floats, booleans as numbers and
+        non-finite values are refused.
+        """
         if not isinstance(raw, Mapping):
             raise ManifestError("expected a mapping", field=where)
-        try:
-            mba = raw.get("mba")
-            return cls(cbm_mask=str(raw.get("cbmMask", "")), min_cbm_bits=int(raw.get("minCbmBits", 1)),
-                       num_closids=int(raw.get("numClosids", 0)),
-                       cache_ids=tuple(int(x) for x in raw.get("cacheIds") or ()),
-                       vendor=str(raw.get("vendor", "")),
-                       # the state file may say just "mba": true (MBA present, details unknown) → {}
-                       mba=({} if mba is True else dict(mba)) if mba else None)
-        except (TypeError, ValueError) as e:
-            raise ManifestError(f"invalid resctrl info: {e}", field=where) from None
+
+        def bad(key: str, msg: str) -> ManifestError:
+            return ManifestError(msg, field=f"{where}.{key}")
+
+        cbm = raw.get("cbmMask", "")
+        if not isinstance(cbm, str):
+            raise bad("cbmMask", f"expected a hex string like '7ff', got {_show(cbm)}")
+        digits = cbm.strip().lower().removeprefix("0x").lstrip("0")
+        if cbm.strip() and (len(digits) > 16 or not all(c in "0123456789abcdef" for c in digits)):
+            raise bad("cbmMask", f"expected a hex mask of at most 64 bits, got {_show(cbm)}")
+        cache_ids = raw.get("cacheIds") or []
+        if not isinstance(cache_ids, list):
+            raise bad("cacheIds", f"expected a list of cache ids, got {_show(cache_ids)}")
+        seen: set[int] = set()
+        for i, c in enumerate(cache_ids):
+            if not _is_int(c, 0, MAX_CPUS - 1):
+                raise bad(f"cacheIds[{i}]", f"expected an integer 0..{MAX_CPUS - 1}, got {_show(c)}")
+            if c in seen:
+                raise bad(f"cacheIds[{i}]", f"duplicate cache id {c}")
+            seen.add(c)
+        vendor = raw.get("vendor", "")
+        if not isinstance(vendor, str):
+            raise bad("vendor", f"expected a string, got {_show(vendor)}")
+        mba = raw.get("mba")
+        if mba is None or isinstance(mba, bool):
+            mba_out: Mapping[str, Any] | None = {} if mba else None
+        elif isinstance(mba, Mapping):
+            for key in ("minBandwidth", "bandwidthGran", "numClosids"):
+                if key in mba and not _is_int(mba[key], 0, MAX_TOPOLOGY_ID):
+                    raise bad(f"mba.{key}", f"expected an integer 0..{MAX_TOPOLOGY_ID}, got {_show(mba[key])}")
+            if "delayLinear" in mba and mba["delayLinear"] not in (True, False, 0, 1):
+                raise bad("mba.delayLinear", f"expected a boolean, got {_show(mba['delayLinear'])}")
+            mba_out = dict(mba)
+        else:
+            raise bad("mba", f"expected true, false or a mapping, got {_show(mba)}")
+        nums = {}
+        for key, default, hi in (("minCbmBits", 1, 64), ("numClosids", 0, 4096)):
+            v = raw.get(key, default)
+            if not _is_int(v, 0, hi):
+                raise bad(key, f"expected an integer 0..{hi}, got {_show(v)}")
+            nums[key] = v
+        return cls(cbm_mask=cbm, min_cbm_bits=nums["minCbmBits"], num_closids=nums["numClosids"],
+                   cache_ids=tuple(cache_ids), vendor=vendor, mba=mba_out)
+
+
+def _is_int(v: Any, lo: int, hi: int) -> bool:
+    """An int (not a bool, not a float) within ``lo..hi``."""
+    return type(v) is int and lo <= v <= hi
 
 
 @attrs.frozen
@@ -244,6 +362,42 @@ class Reservation:
     resources: Mapping[str, int] = attrs.field(factory=dict)
     reserved_cpus: tuple[int, ...] = ()
     apply_policy: str = "Default"
+
+
+def parse_reservation(raw: str | None, node: str = "") -> Reservation:
+    """The value of ``node.koordinator.sh/reservation`` (see :meth:`NodeState.reservation`)."""
+    if not raw:
+        return Reservation()
+    try:
+        obj = loads_json(raw)
+        if not isinstance(obj, dict):
+            raise ValueError("expected a JSON object")
+        resources = obj.get("resources") or {}
+        if not isinstance(resources, dict):
+            raise ValueError(f"resources: expected a mapping, got {type(resources).__name__}")
+        res = parse_resource_list(resources, where="resources")
+        reserved = obj.get("reservedCPUs") or ""
+        if not isinstance(reserved, str):
+            raise ValueError(f"reservedCPUs: expected a cpu list string, got {type(reserved).__name__}")
+        cpus = parse_cpuset(reserved)
+        if cpus:  # Koordinator: reservedCPUs, when set, decides the reserved cpu amount
+            res["cpu"] = len(cpus) * 1000
+        policy = obj.get("applyPolicy") or "Default"
+        if not isinstance(policy, str):
+            raise ValueError(f"applyPolicy: expected a string, got {type(policy).__name__}")
+    except (ValueError, QuantityError) as e:
+        raise ValueError(f"node {node}: annotation {ANNOTATION_RESERVATION}: {e}") from None
+    return Reservation(res, tuple(cpus), policy)
+
+
+def _int_text(text: str | None, digits: int = 19) -> int | None:
+    """A non-negative decimal integer of at most ``digits`` ASCII digits, else ``None`` (cgroup files)."""
+    if text is None:
+        return None
+    t = text.strip()
+    if not t or len(t) > digits or not t.isascii() or not t.isdigit():
+        return None
+    return int(t)
 
 
 @attrs.frozen
@@ -329,28 +483,34 @@ class NodeState:
         return self.cgroups.get(path)
 
     def cpu_quota(self, rel_dir: str) -> int | None:
-        """Current CFS quota of ``rel_dir`` in µs (``-1`` = unlimited), ``None`` when not read."""
+        """Current CFS quota of ``rel_dir`` in µs (``-1`` = unlimited), ``None`` when not read or not a
+        quota (not an integer, below -1 or beyond int64)."""
         raw = self.cgroups.get(self.cpu_quota_file(rel_dir))
         if raw is None:
             return None
         head = raw.split()[0] if raw.split() else ""
         if head == "max":
             return -1
-        try:
-            return int(head)
-        except ValueError:
+        n = _int_text(head.removeprefix("-"))
+        if n is None:
             return None
+        n = -n if head.startswith("-") else n
+        return n if -1 <= n <= _INT64_MAX else None
 
     def cpu_period(self, rel_dir: str) -> int:
+        """Current CFS period of ``rel_dir`` in µs; :data:`CFS_PERIOD_US` when not read or outside the
+        kernel's range :data:`CFS_PERIOD_RANGE` (1 ms .. 1 s), so a plan never divides by a bad period."""
         if self.cgroup_version == 1:
-            raw = self.cgroups.get(self.cgroup_file("cpu", rel_dir, "cpu.cfs_period_us"))
-            return int(raw) if raw and raw.strip().isdigit() else CFS_PERIOD_US
-        raw = self.cgroups.get(self.cpu_quota_file(rel_dir))
-        parts = raw.split() if raw else []
-        return int(parts[1]) if len(parts) == 2 and parts[1].isdigit() else CFS_PERIOD_US
+            n = _int_text(self.cgroups.get(self.cgroup_file("cpu", rel_dir, "cpu.cfs_period_us")))
+        else:
+            raw = self.cgroups.get(self.cpu_quota_file(rel_dir))
+            parts = raw.split() if raw else []
+            n = _int_text(parts[1]) if len(parts) == 2 else None
+        lo, hi = CFS_PERIOD_RANGE
+        return n if n is not None and lo <= n <= hi else CFS_PERIOD_US
 
     def cpuset(self, rel_dir: str) -> list[int] | None:
-        """Current ``cpuset.cpus`` of ``rel_dir`` as CPU ids, ``None`` when not read.
+        """Current ``cpuset.cpus`` of ``rel_dir`` as CPU ids, ``None`` when not read (or not a cpu list).
 
         On v2 an empty ``cpuset.cpus`` means "inherit": ``cpuset.cpus.effective`` is used then.
         """
@@ -358,36 +518,33 @@ class NodeState:
         if self.cgroup_version == 2 and not (raw or "").strip():
             eff = self.cgroups.get(self.cgroup_file("cpuset", rel_dir, "cpuset.cpus.effective"))
             raw = eff if eff is not None else raw
-        return None if raw is None else parse_cpuset(raw)
+        if raw is None:
+            return None
+        try:
+            return parse_cpuset(raw)
+        except ValueError:
+            return None
 
     # -- topology and annotations ------------------------------------------------------------------
     @property
     def cpu_ids(self) -> list[int]:
-        """All logical CPUs: from the topology, else ``0..capacity-1``."""
+        """All logical CPUs: from the topology, else ``0..capacity-1`` (at most :data:`MAX_CPUS`)."""
         if self.cpu_topology:
             return sorted(c.id for c in self.cpu_topology)
-        return list(range(self.capacity.get("cpu", 0) // 1000))
+        return list(range(min(max(self.capacity.get("cpu", 0) // 1000, 0), MAX_CPUS)))
 
     def topology(self) -> tuple[CPUInfo, ...]:
         """The CPU topology; without one, each CPU its own core on socket 0, node 0."""
         return self.cpu_topology or tuple(CPUInfo(i, i) for i in self.cpu_ids)
 
     def reservation(self) -> Reservation:
-        """Parse ``node.koordinator.sh/reservation``; a bad value raises ``ValueError`` naming it."""
-        raw = self.annotations.get(ANNOTATION_RESERVATION)
-        if not raw:
-            return Reservation()
-        try:
-            obj = json.loads(raw)
-            if not isinstance(obj, dict):
-                raise ValueError("expected a JSON object")
-            res = parse_resource_list(obj.get("resources") or {}, where="resources")
-            cpus = parse_cpuset(obj.get("reservedCPUs") or "")
-            if cpus:  # Koordinator: reservedCPUs, when set, decides the reserved cpu amount
-                res["cpu"] = len(cpus) * 1000
-        except (ValueError, QuantityError) as e:
-            raise ValueError(f"node {self.name}: annotation {ANNOTATION_RESERVATION}: {e}") from None
-        return Reservation(res, tuple(cpus), str(obj.get("applyPolicy") or "Default"))
+        """Parse ``node.koordinator.sh/reservation``; a bad value raises ``ValueError`` naming it.
+
+        The JSON is read with :func:`koordfw.core.safeload.loads_json` (nesting bounded, no NaN), the
+        quantities are bounded, ``reservedCPUs`` must be a cpu list string (ids below :data:`MAX_CPUS`)
+        and ``applyPolicy`` a string. Plugins log and ignore a bad reservation, as Koordinator does.
+        """
+        return parse_reservation(self.annotations.get(ANNOTATION_RESERVATION), node=self.name)
 
     def pod(self, uid: str) -> PodState | None:
         for p in self.pods:
@@ -405,19 +562,44 @@ class NodeState:
         cgroupDir (optional)}]), ``hostApps`` ([{name, qos, cgroupPath, usage}]), ``cgroups``
         (path → current value), ``config`` (pluginConfig), and optionally ``cgroupDriver``,
         ``kubepods`` and ``resctrl`` (cbmMask, minCbmBits, numClosids, cacheIds, vendor, mba).
+
+        Every field is checked, so a plugin never sees a value it must not trust: integers are ints
+        (not floats or booleans) in range (``cgroupVersion`` 1|2; topology ``id`` below
+        :data:`MAX_CPUS`, distinct; ``core``/``socket``/``node`` 0..2^31-1); quantities are bounded by
+        :func:`~koordfw.core.quantity.parse_resource_list`; without a topology ``capacity.cpu`` is at
+        most :data:`MAX_CPUS` cores; names, labels and annotations are strings; pod uids are distinct;
+        ``cgroupDir``, ``kubepods`` and host app paths pass :func:`check_cgroup_dir` (so no write can
+        be planned at a controller's root); ``cgroups`` keys are relative paths and values strings (or
+        ints) of at most :data:`MAX_CGROUP_VALUE` characters, cpu lists among them valid.
         """
         def err(msg: str, field: str) -> ManifestError:
             return ManifestError(msg, file=source, field=field)
 
+        def text_field(obj: Any, where: str, default: str = "") -> str:
+            if obj is None:
+                return default
+            if not isinstance(obj, str):
+                raise err(f"expected a string, got {_show(obj)}", where)
+            return obj
+
+        def dir_field(obj: Any, where: str) -> str:
+            try:
+                return check_cgroup_dir(obj)
+            except ValueError as e:
+                raise err(str(e), where) from None
+
         if not isinstance(data, Mapping):
             raise err("a node state must be a JSON object", "")
         version = data.get("cgroupVersion", 1)
-        if version not in (1, 2):
-            raise err(f"expected 1 or 2, got {version!r}", "cgroupVersion")
+        if type(version) is not int or version not in (1, 2):
+            raise err(f"expected 1 or 2, got {_show(version)}", "cgroupVersion")
         driver = data.get("cgroupDriver", "cgroupfs")
-        if driver not in ("cgroupfs", "systemd"):
-            raise err(f"expected cgroupfs or systemd, got {driver!r}", "cgroupDriver")
-        kubepods = str(data.get("kubepods") or ("kubepods.slice" if driver == "systemd" else "kubepods"))
+        if not isinstance(driver, str) or driver not in ("cgroupfs", "systemd"):
+            raise err(f"expected cgroupfs or systemd, got {_show(driver)}", "cgroupDriver")
+        kubepods = data.get("kubepods")
+        if kubepods is None or kubepods == "":
+            kubepods = "kubepods.slice" if driver == "systemd" else "kubepods"
+        kubepods = dir_field(kubepods, "kubepods")
         node = data.get("node") or {}
         if not isinstance(node, Mapping):
             raise err("expected a mapping", "node")
@@ -433,30 +615,47 @@ class NodeState:
                 return {}
             if not isinstance(obj, Mapping):
                 raise err("expected a mapping", where)
-            return {str(k): str(v) for k, v in obj.items()}
+            for k, v in obj.items():
+                if not isinstance(k, str) or not isinstance(v, str):
+                    raise err(f"expected strings, got {_show(v if isinstance(k, str) else k)}",
+                              f"{where}.{_key(k)}" if isinstance(k, str) else where)
+            return dict(obj)
 
         capacity = res(node.get("capacity"), "node.capacity")
         allocatable = res(node.get("allocatable"), "node.allocatable") or dict(capacity)
         topo: list[CPUInfo] = []
-        detail = (node.get("cpuTopology") or {}).get("detail") if isinstance(node.get("cpuTopology"), Mapping) else None
-        if node.get("cpuTopology") is not None and not isinstance(node.get("cpuTopology"), Mapping):
+        cpu_topology = node.get("cpuTopology")
+        if cpu_topology is not None and not isinstance(cpu_topology, Mapping):
             raise err("expected a mapping with detail", "node.cpuTopology")
-        for i, c in enumerate(detail or []):
+        detail = (cpu_topology or {}).get("detail") or []
+        if not isinstance(detail, list):
+            raise err("expected a list of {id, core, socket, node}", "node.cpuTopology.detail")
+        ids: set[int] = set()
+        for i, c in enumerate(detail):
             where = f"node.cpuTopology.detail[{i}]"
             if not isinstance(c, Mapping) or "id" not in c:
                 raise err("expected {id, core, socket, node}", where)
-            try:
-                topo.append(CPUInfo(int(c["id"]), int(c.get("core", c["id"])), int(c.get("socket", 0)),
-                                    int(c.get("node", 0))))
-            except (TypeError, ValueError):
-                raise err("id, core, socket and node must be integers", where) from None
-        name = str(node.get("name") or "")
+            vals = {"id": c["id"], "core": c.get("core", c["id"]), "socket": c.get("socket", 0),
+                    "node": c.get("node", 0)}
+            for key, v in vals.items():
+                hi = MAX_CPUS - 1 if key == "id" else MAX_TOPOLOGY_ID
+                if not _is_int(v, 0, hi):
+                    raise err(f"{key}: expected an integer 0..{hi}, got {_show(v)}", where)
+            if vals["id"] in ids:
+                raise err(f"duplicate cpu id {vals['id']}", where)
+            ids.add(vals["id"])
+            topo.append(CPUInfo(vals["id"], vals["core"], vals["socket"], vals["node"]))
+        if not topo and capacity.get("cpu", 0) > MAX_CPUS * 1000:
+            raise err(f"{capacity['cpu'] // 1000} CPUs without a cpuTopology: at most {MAX_CPUS} are supported",
+                      "node.capacity.cpu")
+        name = text_field(node.get("name"), "node.name")
         kubepods_state = cls(cgroup_version=version, cgroup_driver=driver, kubepods=kubepods)
 
         pods: list[PodState] = []
         raw_pods = data.get("pods") or []
         if not isinstance(raw_pods, list):
             raise err("expected a list", "pods")
+        uids: set[str] = set()
         for i, p in enumerate(raw_pods):
             where = f"pods[{i}]"
             if not isinstance(p, Mapping):
@@ -467,15 +666,25 @@ class NodeState:
                     pod = pod_from_manifest({k: p[k] for k in ("metadata", "spec", "status") if k in p})
                 except ManifestError as e:
                     raise err(e.detail, f"{where}.{e.field}" if e.field else where) from None
-            uid = str(p.get("uid") or (pod.uid if pod is not None else ""))
+            uid = text_field(p.get("uid"), f"{where}.uid") or (pod.uid if pod is not None else "")
             if not uid:
                 raise err("a pod needs a uid", f"{where}.uid")
+            if "/" in uid or "\x00" in uid or len(uid) > 253:
+                raise err(f"a uid has at most 253 characters and no '/' or NUL byte, got {_show(uid)}",
+                          f"{where}.uid")
+            if uid in uids:
+                raise err(f"duplicate pod uid {_show(uid)}", f"{where}.uid")
+            uids.add(uid)
             qos = pod.qos_class if pod is not None else ""
             kube_qos = pod.kube_qos if pod is not None else ""
             cgdir = p.get("cgroupDir")
-            if not cgdir and pod is not None:
+            if cgdir is not None and cgdir != "":
+                cgdir = dir_field(cgdir, f"{where}.cgroupDir")
+            elif pod is not None:  # not given: the kubelet's dir for the pod
                 cgdir = kubepods_state.pod_dir(uid, kube_qos)
-            pods.append(PodState(uid=uid, pod=pod, qos=qos, kube_qos=kube_qos, cgroup_dir=str(cgdir or ""),
+            else:
+                cgdir = ""
+            pods.append(PodState(uid=uid, pod=pod, qos=qos, kube_qos=kube_qos, cgroup_dir=cgdir,
                                  usage=res(p.get("usage"), f"{where}.usage")))
         apps: list[HostApp] = []
         raw_apps = data.get("hostApps") or []
@@ -485,40 +694,65 @@ class NodeState:
             where = f"hostApps[{i}]"
             if not isinstance(a, Mapping) or not a.get("name"):
                 raise err("expected a mapping with a name", where)
+            app_name = text_field(a["name"], f"{where}.name")
             cg_path, base = a.get("cgroupPath") or "", ""
             if isinstance(cg_path, Mapping):  # Koordinator's {base, parentDir, relativePath}
-                base = str(cg_path.get("base") or "")
+                base = text_field(cg_path.get("base"), f"{where}.cgroupPath.base")
                 if base not in CGROUP_BASES:
-                    raise err(f"unknown base {base!r}; known: {sorted(b for b in CGROUP_BASES if b)}",
+                    raise err(f"unknown base {_show(base)}; known: {sorted(b for b in CGROUP_BASES if b)}",
                               f"{where}.cgroupPath.base")
                 level = CGROUP_BASES[base]
                 head = kubepods_state.qos_dir(level) if level else ""
-                cg_path = "/".join(x.strip("/") for x in (head, str(cg_path.get("parentDir") or ""),
-                                                          str(cg_path.get("relativePath") or "")) if x.strip("/"))
+                tail = [text_field(cg_path.get(k), f"{where}.cgroupPath.{k}") for k in ("parentDir", "relativePath")]
+                cg_path = "/".join(x.strip("/") for x in (head, *tail) if x.strip("/"))
             elif isinstance(cg_path, str):
                 be_dir = kubepods_state.qos_dir("besteffort")
                 if cg_path.strip("/") == be_dir or cg_path.strip("/").startswith(be_dir + "/"):
                     base = "KubepodsBesteffort"
             else:
                 raise err("expected a path or {base, parentDir, relativePath}", f"{where}.cgroupPath")
-            apps.append(HostApp(name=str(a["name"]), qos=str(a.get("qos") or ""), cgroup_path=str(cg_path),
+            if cg_path.strip("/"):  # "" is the root cgroup (Koordinator's CgroupRoot base)
+                cg_path = dir_field(cg_path, f"{where}.cgroupPath")
+            apps.append(HostApp(name=app_name, qos=text_field(a.get("qos"), f"{where}.qos"), cgroup_path=cg_path,
                                 usage=res(a.get("usage"), f"{where}.usage"), cgroup_base=base))
         cg = data.get("cgroups") or {}
         if not isinstance(cg, Mapping):
             raise err("expected a mapping of path to value", "cgroups")
+        cgroups: dict[str, str] = {}
+        for k, v in cg.items():
+            if not isinstance(k, str):
+                raise err(f"expected a path, got {_show(k)}", "cgroups")
+            where = f"cgroups.{_key(k)}"
+            try:
+                path = check_cgroup_dir(k, "cgroup file path")
+            except ValueError as e:
+                raise err(str(e), where) from None
+            if isinstance(v, bool) or not isinstance(v, (str, int)):
+                raise err(f"expected the file's text (a string), got {_show(v)}", where)
+            value = str(v).strip()
+            if len(value) > MAX_CGROUP_VALUE:
+                raise err(f"longer than {MAX_CGROUP_VALUE} characters (more than the agent reads of a file)", where)
+            if path.rsplit("/", 1)[-1] in CPU_LIST_FILES:
+                try:
+                    parse_cpuset(value)
+                except ValueError as e:
+                    raise err(str(e), where) from None
+            cgroups[path] = value
         config = data.get("config") or {}
         if not isinstance(config, Mapping):
             raise err("expected a mapping of plugin name to args", "config")
+        for k in config:
+            if not isinstance(k, str):
+                raise err(f"expected a plugin name, got {_show(k)}", "config")
         resctrl = None
         if data.get("resctrl") is not None:
             try:
                 resctrl = ResctrlInfo.from_dict(data["resctrl"])
             except ManifestError as e:
-                raise err(e.detail, "resctrl") from None
+                raise err(e.detail, e.field or "resctrl") from None
         return cls(name=name, cgroup_version=version, cgroup_driver=driver, kubepods=kubepods,
                    capacity=capacity, allocatable=allocatable, usage=res(node.get("usage"), "node.usage"),
                    labels=strmap(node.get("labels"), "node.labels"),
                    annotations=strmap(node.get("annotations"), "node.annotations"),
                    cpu_topology=tuple(topo), pods=tuple(pods), host_apps=tuple(apps),
-                   cgroups={str(k): str(v).strip() for k, v in cg.items()}, resctrl=resctrl,
-                   config=dict(config))
+                   cgroups=cgroups, resctrl=resctrl, config=dict(config))
