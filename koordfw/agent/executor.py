@@ -7,7 +7,18 @@ Contract:
 * A file is written only when its current value differs (compared after stripping whitespace; cpu
   lists such as ``cpuset.cpus`` are compared as sets, so ``0,1,2`` equals ``0-2``).
 * A path that is absolute, contains ``..``, or resolves (symlinks included) outside its root is
-  refused and logged; nothing is written.
+  refused and logged; nothing is written. So is a path the kernel would reject or that is not a path
+  at all: a NUL byte, a component longer than ``NAME_MAX`` (255 bytes), more than ``PATH_MAX`` (4096
+  bytes), a symlink loop; and a value with a NUL byte or that is not valid text. Such a refusal fails
+  only its own write (outcome ``refused``); the others of the round go on.
+* No file directly in a root's top directory is written on the cgroup filesystem: a cgroup write's
+  directory (after resolving symlinks) must lie strictly below the cgroup root, and on cgroup v1
+  strictly below a controller's root (``cpu/cpu.cfs_quota_us`` and ``cpu.cfs_quota_us`` are refused,
+  ``cpu/kubepods/cpu.cfs_quota_us`` is not; on v2 ``kubepods/cpu.max`` is allowed). The root's own
+  files are the whole machine's knobs, never a pod's or a QoS level's. A removal likewise never names
+  the root or (v1) a controller's root. The resctrl root *is* a group (the default one), so its
+  ``schemata`` may be written. The version is detected from the root (``cgroup.controllers`` at the top:
+  v2) unless given.
 * A cgroup that vanished between plan and write (parent dir or file missing, ``ENOENT``/``ENODEV``
   on write) is skipped and logged, not an error. With ``mkdir`` the parent dir is created instead.
 * A write with ``rmdir`` removes the directory ``path`` with one ``rmdir(2)`` (:meth:`Executor.remove_dir`),
@@ -35,13 +46,72 @@ import attrs
 import structlog
 from prometheus_client import Counter
 
-from ..core.nodestate import FS_CGROUP, FS_RESCTRL, FileWrite, parse_cpuset
+from ..core.nodestate import FS_CGROUP, FS_RESCTRL, NAME_MAX, PATH_MAX, FileWrite, parse_cpuset
 from .cgroups import read_value
 from ..metrics import REGISTRY
 
 log = structlog.get_logger("koordfw.agent")
 
 _CPU_LIST_FILES = ("cpuset.cpus", "cpuset.mems", "cpuset.cpus.exclusive")
+
+REFUSE_ESCAPE = "path escapes the root"
+REFUSE_ROOT = "path is the root itself"
+
+
+def _escape_reason(path: object) -> str:
+    """Why ``path`` (relative to a root) is not a safe relative path, ``""`` when it is."""
+    if not isinstance(path, str):
+        return f"path is not a string ({type(path).__name__})"
+    if "\x00" in path:
+        return "path has a NUL byte"
+    if os.path.isabs(path):
+        return f"{REFUSE_ESCAPE} (absolute)"
+    parts = path.split("/")
+    if ".." in parts:
+        return f"{REFUSE_ESCAPE} (a '..' component)"
+    if len(os.fsencode(path)) > PATH_MAX:
+        return f"path is longer than PATH_MAX ({PATH_MAX} bytes)"
+    if any(len(os.fsencode(p)) > NAME_MAX for p in parts):
+        return f"path has a component longer than NAME_MAX ({NAME_MAX} bytes)"
+    return ""
+
+
+def _parts(path: str) -> list[str]:
+    return [p for p in path.split("/") if p not in ("", ".")]
+
+
+def _depth_reason(fs: str, parts: list[str], rmdir: bool, cgroup_version: int) -> str:
+    """Why a write (or removal) with these path components relative to its root is refused for where it
+    lands, ``""`` when it may go ahead (see the module docstring)."""
+    if not parts:
+        return REFUSE_ROOT
+    if fs != FS_CGROUP:
+        return ""
+    dirs = parts if rmdir else parts[:-1]
+    if not dirs:
+        return "a file of the cgroup root itself"
+    if cgroup_version == 1 and len(dirs) < 2:
+        return f"{'is' if rmdir else 'a file of'} the root of the cgroup v1 hierarchy {dirs[0]!r}"
+    return ""
+
+
+def path_refusal(w: FileWrite, cgroup_version: int = 1) -> str:
+    """Why the executor refuses ``w`` from its path and value alone (no filesystem access), ``""`` when
+    it does not; symlinks are checked again when the write is applied. ``agent plan`` uses it too."""
+    why = _escape_reason(w.path)
+    if why:
+        return why
+    why = _depth_reason(w.fs, _parts(w.path), w.rmdir, cgroup_version)
+    if why:
+        return why
+    if not w.rmdir:
+        if "\x00" in w.value:
+            return "value has a NUL byte"
+        try:
+            w.value.encode()
+        except UnicodeEncodeError:
+            return "value is not valid text (an unpaired surrogate)"
+    return ""
 
 
 @attrs.frozen
@@ -100,32 +170,57 @@ def values_equal(path: str, old: str | None, new: str) -> bool:
 class Executor:
     """Applies FileWrites under ``roots`` (``{"cgroup": "/sys/fs/cgroup", "resctrl": "/sys/fs/resctrl"}``)."""
 
-    def __init__(self, roots: Mapping[str, str | os.PathLike[str]] | None = None, *, dry_run: bool = False) -> None:
+    def __init__(self, roots: Mapping[str, str | os.PathLike[str]] | None = None, *, dry_run: bool = False,
+                 cgroup_version: int | None = None) -> None:
         roots = dict(roots or {})
         roots.setdefault(FS_CGROUP, "/sys/fs/cgroup")
         roots.setdefault(FS_RESCTRL, "/sys/fs/resctrl")
         self.roots = {fs: Path(p) for fs, p in roots.items()}
         self._real_roots = {fs: p.resolve() for fs, p in self.roots.items()}
         self.dry_run = dry_run
+        self._cgroup_version = cgroup_version
         self.stats = ExecutorStats()
         self._metrics = executor_metrics()
 
+    @property
+    def cgroup_version(self) -> int:
+        """1 or 2: given, else detected from the cgroup root (2 when it has ``cgroup.controllers``);
+        1, the stricter rule, while the root does not exist yet."""
+        if self._cgroup_version is None:
+            root = self.roots[FS_CGROUP]
+            if not root.is_dir():
+                return 1
+            self._cgroup_version = 2 if (root / "cgroup.controllers").exists() else 1
+        return self._cgroup_version
+
     def _lexical(self, w: FileWrite) -> str | None:
-        """The joined path when ``w.path`` is relative and free of ``..`` (no symlink check yet)."""
+        """The joined path when ``w.path`` is a safe relative path (no symlink check yet)."""
         root = self.roots.get(w.fs)
-        if root is None or not w.path or os.path.isabs(w.path) or ".." in w.path.split("/"):
+        if root is None or _escape_reason(w.path) or not _parts(w.path):
             return None
         return f"{root}/{w.path}"
+
+    def _resolved(self, fs: str, parts: list[str]) -> Path | None:
+        """``root/parts`` with symlinks resolved, ``None`` when that leaves the root or cannot be resolved."""
+        real_root = self._real_roots[fs]
+        try:
+            target = self.roots[fs].joinpath(*parts).resolve()
+        except (OSError, RuntimeError, ValueError):  # a symlink loop, a name the kernel refuses
+            return None
+        if target != real_root and real_root not in target.parents:
+            return None
+        return target
 
     def resolve(self, w: FileWrite) -> Path | None:
         """The absolute path of a write, or ``None`` when it would escape its root (symlinks resolved)."""
         if self._lexical(w) is None:
             return None
-        real_root = self._real_roots[w.fs]
-        target = (self.roots[w.fs] / w.path).resolve()
-        if target != real_root and real_root not in target.parents:
-            return None
-        return target
+        return self._resolved(w.fs, _parts(w.path))
+
+    def _where_refused(self, w: FileWrite, target: Path) -> str:
+        """:func:`_depth_reason` for where the write lands once symlinks are resolved."""
+        rel = target.relative_to(self._real_roots[w.fs]).parts
+        return _depth_reason(w.fs, list(rel), w.rmdir, self.cgroup_version)
 
     def apply(self, writes: Iterable[FileWrite], current: Mapping[str, str] | None = None) -> list[WriteResult]:
         """Apply in order. ``current``: cgroup values read this round (``NodeState.cgroups``); a write
@@ -155,22 +250,37 @@ class Executor:
         return out
 
     def apply_one(self, w: FileWrite) -> WriteResult:
-        if w.rmdir:
-            return self._apply_rmdir(w)
+        """Apply one write. Never raises for what the write asks: a bad one is refused or an error."""
+        try:
+            return self._apply_rmdir(w) if w.rmdir else self._apply_write(w)
+        except (OSError, ValueError, RuntimeError) as e:  # the last guard: a bad write fails only itself
+            return self._error(w, self.roots.get(w.fs, Path("?")) / str(w.path)[:NAME_MAX], None, e)
+
+    def _refuse(self, w: FileWrite, why: str) -> WriteResult:
+        self.stats.refused += 1
+        self._metrics.errors.labels(w.plugin, "refused").inc()
+        log.error("refused write" if not w.rmdir else "refused removal", file=str(w.path)[:300], fs=w.fs,
+                  plugin=w.plugin, reason=why, root=str(self.roots.get(w.fs)))
+        return WriteResult(w, "refused", error=why)
+
+    def _apply_write(self, w: FileWrite) -> WriteResult:
+        if w.fs not in self.roots:
+            return self._refuse(w, f"unknown filesystem {w.fs!r}")
+        why = path_refusal(w, self.cgroup_version)
+        if why:
+            return self._refuse(w, why)
         # fast path: an unchanged value needs no write, so no symlink resolution either
-        joined = self._lexical(w)
-        if joined is not None:
-            old = read_value(joined)
-            if old is not None and values_equal(w.path, old, w.value):
-                self.stats.unchanged += 1
-                return WriteResult(w, "unchanged", old)
+        joined = f"{self.roots[w.fs]}/{w.path}"
+        old = read_value(joined)
+        if old is not None and values_equal(w.path, old, w.value):
+            self.stats.unchanged += 1
+            return WriteResult(w, "unchanged", old)
         target = self.resolve(w)
         if target is None:
-            self.stats.refused += 1
-            self._metrics.errors.labels(w.plugin, "refused").inc()
-            log.error("refused write outside the filesystem root", file=w.path, fs=w.fs, plugin=w.plugin,
-                      root=str(self.roots.get(w.fs)))
-            return WriteResult(w, "refused", error="path escapes the root")
+            return self._refuse(w, REFUSE_ESCAPE)
+        why = self._where_refused(w, target)
+        if why:
+            return self._refuse(w, f"{why} (through a symlink)")
         if not target.parent.is_dir():
             if not w.mkdir:
                 return self._vanished(w, target)
@@ -190,7 +300,7 @@ class Executor:
             # a single write(2): the kernel's cgroup files want the whole value in one call
             fd = os.open(target, os.O_WRONLY | os.O_TRUNC | (os.O_CREAT if w.mkdir or old is None else 0), 0o644)
             try:
-                os.write(fd, w.value.encode())
+                os.write(fd, w.value.encode())  # valid text: checked by path_refusal
             finally:
                 os.close(fd)
         except OSError as e:
@@ -208,28 +318,27 @@ class Executor:
         to apply the kernel's semantics instead; see ``koordfw_llc_isolation.fake``."""
         os.rmdir(target)
 
-    def _rmdir_target(self, w: FileWrite) -> Path | None:
+    def _rmdir_target(self, w: FileWrite) -> Path | str:
         """The directory a removal names: its parent resolved inside the root, its last component as
-        given (so a symlink is never followed); ``None`` when it escapes or is the root itself."""
-        if self._lexical(w) is None:
-            return None
-        parts = [p for p in w.path.split("/") if p not in ("", ".")]
-        if not parts:
-            return None
-        real_root = self._real_roots[w.fs]
-        parent = self.roots[w.fs].joinpath(*parts[:-1]).resolve()
-        if parent != real_root and real_root not in parent.parents:
-            return None
-        return parent / parts[-1]
+        given (so a symlink is never followed); else why it is refused (escapes, is the root or, on
+        cgroup v1, a controller's root)."""
+        if w.fs not in self.roots:
+            return f"unknown filesystem {w.fs!r}"
+        why = _escape_reason(w.path) or _depth_reason(w.fs, _parts(w.path), True, self.cgroup_version)
+        if why:
+            return why
+        parts = _parts(w.path)
+        parent = self._resolved(w.fs, parts[:-1])
+        if parent is None:
+            return REFUSE_ESCAPE
+        target = parent / parts[-1]
+        why = self._where_refused(w, target)
+        return f"{why} (through a symlink)" if why else target
 
     def _apply_rmdir(self, w: FileWrite) -> WriteResult:
         target = self._rmdir_target(w)
-        if target is None:
-            self.stats.refused += 1
-            self._metrics.errors.labels(w.plugin, "refused").inc()
-            log.error("refused removal of the filesystem root or outside it", dir=w.path, fs=w.fs,
-                      plugin=w.plugin, root=str(self.roots.get(w.fs)))
-            return WriteResult(w, "refused", error="path is the root or escapes it")
+        if isinstance(target, str):
+            return self._refuse(w, target)
         if not os.path.lexists(target):
             return self._gone(w, target)
         if self.dry_run:
@@ -270,10 +379,12 @@ class Executor:
         log.info("skipped write to a vanished cgroup", file=str(target), plugin=w.plugin)
         return WriteResult(w, "vanished")
 
-    def _error(self, w: FileWrite, target: Path, old: str | None, e: OSError) -> WriteResult:
+    def _error(self, w: FileWrite, target: Path, old: str | None, e: Exception) -> WriteResult:
         self.stats.errors += 1
-        reason = errno.errorcode.get(e.errno or 0, "OSError")
+        if isinstance(e, OSError):
+            reason, why = errno.errorcode.get(e.errno or 0, "OSError"), e.strerror or str(e)
+        else:
+            reason, why = type(e).__name__, str(e)
         self._metrics.errors.labels(w.plugin, reason).inc()
-        log.error("write failed", file=str(target), old=old, new=w.value, plugin=w.plugin,
-                  error=e.strerror or str(e))
-        return WriteResult(w, "error", old, error=f"{reason}: {e.strerror or e}")
+        log.error("write failed", file=str(target), old=old, new=str(w.value)[:300], plugin=w.plugin, error=why)
+        return WriteResult(w, "error", old, error=f"{reason}: {why}")

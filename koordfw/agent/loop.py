@@ -12,7 +12,11 @@ One round:
 3. **plan**: call every plugin's ``qos_plan``; each returned :class:`FileWrite` gets the plugin's name.
 4. **apply**: the single :class:`~koordfw.agent.executor.Executor` writes what differs.
 
-A failing plugin (exception, timeout, wrong return type) is logged and skipped; the others go on.
+A failing plugin (exception, timeout, wrong return type) is logged and skipped; the others go on. A
+write the executor refuses or fails fails only itself; a round that fails as a whole (the cgroup root
+gone, a bug) is logged and the next round runs after ``interval`` as usual, so the loop never dies of
+its input. ``interval`` is a finite number of seconds in :data:`MIN_INTERVAL`..:data:`MAX_INTERVAL`
+(``ValueError`` otherwise), so the loop's clock can neither stop (NaN, infinity) nor spin (0).
 When the long-running loop stops (SIGTERM/SIGINT, cancellation) every plugin's ``shutdown`` runs,
 shielded from cancellation, with ``handle.node_state`` freshly collected and ``handle.apply`` to write
 its restores. ``--once`` runs one round and leaves its writes in place.
@@ -21,6 +25,7 @@ its restores. ``--once`` runs one round and leaves its writes in place.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import signal
 import socket
@@ -43,6 +48,19 @@ from .cgroups import (POD_FILES, QOS_FILES, CgroupLayout, UsageTracker, read_cpu
 from .executor import Executor, WriteResult
 
 log = structlog.get_logger("koordfw.agent")
+
+#: the shortest and longest ``interval`` between rounds, in seconds
+MIN_INTERVAL = 0.01
+MAX_INTERVAL = 86400.0
+
+
+def check_interval(value: Any) -> float:
+    """``value`` as a round interval in seconds; ``ValueError`` unless finite and within the bounds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"interval: expected a number of seconds, got {value!r}")
+    if not (math.isfinite(value) and MIN_INTERVAL <= value <= MAX_INTERVAL):
+        raise ValueError(f"interval: expected {MIN_INTERVAL} to {MAX_INTERVAL} seconds, got {value!r}")
+    return float(value)
 
 
 @attrs.frozen
@@ -146,7 +164,7 @@ class Agent:
         self.registry = registry
         self.layout = layout
         self.executor = executor
-        self.interval = interval
+        self.interval = interval  # checked by the property
         self.node_name = node_name or socket.gethostname()
         self.pod_source = PodSource(pods_from)
         self.proc_root = proc_root
@@ -163,6 +181,15 @@ class Agent:
         self.rounds = 0
         self.last_results: list[WriteResult] = []
         self.cpu_seconds = 0.0  # process CPU spent inside rounds (the agent's own cost)
+
+    @property
+    def interval(self) -> float:
+        """Seconds between rounds (:func:`check_interval` bounds it)."""
+        return self._interval
+
+    @interval.setter
+    def interval(self, value: float) -> None:
+        self._interval = check_interval(value)
 
     # -- collect ---------------------------------------------------------------------------------
     def collect_state(self) -> NodeState:
@@ -320,6 +347,8 @@ class Agent:
                         await self.run_once()
                     except OSError as e:  # e.g. the cgroup root went away; try again next round
                         log.error("round failed", error=str(e))
+                    except Exception as e:  # noqa: BLE001 - a round's bug must not stop the node's QoS loop
+                        log.exception("round failed", error=f"{type(e).__name__}: {e}")
                     await anyio.sleep(max(0.0, self.interval - (time.monotonic() - start)))
         finally:
             await self.shutdown()

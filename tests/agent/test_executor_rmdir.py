@@ -81,7 +81,7 @@ def test_rmdir_ebusy_is_an_error_with_its_reason(tmp_path):
     executor_metrics()
     root, _ = _tree(tmp_path)
     before = _sample("koordfw_agent_write_errors_total", plugin="busy-t", reason="EBUSY")
-    ex = BusyExecutor({"cgroup": root})
+    ex = BusyExecutor({"cgroup": root}, cgroup_version=2)  # on v1 "grp" would be a hierarchy's root
     [r] = ex.apply([FileWrite.remove_dir("grp", plugin="busy-t")])
     assert r.outcome == "error" and r.error.startswith("EBUSY") and "in use" in r.error
     assert ex.stats.errors == 1 and (root / "grp").is_dir()
@@ -92,7 +92,7 @@ def test_rmdir_counts_in_the_write_metric(tmp_path):
     executor_metrics()
     root, _ = _tree(tmp_path)
     before = _sample("koordfw_agent_writes_total", plugin="rm-t", fs="cgroup")
-    ex = Executor({"cgroup": root})
+    ex = Executor({"cgroup": root}, cgroup_version=2)
     assert [r.outcome for r in ex.apply([FileWrite.remove_dir("grp", plugin="rm-t")])] == ["removed"]
     assert _sample("koordfw_agent_writes_total", plugin="rm-t", fs="cgroup") == before + 1
 
