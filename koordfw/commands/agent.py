@@ -1,9 +1,17 @@
-"""``koordfw agent``: the node QoS loop on this machine; ``koordfw agent plan --state FILE``: a dry plan."""
+"""``koordfw agent``: the node QoS loop on this machine; ``koordfw agent plan --state FILE``: a dry plan.
+
+Input bounds: the state file is at most :data:`MAX_STATE_BYTES` as JSON and :data:`MAX_YAML_BYTES` as
+YAML, the profile (``--config``, YAML) at most :data:`MAX_YAML_BYTES`, all UTF-8, read with
+:mod:`koordfw.core.safeload` (nesting, YAML aliases and NaN/Infinity refused); ``--interval`` is finite,
+:data:`~koordfw.agent.loop.MIN_INTERVAL`..:data:`~koordfw.agent.loop.MAX_INTERVAL` seconds; ``--node-metric-interval`` 0 (off) or 1..86400 s.
+Any bad input exits 2 with one ``koordfw: error: FILE: field F: ...`` line.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,43 +68,109 @@ def register(sub: argparse._SubParsersAction) -> None:
             print(f"koordfw: agent sub-command {ep.name!r} failed to load: {e}", file=sys.stderr)
 
 
-def _load_registry(config: str | None, disable: list[str], plugin_config: dict[str, Any] | None = None):
-    from ..core.plugins import Registry
-    from ..core.profile import load_profile
+#: the largest node state file read by ``agent plan --state`` as JSON (5000 pods are about 1 MiB,
+#: read in 0.1 s)
+MAX_STATE_BYTES = 8 * 2**20
+#: the largest YAML read here (a YAML state file, the ``--config`` profile): the pure-Python YAML
+#: reader needs up to 16 s and 400 MiB per MiB of dense flow YAML, so 512 KiB stays under 10 s
+MAX_YAML_BYTES = 512 * 2**10
 
-    profile = load_profile(config)
-    if plugin_config:
-        profile.plugin_config = {**profile.plugin_config, **plugin_config}
+
+def _load_profile(config: str | None):
+    """The ``--config`` profile, read with the bounded loaders (UTF-8, nesting and aliases bounded)."""
+    from ..core.errors import ConfigError
+    from ..core.profile import Profile, profile_from_dict
+    from ..core.safeload import load_yaml, read_text
+
+    if config is None:
+        return Profile()
+    try:
+        raw = load_yaml(read_text(config, limit=MAX_YAML_BYTES))
+    except OSError as e:
+        raise ConfigError(f"{config}: cannot read profile: {e.strerror or e}") from None
+    except ValueError as e:  # InputError, and Python's own limit on integer digits
+        raise ConfigError(f"{config}: {_input_error(e)}") from None
+    return profile_from_dict(raw, source=str(config))
+
+
+def _load_registry(config: str | None, disable: list[str], plugin_config: dict[str, Any] | None = None,
+                   plugin_config_source: str = ""):
+    """The registry of ``--config`` with ``plugin_config`` (a state file's ``config``) merged over its
+    pluginConfig. An error in ``plugin_config`` names ``plugin_config_source`` and the field
+    ``config.<plugin>``, not the profile; entries of plugins switched off with ``--disable`` are dropped."""
+    from ..core.errors import ConfigError
+    from ..core.plugins import Registry
+    from ..core.profile import structure_args
+
+    profile = _load_profile(config)
     reg = Registry(profile).load(disable=set(disable))
     for e in reg.errors:
         print(f"koordfw: warning: plugin {e.name!r} from {e.distribution!r} failed to load: {e.error}", file=sys.stderr)
+    if plugin_config:
+        src = plugin_config_source or "<state>"
+        off = set(disable) | set(profile.disable) | {e.name for e in reg.errors}
+        merged = dict(profile.plugin_config)
+        for name, raw in plugin_config.items():
+            if name in off:
+                continue
+            info = reg.plugins.get(name)
+            if info is None:
+                raise ConfigError(f"{src}: field config.{name}: unknown plugin {name!r}; "
+                                  f"available: {', '.join(sorted(reg.plugins))}")
+            if info.args_cls is None:
+                if raw:
+                    raise ConfigError(f"{src}: field config.{name}: plugin {name!r} takes no args")
+            else:
+                try:
+                    structure_args(name, info.args_cls, raw, source=src)
+                except ConfigError as e:
+                    detail = str(e).removeprefix(f"{src}: ").replace(f"pluginConfig.{name}", f"config.{name}")
+                    detail = detail.removeprefix(f"config.{name}: ")
+                    raise ConfigError(f"{src}: field config.{name}: {detail}") from None
+            merged[name] = raw
+        profile.plugin_config = merged
+        reg.configure()  # every part is valid on its own: structures the merged args
     return reg
 
 
+def _input_error(e: ValueError) -> str:
+    """The message of a loader's error; Python's own digit limit reworded (its hint is for programmers)."""
+    msg = str(e)
+    if msg.startswith("Exceeds the limit"):
+        return f"an integer with more than {sys.get_int_max_str_digits()} digits"
+    return msg
+
+
 def _read_state(path: str) -> Any:
+    """The state file's document: JSON, else YAML; UTF-8, at most :data:`MAX_STATE_BYTES`, bounded."""
     from ..core.errors import ManifestError
+    from ..core.safeload import load_yaml, loads_json, read_text
 
-    p = Path(path)
     try:
-        text = p.read_text()
+        text = read_text(path, limit=MAX_STATE_BYTES)
     except OSError as e:
-        raise ManifestError(f"cannot read: {e.strerror or e}", file=str(p)) from None
+        raise ManifestError(f"cannot read: {e.strerror or e}", file=str(path)) from None
+    except ValueError as e:
+        raise ManifestError(str(e), file=str(path)) from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        import yaml
-
+        return loads_json(text)
+    except ValueError as json_error:
+        if len(text.encode("utf-8", "surrogatepass")) > MAX_YAML_BYTES:
+            raise ManifestError(f"not JSON ({_input_error(json_error)}), and larger than {MAX_YAML_BYTES} bytes, "
+                                f"the most read as YAML", file=str(path)) from None
         try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ManifestError(f"neither JSON nor YAML: {e}", file=str(p)) from None
+            return load_yaml(text)
+        except ValueError as e:  # InputError, and Python's own limit on integer digits
+            why = _input_error(json_error) if text.lstrip().startswith(("{", "[")) and "JSON at line" not in str(
+                json_error) else _input_error(e)
+            raise ManifestError(f"neither JSON nor YAML: {why}", file=str(path)) from None
 
 
 def plan_writes(ns, registry, *, only_changes: bool = True) -> list[dict[str, str]]:
     """The writes the plugins want for ``ns``, simulated in order against ``ns.cgroups``."""
     import anyio
 
-    from ..agent.executor import values_equal
+    from ..agent.executor import path_refusal, values_equal
     from ..agent.loop import _stamp
     from ..core.caller import HookCaller
 
@@ -122,6 +196,10 @@ def plan_writes(ns, registry, *, only_changes: bool = True) -> list[dict[str, st
     current = {("cgroup", k): v for k, v in ns.cgroups.items()}
     out = []
     for w in writes:
+        why = path_refusal(w, ns.cgroup_version)
+        if why:  # what the executor would refuse is not part of the plan
+            print(f"koordfw: warning: plugin {w.plugin} planned a write the agent refuses: {why}", file=sys.stderr)
+            continue
         key = (w.fs, w.path)
         if only_changes and values_equal(w.path, current.get(key), w.value):
             continue
@@ -134,7 +212,7 @@ def run_plan(args: argparse.Namespace) -> int:
     from ..core.nodestate import NodeState
 
     ns = NodeState.from_state_file(_read_state(args.state), source=args.state)
-    registry = _load_registry(args.plan_config, args.disable, dict(ns.config))
+    registry = _load_registry(args.plan_config, args.disable, dict(ns.config), plugin_config_source=args.state)
     json.dump({"writes": plan_writes(ns, registry, only_changes=not args.all)}, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
@@ -145,9 +223,14 @@ def run(args: argparse.Namespace) -> int:
 
     from ..agent.cgroups import CgroupLayout, detect_version
     from ..agent.executor import Executor
-    from ..agent.loop import Agent
+    from ..agent.loop import MAX_INTERVAL, MIN_INTERVAL, Agent
     from ..core.errors import ConfigError
 
+    if not (math.isfinite(args.interval) and MIN_INTERVAL <= args.interval <= MAX_INTERVAL):
+        raise ConfigError(f"--interval: expected {MIN_INTERVAL} to {MAX_INTERVAL} seconds, got {args.interval!r}")
+    nmi = args.node_metric_interval
+    if not (math.isfinite(nmi) and (nmi == 0 or 1 <= nmi <= MAX_INTERVAL)):
+        raise ConfigError(f"--node-metric-interval: expected 0 (off) or 1 to {MAX_INTERVAL} seconds, got {nmi!r}")
     listen = None
     if args.metrics_listen:
         from ..agent.metrics_server import parse_listen
@@ -160,7 +243,8 @@ def run(args: argparse.Namespace) -> int:
     kubepods = args.kubepods or ("kubepods.slice" if args.cgroup_driver == "systemd" else "kubepods")
     layout = CgroupLayout(Path(args.cgroup_root), version, args.cgroup_driver, kubepods)
     registry = _load_registry(args.config, args.disable)
-    executor = Executor({"cgroup": args.cgroup_root, "resctrl": args.resctrl_root}, dry_run=args.dry_run)
+    executor = Executor({"cgroup": args.cgroup_root, "resctrl": args.resctrl_root}, dry_run=args.dry_run,
+                        cgroup_version=version)
     agent = Agent(registry, layout, executor, interval=args.interval, node_name=args.node_name,
                   pods_from=args.pods_from)
 
