@@ -17,21 +17,41 @@ capitalised keys kube-scheduler's decoder expects. Verbs are served at ``<prefix
 
 With an API client the extender keeps the scheduler's cluster cache (reflectors), so stateful plugins
 see real usage; without one it answers from the request alone: non-cache mode only (``Nodes``), with
-no pods on the nodes. Malformed JSON is a 400 with a message, an oversized body a 413, and a plugin
-error an ``Error`` field (HTTP 200 for filter/bind/preempt, 500 with ``{"Error"}`` for prioritize,
-whose reply has no such field): never a dropped connection.
+no pods on the nodes.
+
+Bad input is answered, never a traceback, a hang or a dropped connection, and the server serves on:
+
+* a body that is not a JSON object (malformed, not UTF-8, ``NaN``/``Infinity``, nested deeper than
+  100, an integer of thousands of digits), that holds a number no Kubernetes field can (non-finite such
+  as ``1e400``, an integer beyond int64), or whose fields have the wrong shape (``Pod`` not a v1 Pod,
+  ``Nodes.items`` not a list of Nodes with names, ``NodeNames`` not a list of distinct strings,
+  victims not ``{Pods, NumPDBViolations}``, ``PodName``/``PodNamespace``/``Node`` not Kubernetes
+  names), or a Pod or Node the model refuses (bad quantities, names, types) is a **400** with
+  ``{"Error": "..."}`` naming the field;
+* a body over ``max_body`` (decompressed) is a 413, an undecodable transfer or content encoding a 400;
+* a client that has not sent its request headers within ``header_timeout`` of connecting (or of the
+  previous reply: the idle keep-alive bound too) is disconnected; one that has not sent its body within
+  ``body_timeout`` of its headers gets a 408 and is disconnected. Each request is its own task, so a
+  slow client never delays the others, and the work per request is linear in its (bounded) size;
+* a plugin error is an ``Error`` field (HTTP 200 for filter/bind/preempt, 500 with ``{"Error"}`` for
+  prioritize, whose reply has no such field); a bug in the extender a 500 with ``{"Error"}``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+import re
 import ssl
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import numpy as np
 import structlog
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from ...core.caller import PluginFailure
 from ...core.clock import RealClock
@@ -40,6 +60,7 @@ from ...core.errors import KoordfwError
 from ...core.framework import CycleState, Scheduler
 from ...core.model import node_from_manifest, pod_from_manifest
 from ...core.plugins import Registry
+from ...core.safeload import InputError, decode_text, loads_json
 from ...core.status import Code, Status
 from .binder import BindDropped, BindGated, KubeBinder
 from .client import ApiError, KubeClient
@@ -49,12 +70,232 @@ log = structlog.get_logger("koordfw.extender")
 
 MAX_EXTENDER_PRIORITY = 10
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
+#: seconds a client has to send its request headers after connecting or after the previous reply
+DEFAULT_HEADER_TIMEOUT = 15.0
+#: seconds a client has to send its request body after its headers
+DEFAULT_BODY_TIMEOUT = 30.0
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+#: a number literal that may not fit: 19+ digits (beyond int64) or a 3-digit exponent (beyond float)
+_BIG_NUMBER = re.compile(rb"\d{19}|[eE][-+]?\d{3}")
+#: seconds between a 408 to a slow client and the closing of its connection
+HANG_UP_GRACE = 0.2
+#: items (Nodes, NodeNames) handled between two yields to the event loop in a large request
+YIELD_EVERY = 64
+#: bodies at least this large are decoded in a worker thread (the nesting walk is Python code)
+THREAD_DECODE_BYTES = 1 << 20
+#: what a model function may raise on input it does not guard against yet (answered as a 400)
+_UNGUARDED = (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, RecursionError)
 #: hooks that only make sense with a cluster cache
 STATEFUL_HOOKS = ("reserve", "unreserve", "permit", "pre_bind", "post_bind", "node_resources", "deschedule")
 
 
 class BadRequest(Exception):
-    pass
+    """A malformed request: answered 400 with ``{"Error": message}``."""
+
+
+def _short(value: object, limit: int = 40) -> str:
+    """``repr`` of a value from a request, cut to ``limit`` characters."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print
+        return f"<a {type(value).__name__} too long to print>"
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
+def _kind(value: object) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _path(at: tuple | None) -> str:
+    keys = []
+    while at is not None:
+        at, k = at
+        keys.append(f"[{k}]" if isinstance(k, int) else f".{k}")
+    return "".join(reversed(keys)).lstrip(".") or "(the body)"
+
+
+def check_numbers(doc: Any, raw: bytes) -> None:
+    """Refuse a number no Kubernetes field can hold (not finite, as ``1e400`` parses; an integer beyond
+    int64), naming where it is. ``raw`` is the body: without a long number literal there is no walk."""
+    if not _BIG_NUMBER.search(raw):
+        return
+    stack: list[tuple[Any, tuple | None]] = [(doc, None)]
+    while stack:
+        v, at = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((c, (at, k)) for k, c in v.items() if isinstance(c, (dict, list, int, float)))
+        elif isinstance(v, list):
+            stack.extend((c, (at, i)) for i, c in enumerate(v) if isinstance(c, (dict, list, int, float)))
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise BadRequest(f"field {_path(at)}: {v} is not a finite number")
+        elif isinstance(v, int) and not isinstance(v, bool) and not INT64_MIN <= v <= INT64_MAX:
+            raise BadRequest(f"field {_path(at)}: {_short(v)} does not fit in 64 bits")
+
+
+class _Constant:
+    """Where a JSON ``NaN``/``Infinity`` was, when re-reading a refused body to name the field."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def locate_constant(raw: bytes) -> str | None:
+    """``field <path>: NaN`` for the first NaN/Infinity of a body :func:`loads_json` refused for one (it
+    says only which constant), or None when the body cannot be re-read."""
+    try:
+        doc = json.loads(decode_text(raw), parse_constant=_Constant)
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[Any, tuple | None]] = [(doc, None)]
+    while stack:
+        v, at = stack.pop()
+        if isinstance(v, _Constant):
+            return f"field {_path(at)}: {v.text}"
+        if isinstance(v, dict):
+            stack.extend((c, (at, k)) for k, c in reversed(v.items()))
+        elif isinstance(v, list):
+            stack.extend((c, (at, i)) for i, c in reversed(list(enumerate(v))))
+    return None
+
+
+def _name(value: object, field: str, *, label: bool = False) -> str:
+    """A Kubernetes object name (a DNS-1123 subdomain, or with ``label`` a DNS-1123 label)."""
+    limit, pattern, what = (63, _DNS_LABEL, "label") if label else (253, _DNS_SUBDOMAIN, "subdomain")
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"field {field}: expected a name (a non-empty string), got {_kind(value)} {_short(value)}")
+    if len(value) > limit or not pattern.fullmatch(value):
+        raise BadRequest(f"field {field}: invalid name {_short(value)}: a lowercase RFC 1123 {what} of at most "
+                         f"{limit} characters")
+    return value
+
+
+def _count(value: object, field: str) -> int:
+    """A non-negative integer (Go int64): NumPDBViolations."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadRequest(f"field {field}: expected a non-negative integer, got {_kind(value)} {_short(value)}")
+    return value
+
+
+#: JSON types of the v1 Pod and Node fields koordfw reads whose wrong type the model would take as empty
+#: or stringify (it also reads YAML, where that is kinder); kube-scheduler sends typed Go objects, so
+#: here a wrong type is a 400. null is allowed everywhere, as Go's decoder allows it. ``*``: each element.
+_POD_TYPES: tuple[tuple[tuple[str, ...], type], ...] = (
+    (("metadata",), dict), (("metadata", "uid"), str), (("metadata", "ownerReferences"), list),
+    (("metadata", "ownerReferences", "*"), dict), (("spec",), dict), (("status",), dict),
+    (("spec", "containers"), list), (("spec", "initContainers"), list), (("spec", "tolerations"), list),
+    (("spec", "containers", "*", "name"), str), (("spec", "containers", "*", "resources"), dict),
+    (("spec", "initContainers", "*", "name"), str), (("spec", "initContainers", "*", "resources"), dict),
+    (("spec", "nodeName"), str), (("spec", "schedulerName"), str), (("spec", "preemptionPolicy"), str),
+    (("status", "phase"), str), (("status", "nominatedNodeName"), str),
+)
+_NODE_TYPES: tuple[tuple[tuple[str, ...], type], ...] = (
+    (("metadata", "uid"), str), (("spec",), dict), (("status",), dict), (("spec", "taints"), list),
+    (("spec", "unschedulable"), bool), (("status", "capacity"), dict), (("status", "allocatable"), dict),
+)
+_TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+
+
+def check_types(obj: dict, table: tuple[tuple[tuple[str, ...], type], ...], prefix: str) -> None:
+    """Raise BadRequest naming the first field of ``table`` present in ``obj`` with another JSON type."""
+    for path, want in table:
+        level: list[tuple[str, Any]] = [(prefix, obj)]
+        for key in path:
+            nxt = []
+            for where, v in level:
+                if key == "*" and isinstance(v, list):
+                    nxt.extend((f"{where}[{i}]", c) for i, c in enumerate(v))
+                elif key != "*" and isinstance(v, dict) and v.get(key) is not None:
+                    nxt.append((f"{where}.{key}", v[key]))
+            level = nxt
+        for where, v in level:
+            if not isinstance(v, want):
+                raise BadRequest(f"field {where}: expected {_TYPE_NAMES[want]}, got {_kind(v)} {_short(v)}")
+
+
+def _node_names(names: object, field: str = "NodeNames") -> list[str]:
+    if not isinstance(names, list):
+        raise BadRequest(f"field {field}: expected a list of node names, got {_kind(names)}")
+    seen: dict[str, int] = {}
+    for i, n in enumerate(names):
+        if not isinstance(n, str) or not n:
+            raise BadRequest(f"field {field}[{i}]: expected a node name (a non-empty string), got {_kind(n)} {_short(n)}")
+        if n in seen:
+            raise BadRequest(f"field {field}[{i}]: node {_short(n)} is also {field}[{seen[n]}]")
+        seen[n] = i
+    return names
+
+
+async def _node_items(nodes: object) -> list[dict]:
+    """``Nodes.items`` of a v1 NodeList: objects with distinct ``metadata.name`` strings (checked in
+    slices, letting other requests run between them)."""
+    if not isinstance(nodes, dict):
+        raise BadRequest(f"field Nodes: expected a NodeList object, got {_kind(nodes)}")
+    items = ci_get(nodes, "items")
+    if not isinstance(items, list):
+        raise BadRequest(f"field Nodes.items: Nodes must be a NodeList with items (a list), got {_kind(items)}")
+    seen: dict[str, int] = {}
+    for i, n in enumerate(items):
+        where = f"Nodes.items[{i}]"
+        if not isinstance(n, dict):
+            raise BadRequest(f"field {where}: expected a Node object, got {_kind(n)}")
+        meta = n.get("metadata")
+        if not isinstance(meta, dict):
+            raise BadRequest(f"field {where}.metadata: a Node needs metadata with a name, got {_kind(meta)}")
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise BadRequest(f"field {where}.metadata.name: expected a node name (a non-empty string), got "
+                             f"{_kind(name)} {_short(name)}")
+        if name in seen:
+            raise BadRequest(f"field {where}.metadata.name: node {_short(name)} is also Nodes.items[{seen[name]}]")
+        seen[name] = i
+        check_types(n, _NODE_TYPES, where)
+        if i % YIELD_EVERY == YIELD_EVERY - 1:
+            await anyio.sleep(0)
+    return items
+
+
+def _victims(args: dict) -> dict[str, dict]:
+    """``NodeNameToVictims`` (full Pods) or else ``NodeNameToMetaVictims`` (UIDs), as meta victims."""
+    full, meta = ci_get(args, "NodeNameToVictims"), ci_get(args, "NodeNameToMetaVictims")
+    for field, v in (("NodeNameToVictims", full), ("NodeNameToMetaVictims", meta)):
+        if v is not None and not isinstance(v, dict):
+            raise BadRequest(f"field {field}: expected an object of node name → victims, got {_kind(v)}")
+    field, chosen = ("NodeNameToVictims", full) if full else ("NodeNameToMetaVictims", meta or {})
+    out: dict[str, dict] = {}
+    for node, v in chosen.items():
+        where = f"{field}.{node}"
+        if not isinstance(v, dict):
+            raise BadRequest(f"field {where}: expected an object with Pods and NumPDBViolations, got {_kind(v)}")
+        pods = ci_get(v, "Pods")
+        if pods is None:
+            pods = []
+        if not isinstance(pods, list):
+            raise BadRequest(f"field {where}.Pods: expected a list, got {_kind(pods)}")
+        uids = []
+        for j, p in enumerate(pods):
+            pw = f"{where}.Pods[{j}]"
+            if not isinstance(p, dict):
+                raise BadRequest(f"field {pw}: expected {'a Pod' if full else 'an object with a UID'}, got {_kind(p)}")
+            if full:
+                m = p.get("metadata")
+                if m is not None and not isinstance(m, dict):
+                    raise BadRequest(f"field {pw}.metadata: expected an object, got {_kind(m)}")
+                uid, uw = (m or {}).get("uid"), f"{pw}.metadata.uid"
+            else:
+                uid, uw = ci_get(p, "UID"), f"{pw}.UID"
+            if uid is not None and not isinstance(uid, str):
+                raise BadRequest(f"field {uw}: expected a string, got {_kind(uid)} {_short(uid)}")
+            uids.append(uid or "")
+        out[node] = {"Pods": [{"UID": u} for u in uids],
+                     "NumPDBViolations": _count(ci_get(v, "NumPDBViolations"), f"{where}.NumPDBViolations")}
+    return out
 
 
 def ci_get(d: dict, key: str) -> Any:
@@ -77,9 +318,7 @@ def map_score(total: int, max_total: int) -> int:
 
 def node_indices(cluster: ClusterState, names: list) -> np.ndarray:
     """Row index of each named node in the cluster's columns (-1: unknown or removed)."""
-    if not all(isinstance(n, str) for n in names):
-        raise BadRequest("NodeNames must be a list of strings")
-    return cluster.indices_of(names)
+    return cluster.indices_of(_node_names(names))
 
 
 class Extender:
@@ -103,32 +342,32 @@ class Extender:
         return sorted({i.plugin for h in STATEFUL_HOOKS for i in self.registry.impls(h)})
 
     # -- the cluster a request is judged against --------------------------------------------------
-    def _target(self, args: dict) -> tuple[Scheduler, list[str], dict[str, dict] | None]:
+    async def _target(self, args: dict) -> tuple[Scheduler, list[str], dict[str, dict] | None]:
         """(scheduler, node names, full node objects by name when the request carried them)."""
         nodes = ci_get(args, "Nodes")
         names = ci_get(args, "NodeNames")
         if nodes is not None:
-            items = ci_get(nodes, "items") if isinstance(nodes, dict) else None
-            if not isinstance(items, list):
-                raise BadRequest("Nodes must be a NodeList with items")
-            by_name = {}
-            for i, n in enumerate(items):
-                if not isinstance(n, dict) or not (n.get("metadata") or {}).get("name"):
-                    raise BadRequest(f"Nodes.items[{i}] needs metadata.name")
-                by_name[n["metadata"]["name"]] = n
+            items = await _node_items(nodes)
+            by_name = {n["metadata"]["name"]: n for n in items}
             if self.stateful:
                 return self.scheduler, list(by_name), by_name
             cluster = ClusterState()
-            for n in items:
+            for i, n in enumerate(items):
                 try:
-                    cluster.add_node(node_from_manifest(n))
+                    node = node_from_manifest(n)
                 except KoordfwError as e:
-                    raise BadRequest(str(e)) from None
+                    raise BadRequest(f"field Nodes.items[{i}]: {e}") from None
+                except _UNGUARDED as e:  # the model should have said ManifestError: still the request's fault
+                    log.warning("node_from_manifest raised on a request's Node", index=i,
+                                error=f"{type(e).__name__}: {e}")
+                    raise BadRequest(f"field Nodes.items[{i}]: cannot read this Node ({e})") from None
+                cluster.add_node(node)
+                if i % YIELD_EVERY == YIELD_EVERY - 1:  # ~100 µs a Node: let other requests in
+                    await anyio.sleep(0)
             return Scheduler(self.registry, cluster, RealClock()), list(by_name), by_name
         if names is None:
             raise BadRequest("the request has neither Nodes nor NodeNames")
-        if not isinstance(names, list):
-            raise BadRequest("NodeNames must be a list of strings")
+        _node_names(names)
         if not self.stateful:
             raise BadRequest("NodeNames (nodeCacheCapable: true) needs a cluster cache: start the extender with "
                              "--kubeconfig or --in-cluster, or set nodeCacheCapable: false")
@@ -136,12 +375,18 @@ class Extender:
 
     def _pod(self, args: dict):
         raw = ci_get(args, "Pod")
-        if not isinstance(raw, dict):
+        if raw is None:
             raise BadRequest("the request has no Pod")
+        if not isinstance(raw, dict):
+            raise BadRequest(f"field Pod: expected a v1 Pod object, got {_kind(raw)}")
+        check_types(raw, _POD_TYPES, "Pod")
         try:
             pod = pod_from_manifest(raw)
         except KoordfwError as e:
-            raise BadRequest(str(e)) from None
+            raise BadRequest(f"field Pod: {e}") from None
+        except _UNGUARDED as e:  # the model should have said ManifestError: still the request's fault
+            log.warning("pod_from_manifest raised on a request's Pod", error=f"{type(e).__name__}: {e}")
+            raise BadRequest(f"field Pod: cannot read this Pod ({e})") from None
         # the request's pod is authoritative: drop a request vector cached for an older copy
         self.scheduler.cluster.forget_request_cache(pod.uid)
         return pod
@@ -156,8 +401,10 @@ class Extender:
             return [], {n: st for n in names}
         idx = node_indices(s.cluster, names)
         usable = idx >= 0
-        for j in np.flatnonzero(~usable).tolist():
-            failed[str(names[j])] = Status.unschedulable(f"node {names[j]} is not in the extender's cache")
+        for k, j in enumerate(np.flatnonzero(~usable).tolist()):
+            failed[names[j]] = Status.unschedulable(f"node {names[j]} is not in the extender's cache")
+            if k % (16 * YIELD_EVERY) == 16 * YIELD_EVERY - 1:
+                await anyio.sleep(0)
         if candidates is not None:
             for j in np.flatnonzero(usable).tolist():
                 if names[j] not in candidates:
@@ -173,7 +420,7 @@ class Extender:
 
     # -- verbs -------------------------------------------------------------------------------------
     async def filter(self, args: dict) -> dict:
-        s, names, full = self._target(args)
+        s, names, full = await self._target(args)
         pod = self._pod(args)
         try:
             kept, failed = await self._feasible(s, pod, names, CycleState())
@@ -196,7 +443,7 @@ class Extender:
         return out
 
     async def prioritize(self, args: dict) -> list[dict]:
-        s, names, _ = self._target(args)
+        s, names, _ = await self._target(args)
         pod = self._pod(args)
         state = CycleState()
         st, _cands = await s.run_pre_filter(pod, state)
@@ -212,12 +459,15 @@ class Extender:
         return [{"Host": n, "Score": v} for n, v in zip(names, scores.tolist())]
 
     async def bind(self, args: dict) -> dict:
+        name, ns, uid, node = (ci_get(args, k) for k in ("PodName", "PodNamespace", "PodUID", "Node"))
+        if name is None or node is None:
+            raise BadRequest("bind needs PodName and Node")
+        name, node = _name(name, "PodName"), _name(node, "Node")
+        ns = "default" if ns is None or ns == "" else _name(ns, "PodNamespace", label=True)
+        if uid is not None and not isinstance(uid, str):
+            raise BadRequest(f"field PodUID: expected a string, got {_kind(uid)} {_short(uid)}")
         if self.binder is None:
             return {"Error": "bind needs an API client: start the extender with --kubeconfig or --in-cluster"}
-        name, ns, uid, node = (ci_get(args, k) for k in ("PodName", "PodNamespace", "PodUID", "Node"))
-        if not name or not node:
-            raise BadRequest("bind needs PodName and Node")
-        ns, node = ns or "default", str(node)
         try:
             if self.stateful and self.binds_with_state:
                 return await self._bind_with_state(name, ns, uid, node)
@@ -263,18 +513,7 @@ class Extender:
 
     async def preempt(self, args: dict) -> dict:
         pod = self._pod(args)
-        meta_victims = ci_get(args, "NodeNameToMetaVictims")
-        full_victims = ci_get(args, "NodeNameToVictims")
-        out: dict[str, Any] = {}
-        if isinstance(full_victims, dict) and full_victims:
-            for node, v in full_victims.items():
-                pods = ci_get(v, "Pods") or []
-                out[node] = {"Pods": [{"UID": (p.get("metadata") or {}).get("uid", "")} for p in pods],
-                             "NumPDBViolations": int(ci_get(v, "NumPDBViolations") or 0)}
-        elif isinstance(meta_victims, dict):
-            for node, v in meta_victims.items():
-                out[node] = {"Pods": [{"UID": ci_get(p, "UID")} for p in (ci_get(v, "Pods") or [])],
-                             "NumPDBViolations": int(ci_get(v, "NumPDBViolations") or 0)}
+        out = _victims(args)
         if not self.stateful:
             return {"NodeNameToMetaVictims": out}  # nothing to judge against: keep kube's candidates
         s = self.scheduler
@@ -291,12 +530,20 @@ class Extender:
 
 
 class ExtenderServer:
-    """The aiohttp app around an :class:`Extender`."""
+    """The aiohttp app around an :class:`Extender`.
 
-    def __init__(self, extender: Extender, *, prefix: str = "", max_body: int = DEFAULT_MAX_BODY) -> None:
+    ``header_timeout``: seconds a connection may take to send a request's headers, counted from its
+    opening or from the previous reply (so also how long an idle keep-alive connection stays open);
+    ``body_timeout``: seconds for the body after the headers (a 408, and the connection is closed)."""
+
+    def __init__(self, extender: Extender, *, prefix: str = "", max_body: int = DEFAULT_MAX_BODY,
+                 header_timeout: float = DEFAULT_HEADER_TIMEOUT, body_timeout: float = DEFAULT_BODY_TIMEOUT) -> None:
+        if not (header_timeout > 0 and body_timeout > 0):
+            raise ValueError("header_timeout and body_timeout must be positive")
         self.ext = extender
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
         self.max_body = max_body
+        self.header_timeout, self.body_timeout = float(header_timeout), float(body_timeout)
         self.requests = 0
         self.app = web.Application(client_max_size=max_body)
         for verb in ("filter", "prioritize", "bind", "preempt"):
@@ -326,19 +573,39 @@ class ExtenderServer:
     def _handler(self, verb: str):
         fn = getattr(self.ext, verb)
 
-        async def handle(request: web.Request) -> web.Response:
+        async def handle(request: web.Request) -> web.StreamResponse:
             self.requests += 1
             try:
-                raw = await request.read()
+                with anyio.fail_after(self.body_timeout):
+                    raw = await request.read()
+            except TimeoutError:
+                return await self._hang_up(request, f"the {verb} request body did not arrive within "
+                                                    f"{self.body_timeout:g}s")
             except web.HTTPRequestEntityTooLarge as e:
                 return web.json_response({"Error": f"request body too large: {e.text}"}, status=413)
+            except (web.RequestPayloadError, HttpProcessingError) as e:  # broken chunked or gzip/deflate/br
+                cause = e.__cause__ if isinstance(e.__cause__, HttpProcessingError) else e
+                why = cause.message if isinstance(cause, HttpProcessingError) else str(cause)
+                return web.json_response({"Error": f"unreadable {verb} request body: {why.strip()}"}, status=400)
             try:
-                args = json.loads(raw)
-            except ValueError as e:
-                return web.json_response({"Error": f"malformed JSON in the {verb} request: {e}"}, status=400)
+                if len(raw) >= THREAD_DECODE_BYTES:
+                    args = await anyio.to_thread.run_sync(loads_json, raw)
+                else:
+                    args = loads_json(raw)
+            except InputError as e:
+                where = locate_constant(raw) if "not a JSON number" in str(e) else None
+                why = f"{where} is not a JSON number" if where else str(e)
+                return web.json_response({"Error": f"malformed JSON in the {verb} request: {why}"}, status=400)
+            except ValueError:  # json's int-length limit (4300 digits) is a bare ValueError
+                return web.json_response({"Error": f"malformed JSON in the {verb} request: an integer with "
+                                                   "thousands of digits"}, status=400)
             if not isinstance(args, dict):
                 return web.json_response({"Error": f"the {verb} request must be a JSON object"}, status=400)
             try:
+                if len(raw) >= THREAD_DECODE_BYTES:
+                    await anyio.to_thread.run_sync(check_numbers, args, raw)
+                else:
+                    check_numbers(args, raw)
                 reply = await fn(args)
             except BadRequest as e:
                 return web.json_response({"Error": str(e)}, status=400)
@@ -350,13 +617,30 @@ class ExtenderServer:
                                          Extender._filter_reply(None, [], {}, {}, msg))
             except Exception as e:  # a bug must answer, not drop the connection
                 log.error("extender verb failed", verb=verb, error=f"{type(e).__name__}: {e}", exc_info=True)
-                return web.json_response({"Error": f"{type(e).__name__}: {e}"}, status=500)
+                return web.json_response({"Error": f"internal error in the extender's {verb} (logged): {e}"},
+                                         status=500)
             return web.Response(text=json.dumps(reply), content_type="application/json")
 
         return handle
 
+    @staticmethod
+    async def _hang_up(request: web.Request, why: str) -> web.StreamResponse:
+        """Answer 408 and close the connection :data:`HANG_UP_GRACE` seconds later (meanwhile aiohttp reads
+        and drops what still trickles in, so the close does not reset the connection before the client
+        has read the 408), instead of aiohttp's lingering read of up to 10 s."""
+        resp = web.json_response({"Error": why}, status=408)
+        resp.force_close()
+        try:
+            await resp.prepare(request)
+            await resp.write_eof()
+        except ConnectionError:
+            pass
+        asyncio.get_running_loop().call_later(HANG_UP_GRACE, request.protocol.force_close)
+        return resp
+
     async def start(self, host: str = "127.0.0.1", port: int = 0, *, ssl_context: ssl.SSLContext | None = None) -> int:
-        self._runner = web.AppRunner(self.app, access_log=None)
+        # aiohttp's keep-alive timer also runs while a request's headers are awaited: it is the header bound
+        self._runner = web.AppRunner(self.app, access_log=None, keepalive_timeout=self.header_timeout)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context)
         await site.start()
