@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
 STAMP := $(VENV)/.installed
 
-.PHONY: install simulate test bench clean
+.PHONY: install simulate test fuzz bench clean
 
 $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGIN_DIRS))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ test: install
 	@failed=""; for d in tests $(PLUGIN_DIRS); do echo "== $$d"; \
 	  $(BIN)/python -m pytest -q $$d || failed="$$failed $$d"; done; \
 	if [ -n "$$failed" ]; then echo "FAILED suites:$$failed"; exit 1; fi
+
+# the hostile-input property tests with many more examples than CI runs (KOORDFW_FUZZ_EXAMPLES)
+FUZZ_EXAMPLES ?= 1000
+fuzz: install
+	KOORDFW_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q tests/test_fuzz_inputs.py \
+	  tests/agent/test_hostile_state.py tests/kube/test_extender_hostile.py
 
 bench: install
 	$(BIN)/python bench/throughput.py --table

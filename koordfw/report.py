@@ -77,7 +77,9 @@ def render_simulation(data: dict[str, Any], console: Console | None = None) -> N
         nodes.add_column(col, overflow="fold")
     for n in data["nodes"]:
         a, r = n["allocatable"], n["requested"]
-        other = ", ".join(f"{k} {r.get(k, '0')}/{v}" for k, v in a.items() if k not in ("cpu", "memory", "pods"))
+        # resources requested that the node does not advertise (a removed device plugin) show as x/0
+        names = list(a) + [k for k in r if k not in a]
+        other = ", ".join(f"{k} {r.get(k, '0')}/{a.get(k, '0')}" for k in names if k not in ("cpu", "memory", "pods"))
         nodes.add_row(n["name"], str(n["pods"]),
                       f"{r.get('cpu', '0')}/{a.get('cpu', '0')} ({_pct(r.get('cpu'), a.get('cpu'), 'cpu')})",
                       f"{r.get('memory', '0')}/{a.get('memory', '0')} ({_pct(r.get('memory'), a.get('memory'), 'memory')})",

@@ -20,6 +20,7 @@ import anyio
 import anyio.to_thread
 import structlog
 
+from .errors import KoordfwError
 from .plugins import Impl, Registry
 from .status import Status
 
@@ -110,8 +111,10 @@ class HookCaller:
             raise
         except Exception as e:
             msg = f"plugin {impl.plugin} raised {type(e).__name__} in {impl.point}: {e}"
+            # a KoordfwError is bad data the plugin met (it names the object and field): no traceback;
+            # anything else is a bug in the plugin, and its traceback is what its author needs
             log.error("plugin raised", plugin=impl.plugin, hook=impl.point, error=f"{type(e).__name__}: {e}",
-                      exc_info=True)
+                      exc_info=not isinstance(e, KoordfwError))
             raise PluginFailure(Status.error(msg, impl.plugin)) from e
         finally:
             CURRENT_PLUGIN.reset(token)

@@ -140,8 +140,10 @@ class Manifests:
         ts = [t for t in (p.creation_timestamp for p in self.pods) if t is not None]
         ts += [t for t in (n.creation_timestamp for n in self.nodes) if t is not None]
         for kind, obj in self.objects:
-            meta = obj.get("metadata") or {}
-            for v in (meta.get("creationTimestamp"), (obj.get("status") or {}).get("updateTime")):
+            meta, status = obj.get("metadata"), obj.get("status")
+            meta = meta if isinstance(meta, dict) else {}
+            status = status if isinstance(status, dict) else {}
+            for v in (meta.get("creationTimestamp"), status.get("updateTime")):
                 try:
                     t = parse_time(v)
                 except ManifestError:
