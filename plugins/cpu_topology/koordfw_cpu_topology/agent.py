@@ -17,13 +17,13 @@ each pod is written in a safe order: widen the pod dir, set the containers, then
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import structlog
 
-from koordfw import hookimpl
-from koordfw.core.nodestate import FileWrite, NodeState, PodState, format_cpuset, parse_cpuset
+from koordfw import FileWrite, NodeState, PodState, hookimpl, loads_json
+
+from .cpuset import format_cpuset, parse_cpuset
 
 log = structlog.get_logger("koordfw.cpu_topology")
 
@@ -37,10 +37,11 @@ def bound_cpus(p: PodState) -> frozenset[int] | None:
     if not raw:
         return None
     try:
-        obj = json.loads(raw)
-        cpus = parse_cpuset(obj.get("cpuset") or "") if isinstance(obj, dict) else []
-    except ValueError as e:
-        log.warning("ignoring unreadable resource-status", pod=p.uid, error=str(e))
+        obj = loads_json(raw)
+        cpus = parse_cpuset(obj.get("cpuset") or "") if isinstance(obj, dict) else frozenset()
+    except ValueError as e:  # InputError and CPUSetError are ValueErrors: this pod's cpuset only is unknown
+        log.warning("ignoring unreadable resource-status", pod=p.pod.key if p.pod is not None else p.uid,
+                    annotation=ANNOTATION_RESOURCE_STATUS, error=str(e))
         return None
     return frozenset(cpus) or None
 

@@ -21,7 +21,7 @@ import attrs
 import numpy as np
 import structlog
 
-from koordfw import Status, hookimpl
+from koordfw import Status, hookimpl, loads_json
 
 from .accumulator import (EXCLUSIVE_NONE, FULL_PCPUS, LEAST_ALLOCATED, MOST_ALLOCATED, NUMA_NODE_LEVEL,
                           PCPU_LEVEL, SPREAD_BY_PCPUS, CPUAllocationError)
@@ -73,8 +73,8 @@ def _bind_policy(value: str) -> str:
 
 
 def _positive(inst: Any, attribute: Any, value: int) -> None:
-    if value < 1:
-        raise ValueError(f"{attribute.name} must be ≥ 1, got {value}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
+        raise ValueError(f"maxRefCount: expected an integer in [1, 2147483647], got {str(value)[:40]}")
 
 
 @attrs.define
@@ -133,10 +133,7 @@ def parse_resource_spec(text: str | None) -> dict:
     """The pod's ``scheduling.koordinator.sh/resource-spec`` as a dict; ValueError names the field."""
     if not text:
         return {}
-    try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"invalid JSON: {e}") from None
+    spec = loads_json(text)  # InputError (a ValueError) says what is wrong and where
     if not isinstance(spec, dict):
         raise ValueError("expected a JSON object")
     for key, allowed in (("requiredCPUBindPolicy", BIND_POLICIES), ("preferredCPUBindPolicy", BIND_POLICIES),
@@ -172,6 +169,10 @@ class CPUTopologyPlugin:
         self._max_full_block = np.zeros(0, dtype=np.int64)
         self._forced = np.zeros(0, dtype=np.int8)
         self._nrt_ids: dict[str, int] = {}
+        self._nrt_index: dict[str, list] = {}
+        self._nrt_index_key: tuple = ()
+        #: node errors already logged
+        self._warned: set[str] = set()
         #: node index → what its CPU state was built from (see _signature)
         self._sigs: dict[int, tuple] = {}
         self._topologies: dict[str, tuple[CPUTopology | None, str]] = {}
@@ -217,24 +218,45 @@ class CPUTopologyPlugin:
             return self._status_cache[text]
         cpus: frozenset[int] | None
         try:
-            obj = json.loads(text)
+            obj = loads_json(text)
             cpus = parse_cpuset(obj.get("cpuset") or "") if isinstance(obj, dict) else None
             if cpus is None:
                 raise ValueError("expected a JSON object")
         except (ValueError, CPUSetError) as e:
             log.warning("ignoring unparsable resource-status", pod=pod.key, annotation=ANNOTATION_RESOURCE_STATUS,
                         error=str(e))
-            return None
+            cpus = None  # remembered too: one warning per value, not one per rebuild
         if len(self._status_cache) > 65536:
             self._status_cache.clear()
         self._status_cache[text] = cpus
         return cpus
 
+    def _nrt(self, cluster: Any, name: str) -> tuple[dict | None, str]:
+        """The node's NodeResourceTopology by ``metadata.name`` (it is cluster-scoped: a namespace does not
+        make a second one), and an error when two objects name the same node (then neither is used)."""
+        nrts = cluster.objects_of(NRT_KIND)
+        key = (id(cluster), tuple(map(id, nrts.values())))
+        if key != self._nrt_index_key:
+            by_name: dict[str, list[tuple[str, dict]]] = {}
+            for k, obj in nrts.items():
+                meta = obj.get("metadata") if isinstance(obj, dict) else None
+                n = str(meta.get("name")) if isinstance(meta, dict) and meta.get("name") else str(k).rsplit("/", 1)[-1]
+                by_name.setdefault(n, []).append((str(k), obj))
+            self._nrt_index = by_name
+            self._nrt_index_key = key
+        found = self._nrt_index.get(name) or []
+        if len(found) > 1:
+            return None, (f"NodeResourceTopology {name}: defined {len(found)} times "
+                          f"({', '.join(sorted(k for k, _ in found))}); none is used")
+        return (found[0][1] if found else None), ""
+
     def _build(self, cluster: Any, view: Any) -> NodeCPUState:
         node = view.node
         anns = node.annotations
-        nrt = cluster.get_object(NRT_KIND, node.name)
+        nrt, nrt_error = self._nrt(cluster, node.name)
         nrt_anns = ((nrt or {}).get("metadata") or {}).get("annotations") or {}
+        if not isinstance(nrt_anns, dict):
+            nrt_anns, nrt_error = {}, f"NodeResourceTopology {node.name}: metadata.annotations must be a mapping"
         st = NodeCPUState()
         where = f"NodeResourceTopology {node.name}" if nrt_anns.get(ANNOTATION_CPU_TOPOLOGY) else f"Node {node.name}"
         text = nrt_anns.get(ANNOTATION_CPU_TOPOLOGY) or anns.get(ANNOTATION_CPU_TOPOLOGY)
@@ -263,9 +285,9 @@ class CPUTopologyPlugin:
                 raw = a.get(ANNOTATION_POD_CPU_ALLOCS)
                 if raw:
                     try:
-                        allocs = json.loads(raw)
-                    except json.JSONDecodeError as e:
-                        raise ValueError(f"{src}: {ANNOTATION_POD_CPU_ALLOCS}: invalid JSON: {e}") from None
+                        allocs = loads_json(raw)
+                    except ValueError as e:
+                        raise ValueError(f"{src}: {ANNOTATION_POD_CPU_ALLOCS}: {e}") from None
                     for i, entry in enumerate(allocs if isinstance(allocs, list) else []):
                         # kubelet-managed guaranteed pods keep their CPUs out of Koordinator's hands
                         if isinstance(entry, dict) and entry.get("managedByKubelet") and entry.get("uid"):
@@ -281,6 +303,13 @@ class CPUTopologyPlugin:
         elif label not in ("", NODE_POLICY_NONE) and not st.error:
             st.error = (f"Node {node.name}: label {LABEL_CPU_BIND_POLICY}={label!r} is not one of "
                         f"None, FullPCPUsOnly, SpreadByPCPUs")
+        if nrt_error:
+            st.error = f"{ERR_INVALID_CPU_TOPOLOGY}: {nrt_error}"
+        if st.error and st.error != ERR_INVALID_CPU_TOPOLOGY and st.error not in self._warned:
+            if len(self._warned) > 65536:
+                self._warned.clear()
+            self._warned.add(st.error)
+            log.warning("node left out of CPU binding", node=node.name, error=st.error)
         st.strategy = node.labels.get(LABEL_NUMA_ALLOCATE_STRATEGY) or self._default_strategy
         held = self._reserved.get(node.name, {})
         on_node = set()
@@ -291,7 +320,7 @@ class CPUTopologyPlugin:
             if cpus is not None:
                 if pod.uid in held:  # bound: the annotation is authoritative now
                     self._drop_reservation(pod.uid)
-                policy = _exclusive_of(pod)
+                policy = _exclusive_of(pod, self._warned)
             elif pod.uid in held:
                 cpus, policy = held[pod.uid]
             else:
@@ -341,7 +370,10 @@ class CPUTopologyPlugin:
         if nrts or self._nrt_ids:
             cur = {k: id(v) for k, v in nrts.items()}
             if cur != self._nrt_ids:
-                for name in set(cur) ^ set(self._nrt_ids) | {k for k in cur if self._nrt_ids.get(k) != cur[k]}:
+                for key in set(cur) ^ set(self._nrt_ids) | {k for k in cur if self._nrt_ids.get(k) != cur[k]}:
+                    obj = nrts.get(key)
+                    meta = obj.get("metadata") if isinstance(obj, dict) else None
+                    name = str(meta["name"]) if isinstance(meta, dict) and meta.get("name") else key.rsplit("/", 1)[-1]
                     i = cluster.node_index(name)
                     if i is not None:
                         self._ver[i] = -1
@@ -374,7 +406,7 @@ class CPUTopologyPlugin:
         pods = tuple((p.uid, p.annotations.get(ANNOTATION_RESOURCE_STATUS), p.annotations.get(ANNOTATION_RESOURCE_SPEC))
                      for p in cluster.pods_on(view.node.name)
                      if p.uid in held or ANNOTATION_RESOURCE_STATUS in p.annotations)
-        return (id(view.node), id(cluster.get_object(NRT_KIND, view.node.name)), pods, tuple(held.items()))
+        return (id(view.node), id(self._nrt(cluster, view.node.name)[0]), pods, tuple(held.items()))
 
     def _store_columns(self, i: int, st: NodeCPUState) -> None:
         topo = st.topology
@@ -690,9 +722,9 @@ def _topology_arrays(topo: CPUTopology) -> tuple:
 
 def _json_object(raw: str, src: str, key: str) -> dict:
     try:
-        obj = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{src}: {key}: invalid JSON: {e}") from None
+        obj = loads_json(raw)
+    except ValueError as e:
+        raise ValueError(f"{src}: {key}: {e}") from None
     if not isinstance(obj, dict):
         raise ValueError(f"{src}: {key}: expected a JSON object")
     return obj
@@ -707,8 +739,15 @@ def _cpus_field(value: Any, src: str, field: str) -> frozenset[int]:
         raise ValueError(f"{src}: {field}: {e}") from None
 
 
-def _exclusive_of(pod: Any) -> str:
+def _exclusive_of(pod: Any, warned: set[str] | None = None) -> str:
+    """The bound pod's exclusive policy; an unreadable resource-spec counts as none (warned once)."""
     try:
         return parse_resource_spec(pod.annotations.get(ANNOTATION_RESOURCE_SPEC)).get("preferredCPUExclusivePolicy", "")
-    except ValueError:
+    except ValueError as e:
+        key = f"{pod.uid}\0{pod.annotations.get(ANNOTATION_RESOURCE_SPEC)}"
+        if warned is None or key not in warned:
+            if warned is not None:
+                warned.add(key)
+            log.warning("ignoring unparsable resource-spec of a bound pod", pod=pod.key,
+                        annotation=ANNOTATION_RESOURCE_SPEC, error=str(e))
         return ""

@@ -11,6 +11,10 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from koordfw import loads_json
+
+from .cpuset import MAX_CPUS
+
 ANNOTATION_CPU_TOPOLOGY = "node.koordinator.sh/cpu-topology"
 
 
@@ -66,10 +70,17 @@ class CPUTopology:
                 f"cpus={self.num_cpus})")
 
 
+#: bounds of the ids in ``detail``: CPU ids as the kernel's (below 8192); core and NUMA node ids below
+#: 2^16, since they are made global as ``socket<<16 | id`` (a larger one would collide across sockets)
+ID_LIMITS = {"id": MAX_CPUS, "socket": MAX_CPUS, "core": 1 << 16, "node": 1 << 16}
+
+
 def _int_field(entry: Mapping[str, Any], key: str, where: str) -> int:
     v = entry.get(key, 0)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise TopologyError(f"{where}.{key}: expected a non-negative integer, got {v!r}")
+    hi = ID_LIMITS[key]
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < hi:
+        shown = repr(v) if not isinstance(v, int) or abs(v) < 10**20 else f"an integer of {len(str(abs(v)))} digits"
+        raise TopologyError(f"{where}.{key}: expected an integer in [0, {hi - 1}], got {shown[:40]}")
     return v
 
 
@@ -96,10 +107,12 @@ def topology_from_detail(detail: Any, *, where: str = "detail") -> CPUTopology:
 
 def parse_cpu_topology(text: str) -> CPUTopology:
     """Parse the ``node.koordinator.sh/cpu-topology`` annotation (JSON ``{"detail": [...]}``)."""
+    if not isinstance(text, (str, bytes)):
+        raise TopologyError(f"{ANNOTATION_CPU_TOPOLOGY}: expected a JSON string, got {type(text).__name__}")
     try:
-        obj = json.loads(text)
-    except (TypeError, json.JSONDecodeError) as e:
-        raise TopologyError(f"{ANNOTATION_CPU_TOPOLOGY}: invalid JSON: {e}") from None
+        obj = loads_json(text)
+    except ValueError as e:
+        raise TopologyError(f"{ANNOTATION_CPU_TOPOLOGY}: {e}") from None
     if not isinstance(obj, dict):
         raise TopologyError(f"{ANNOTATION_CPU_TOPOLOGY}: expected a JSON object")
     return topology_from_detail(obj.get("detail") or [], where=f"{ANNOTATION_CPU_TOPOLOGY}: detail")
