@@ -18,14 +18,13 @@ class) is neither koord-batch nor koord-free. All amounts are canonical ints: cp
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 import structlog
 
-from koordfw import canonical
+from koordfw import canonical, loads_json
 
 from .metric import CPU, MEMORY, NodeMetricInfo
 from .strategy import MAX_USAGE_REQUEST, REQUEST, ColocationStrategy
@@ -100,21 +99,32 @@ def safety_margin(strategy: ColocationStrategy, capacity: Mapping[str, int]) -> 
             MEMORY: _ratio_of(capacity.get(MEMORY, 0), 100 - strategy.memory_reclaim_threshold_percent)}
 
 
+#: CPU ids are below this (the kernel's largest NR_CPUS), as every cpuset parser of koordfw bounds them
+MAX_CPUS = 8192
+#: batch amounts are int64 allocatable values
+INT64_MAX = 2**63 - 1
+
+
 def _cpuset_size(spec: str) -> int:
-    n = 0
+    """How many CPUs a cpu list names (overlaps counted once); ids must be below :data:`MAX_CPUS`."""
+    cpus: set[int] = set()
     for part in spec.split(","):
         part = part.strip()
         if not part:
             continue
         lo, _, hi = part.partition("-")
+        if len(lo) > 20 or len(hi) > 20:
+            raise ValueError(f"invalid cpu range {part[:40]!r}")
         a, b = int(lo), int(hi) if hi else int(lo)
         if b < a or a < 0:
             raise ValueError(f"invalid cpu range {part!r}")
-        n += b - a + 1
-    return n
+        if b >= MAX_CPUS:
+            raise ValueError(f"invalid cpu range {part!r}: cpu ids must be below {MAX_CPUS}")
+        cpus.update(range(a, b + 1))
+    return len(cpus)
 
 
-def annotation_reservation(node_name: str, annotations: Mapping[str, str]) -> Res:
+def annotation_reservation(node_name: str, annotations: Mapping[str, str], warned: set | None = None) -> Res:
     """``GetNodeReservationFromAnnotation``: ``reservedCPUs`` (a cpuset) wins over ``resources.cpu``.
     An invalid annotation is logged naming the node and ignored, as Koordinator does."""
     raw = annotations.get(ANNOTATION_NODE_RESERVATION)
@@ -122,7 +132,7 @@ def annotation_reservation(node_name: str, annotations: Mapping[str, str]) -> Re
     if not raw:
         return out
     try:
-        obj = json.loads(raw)
+        obj = loads_json(raw)
         if not isinstance(obj, dict):
             raise ValueError("expected a JSON object")
         res = obj.get("resources") or {}
@@ -136,8 +146,12 @@ def annotation_reservation(node_name: str, annotations: Mapping[str, str]) -> Re
         if res.get(MEMORY) is not None:
             out[MEMORY] = canonical(MEMORY, res[MEMORY])
     except ValueError as e:
-        log.warning("ignoring invalid node annotation", node=node_name, annotation=ANNOTATION_NODE_RESERVATION,
-                    error=str(e))
+        key = (node_name, ANNOTATION_NODE_RESERVATION, raw)
+        if warned is None or key not in warned:
+            if warned is not None:
+                warned.add(key)
+            log.warning("ignoring invalid node annotation", node=node_name, annotation=ANNOTATION_NODE_RESERVATION,
+                        error=str(e))
         return _zero()
     return out
 
@@ -160,7 +174,7 @@ def degrade_reason(strategy: ColocationStrategy, metric: NodeMetricInfo | None, 
 
 
 def calculate(strategy: ColocationStrategy, node: Any, pods: Iterable[Any], metric: NodeMetricInfo | None,
-              now: float) -> BatchResult:
+              now: float, warned: set | None = None) -> BatchResult:
     """Batch resources of one node. ``node`` is a :class:`koordfw.Node` (name, labels, annotations,
     capacity, allocatable), ``pods`` the pods on it, ``strategy`` already resolved for the node."""
     reason = degrade_reason(strategy, metric, now)
@@ -200,7 +214,7 @@ def calculate(strategy: ColocationStrategy, node: Any, pods: Iterable[Any], metr
     system = _zero()
     _add(system, metric.system_usage)
     _add(system, metric.host_app_hp_usage)
-    reserved = _max(_clamp0(_sub(capacity, allocatable)), annotation_reservation(node.name, node.annotations))
+    reserved = _max(_clamp0(_sub(capacity, allocatable)), annotation_reservation(node.name, node.annotations, warned))
     system = _max(system, reserved)
 
     by_usage = _clamp0(_sub(capacity, margin, system, hp_used))
@@ -215,6 +229,8 @@ def calculate(strategy: ColocationStrategy, node: Any, pods: Iterable[Any], metr
         batch_cpu = min(batch_cpu, _ratio_of(capacity[CPU], strategy.batch_CPU_threshold_percent))
     if strategy.batch_memory_threshold_percent is not None:
         batch_mem = min(batch_mem, _ratio_of(capacity[MEMORY], strategy.batch_memory_threshold_percent))
+    # a reclaim threshold far above 100 % makes the margin hugely negative: keep the results int64
+    batch_cpu, batch_mem = min(batch_cpu, INT64_MAX), min(batch_mem, INT64_MAX)
     return BatchResult(node=node.name, batch_cpu=batch_cpu, batch_memory=batch_mem, cpu_policy=cpu_policy,
                        memory_policy=mem_policy, capacity=capacity, margin=margin, reserved=reserved,
                        system_used=system, hp_request=hp_request, hp_used=hp_used, hp_max_used_req=hp_max,

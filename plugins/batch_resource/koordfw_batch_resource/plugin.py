@@ -10,17 +10,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from koordfw import format_quantity, hookimpl
+import structlog
+
+from koordfw import ManifestError, format_quantity, hookimpl
 
 from .calculator import BatchResult, calculate
 from .metric import parse_node_metric
 from .strategy import ColocationStrategy, strategy_for_node
+
+log = structlog.get_logger("koordfw.batch_resource")
 
 
 class BatchResource:
     def __init__(self) -> None:
         #: node name → the last calculation, for ``report``
         self.results: dict[str, BatchResult] = {}
+        #: bad annotations, labels and NodeMetrics already reported
+        self.warned: set = set()
 
     @hookimpl
     def plugin_args(self) -> type:
@@ -31,8 +37,18 @@ class BatchResource:
         if metric is None:
             return None
         n = getattr(node, "node", node)  # a NodeView or a bare Node
-        strategy = strategy_for_node(args, n.name, n.labels, n.annotations)
-        result = calculate(strategy, n, pods, parse_node_metric(metric), now)
+        strategy = strategy_for_node(args, n.name, n.labels, n.annotations, self.warned)
+        try:
+            info = parse_node_metric(metric)
+        except ManifestError as e:
+            # Koordinator degrades a node without a usable NodeMetric: its batch resources are reset
+            key = (n.name, "NodeMetric", str(e))
+            if key not in self.warned:
+                self.warned.add(key)
+                log.warning("invalid NodeMetric: the node's batch resources are reset", node=n.name, error=str(e))
+            result = BatchResult(node=n.name, degraded=f"invalid NodeMetric ({e})")
+        else:
+            result = calculate(strategy, n, pods, info, now, self.warned)
         self.results[n.name] = result
         return result.resources
 

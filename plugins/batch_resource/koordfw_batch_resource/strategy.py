@@ -8,14 +8,14 @@ labels ``node.koordinator.sh/cpu-reclaim-ratio`` / ``memory-reclaim-ratio`` (a r
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import structlog
 
-from koordfw import selector_matches
+from koordfw import loads_json, selector_matches
 
 ANNOTATION_COLOCATION_STRATEGY = "node.koordinator.sh/colocation-strategy"
 LABEL_CPU_RECLAIM_RATIO = "node.koordinator.sh/cpu-reclaim-ratio"
@@ -29,28 +29,41 @@ log = structlog.get_logger("koordfw.batch_resource")
 
 def _policy(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value not in POLICIES:
-        raise ValueError(f"{attribute.name}: unknown calculate policy {value!r}; use one of {', '.join(POLICIES)}")
+        raise ValueError(f"{_name(attribute)}: unknown calculate policy {value!r}; use one of {', '.join(POLICIES)}")
+
+
+#: integer fields are int32-sized: Koordinator's are int64, but a percentage or a number of minutes
+#: beyond 2^31 has no meaning and would only overflow the int64 results
+INT_MAX = 2**31 - 1
+
+
+def _name(attribute: attrs.Attribute) -> str:
+    return _camel(attribute.name)
 
 
 def _int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{attribute.name}: expected an integer, got {value!r}")
+        raise ValueError(f"{_name(attribute)}: expected an integer, got {str(value)[:40]}")
+    if not -INT_MAX <= value <= INT_MAX:
+        raise ValueError(f"{_name(attribute)}: expected an integer of at most {INT_MAX} in size, got {str(value)[:40]}")
 
 
 def _bool(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, bool):
-        raise ValueError(f"{attribute.name}: expected true or false, got {value!r}")
+        raise ValueError(f"{_name(attribute)}: expected true or false, got {value!r}")
 
 
 def _ratio(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"{attribute.name}: expected a non-negative number, got {value!r}")
+    """Koordinator's ``validate:"omitempty,gt=0,max=1"`` (0 is taken as Koordinator's omitted value)."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not 0 <= value <= 1):
+        raise ValueError(f"{_name(attribute)}: expected a number in [0, 1], got {value!r}")
 
 
 def _non_negative(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     _int(inst, attribute, value)
     if value < 0:
-        raise ValueError(f"{attribute.name}: must be >= 0, got {value!r}")
+        raise ValueError(f"{_name(attribute)}: must be >= 0, got {value!r}")
 
 
 def _opt_percent(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -83,8 +96,9 @@ class ColocationStrategy:
     """
 
     enable: bool = attrs.field(default=True, validator=_bool)
-    cpu_reclaim_threshold_percent: int = attrs.field(default=60, validator=_int)
-    memory_reclaim_threshold_percent: int = attrs.field(default=65, validator=_int)
+    #: as Koordinator (``validate:"omitempty,min=0"``), above 100 is allowed: a negative safety margin
+    cpu_reclaim_threshold_percent: int = attrs.field(default=60, validator=_non_negative)
+    memory_reclaim_threshold_percent: int = attrs.field(default=65, validator=_non_negative)
     cpu_calculate_policy: str = attrs.field(default=USAGE, validator=_policy)
     memory_calculate_policy: str = attrs.field(default=USAGE, validator=_policy)
     degrade_time_minutes: int = attrs.field(default=15, validator=_non_negative)
@@ -132,8 +146,9 @@ def _check_selector(sel: Mapping[str, Any], where: str) -> None:
             raise ValueError(f"{where}.matchExpressions[{j}]: needs key and operator In/NotIn/Exists/DoesNotExist")
 
 
-def _reclaim_percent(labels: Mapping[str, str], key: str) -> int | None:
-    """``getNodeReclaimPercent``: a float ratio label → int64(v*100); unparsable or negative → ignored."""
+def _reclaim_percent(labels: Mapping[str, str], key: str, node: str = "?", warned: set | None = None) -> int | None:
+    """``getNodeReclaimPercent``: a float ratio label → int64(v*100); unparsable, negative, non-finite or
+    beyond 2^31 % → ignored (with a warning naming the node and the label)."""
     s = labels.get(key)
     if s is None:
         return None
@@ -141,13 +156,25 @@ def _reclaim_percent(labels: Mapping[str, str], key: str) -> int | None:
         v = float(s)
     except ValueError:
         return None
-    if v < 0 or v != v:
+    if not math.isfinite(v) or v < 0 or v * 100 > INT_MAX:
+        _warn_once(warned, (node, key, s), "ignoring invalid node label", node=node, label=key,
+                   error=f"expected a reclaim ratio in [0, {INT_MAX // 100}], got {s[:40]!r}")
         return None
     return int(v * 100)
 
 
+def _warn_once(warned: set | None, key: tuple, event: str, **kw: Any) -> None:
+    if warned is not None:
+        if key in warned:
+            return
+        if len(warned) > 65536:
+            warned.clear()
+        warned.add(key)
+    log.warning(event, **kw)
+
+
 def strategy_for_node(base: ColocationStrategy, name: str, labels: Mapping[str, str],
-                      annotations: Mapping[str, str]) -> ColocationStrategy:
+                      annotations: Mapping[str, str], warned: set | None = None) -> ColocationStrategy:
     """The effective strategy of one node. A bad annotation is logged (naming the node and the
     annotation) and ignored, as Koordinator does; a bad value in the args was rejected at load time."""
     s = base
@@ -158,15 +185,15 @@ def strategy_for_node(base: ColocationStrategy, name: str, labels: Mapping[str, 
     raw = annotations.get(ANNOTATION_COLOCATION_STRATEGY)
     if raw:
         try:
-            obj = json.loads(raw)
+            obj = loads_json(raw)
             if not isinstance(obj, dict):
                 raise ValueError("expected a JSON object")
             s = merge(s, obj, where=f"node {name}: annotation {ANNOTATION_COLOCATION_STRATEGY}")
         except ValueError as e:
-            log.warning("ignoring invalid node annotation", node=name, annotation=ANNOTATION_COLOCATION_STRATEGY,
-                        error=str(e))
-    cpu = _reclaim_percent(labels, LABEL_CPU_RECLAIM_RATIO)
-    mem = _reclaim_percent(labels, LABEL_MEMORY_RECLAIM_RATIO)
+            _warn_once(warned, (name, ANNOTATION_COLOCATION_STRATEGY, raw), "ignoring invalid node annotation",
+                       node=name, annotation=ANNOTATION_COLOCATION_STRATEGY, error=str(e))
+    cpu = _reclaim_percent(labels, LABEL_CPU_RECLAIM_RATIO, name, warned)
+    mem = _reclaim_percent(labels, LABEL_MEMORY_RECLAIM_RATIO, name, warned)
     if cpu is not None or mem is not None:
         s = attrs.evolve(s, cpu_reclaim_threshold_percent=s.cpu_reclaim_threshold_percent if cpu is None else cpu,
                          memory_reclaim_threshold_percent=s.memory_reclaim_threshold_percent if mem is None else mem)
