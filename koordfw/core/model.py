@@ -463,7 +463,7 @@ def _resources(obj: object, where: str, ctx: str) -> dict[str, int]:
 def _container(c: object, where: str, ctx: str) -> Container:
     if not isinstance(c, dict):
         raise ManifestError("expected a container mapping", obj=ctx, field=where)
-    res = c.get("resources") or {}
+    res = _map(c.get("resources"), f"{where}.resources", ctx)
     if not isinstance(res, dict):
         raise ManifestError("expected a mapping", obj=ctx, field=f"{where}.resources")
     limits = _resources(res.get("limits"), f"{where}.resources.limits", ctx)
@@ -471,7 +471,10 @@ def _container(c: object, where: str, ctx: str) -> Container:
     # Kubernetes defaults a missing request to the limit.
     for k, v in limits.items():
         requests.setdefault(k, v)
-    return Container(name=str(c.get("name", "")), requests=requests, limits=limits)
+    name = c.get("name", "")
+    if not isinstance(name, str):
+        raise ManifestError(f"expected a string, got {type(name).__name__}", obj=ctx, field=f"{where}.name")
+    return Container(name=name, requests=requests, limits=limits)
 
 
 def _add(into: dict[str, int], other: Mapping[str, int]) -> None:
@@ -531,7 +534,8 @@ def pod_from_manifest(obj: Mapping[str, Any], *, file: str | None = None) -> Pod
     """Build a Pod from a v1 Pod object; errors name the file, the pod and the field."""
     if not isinstance(obj, dict):
         raise ManifestError("a Pod must be a mapping", file=file)
-    meta = obj.get("metadata") or {}
+    meta = obj.get("metadata")
+    meta = {} if meta is None else meta
     if not isinstance(meta, dict):
         raise ManifestError("expected a mapping", file=file, field="metadata")
     name = object_name(meta, "Pod", file=file)
@@ -546,20 +550,12 @@ def pod_from_manifest(obj: Mapping[str, Any], *, file: str | None = None) -> Pod
 
 
 def _pod(obj: Mapping[str, Any], meta: dict, name: str, ns: str, ctx: str) -> Pod:
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    if not isinstance(spec, dict):
-        raise ManifestError("expected a mapping", obj=ctx, field="spec")
-    if not isinstance(status, dict):
-        raise ManifestError("expected a mapping", obj=ctx, field="status")
+    spec = _map(obj.get("spec"), "spec", ctx)
+    status = _map(obj.get("status"), "status", ctx)
     labels = _str_map(meta.get("labels"), "metadata.labels", ctx)
     annotations = _str_map(meta.get("annotations"), "metadata.annotations", ctx)
-    raw_containers = spec.get("containers") or []
-    raw_init = spec.get("initContainers") or []
-    if not isinstance(raw_containers, list):
-        raise ManifestError("expected a list", obj=ctx, field="spec.containers")
-    if not isinstance(raw_init, list):
-        raise ManifestError("expected a list", obj=ctx, field="spec.initContainers")
+    raw_containers = _list(spec.get("containers"), "spec.containers", ctx)
+    raw_init = _list(spec.get("initContainers"), "spec.initContainers", ctx)
     containers = tuple(_container(c, f"spec.containers[{i}]", ctx) for i, c in enumerate(raw_containers))
     init = tuple(_container(c, f"spec.initContainers[{i}]", ctx) for i, c in enumerate(raw_init))
     sidecars = tuple(isinstance(c, dict) and c.get("restartPolicy") == "Always" for c in raw_init)
@@ -571,9 +567,7 @@ def _pod(obj: Mapping[str, Any], meta: dict, name: str, ns: str, ctx: str) -> Po
     priority = spec.get("priority", 0)
     priority = 0 if priority is None else _int_field(priority, "spec.priority", ctx)
     tolerations = []
-    raw_tol = spec.get("tolerations") or []
-    if not isinstance(raw_tol, list):
-        raise ManifestError("expected a list", obj=ctx, field="spec.tolerations")
+    raw_tol = _list(spec.get("tolerations"), "spec.tolerations", ctx)
     for i, t in enumerate(raw_tol):
         if not isinstance(t, dict):
             raise ManifestError("expected a mapping", obj=ctx, field=f"spec.tolerations[{i}]")
@@ -585,9 +579,9 @@ def _pod(obj: Mapping[str, Any], meta: dict, name: str, ns: str, ctx: str) -> Po
                                       value=_scalar(t.get("value"), f"{tw}.value", ctx),
                                       effect=_scalar(t.get("effect"), f"{tw}.effect", ctx)))
     affinity = validate_affinity(spec.get("affinity"), ctx)
-    owners = meta.get("ownerReferences") or []
+    owners = _list(meta.get("ownerReferences"), "metadata.ownerReferences", ctx)
     owner_kind = ""
-    if isinstance(owners, list):
+    if owners:
         for o in owners:
             if isinstance(o, dict) and o.get("controller", True):
                 owner_kind = str(o.get("kind") or "")
@@ -597,10 +591,12 @@ def _pod(obj: Mapping[str, Any], meta: dict, name: str, ns: str, ctx: str) -> Po
     raw = dict(obj)
     if "managedFields" in meta:
         raw["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
-    node_name = spec.get("nodeName") or None
+    node_name = spec.get("nodeName")
+    node_name = None if node_name == "" else node_name
     if node_name is not None and not isinstance(node_name, str):
         raise ManifestError(f"expected a node name (a string), got {_short(node_name)}", obj=ctx, field="spec.nodeName")
-    nominated = status.get("nominatedNodeName") or None
+    nominated = status.get("nominatedNodeName")
+    nominated = None if nominated == "" else nominated
     if nominated is not None and not isinstance(nominated, str):
         raise ManifestError(f"expected a node name (a string), got {_short(nominated)}", obj=ctx,
                             field="status.nominatedNodeName")
@@ -627,18 +623,15 @@ def _pod(obj: Mapping[str, Any], meta: dict, name: str, ns: str, ctx: str) -> Po
 def node_from_manifest(obj: Mapping[str, Any], *, file: str | None = None) -> Node:
     if not isinstance(obj, dict):
         raise ManifestError("a Node must be a mapping", file=file)
-    meta = obj.get("metadata") or {}
+    meta = obj.get("metadata")
+    meta = {} if meta is None else meta
     if not isinstance(meta, dict):
         raise ManifestError("expected a mapping", file=file, field="metadata")
     name = object_name(meta, "Node", file=file)
     ctx = f"Node {name}"
     try:
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
-        if not isinstance(spec, dict):
-            raise ManifestError("expected a mapping", obj=ctx, field="spec")
-        if not isinstance(status, dict):
-            raise ManifestError("expected a mapping", obj=ctx, field="status")
+        spec = _map(obj.get("spec"), "spec", ctx)
+        status = _map(obj.get("status"), "status", ctx)
         capacity = _resources(status.get("capacity"), "status.capacity", ctx)
         allocatable = _resources(status.get("allocatable"), "status.allocatable", ctx)
         if not allocatable:
@@ -648,9 +641,11 @@ def node_from_manifest(obj: Mapping[str, Any], *, file: str | None = None) -> No
         allocatable.setdefault("pods", 110)
         capacity.setdefault("pods", allocatable["pods"])
         taints = []
-        raw_taints = spec.get("taints") or []
-        if not isinstance(raw_taints, list):
-            raise ManifestError("expected a list", obj=ctx, field="spec.taints")
+        raw_taints = _list(spec.get("taints"), "spec.taints", ctx)
+        unschedulable = spec.get("unschedulable")
+        if unschedulable is not None and not isinstance(unschedulable, bool):
+            raise ManifestError(f"expected true or false, got {_short(unschedulable)}", obj=ctx,
+                                field="spec.unschedulable")
         for i, t in enumerate(raw_taints):
             if not isinstance(t, dict) or not t.get("key"):
                 raise ManifestError("a taint needs a key", obj=ctx, field=f"spec.taints[{i}]")
@@ -668,7 +663,7 @@ def node_from_manifest(obj: Mapping[str, Any], *, file: str | None = None) -> No
             name=name, uid=_scalar(meta.get("uid"), "metadata.uid", ctx) or f"uid-node-{name}",
             labels=_str_map(meta.get("labels"), "metadata.labels", ctx),
             annotations=_str_map(meta.get("annotations"), "metadata.annotations", ctx),
-            capacity=capacity, allocatable=allocatable, unschedulable=bool(spec.get("unschedulable")),
+            capacity=capacity, allocatable=allocatable, unschedulable=bool(unschedulable),
             taints=tuple(taints),
             creation_timestamp=parse_time(meta.get("creationTimestamp"), obj=ctx, field="metadata.creationTimestamp"),
             raw=raw,

@@ -7,8 +7,10 @@ or memory, recurse past the interpreter's stack, or smuggle non-finite numbers p
 * nesting deeper than :data:`MAX_DEPTH` is refused (Kubernetes objects nest about 15 deep);
 * a YAML document whose aliases expand to more than :data:`MAX_ALIAS_EXPANSION` extra nodes is refused
   (the "billion laughs" bomb), as is a file larger than :data:`MAX_FILE_BYTES`;
-* JSON's ``NaN``/``Infinity`` extensions are refused (RFC 8259 has no such numbers; Go's decoder
-  rejects them too); YAML's ``.nan``/``.inf`` parse as floats and are refused where a number is read;
+* JSON's ``NaN``/``Infinity`` extensions are refused (RFC 8259 has no such numbers; Go's decoder rejects
+  them too); a JSON ``1e400`` and YAML's ``.nan``/``.inf`` parse as non-finite floats, which every reader
+  of a number refuses with the field's name (quantities, timestamps, durations); integers of more than
+  4300 digits are refused by both loaders;
 * text must be UTF-8 (a BOM is allowed), as Kubernetes requires.
 
 Errors are :class:`InputError` (a ``ValueError``) with a message that says what is wrong and where in
@@ -85,6 +87,10 @@ def loads_json(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
         raise InputError(f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except RecursionError:
         raise InputError(f"invalid JSON: nested more than {max_depth} levels deep") from None
+    except InputError:
+        raise
+    except ValueError as e:  # an integer of more than sys.get_int_max_str_digits() digits
+        raise InputError(f"invalid JSON: {e}".split(";")[0]) from None
     check_depth(obj, max_depth)
     return obj
 
@@ -160,6 +166,8 @@ def load_yaml_all(text: str | bytes) -> list[Any]:
         raise _yaml_error(e) from None
     except RecursionError:
         raise InputError(f"invalid YAML: nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as e:  # the constructor's int(): more than sys.get_int_max_str_digits() digits
+        raise InputError(f"invalid YAML: {e}".split(";")[0]) from None
     finally:
         loader.dispose()
 
