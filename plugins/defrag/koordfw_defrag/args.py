@@ -7,6 +7,7 @@ strategies. Every strategy is off until configured, so an installed plugin chang
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -30,12 +31,23 @@ def _percent_map(value: Any) -> dict[str, float]:
         raise ValueError(f"expected a mapping of resource name to percent, got {value!r}")
     out = {}
     for k, v in value.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ValueError(f"{k}: expected a number (percent), got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{k}: expected a finite number (percent), got {v!r}")
         if v < 0 or v > 100:
             raise ValueError(f"{k}: percent {v} outside 0..100")
         out[str(k)] = float(v)
     return out
+
+
+def _named(convert, name: str):
+    """``convert`` with its error messages prefixed by the field's camelCase name."""
+    def run(value: Any):
+        try:
+            return convert(value)
+        except ValueError as e:
+            raise ValueError(f"{name}: {e}") from None
+    run.__name__ = f"{convert.__name__}_{name}"
+    return run
 
 
 def _weights(value: Any) -> dict[str, int]:
@@ -45,8 +57,8 @@ def _weights(value: Any) -> dict[str, int]:
         raise ValueError(f"expected a mapping of resource name to weight, got {value!r}")
     out = {}
     for k, v in value.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"{k}: expected a non-negative integer weight, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= INT_MAX:
+            raise ValueError(f"{k}: expected an integer weight in [0, {INT_MAX}], got {str(v)[:40]}")
         out[str(k)] = v
     return out
 
@@ -56,9 +68,25 @@ def _camel(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
+#: counts and weights are int32-sized
+INT_MAX = 2**31 - 1
+
+
 def _non_negative(inst, attribute, value) -> None:
+    """A finite number >= 0 (an int32 for integer fields)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{_camel(attribute.name)}: expected a finite number >= 0, got {value!r}")
     if value < 0:
         raise ValueError(f"{_camel(attribute.name)}: must be >= 0, got {value}")
+    if isinstance(value, int) and value > INT_MAX:
+        raise ValueError(f"{_camel(attribute.name)}: must be at most {INT_MAX}, got {str(value)[:40]}")
+
+
+def _percent(inst, attribute, value) -> None:
+    """A finite percentage in [0, 100]."""
+    _non_negative(inst, attribute, value)
+    if value > 100:
+        raise ValueError(f"{_camel(attribute.name)}: must be at most 100, got {value}")
 
 
 @attrs.define
@@ -67,7 +95,7 @@ class AnomalyCondition:
     threshold in a row (1 = at once); ``consecutiveNormalities`` normal rounds reset it, and so does no
     observation for ``timeout``."""
 
-    timeout: Any = attrs.field(default="1m", converter=duration_seconds)
+    timeout: Any = attrs.field(default="1m", converter=_named(duration_seconds, "timeout"))
     consecutive_abnormalities: int = attrs.field(default=5, validator=_non_negative)
     consecutive_normalities: int = attrs.field(default=3, validator=_non_negative)
 
@@ -95,11 +123,11 @@ class NodePool:
     name: str = ""
     node_selector: dict = attrs.field(factory=dict)
     use_deviation_thresholds: bool = False
-    low_thresholds: dict = attrs.field(factory=dict, converter=_percent_map)
-    high_thresholds: dict = attrs.field(factory=dict, converter=_percent_map)
-    prod_low_thresholds: dict = attrs.field(factory=dict, converter=_percent_map)
-    prod_high_thresholds: dict = attrs.field(factory=dict, converter=_percent_map)
-    resource_weights: dict = attrs.field(factory=dict, converter=_weights)
+    low_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "lowThresholds"))
+    high_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "highThresholds"))
+    prod_low_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "prodLowThresholds"))
+    prod_high_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "prodHighThresholds"))
+    resource_weights: dict = attrs.field(factory=dict, converter=_named(_weights, "resourceWeights"))
     anomaly_condition: AnomalyCondition | None = None
 
     @property
@@ -124,11 +152,11 @@ class LowNodeLoadArgs:
     node_selector: dict = attrs.field(factory=dict)
     pod_selectors: list[PodSelector] = attrs.field(factory=list)
     use_deviation_thresholds: bool = False
-    low_thresholds: dict = attrs.field(factory=dict, converter=_percent_map)
-    high_thresholds: dict = attrs.field(factory=dict, converter=_percent_map)
-    prod_low_thresholds: dict = attrs.field(factory=dict, converter=_percent_map)
-    prod_high_thresholds: dict = attrs.field(factory=dict, converter=_percent_map)
-    resource_weights: dict = attrs.field(factory=dict, converter=_weights)
+    low_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "lowThresholds"))
+    high_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "highThresholds"))
+    prod_low_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "prodLowThresholds"))
+    prod_high_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "prodHighThresholds"))
+    resource_weights: dict = attrs.field(factory=dict, converter=_named(_weights, "resourceWeights"))
     anomaly_condition: AnomalyCondition = attrs.field(factory=AnomalyCondition)
     node_pools: list[NodePool] = attrs.field(factory=list)
 
@@ -177,7 +205,7 @@ class CpuDefragArgs:
     min_gain_milli: float = attrs.field(default=500.0, validator=_non_negative)
     max_target_tries: int = attrs.field(default=8, validator=_non_negative)
     #: the typical-pod cut (percent of pods covered), as the GPU measure's
-    popularity_threshold: float = 95.0
+    popularity_threshold: float = attrs.field(default=95.0, validator=_percent)
 
 
 @attrs.define
@@ -187,7 +215,7 @@ class Args:
     cpu_defrag: CpuDefragArgs = attrs.field(factory=CpuDefragArgs)
     #: budgets of one round (0 = no limit); the percent is of the bound pods
     max_migrating_per_round: int = attrs.field(default=0, validator=_non_negative)
-    max_migrating_percent_per_round: float = attrs.field(default=0.0, validator=_non_negative)
+    max_migrating_percent_per_round: float = attrs.field(default=0.0, validator=_percent)
     max_migrating_per_node: int = attrs.field(default=0, validator=_non_negative)
     max_migrating_per_namespace: int = attrs.field(default=0, validator=_non_negative)
     #: plan and report, but return no migration to the engine

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+import structlog
 
-from koordfw import ManifestError, canonical, raw_allocatable
+from koordfw import ManifestError, canonical, field_mapping, raw_allocatable
 from koordfw.core.model import (LABEL_QOS, PRIORITY_BATCH, PRIORITY_FREE, PRIORITY_MID, PRIORITY_PROD,
                                 QOS_CLASSES, parse_time)
 
@@ -23,6 +24,11 @@ from .safety import DELETION_COST, EVICTION_COST, int_annotation, selector_match
 
 RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
 PLUGIN = "low_node_load"
+
+log = structlog.get_logger("koordfw.defrag")
+
+#: node errors already logged (the notes carry them every round)
+_WARNED: set[str] = set()
 
 _CLASS_RANK = {PRIORITY_FREE: 0, PRIORITY_BATCH: 1, PRIORITY_MID: 2, PRIORITY_PROD: 3}
 _KUBE_QOS_RANK = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}
@@ -73,18 +79,25 @@ def node_usage(view: Any, cluster: Any, now: float, expiration: float) -> NodeUs
         raise ManifestError(e.detail, obj=ctx, field="status.updateTime") from None
     if updated is None or now - updated > expiration:
         return None
-    nm = status.get("nodeMetric") or {}
-    system = _res(((nm.get("systemUsage") or {}).get("resources")), ctx, "status.nodeMetric.systemUsage.resources")
-    reported = _res(((nm.get("nodeUsage") or {}).get("resources")), ctx, "status.nodeMetric.nodeUsage.resources")
+    nm = field_mapping(status.get("nodeMetric"), ctx, "status.nodeMetric")
+    parts = {}
+    for part in ("systemUsage", "nodeUsage"):
+        where = f"status.nodeMetric.{part}"
+        parts[part] = _res(field_mapping(nm.get(part), ctx, where).get("resources"), ctx, f"{where}.resources")
+    system, reported = parts["systemUsage"], parts["nodeUsage"]
     pods_here = {p.key: p for p in cluster.pods_on(view.name)}
     pod_usage: dict[str, dict[str, int]] = {}
-    for i, pm in enumerate(status.get("podsMetric") or []):
+    pods_metric = status.get("podsMetric") or []
+    if not isinstance(pods_metric, list):
+        raise ManifestError("expected a list", obj=ctx, field="status.podsMetric")
+    for i, pm in enumerate(pods_metric):
         if not isinstance(pm, Mapping) or not pm.get("name"):
             raise ManifestError("a pod metric needs a name", obj=ctx, field=f"status.podsMetric[{i}].name")
         key = f"{pm.get('namespace') or 'default'}/{pm['name']}"
         if key in pods_here:
-            pod_usage[key] = _res((pm.get("podUsage") or {}).get("resources"), ctx,
-                                  f"status.podsMetric[{i}].podUsage.resources")
+            where = f"status.podsMetric[{i}].podUsage"
+            pod_usage[key] = _res(field_mapping(pm.get("podUsage"), ctx, where).get("resources"), ctx,
+                                  f"{where}.resources")
     if system or pod_usage:
         usage = dict(system)
         for u in pod_usage.values():
@@ -100,8 +113,29 @@ def node_usage(view: Any, cluster: Any, now: float, expiration: float) -> NodeUs
             for r, v in pod_usage.get(key, {}).items():
                 prod[r] = prod.get(r, 0) + v
     alloc = dict(view.allocatable)
-    alloc.update(raw_allocatable(view) or {})  # a bad annotation raises ManifestError naming the node
+    try:
+        alloc.update(raw_allocatable(view) or {})  # a bad annotation raises ManifestError naming the node
+    except (ValueError, RecursionError) as e:
+        raise ManifestError(str(e) or type(e).__name__, obj=f"Node {view.name}",
+                            field=f"metadata.annotations.{RAW_ALLOCATABLE}") from None
     return NodeUsage(view.name, alloc, usage, prod, pod_usage, schedulable=not view.unschedulable)
+
+
+def readable_node_usage(view: Any, cluster: Any, now: float, expiration: float, notes: list[str] | None = None,
+                        pool: str = "") -> NodeUsage | None:
+    """:func:`node_usage`, with a node that cannot be read (malformed NodeMetric or raw-allocatable)
+    left out (``None``): a note in ``notes`` and one warning name it and the field; the others go on."""
+    try:
+        return node_usage(view, cluster, now, expiration)
+    except ManifestError as e:
+        if notes is not None:
+            notes.append(f"{PLUGIN}[{pool}]: node {view.name} left out: {e}")
+        if str(e) not in _WARNED:
+            if len(_WARNED) > 4096:
+                _WARNED.clear()
+            _WARNED.add(str(e))
+            log.warning("node left out of LowNodeLoad", node=view.name, error=str(e))
+        return None
 
 
 def _amount(pod_usage: Mapping[str, int], r: str) -> int:
@@ -272,7 +306,7 @@ async def balance(builder: PlanBuilder, args: LowNodeLoadArgs, tracker: AnomalyT
     for pool in pools:
         usages = []
         for v in members[pool.name]:
-            u = node_usage(v, cluster, now, args.node_metric_expiration_seconds)
+            u = readable_node_usage(v, cluster, now, args.node_metric_expiration_seconds, notes, pool.name)
             if u is not None:
                 usages.append(u)
         if not usages:

@@ -49,7 +49,7 @@ async def plan(cluster: Any, args: Args, handle: Any, *, tracker: AnomalyTracker
 
 def _after_low_node_load(builder: PlanBuilder, args: Args, now: float) -> dict:
     """Pool counts with the planned moves applied to the reported usage (pods carry their usage)."""
-    from .low_node_load import classify, node_usage, pool_nodes
+    from .low_node_load import classify, pool_nodes, readable_node_usage
 
     cluster = builder.cluster
     lnl = args.low_node_load
@@ -60,7 +60,7 @@ def _after_low_node_load(builder: PlanBuilder, args: Args, now: float) -> dict:
     usages_all = {}
     for pool in pools:
         for v in members[pool.name]:
-            u = node_usage(v, cluster, now, lnl.node_metric_expiration_seconds)
+            u = readable_node_usage(v, cluster, now, lnl.node_metric_expiration_seconds)
             if u is not None:
                 usages_all[u.name] = u
     for (key, src), to in moves.items():

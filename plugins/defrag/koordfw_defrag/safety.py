@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import structlog
+
 from koordfw import selector_matches  # noqa: F401  (re-exported for low_node_load)
+
+log = structlog.get_logger("koordfw.defrag")
+#: (PDB, value) already warned about
+_WARNED: set[tuple[str, str]] = set()
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 SYSTEM_CRITICAL_PRIORITY = 2000000000
@@ -86,17 +92,30 @@ class PdbBudget:
         self.left = {}
         for key, pdb in pdbs.items():
             st = pdb.get("status") or {}
-            try:
-                self.left[key] = int(st.get("disruptionsAllowed", 0))
-            except (TypeError, ValueError):
-                self.left[key] = 0
+            raw = st.get("disruptionsAllowed", 0) if isinstance(st, Mapping) else None
+            if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= 2**31 - 1:
+                # Kubernetes' disruptionsAllowed is an int32 >= 0: anything else allows no eviction
+                if raw != 0 and (key, repr(raw)) not in _WARNED:
+                    _WARNED.add((key, repr(raw)))
+                    log.warning("PodDisruptionBudget with an invalid status.disruptionsAllowed allows no eviction",
+                                pdb=key, value=repr(raw)[:40])
+                raw = 0
+            self.left[key] = raw
 
     def matching(self, pod: Any) -> list[str]:
         out = []
         for key, pdb in self.pdbs.items():
-            if (pdb.get("metadata") or {}).get("namespace", "default") != pod.namespace:
+            meta, spec = pdb.get("metadata"), pdb.get("spec")
+            meta = meta if isinstance(meta, Mapping) else {}
+            spec = spec if isinstance(spec, Mapping) else {}
+            if meta.get("namespace", "default") != pod.namespace:
                 continue
-            if selector_matches((pdb.get("spec") or {}).get("selector"), pod.labels):
+            sel = spec.get("selector")
+            try:
+                hit = selector_matches(sel if isinstance(sel, Mapping) else None, pod.labels)
+            except (AttributeError, TypeError, ValueError):
+                hit = True  # a selector that cannot be read protects every pod of its namespace
+            if hit:
                 out.append(key)
         return out
 
