@@ -15,3 +15,25 @@ def registry_from_args(args: argparse.Namespace):
     from ..engines.embedded import build_registry
 
     return build_registry(args.profile, disable=args.disable, strict=args.strict_plugins)
+
+
+def number(kind: type, lo: float, hi: float, *, above: bool = False):
+    """An argparse ``type``: an int or float in ``[lo, hi]`` (``(lo, hi]`` with ``above``), finite, so a
+    flag such as ``--interval nan`` is refused at parse time rather than stopping a loop later."""
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
+        if v != v or not (lo < v <= hi if above else lo <= v <= hi):
+            raise argparse.ArgumentTypeError(f"must be {'above' if above else 'at least'} {lo:g} and at most {hi:g}, "
+                                             f"got {text!r}")
+        return v
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+#: a duration flag in seconds: finite, within a day-scale bound chosen per flag
+DAY = 86400.0

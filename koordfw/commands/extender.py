@@ -7,7 +7,7 @@ import signal
 import ssl
 import sys
 
-from ._common import add_plugin_options, registry_from_args
+from ._common import DAY, add_plugin_options, number, registry_from_args
 from .scheduler import split_address
 
 
@@ -21,9 +21,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--kubeconfig", metavar="FILE", help="keep a cluster cache from this cluster")
     g.add_argument("--in-cluster", action="store_true", help="keep a cluster cache, using the service account")
     p.add_argument("--context", help="kubeconfig context")
-    p.add_argument("--kube-api-qps", type=float, default=50.0)
-    p.add_argument("--kube-api-burst", type=int, default=100)
-    p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024, help="request size limit (default 32 MiB)")
+    p.add_argument("--kube-api-qps", type=number(float, 0, 1e6), default=50.0)
+    p.add_argument("--kube-api-burst", type=number(int, 1, 10**6), default=100)
+    p.add_argument("--max-body-bytes", type=number(int, 1024, 2**31), default=32 * 1024 * 1024,
+                   help="request size limit (default 32 MiB)")
+    p.add_argument("--header-timeout", type=number(float, 0, DAY, above=True), default=15.0, metavar="SECONDS",
+                   help="close a connection whose request headers (or next request) take longer (default 15)")
+    p.add_argument("--body-timeout", type=number(float, 0, DAY, above=True), default=30.0, metavar="SECONDS",
+                   help="answer 408 and close when a request body takes longer to arrive (default 30)")
     p.add_argument("--tls-cert-file", help="serve HTTPS with this certificate")
     p.add_argument("--tls-key-file", help="private key of --tls-cert-file")
     add_plugin_options(p)
@@ -48,7 +53,8 @@ async def _main(args: argparse.Namespace) -> int:
     registry = registry_from_args(args)
     client = await make_client(args) if (args.kubeconfig or args.in_cluster) else None
     ext = Extender(registry, client=client)
-    server = ExtenderServer(ext, prefix=args.url_prefix, max_body=args.max_body_bytes)
+    server = ExtenderServer(ext, prefix=args.url_prefix, max_body=args.max_body_bytes,
+                            header_timeout=args.header_timeout, body_timeout=args.body_timeout)
     if not ext.stateful and ext.plugins_needing_state:
         print("koordfw: note: no --kubeconfig: these plugins need cluster state and will see none: "
               + ", ".join(ext.plugins_needing_state), file=sys.stderr)

@@ -6,7 +6,7 @@ import argparse
 import signal
 import sys
 
-from ._common import add_plugin_options, registry_from_args
+from ._common import DAY, add_plugin_options, number, registry_from_args
 
 
 def add_connection_options(p: argparse.ArgumentParser) -> None:
@@ -14,8 +14,8 @@ def add_connection_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     g.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
     p.add_argument("--context", help="kubeconfig context")
-    p.add_argument("--kube-api-qps", type=float, default=50.0, help="client QPS limit (default 50; 0 = none)")
-    p.add_argument("--kube-api-burst", type=int, default=100, help="client burst (default 100)")
+    p.add_argument("--kube-api-qps", type=number(float, 0, 1e6), default=50.0, help="client QPS limit (default 50; 0 = none)")
+    p.add_argument("--kube-api-burst", type=number(int, 1, 10**6), default=100, help="client burst (default 100)")
 
 
 async def make_client(args: argparse.Namespace, *, qps: float | None = None, burst: int | None = None):
@@ -38,19 +38,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--leader-elect", action="store_true", help="elect a leader on a coordination.k8s.io Lease")
     p.add_argument("--leader-elect-namespace", default="kube-system")
     p.add_argument("--leader-elect-name", default=None, help="Lease name (default: the scheduler name)")
-    p.add_argument("--leader-elect-lease-duration", type=float, default=15.0)
-    p.add_argument("--leader-elect-renew-deadline", type=float, default=10.0)
-    p.add_argument("--leader-elect-retry-period", type=float, default=2.0)
+    p.add_argument("--leader-elect-lease-duration", type=number(float, 0, DAY, above=True), default=15.0)
+    p.add_argument("--leader-elect-renew-deadline", type=number(float, 0, DAY, above=True), default=10.0)
+    p.add_argument("--leader-elect-retry-period", type=number(float, 0, DAY, above=True), default=2.0)
     p.add_argument("--health-address", default="0.0.0.0:10259",
                    help="serve /healthz and /metrics here (default 0.0.0.0:10259; empty = off)")
     p.add_argument("--seed", type=int, default=0, help="seed for tie-breaking")
     d = p.add_argument_group("descheduling (the deschedule hooks, e.g. the defrag plugin)")
-    d.add_argument("--deschedule-interval", type=float, default=0.0, metavar="SECONDS",
+    d.add_argument("--deschedule-interval", type=number(float, 0, DAY), default=0.0, metavar="SECONDS",
                    help="run the descheduling plugins every SECONDS (default 0: off)")
     d.add_argument("--deschedule-execute", action="store_true",
                    help="evict through the Eviction API (default: dry-run, plans are only logged)")
-    d.add_argument("--max-evictions-per-minute", type=int, default=10)
-    d.add_argument("--reservation-ttl", type=float, default=300.0, metavar="SECONDS",
+    d.add_argument("--max-evictions-per-minute", type=number(int, 0, 10**6), default=10)
+    d.add_argument("--reservation-ttl", type=number(float, 0, DAY, above=True), default=300.0, metavar="SECONDS",
                    help="how long a migration's target stays reserved for the replacement pod (default 300)")
     p.set_defaults(func=run)
 
