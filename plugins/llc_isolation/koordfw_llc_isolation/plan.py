@@ -7,12 +7,12 @@ which is what ``koordfw agent plan --state`` shows.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterable, Mapping
 
 import attrs
 
-from koordfw.core.nodestate import FS_RESCTRL, FileWrite
+from koordfw import FileWrite, loads_json
+from koordfw.core.nodestate import FS_RESCTRL
 
 from .config import LLCIsolationArgs
 from .resctrl import (
@@ -239,7 +239,7 @@ def pod_annotation_target(raw: str, info: ResctrlInfo) -> tuple[dict[int, int], 
     :class:`ResctrlError` naming the field.
     """
     try:
-        cfg = json.loads(raw)
+        cfg = loads_json(raw)  # nesting bounded, NaN/Infinity refused
     except (TypeError, ValueError) as e:
         raise ResctrlError(f"not valid JSON ({e})") from None
     if not isinstance(cfg, Mapping):

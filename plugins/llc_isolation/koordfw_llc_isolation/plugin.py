@@ -237,7 +237,7 @@ class LLCIsolation:
         if node_state.resctrl is not None:
             try:
                 info = info_from_state(node_state.resctrl)
-            except (ResctrlError, TypeError, ValueError) as e:
+            except (ResctrlError, TypeError, ValueError, OverflowError) as e:
                 self._say(f"llc_isolation idle: bad resctrl info in the node state: {e}")
                 return None
         elif self.support is not None and self.support.supported:

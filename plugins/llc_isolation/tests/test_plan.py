@@ -169,7 +169,7 @@ def test_plan_pod_level_groups():
         ("koordlet-p1/schemata", "L3:0=3f;1=3f;\n", "resctrl", True),
         ("koordlet-p1/tasks", "3", "resctrl", True)]
     assert result.problems == [f"pod ns/b: annotation {ANNOTATION_RESCTRL}: not valid JSON "
-                               "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1)); "
+                               "(invalid JSON at line 1, column 2: Expecting property name enclosed in double quotes); "
                                "pod left unchanged"]
 
 
