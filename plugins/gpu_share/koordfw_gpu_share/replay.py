@@ -59,20 +59,29 @@ def read_csv(path: str | Path, required: tuple[str, ...]) -> list[dict[str, str]
     return rows
 
 
+#: the largest number a trace column may hold (milli-cores, MiB, GPUs): far above any machine
+MAX_TRACE_VALUE = 2**40
+
+
 def _int(row: dict, col: str, where: str) -> int:
+    raw = row.get(col)
     try:
-        return int(row[col] or 0)
-    except ValueError:
-        raise ConfigError(f"{where}: column {col}: not an integer: {row[col]!r}") from None
+        v = int(raw or 0)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: column {col}: not an integer: {str(raw)[:40]!r}") from None
+    if not 0 <= v <= MAX_TRACE_VALUE:
+        raise ConfigError(f"{where}: column {col}: {str(raw)[:40]!r} outside 0..{MAX_TRACE_VALUE}")
+    return v
 
 
 def load_trace(nodes_csv, pods_csv):
     nodes = read_csv(nodes_csv, ("sn", "cpu_milli", "memory_mib", "gpu", "model"))
     pods = read_csv(pods_csv, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"))
-    nrows = [(r["sn"], _int(r, "cpu_milli", f"{nodes_csv} {r['sn']}"), _int(r, "memory_mib", r["sn"]),
-              _int(r, "gpu", r["sn"]), r.get("model", "") or "") for r in nodes]
-    prows = [(r["name"], _int(r, "cpu_milli", r["name"]), _int(r, "memory_mib", r["name"]),
-              _int(r, "num_gpu", r["name"]), _int(r, "gpu_milli", r["name"]), r.get("gpu_spec", "") or "")
+    nrows = [(r["sn"], _int(r, "cpu_milli", f"{nodes_csv}: node {r['sn']}"),
+              _int(r, "memory_mib", f"{nodes_csv}: node {r['sn']}"), _int(r, "gpu", f"{nodes_csv}: node {r['sn']}"),
+              r.get("model", "") or "") for r in nodes]
+    prows = [(r["name"], *(_int(r, c, f"{pods_csv}: pod {r['name']}")
+                           for c in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")), r.get("gpu_spec", "") or "")
              for r in pods]
     prows.sort(key=lambda r: r[0])
     return nrows, prows
@@ -84,7 +93,8 @@ def tune(prows: list, rng: np.random.Generator, capacity_milli: int, ratio: floa
     rng.shuffle(order)
     target = ratio * capacity_milli
     total = sum(r[3] * r[4] for r in prows)
-    if total < target:
+    # without a pod that asks for GPUs the trace cannot be inflated (the loop below would never end)
+    if total < target and total > 0:
         k = 0
         while True:
             r = prows[int(rng.integers(len(prows)))]
@@ -269,6 +279,11 @@ def replay(nodes_csv, pods_csv, policy: str, seed: int, tie_break: str = "first"
     return anyio.run(lambda: replay_async(nodes_csv, pods_csv, policy, seed, tie_break, progress))
 
 
+#: most seeds one replay runs (each is a full replay), and the seed range numpy takes
+MAX_SEEDS = 10_000
+MAX_SEED = 2**32 - 1
+
+
 def parse_seeds(text: str) -> list[int]:
     out: list[int] = []
     for part in text.split(","):
@@ -278,11 +293,16 @@ def parse_seeds(text: str) -> list[int]:
         try:
             if "-" in part:
                 a, b = part.split("-", 1)
-                out.extend(range(int(a), int(b) + 1))
+                lo, hi = int(a), int(b)
             else:
-                out.append(int(part))
+                lo = hi = int(part)
         except ValueError:
-            raise ConfigError(f"--seeds: expected N, N-M or a comma list, got {text!r}") from None
+            raise ConfigError(f"--seeds: expected N, N-M or a comma list, got {text[:60]!r}") from None
+        if not 0 <= lo <= hi <= MAX_SEED:
+            raise ConfigError(f"--seeds: {part[:40]!r}: seeds are integers 0..{MAX_SEED}, ranges N-M with N <= M")
+        if len(out) + (hi - lo + 1) > MAX_SEEDS:
+            raise ConfigError(f"--seeds: more than {MAX_SEEDS} seeds")
+        out.extend(range(lo, hi + 1))
     if not out:
         raise ConfigError(f"--seeds: no seed in {text!r}")
     return out
@@ -325,6 +345,8 @@ def run(args: argparse.Namespace) -> int:
         if pol not in POLICIES:
             raise ConfigError(f"--policy: unknown policy {pol!r}; use one of {', '.join(POLICIES)}")
     seeds = parse_seeds(args.seeds) if args.seeds else [args.seed]
+    if not all(0 <= x <= MAX_SEED for x in seeds):
+        raise ConfigError(f"--seed: seeds are integers 0..{MAX_SEED}, got {args.seed}")
     runs = []
     tty = args.output == "table" and sys.stderr.isatty()
     for pol in policies:

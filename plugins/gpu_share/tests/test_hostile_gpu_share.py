@@ -166,3 +166,42 @@ def test_out_of_range_args_are_refused_naming_the_field(tmp_path, field, value):
 def test_nodes_without_gpus_are_unaffected():
     b = ClusterBuilder().node("n1").pod("p", cpu="1")
     assert schedule(b, only=["gpu_share"]).placements() == {"default/p": "n1"}
+
+
+# -- the trace replay ---------------------------------------------------------------------------------
+
+NODES = "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(f"n{i},32000,131072,2,T4\n" for i in range(2))
+PODS_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+
+
+def replay(tmp_path, pods, nodes=NODES, *extra):
+    (tmp_path / "nodes.csv").write_text(nodes)
+    (tmp_path / "pods.csv").write_text(PODS_HEADER + pods)
+    return run_cli(["replay", "openb", "--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"),
+                    "--policy", "bestfit", "-o", "json", *extra], timeout=60)
+
+
+def test_a_trace_without_gpu_pods_does_not_hang(tmp_path):
+    """Inflating the trace to the GPU capacity needs a pod that asks for GPUs; it used to loop forever."""
+    out = replay(tmp_path, "".join(f"p{i},1000,1024,0,0,\n" for i in range(3)))
+    assert check_cli_outcome(out, max_seconds=30) == "ok"
+
+
+def test_an_empty_trace_does_not_crash(tmp_path):
+    assert check_cli_outcome(replay(tmp_path, ""), max_seconds=30) == "ok"
+
+
+@pytest.mark.parametrize("pods, nodes, names", [
+    ("p0,-1000,1024,1,500,\n", NODES, ["pods.csv", "p0", "cpu_milli"]),
+    ("p0,1000,1024,1,500,\n", "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,1000000000000000,T4\n",
+     ["nodes.csv", "n0", "gpu"]),
+])
+def test_out_of_range_trace_values_are_refused(tmp_path, pods, nodes, names):
+    out = replay(tmp_path, pods, nodes)
+    assert check_cli_outcome(out, names=names, max_seconds=30) == "error"
+
+
+@pytest.mark.parametrize("argv", [["--seeds", "0-100000000000"], ["--seed", "-1"], ["--seeds", "5-2"]])
+def test_seeds_are_bounded(tmp_path, argv):
+    out = replay(tmp_path, "p0,1000,1024,1,500,\n", NODES, *argv)
+    assert check_cli_outcome(out, names=["--seed"], max_seconds=30) == "error"
