@@ -134,6 +134,14 @@ CASES: list[Case] = [
        names=("profile.yaml", "profiles")),
     _c("percentageOfNodesToScore 500", "silent", NODE, profile="percentageOfNodesToScore: 500\n",
        names=("percentageOfNodesToScore",)),
+    _c("float for an int arg is not truncated", "silent", NODE,
+       profile="pluginConfig: {be_suppress: {cpuSuppressThresholdPercent: 65.7}}\n",
+       names=("profile.yaml", "pluginConfig.be_suppress.cpuSuppressThresholdPercent", "65.7")),
+    _c("NaN float arg", "numbers", NODE, profile="pluginConfig: {gpu_share: {lpCpuMargin: .nan}}\n",
+       names=("pluginConfig.gpu_share.lpCpuMargin", "finite")),
+    _c("namespaced NodeMetric is the node's", "silent",
+       NODE + "---\nkind: NodeMetric\nmetadata: {name: n, namespace: x}\n---\n"
+       "kind: NodeMetric\nmetadata: {name: n}\n", names=("duplicate NodeMetric n",)),
     Case("duplicate Pod names both files", "silent", {"a.yaml": pod(), "b.yaml": pod()},
          ("simulate", "{dir}/a.yaml", "{dir}/b.yaml"), names=("a.yaml", "b.yaml", "duplicate Pod default/p")),
 ]

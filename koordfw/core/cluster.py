@@ -101,6 +101,19 @@ class PodEntry:
     assumed: bool = False
 
 
+#: kinds without a namespace: the API server ignores ``metadata.namespace`` on them, and so do we
+CLUSTER_SCOPED_KINDS = frozenset({"Node", "NodeMetric", "Device", "NodeResourceTopology", "NodeSLO",
+                                  "Reservation", "PriorityClass", "Namespace", "StorageClass",
+                                  "PersistentVolume", "CSINode", "ClusterColocationProfile"})
+
+
+def object_key(kind: str, meta: Mapping[str, Any]) -> str:
+    """How an object is looked up: ``namespace/name``, or the name alone for cluster-scoped kinds."""
+    if meta.get("namespace") and kind not in CLUSTER_SCOPED_KINDS:
+        return f"{meta['namespace']}/{meta['name']}"
+    return str(meta.get("name"))
+
+
 class ClusterState:
     """Everything an engine knows about the cluster. Not thread-safe; one event loop owns it."""
 
@@ -463,7 +476,7 @@ class ClusterState:
     # -- other objects ----------------------------------------------------------------------------
     def set_object(self, kind: str, obj: dict) -> None:
         meta = obj.get("metadata") or {}
-        key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta.get("name"))
+        key = object_key(kind, meta)
         self.objects.setdefault(kind, {})[key] = obj
         self.generation += 1
         self.free_generation += 1

@@ -28,6 +28,7 @@ from .cluster import ClusterState, NodeBatch, NodeView
 from .model import Pod
 from .plugins import Impl, Registry
 from .queue import QueuedPodInfo, SchedulingQueue
+from .errors import PluginLoadError
 from .status import Code, Status, as_status
 
 log = structlog.get_logger("koordfw")
@@ -399,8 +400,8 @@ class Scheduler:
     # -- lifecycle ------------------------------------------------------------------------------
     async def startup(self) -> None:
         for impl, _, st in await self.caller.call_safe("startup"):
-            if st is not None:
-                raise RuntimeError(st.message)
+            if st is not None:  # the caller logged the cause (with a traceback when it is a plugin bug)
+                raise PluginLoadError(f"plugin {impl.plugin} failed at startup: {st.message}")
 
     async def shutdown(self) -> None:
         await self.caller.call_safe("shutdown")

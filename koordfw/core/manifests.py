@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator
 
 import attrs
 
-from .cluster import ClusterState
+from .cluster import CLUSTER_SCOPED_KINDS, ClusterState, object_key
 from .errors import ManifestError
 from .model import Node, Pod, node_from_manifest, object_name, object_namespace, parse_time, pod_from_manifest
 from .quantity import QuantityError, canonical
@@ -260,9 +260,9 @@ def load_objects(docs: Iterable[Any], *, file: str = "<input>", into: Manifests 
                 _record(out, "Node", node.name, file, f"Node {node.name}")
                 out.nodes.append(node)
             else:
-                ns = object_namespace(meta, file=file, obj=f"{kind} {name}", where=where) \
-                    if meta.get("namespace") is not None else ""
-                key = f"{ns}/{name}" if ns else name
+                if meta.get("namespace") is not None and kind not in CLUSTER_SCOPED_KINDS:
+                    object_namespace(meta, file=file, obj=f"{kind} {name}", where=where)
+                key = object_key(kind, meta)
                 _record(out, kind, key, file, f"{kind} {key}")
                 out.objects.append((kind, obj))
     return out

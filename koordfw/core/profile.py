@@ -45,6 +45,9 @@ def camel(name: str) -> str:
 def make_converter() -> cattrs.Converter:
     """A cattrs converter for plugin args: camelCase keys, unknown keys rejected."""
     conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(int, _strict_int)
+    conv.register_structure_hook(float, _finite_float)
+    conv.register_structure_hook(bool, _strict_bool)  # else bool, an int subclass, would take the int hook
 
     def factory(cls: type) -> Any:
         overrides = {f.name: override(rename=camel(f.name)) for f in attrs.fields(cls)}
@@ -60,6 +63,44 @@ def make_converter() -> cattrs.Converter:
 
     conv.register_unstructure_hook_factory(attrs.has, unstructure_factory)
     return conv
+
+
+def _strict_int(v: Any, _: type) -> int:
+    """An int arg: an integer (or a float or string holding one); ``65.7`` is refused, not truncated."""
+    if isinstance(v, bool):
+        raise ValueError(f"expected an integer, got {v!r}")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str) and len(v) < 20:
+        try:
+            return int(v.strip())
+        except ValueError:
+            pass
+    raise ValueError(f"expected an integer, got {str(v)[:40]}")
+
+
+def _strict_bool(v: Any, _: type) -> bool:
+    """A bool arg: true or false (``bool("false")`` would be True)."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    raise ValueError(f"expected true or false, got {str(v)[:40]}")
+
+
+def _finite_float(v: Any, _: type) -> float:
+    """A float arg: a finite number (NaN and infinities are refused)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise ValueError(f"expected a number, got {str(v)[:40]}")
+    try:
+        f = float(v)
+    except (ValueError, OverflowError):
+        raise ValueError(f"expected a number, got {str(v)[:40]}") from None
+    if not math.isfinite(f):
+        raise ValueError(f"expected a finite number, got {str(v)[:40]}")
+    return f
 
 
 CONVERTER = make_converter()
