@@ -12,23 +12,13 @@ from koordfw.testing.hostile import check_cli_outcome, run_cli
 
 from .hostile_cases import AGENT_CASES, argv_of, cases, write_inputs
 
-#: inputs that still crash a plugin (outside the agent's files), see the report of issue 16
-PLUGIN_CRASHES = {
-    # cpu_topology_agent and be_suppress json.loads the pod's resource-status annotation: RecursionError
-    "pod resource-status JSON nested 100000 deep",
-}
-
-
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     Registry().load()  # import every plugin once in the parent, so each forked run is fast
     return write_inputs(tmp_path_factory.mktemp("hostile"))
 
 
-@pytest.mark.parametrize("case", [
-    pytest.param(c, id=f"{c.cls}: {c.name}", marks=[pytest.mark.xfail(
-        strict=True, reason="a plugin parses the annotation with json.loads")] if c.name in PLUGIN_CRASHES else [])
-    for c in cases()])
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"{c.cls}: {c.name}") for c in cases()])
 def test_hostile_input(case, inputs, tmp_path):
     state = tmp_path / "state.yaml"
     state.write_bytes(case.content)
