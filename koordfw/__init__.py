@@ -21,6 +21,7 @@ from .core.quantity import QuantityError, canonical, format_quantity, parse_dura
 from .core.safeload import InputError, load_yaml, load_yaml_all, loads_json
 from .core.status import Code, Status
 from .hookspecs import hookimpl, hookspec
+from .log import warn_once
 
 __version__ = "0.1.0"
 
@@ -32,7 +33,7 @@ __all__ = [
     "format_quantity", "hookimpl", "hookspec", "load_manifests", "load_objects", "load_profile", "make_node",
     "make_pod", "normalize", "parse_duration", "parse_quantity", "parse_time", "profile_from_dict", "raw_allocatable", "resource_map", "selector_matches", "simulate",
     "NodeMetricStatus", "PodMetric", "node_metric_name", "read_node_metric",
-    "InputError", "QuantityError", "load_yaml", "load_yaml_all", "loads_json",
+    "InputError", "QuantityError", "load_yaml", "load_yaml_all", "loads_json", "warn_once",
 ]
 
 

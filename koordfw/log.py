@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Hashable
+from typing import Any
 
 import structlog
 
@@ -45,3 +47,20 @@ def configure(fmt: str = "auto", level: str = "warning") -> None:
         logger_factory=_stderr_logger_factory,
         cache_logger_on_first_use=False,
     )
+
+
+#: keys a warn-once set holds before it forgets them all (bounds memory on a cluster that keeps changing)
+WARN_ONCE_LIMIT = 65536
+
+
+def warn_once(logger: Any, seen: set | None, key: Hashable, event: str, **kw: Any) -> None:
+    """``logger.warning(event, **kw)`` unless ``key`` is in ``seen`` already: how a plugin reports a node's
+    or pod's unreadable annotation once, not at every round that reads it again. ``seen`` is the caller's
+    (a plugin instance's set); ``None`` warns every time. It holds at most :data:`WARN_ONCE_LIMIT` keys."""
+    if seen is not None:
+        if key in seen:
+            return
+        if len(seen) >= WARN_ONCE_LIMIT:
+            seen.clear()
+        seen.add(key)
+    logger.warning(event, **kw)

@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import canonical, loads_json
+from koordfw import canonical, loads_json, warn_once
 
 from .metric import CPU, MEMORY, NodeMetricInfo
 from .strategy import MAX_USAGE_REQUEST, REQUEST, ColocationStrategy
@@ -146,12 +146,8 @@ def annotation_reservation(node_name: str, annotations: Mapping[str, str], warne
         if res.get(MEMORY) is not None:
             out[MEMORY] = canonical(MEMORY, res[MEMORY])
     except ValueError as e:
-        key = (node_name, ANNOTATION_NODE_RESERVATION, raw)
-        if warned is None or key not in warned:
-            if warned is not None:
-                warned.add(key)
-            log.warning("ignoring invalid node annotation", node=node_name, annotation=ANNOTATION_NODE_RESERVATION,
-                        error=str(e))
+        warn_once(log, warned, (node_name, ANNOTATION_NODE_RESERVATION, raw), "ignoring invalid node annotation",
+                  node=node_name, annotation=ANNOTATION_NODE_RESERVATION, error=str(e))
         return _zero()
     return out
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 
-from koordfw import ManifestError, format_quantity, hookimpl
+from koordfw import ManifestError, format_quantity, hookimpl, warn_once
 
 from .calculator import BatchResult, calculate
 from .metric import parse_node_metric
@@ -42,10 +42,8 @@ class BatchResource:
             info = parse_node_metric(metric)
         except ManifestError as e:
             # Koordinator degrades a node without a usable NodeMetric: its batch resources are reset
-            key = (n.name, "NodeMetric", str(e))
-            if key not in self.warned:
-                self.warned.add(key)
-                log.warning("invalid NodeMetric: the node's batch resources are reset", node=n.name, error=str(e))
+            warn_once(log, self.warned, (n.name, "NodeMetric", str(e)),
+                      "invalid NodeMetric: the node's batch resources are reset", node=n.name, error=str(e))
             result = BatchResult(node=n.name, degraded=f"invalid NodeMetric ({e})")
         else:
             result = calculate(strategy, n, pods, info, now, self.warned)

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import loads_json, selector_matches
+from koordfw import loads_json, selector_matches, warn_once
 
 ANNOTATION_COLOCATION_STRATEGY = "node.koordinator.sh/colocation-strategy"
 LABEL_CPU_RECLAIM_RATIO = "node.koordinator.sh/cpu-reclaim-ratio"
@@ -157,20 +157,10 @@ def _reclaim_percent(labels: Mapping[str, str], key: str, node: str = "?", warne
     except ValueError:
         return None
     if not math.isfinite(v) or v < 0 or v * 100 > INT_MAX:
-        _warn_once(warned, (node, key, s), "ignoring invalid node label", node=node, label=key,
+        warn_once(log, warned, (node, key, s), "ignoring invalid node label", node=node, label=key,
                    error=f"expected a reclaim ratio in [0, {INT_MAX // 100}], got {s[:40]!r}")
         return None
     return int(v * 100)
-
-
-def _warn_once(warned: set | None, key: tuple, event: str, **kw: Any) -> None:
-    if warned is not None:
-        if key in warned:
-            return
-        if len(warned) > 65536:
-            warned.clear()
-        warned.add(key)
-    log.warning(event, **kw)
 
 
 def strategy_for_node(base: ColocationStrategy, name: str, labels: Mapping[str, str],
@@ -190,7 +180,7 @@ def strategy_for_node(base: ColocationStrategy, name: str, labels: Mapping[str, 
                 raise ValueError("expected a JSON object")
             s = merge(s, obj, where=f"node {name}: annotation {ANNOTATION_COLOCATION_STRATEGY}")
         except ValueError as e:
-            _warn_once(warned, (name, ANNOTATION_COLOCATION_STRATEGY, raw), "ignoring invalid node annotation",
+            warn_once(log, warned, (name, ANNOTATION_COLOCATION_STRATEGY, raw), "ignoring invalid node annotation",
                        node=name, annotation=ANNOTATION_COLOCATION_STRATEGY, error=str(e))
     cpu = _reclaim_percent(labels, LABEL_CPU_RECLAIM_RATIO, name, warned)
     mem = _reclaim_percent(labels, LABEL_MEMORY_RECLAIM_RATIO, name, warned)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from koordfw import ManifestError, hookimpl, loads_json, raw_allocatable
+from koordfw import ManifestError, hookimpl, loads_json, raw_allocatable, warn_once
 
 from .args import LoadAwareArgs
 from .estimator import estimate_pod
@@ -88,18 +88,6 @@ def _short(v: Any, width: int = 40) -> str:
     return r if len(r) <= width else r[:width] + "…"
 
 
-def _warn_once(warned: set | None, key: tuple, event: str, **kw: Any) -> None:
-    """Log ``event`` unless ``key`` was logged already (``warned`` is kept per plugin instance, so that a
-    node's bad annotation is reported once, not at every recomputation of its row)."""
-    if warned is not None:
-        if key in warned:
-            return
-        if len(warned) > 65536:
-            warned.clear()
-        warned.add(key)
-    log.warning(event, **kw)
-
-
 def node_profile(args: LoadAwareArgs, node_name: str, annotations: Mapping[str, str],
                  warned: set | None = None) -> _Profile:
     """``generateUsageThresholdsFilterProfile``: the args, overridden per field by the node annotation
@@ -128,7 +116,7 @@ def node_profile(args: LoadAwareArgs, node_name: str, annotations: Mapping[str, 
             d = custom_agg.get("usageAggregatedDuration")
             agg_d = parse_duration(d, where="aggregatedUsage.usageAggregatedDuration") if d is not None else None
     except ValueError as e:
-        _warn_once(warned, (node_name, ANNOTATION_USAGE_THRESHOLDS, raw), "ignoring invalid node annotation",
+        warn_once(log, warned, (node_name, ANNOTATION_USAGE_THRESHOLDS, raw), "ignoring invalid node annotation",
                    node=node_name, annotation=ANNOTATION_USAGE_THRESHOLDS, error=str(e))
         return prof
     if usage:
@@ -151,7 +139,7 @@ def node_allocatable(node: Any, warned: set | None = None) -> dict[str, int]:
         if bad:
             raise ValueError(f"negative quantity for {', '.join(bad)}")
     except (ManifestError, ValueError, RecursionError) as e:
-        _warn_once(warned, (node.name, ANNOTATION_RAW_ALLOCATABLE, node.annotations.get(ANNOTATION_RAW_ALLOCATABLE)),
+        warn_once(log, warned, (node.name, ANNOTATION_RAW_ALLOCATABLE, node.annotations.get(ANNOTATION_RAW_ALLOCATABLE)),
                    "ignoring invalid node annotation", node=node.name, annotation=ANNOTATION_RAW_ALLOCATABLE,
                    error=getattr(e, "detail", None) or str(e) or type(e).__name__)
         return alloc
