@@ -139,3 +139,21 @@ def check_cli_outcome(outcome: Outcome, *, names: Sequence[str] = (), max_second
     if missing:
         raise AssertionError(f"the error does not name {missing}: {errors[0]!r}")
     return "error"
+
+
+def simulate_objects(tmp_path: Any, objects: Sequence[Any], profile: Any = None, *, timeout: float = 30.0) -> Outcome:
+    """``koordfw --log-format json simulate DIR -o json [--profile P]`` in an isolated child, for the
+    ``objects`` written as one multi-document YAML file under ``tmp_path/m`` (and ``profile``, a mapping,
+    as ``tmp_path/p.yaml``): how a plugin's hostile-input tests run a cluster with one bad object in it."""
+    import yaml
+    from pathlib import Path
+
+    d = Path(tmp_path) / "m"
+    d.mkdir(exist_ok=True)
+    (d / "c.yaml").write_text(yaml.safe_dump_all(list(objects)))
+    argv = ["--log-format", "json", "simulate", str(d), "-o", "json"]
+    if profile is not None:
+        p = Path(tmp_path) / "p.yaml"
+        p.write_text(yaml.safe_dump(profile))
+        argv += ["--profile", str(p)]
+    return run_cli(argv, timeout=timeout)

@@ -10,7 +10,7 @@ import json
 import pytest
 import yaml
 
-from koordfw.testing.hostile import check_cli_outcome, run_cli
+from koordfw.testing.hostile import check_cli_outcome, run_cli, simulate_objects
 from koordfw_cpu_topology.cpuset import CPUSetError, parse_cpuset
 from koordfw_cpu_topology.topology import TopologyError, parse_cpu_topology
 
@@ -44,13 +44,7 @@ def lse(name, annotations=None, node_name=None):
 
 
 def simulate(tmp_path, objs, profile=None):
-    (tmp_path / "m").mkdir(exist_ok=True)
-    (tmp_path / "m" / "c.yaml").write_text(yaml.safe_dump_all(objs))
-    argv = ["--log-format", "json", "simulate", str(tmp_path / "m"), "-o", "json"]
-    if profile is not None:
-        (tmp_path / "p.yaml").write_text(yaml.safe_dump(profile))
-        argv += ["--profile", str(tmp_path / "p.yaml")]
-    return run_cli(argv, timeout=30)
+    return simulate_objects(tmp_path, objs, profile)
 
 
 def bound_lse(out):

@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
-from koordfw.testing.hostile import check_cli_outcome, run_cli
+from koordfw.testing.hostile import check_cli_outcome, simulate_objects
 from koordfw_elastic_quota import parse_quota
 
 SW = "quota.scheduling.koordinator.sh/shared-weight"
@@ -35,13 +34,7 @@ def pod(name, ns):
 
 
 def simulate(tmp_path, objs, profile=None):
-    (tmp_path / "m").mkdir(exist_ok=True)
-    (tmp_path / "m" / "c.yaml").write_text(yaml.safe_dump_all(objs))
-    argv = ["--log-format", "json", "simulate", str(tmp_path / "m"), "-o", "json"]
-    if profile is not None:
-        (tmp_path / "p.yaml").write_text(yaml.safe_dump(profile))
-        argv += ["--profile", str(tmp_path / "p.yaml")]
-    return run_cli(argv, timeout=30)
+    return simulate_objects(tmp_path, objs, profile)
 
 
 BAD = [

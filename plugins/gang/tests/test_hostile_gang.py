@@ -8,9 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
-from koordfw.testing.hostile import check_cli_outcome, run_cli
+from koordfw.testing.hostile import check_cli_outcome, simulate_objects
 
 GROUPS = "gang.scheduling.koordinator.sh/groups"
 DEEP = "[" * 5000 + "]" * 5000
@@ -44,13 +43,7 @@ GOOD = [node("n1"), *gang("ok", 2), pod("single")]
 
 
 def simulate(tmp_path, objs, profile=None):
-    (tmp_path / "m").mkdir(exist_ok=True)
-    (tmp_path / "m" / "c.yaml").write_text(yaml.safe_dump_all(objs))
-    argv = ["--log-format", "json", "simulate", str(tmp_path / "m"), "-o", "json"]
-    if profile is not None:
-        (tmp_path / "p.yaml").write_text(yaml.safe_dump(profile))
-        argv += ["--profile", str(tmp_path / "p.yaml")]
-    return run_cli(argv, timeout=30)
+    return simulate_objects(tmp_path, objs, profile)
 
 
 def placed(out):
