@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
 from koordfw.testing.hostile import check_cli_outcome, run_cli, simulate_objects
 from koordfw_cpu_topology.cpuset import CPUSetError, parse_cpuset
