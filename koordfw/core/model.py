@@ -17,6 +17,7 @@ import attrs
 from .errors import ManifestError
 from .quantity import QuantityError, parse_resource_list
 from .safeload import InputError, loads_json
+from .safeload import shorten as _short
 
 # -- Koordinator wire names (apis/extension) ---------------------------------------------------------
 LABEL_QOS = "koordinator.sh/qosClass"
@@ -39,14 +40,6 @@ _uid_counter = itertools.count(1)
 #: the range of an RFC 3339 timestamp (years 0001 to 9999), as POSIX seconds
 MIN_TIMESTAMP = _dt.datetime(1, 1, 1, tzinfo=_dt.timezone.utc).timestamp()
 MAX_TIMESTAMP = _dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=_dt.timezone.utc).timestamp()
-
-
-def _short(value: object, limit: int = 40) -> str:
-    try:
-        text = repr(value)
-    except ValueError:  # an int too long for repr
-        return f"<a {type(value).__name__} too long to print>"
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def parse_time(value: object, *, where: str = "", obj: str | None = None, field: str | None = None) -> float | None:

@@ -10,6 +10,8 @@ import math
 import re
 from fractions import Fraction
 
+from .safeload import shorten as _short
+
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),
             "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
@@ -69,15 +71,6 @@ def parse_quantity(value: object) -> Fraction:
     else:
         q *= _DECIMAL[suffix or ""]
     return q
-
-
-def _short(value: object, limit: int = 40) -> str:
-    """``repr`` of a bad value for an error message, cut to ``limit`` characters."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int too long for repr (sys.get_int_max_str_digits)
-        return f"<a {type(value).__name__} too long to print>"
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def parse_duration(value: object) -> float:

@@ -37,6 +37,16 @@ class InputError(ValueError):
     """Text that cannot be read safely; the message says why and where in the text."""
 
 
+def shorten(value: object, limit: int = 40) -> str:
+    """``repr`` of a bad value for an error message, cut to ``limit`` characters (a 10,000-digit number
+    or a megabyte string must not become a megabyte error line)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long for repr (sys.get_int_max_str_digits)
+        return f"<a {type(value).__name__} too long to print>"
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
 def decode_text(data: bytes | str) -> str:
     """UTF-8 text (a leading BOM dropped); anything else is an :class:`InputError` naming the byte."""
     if isinstance(data, str):

@@ -61,6 +61,7 @@ from ...core.framework import CycleState, Scheduler
 from ...core.model import node_from_manifest, pod_from_manifest
 from ...core.plugins import Registry
 from ...core.safeload import InputError, decode_text, loads_json
+from ...core.safeload import shorten as _short
 from ...core.status import Code, Status
 from .binder import BindDropped, BindGated, KubeBinder
 from .client import ApiError, KubeClient
@@ -93,15 +94,6 @@ STATEFUL_HOOKS = ("reserve", "unreserve", "permit", "pre_bind", "post_bind", "no
 
 class BadRequest(Exception):
     """A malformed request: answered 400 with ``{"Error": message}``."""
-
-
-def _short(value: object, limit: int = 40) -> str:
-    """``repr`` of a value from a request, cut to ``limit`` characters."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int too long to print
-        return f"<a {type(value).__name__} too long to print>"
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def _kind(value: object) -> str:
