@@ -4,7 +4,8 @@ and qos_plan (pure), first round (everything to write) and steady state (nothing
     python bench/llc_isolation.py                       # 110 pods x 20 threads, 2 cache ids
     python bench/llc_isolation.py --pods 250 --threads 50 --json
 
-The trees are the plugin's faithful fake on tmpfs-like local disk, so collect measures real file reads.
+The trees are koordfw.testing's faithful fakes (``koordfw.testing.resctrl``) on tmpfs-like local disk,
+so collect measures real file reads.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from types import SimpleNamespace
 from koordfw.agent.executor import Executor
 from koordfw.core.model import make_pod
 from koordfw.core.nodestate import NodeState, PodState
+from koordfw.testing.resctrl import FakeResctrl
 from koordfw_llc_isolation.config import LLCIsolationArgs, ResctrlQOS
-from koordfw_llc_isolation.fake import FakeResctrl
 from koordfw_llc_isolation.plugin import LLCIsolation
 
 QOS = (("LSR", "Guaranteed", ""), ("LS", "Burstable", "burstable/"), ("BE", "BestEffort", "besteffort/"))

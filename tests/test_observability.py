@@ -58,3 +58,16 @@ def test_core_imports_no_engine():
                 mods += [a.name for a in node.names]
             for m in mods:
                 assert not m.startswith(banned), f"{f.name} imports {m}"
+
+
+def test_testing_support_imports_no_plugin_and_plugins_ship_no_fakes():
+    """Kernel-interface fakes live in koordfw.testing (issue 17): it imports no plugin package, and a
+    plugin's product package ships no fake module."""
+    for f in (ROOT / "koordfw" / "testing").rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            mods = [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for m in mods:
+                assert not m.startswith("koordfw_"), f"koordfw/testing/{f.name} imports the plugin {m}"
+    shipped = [p.relative_to(ROOT) for p in (ROOT / "plugins").glob("*/koordfw_*/*.py") if p.stem.startswith("fake")]
+    assert not shipped, f"fakes in product packages: {shipped}"

@@ -315,7 +315,7 @@ class Executor:
     def remove_dir(self, target: Path) -> None:
         """The one ``rmdir(2)`` of a removal. A fake of a kernel filesystem laid out as plain files
         (where rmdir of a group that lists control files would fail with ``ENOTEMPTY``) overrides this
-        to apply the kernel's semantics instead; see ``koordfw_llc_isolation.fake``."""
+        to apply the kernel's semantics instead; see ``koordfw.testing.resctrl``."""
         os.rmdir(target)
 
     def _rmdir_target(self, w: FileWrite) -> Path | str:

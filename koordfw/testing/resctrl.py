@@ -1,5 +1,9 @@
 """A faithful fake of the kernel's resctrl filesystem, as real files under a directory.
 
+A generic kernel-interface fake for any plugin's or the agent's tests (the llc_isolation plugin's
+tests and benchmark use it). It implements the kernel's file formats itself and imports no plugin,
+so a plugin's own parsers are checked against it rather than shared with it.
+
 The machine the tests run on has no resctrl, so :class:`FakeResctrl` lays out what the kernel shows
 (``Documentation/arch/x86/resctrl.rst``): ``info/`` (``L3``, ``MB``, ``L3_MON``, ``last_cmd_status``),
 the root group (``schemata``, ``tasks``, ``cpus``, ``cpus_list``, ``mode``, ``size``, ``mon_data``,
@@ -31,15 +35,77 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from koordfw.agent.executor import Executor
 
-from .resctrl import AMD, INTEL, ResctrlError, mba_unlimited, parse_cbm, parse_schemata, parse_tasks
+__all__ = ["AMD", "INTEL", "FakeResctrl", "KernelExecutor"]
+
+#: the ``vendor_id`` values of ``/proc/cpuinfo`` the fake can emulate
+INTEL = "GenuineIntel"
+AMD = "AuthenticAMD"
 
 _GROUP_FILES = ("schemata", "tasks")
+_DOMAIN = re.compile(r"^\s*(\d+)\s*=\s*([0-9a-fA-F]+)\s*$")
+
+
+class _SchemataError(ValueError):
+    """A schemata write the kernel refuses to parse; the message goes to ``last_cmd_status``."""
+
+
+def _parse_cbm(cbm: int | str) -> int:
+    """``info/L3/cbm_mask`` text (or an int) as an int: a non-empty block of contiguous low bits."""
+    if isinstance(cbm, str):
+        try:
+            value = int(cbm.strip().lower().removeprefix("0x"), 16)
+        except ValueError:
+            raise ValueError(f"cbm_mask {cbm!r} is not a hex number") from None
+    else:
+        value = int(cbm)
+    if value <= 0 or ((value + 1) & value) != 0:
+        raise ValueError(f"cbm_mask {value:x} is not a contiguous block of low bits (like 7ff)")
+    return value
+
+
+def _mba_unlimited(vendor: str) -> int:
+    """The MB value the kernel gives a new group (no throttling)."""
+    return 2048 if vendor == AMD else 100
+
+
+def _parse_schemata(text: str, *, source: str) -> dict[str, dict[int, int]]:
+    """A schemata write as the kernel parses it: ``{resource: {cache id: value}}``; cache resources
+    are hex, ``MB`` decimal; blank lines and a trailing ``;`` are accepted."""
+    out: dict[str, dict[int, int]] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        name, sep, rest = line.partition(":")
+        name = name.strip()
+        if not sep or not name:
+            raise _SchemataError(f"{source}: line {lineno} {raw!r} is not '<resource>:<id>=<value>;...'")
+        base = 10 if name.startswith("MB") else 16
+        doms = out.setdefault(name, {})
+        for part in rest.split(";"):
+            if not part.strip():
+                continue
+            m = _DOMAIN.match(part)
+            if not m:
+                raise _SchemataError(f"{source}: line {lineno}: bad domain {part.strip()!r} (want <id>=<value>)")
+            try:
+                doms[int(m.group(1))] = int(m.group(2), base)
+            except ValueError:
+                raise _SchemataError(f"{source}: line {lineno}: {part.strip()!r} is not a "
+                                     f"{'decimal' if base == 10 else 'hex'} value") from None
+    return out
+
+
+def _parse_tasks(text: str) -> set[int]:
+    """The pids of a ``tasks`` file; junk lines are ignored."""
+    return {int(t) for t in text.split() if t.isdigit()}
 
 
 def _contiguous(mask: int) -> bool:
@@ -54,12 +120,12 @@ class FakeResctrl:
     (``(0, 2)``) like on AMD machines with CCX numbering.
     """
 
-    def __init__(self, root: str | os.PathLike, *, cbm_mask: str = "7ff", min_cbm_bits: int = 1,
+    def __init__(self, root: str | os.PathLike, *, cbm_mask: int | str = "7ff", min_cbm_bits: int = 1,
                  num_closids: int = 16, cache_ids: Iterable[int] = (0, 1), vendor: str = INTEL,
                  mba: bool = True, mba_num_closids: int | None = None, monitoring: bool = True,
                  pids: Iterable[int] = (1,), cpus: int = 4) -> None:
         self.root = Path(root)
-        self.cbm = parse_cbm(cbm_mask)
+        self.cbm = _parse_cbm(cbm_mask)
         self.min_cbm_bits = min_cbm_bits
         self.num_closids = num_closids
         self.cache_ids = tuple(sorted(cache_ids))
@@ -88,7 +154,7 @@ class FakeResctrl:
 
     @property
     def cpuinfo(self) -> Path:
-        """A ``/proc/cpuinfo`` look-alike for :func:`koordfw_llc_isolation.resctrl.detect`."""
+        """A ``/proc/cpuinfo`` look-alike naming ``vendor`` (what support detection reads)."""
         return self.proc_root / "cpuinfo"
 
     @property
@@ -144,7 +210,7 @@ class FakeResctrl:
     def _defaults(self) -> dict[str, dict[int, int]]:
         values = {"L3": {i: self.cbm for i in self.cache_ids}}
         if self.mba:
-            values["MB"] = {i: mba_unlimited(self.vendor) for i in self.cache_ids}
+            values["MB"] = {i: _mba_unlimited(self.vendor) for i in self.cache_ids}
         return values
 
     def _init_group(self, group: str) -> None:
@@ -265,8 +331,8 @@ class FakeResctrl:
 
     def _write_schemata(self, group: str, data: str) -> None:
         try:
-            parsed = parse_schemata(data, source=f"{group or '/'}/schemata")
-        except ResctrlError as e:
+            parsed = _parse_schemata(data, source=f"{group or '/'}/schemata")
+        except _SchemataError as e:
             raise self._fail(errno.EINVAL, str(e)) from None
         new = {r: dict(v) for r, v in self._schemata[group].items()}
         for resource, doms in parsed.items():
@@ -343,7 +409,7 @@ class FakeResctrl:
                 try:
                     if f == "tasks":
                         # an executor may append or truncate; only pids not already here are moves
-                        new = parse_tasks(text) - self._tasks[group]
+                        new = _parse_tasks(text) - self._tasks[group]
                         for pid in sorted(new):
                             try:
                                 self.write(group, f, str(pid))

@@ -14,7 +14,7 @@ from koordfw.cli import main
 from koordfw.core.plugins import Registry
 from koordfw.core.profile import profile_from_dict
 
-from koordfw_llc_isolation.fake import FakeResctrl, KernelExecutor
+from koordfw.testing.resctrl import FakeResctrl, KernelExecutor
 from koordfw_llc_isolation.resctrl import AMD, INTEL, cpu_vendor, mba_value
 
 BE_UID = "aaaaaaaa-0000-0000-0000-000000000001"

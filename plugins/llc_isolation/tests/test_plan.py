@@ -14,9 +14,9 @@ from koordfw.core.nodestate import NodeState, PodState
 from koordfw.core.nodestate import ResctrlInfo as StateResctrlInfo
 from koordfw.core.profile import structure_args
 from koordfw.core.errors import ConfigError
+from koordfw.testing.resctrl import FakeResctrl, KernelExecutor
 
 from koordfw_llc_isolation.config import LLCIsolationArgs, ResctrlQOS
-from koordfw_llc_isolation.fake import FakeResctrl, KernelExecutor
 from koordfw_llc_isolation.plan import (
     ANNOTATION_RESCTRL,
     PodTasks,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from koordfw_llc_isolation.fake import FakeResctrl
+from koordfw.testing.resctrl import FakeResctrl
 from koordfw_llc_isolation.resctrl import (
     AMD,
     INTEL,
