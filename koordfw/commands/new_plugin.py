@@ -49,8 +49,7 @@ def score(pod, nodes):
     return {{n.name: 100 if n.labels.get(LABEL) == "preferred" else 0 for n in nodes}}
 '''
 
-TEST = '''from koordfw import make_node, make_pod, simulate
-from koordfw.manifests_helpers import manifests_of
+TEST = '''from koordfw import Manifests, make_node, make_pod, simulate
 
 
 def test_{name}_steers_pods():
@@ -58,7 +57,7 @@ def test_{name}_steers_pods():
              make_node("plain"),
              make_node("preferred", labels={{"example.com/{dash}": "preferred"}})]
     pods = [make_pod(f"p{{i}}", requests={{"cpu": "100m"}}) for i in range(3)]
-    result = simulate(manifests_of(nodes, pods))
+    result = simulate(Manifests(nodes=nodes, pods=pods))
     assert set(result.placements().values()) == {{"preferred"}}
 '''
 

@@ -124,21 +124,6 @@ class HookCaller:
             d[1] += dt
             self.plugin_seconds += dt
 
-    async def call_all(self, point: str, **kw: Any) -> list[tuple[Impl, Any]]:
-        """Call every implementation in order; collect (impl, result). Failures propagate."""
-        out = []
-        for impl in self.impls(point):
-            out.append((impl, await self.call(impl, **kw)))
-        return out
-
-    async def call_first(self, point: str, **kw: Any) -> tuple[Impl | None, Any]:
-        """First-result semantics, judged after awaiting."""
-        for impl in self.impls(point):
-            res = await self.call(impl, **kw)
-            if res is not None:
-                return impl, res
-        return None, None
-
     async def call_safe(self, point: str, **kw: Any) -> list[tuple[Impl, Any, Status | None]]:
         """Call every implementation; a failing plugin is logged and reported, the others still run."""
         out = []

@@ -23,7 +23,6 @@ class QueuedPodInfo:
     arrival: float
     seq: int
     attempts: int = 0
-    last_failure: float = 0.0
     backoff_until: float = 0.0
     unschedulable_since: float = 0.0
     #: cluster.free_generation at the last failed attempt (used to know if a retry could help)
@@ -131,7 +130,6 @@ class SchedulingQueue:
         if info is None:
             return
         self.in_flight.discard(uid)
-        info.last_failure = now
         info.failed_generation = generation
         info.plugins = plugins
         info.backoff_until = now + self.backoff_duration(info)
@@ -172,10 +170,3 @@ class SchedulingQueue:
 
     def next_backoff_deadline(self) -> float | None:
         return min((self.infos[u].backoff_until for u in self.backoff), default=None)
-
-    def next_unschedulable_deadline(self) -> float | None:
-        return min((self.infos[u].unschedulable_since + self.max_unschedulable for u in self.unschedulable),
-                   default=None)
-
-    def pending(self) -> list[QueuedPodInfo]:
-        return list(self.infos.values())

@@ -14,7 +14,6 @@ class Code(enum.IntEnum):
     UNSCHEDULABLE_AND_UNRESOLVABLE = 3
     WAIT = 4
     SKIP = 5
-    PENDING = 6
 
 
 @attrs.frozen
