@@ -4,8 +4,8 @@ How hooks are called (the same for every hook, by ``koordfw.core.caller``):
 
 * Implementations take **any subset** of a spec's arguments, by name; arguments are only ever added.
 * Besides the arguments listed, every hook may also take ``args`` (the plugin's own typed config,
-  see :func:`plugin_args`) and ``handle`` (the :class:`koordfw.core.handle.Handle` of the running
-  engine: clock, cluster, waiting pods, logger).
+  see :func:`plugin_args`) and ``handle`` (the :class:`koordfw.Handle` of the running engine, defined
+  in ``koordfw.core.framework``: clock, cluster, registry, waiting pods, actions).
 * Implementations may be plain functions or ``async``; returned awaitables are awaited.
 * Plugins run in the order the profile gives (Kubernetes' default-then-enabled merge), never in
   pluggy's registration order. Each call has a per-plugin timeout (``pluginTimeoutSeconds``).
@@ -83,9 +83,12 @@ def report(args: Any, handle: Any) -> dict | None:
 def queue_sort(pod: Any, args: Any, handle: Any) -> Any:
     """Return the sort key of a pod in the active queue (smaller key = scheduled first).
 
-    Exactly one queue_sort plugin is used: the first enabled in the profile (``priority_sort`` by
-    default: higher priority first, then earlier arrival). ``None`` means "no opinion" and the next
-    plugin is asked. Sync only (it runs inside the queue's heap); must be pure and idempotent.
+    Exactly one queue_sort plugin is called: the first enabled in the profile (``priority_sort`` by
+    default: higher priority first). Ties go to the earlier arrival, then to the order pods were queued.
+    ``None`` is not passed on to another plugin: the pod gets the default key, ``(-priority,)`` (what
+    ``priority_sort`` returns), and so does a pod whose key raised (logged as an error). Keys are compared
+    across pods, so a plugin that may return ``None`` should return keys comparable with that tuple.
+    Sync only (it runs inside the queue's heap); must be pure and idempotent.
     """
 
 

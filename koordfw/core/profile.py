@@ -10,7 +10,7 @@ A profile is YAML (or a dict)::
         enabled: [{name: load_aware, weight: 2}, node_resources_fit]
     disable: [default_preemption]        # switch plugins off everywhere
     pluginConfig:
-      node_resources_fit: {scoringStrategy: {type: MostAllocated}}
+      node_resources_fit: {scoringStrategy: MostAllocated}   # a string, not kube's {type: ...}
 
 ``pluginConfig`` may also be Kubernetes' list form ``[{name: ..., args: {...}}]``. Args are
 structured into the plugin's attrs class (see the ``plugin_args`` hook) with camelCase keys.
