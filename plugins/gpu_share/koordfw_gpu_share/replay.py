@@ -142,7 +142,7 @@ def profile_for(policy: str, seed: int, workload: frag.Workload, tie_break: str 
     tp = [{"milliCpu": k[0], "milliGpu": k[1], "gpuNumber": k[2], "gpuSpec": k[3], "weight": float(p)}
           for k, p in zip(workload.keys, workload.p.tolist())]
     cfg: dict[str, Any] = {"policy": policy, "seed": seed, "typicalPods": tp, "tieBreak": tie_break}
-    if policy == "fgdlp" and shares:
+    if policy in POLICIES and POLICIES[policy].needs_lp and shares:
         cfg["shareSizes"] = [{"milliGpu": m, "weight": float(c)} for m, c in sorted(shares.items())]
     # node_resources_fit filters last: gpu_share's vectorised filter drops the nodes without room for the
     # GPUs first, so the per-node reasons node_resources_fit builds are few (same feasible set and order)

@@ -121,18 +121,17 @@ def test_fgdcap_keeps_cpu_for_free_gpus(policy, node):
     assert {p["name"]: p["node"] for p in out.to_dict()["pods"]}["cpu-only"] == node
 
 
-@pytest.mark.parametrize("delta, fgd, fgdpack", [
-    # 100·sigmoid(Δ/1000) vs 100·sigmoid(Δ/2000), truncated: 40/80 milli apart tie under fgdpack only
+@pytest.mark.parametrize("delta, fgd, coarse", [
+    # 100·sigmoid(Δ/1000) vs 100·sigmoid(Δ/2000), truncated: 40/80 milli apart tie under the coarser only
     (0.0, 50, 50),
     (80.0, 51, 50),
     (200.0, 54, 52),
     (-200.0, 45, 47),
     (1000.0, 73, 62),
 ])
-def test_fgd_score_scale_hand_computed(delta, fgd, fgdpack):
-    from koordfw_gpu_share.plugin import FGDPACK_SCALE
+def test_fgd_score_scale_hand_computed(delta, fgd, coarse):
     assert int(frag.fgd_score(np.array([delta]))[0]) == fgd
-    assert int(frag.fgd_score(np.array([delta]), scale=FGDPACK_SCALE)[0]) == fgdpack
+    assert int(frag.fgd_score(np.array([delta]), scale=2000.0)[0]) == coarse
 
 
 def test_typical_pods_threshold_and_order():
@@ -169,7 +168,7 @@ def test_annotation_format_memory_from_ratio():
 
 
 @pytest.mark.parametrize("policy, same_gpu", [("binpack", True), ("spread", False), ("bestfit", True), ("fgd", True),
-                                              ("fgdpack", True), ("fgdcap", True)])
+                                              ("fgdcap", True)])
 def test_device_choice_per_policy(policy, same_gpu):
     b = _cluster()
     _half(b, "a", 30)
@@ -253,7 +252,7 @@ def test_replay_small_slice_end_to_end(tmp_path):
     assert "fgd" in data["medians"]
 
 
-def test_replay_fgdpack_small_slice(tmp_path):
+def test_replay_fgdlp_small_slice(tmp_path):
     from koordfw_gpu_share.replay import replay
     nodes = tmp_path / "nodes.csv"
     pods = tmp_path / "pods.csv"
@@ -264,9 +263,9 @@ def test_replay_fgdpack_small_slice(tmp_path):
                     "deletion_time,scheduled_time\n" + "".join(
                         f"p{i:03d},{2000 + 1000 * (i % 3)},4096,{shapes[i % 6][0]},{shapes[i % 6][1]},,LS,Running,0,0,0\n"
                         for i in range(90)))
-    a = replay(str(nodes), str(pods), "fgdpack", 3)
-    b = replay(str(nodes), str(pods), "fgdpack", 3)
-    assert a["policy"] == "fgdpack" and a["total_gpus"] == 60
+    a = replay(str(nodes), str(pods), "fgdlp", 3)
+    b = replay(str(nodes), str(pods), "fgdlp", 3)
+    assert a["policy"] == "fgdlp" and a["total_gpus"] == 60
     assert a["unallocated_gpu_pct_at_100"] == b["unallocated_gpu_pct_at_100"]  # deterministic per seed
     assert 0 <= a["unallocated_gpu_pct_at_100"] <= 100
 
