@@ -356,12 +356,15 @@ def mutated(draw):
         how = draw(st.sampled_from(["value", "value", "duplicate", "rename"]))
         if how == "value":
             state = _set(state, path, copy.deepcopy(draw(st.sampled_from(HOSTILE))))
-        elif how == "duplicate" and state.get("pods"):
+        elif how == "duplicate" and isinstance(state, dict) and isinstance(state.get("pods"), list) \
+                and state["pods"]:
             state["pods"].append(copy.deepcopy(state["pods"][0]))
         elif how == "rename" and path and isinstance(path[-1], str):
             parent = state
             for k in path[:-1]:
                 parent = parent[k]
+            if not isinstance(parent, dict) or path[-1] not in parent:
+                continue
             parent[draw(st.sampled_from(["", "\x00", "../x", "x" * 300, "cpu"]))] = parent.pop(path[-1])
     encoding = draw(st.sampled_from(["json", "json", "yaml", "utf-16", "latin-1", "bom", "truncated", "dupkey"]))
     return state, encoding
