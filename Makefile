@@ -1,13 +1,13 @@
 # The two commands of the README's quick start:
 #   make simulate   installs koordfw and every plugin in .venv, then schedules the example cluster
-#   make test       installs the same, then runs every test (what CI runs)
+#   make test       installs the same, runs the linters, then every test (what CI runs)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
 STAMP := $(VENV)/.installed
 
-.PHONY: install simulate test fuzz bench clean
+.PHONY: install simulate lint test fuzz bench clean
 
 $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGIN_DIRS))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,14 @@ install: $(STAMP)
 simulate: install
 	$(BIN)/koordfw simulate examples/colocation
 
+# ruff (rules in pyproject.toml) and the import contracts (tool.importlinter: the core imports no engine,
+# plugins reach no engine, agent or command)
+lint: install
+	$(BIN)/ruff check koordfw plugins tests bench
+	$(BIN)/lint-imports
+
 # one pytest process per suite: plugin test folders may share module names (conftest helpers)
-test: install
+test: install lint
 	@failed=""; for d in tests $(PLUGIN_DIRS); do echo "== $$d"; \
 	  $(BIN)/python -m pytest -q $$d || failed="$$failed $$d"; done; \
 	if [ -n "$$failed" ]; then echo "FAILED suites:$$failed"; exit 1; fi

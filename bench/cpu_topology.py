@@ -22,11 +22,11 @@ import time
 
 import anyio
 import numpy as np
+from koordfw_cpu_topology.topology import detail_for_test, topology_annotation
 
 from koordfw.core.cluster import ClusterState
 from koordfw.core.model import make_node, make_pod
 from koordfw.engines.embedded import EmbeddedEngine, build_registry
-from koordfw_cpu_topology.topology import detail_for_test, topology_annotation
 
 LS_SHAPES = [("100m", "128Mi"), ("250m", "512Mi"), ("500m", "1Gi"), ("1", "2Gi"), ("2", "4Gi")]
 LSR_CPUS = [1, 2, 4, 8]

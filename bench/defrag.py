@@ -28,13 +28,13 @@ import anyio
 import anyio.lowlevel
 import attrs
 import numpy as np
+from koordfw_defrag import Args, plan
+from koordfw_gpu_share.replay import _node, _pod, bin_curve, parse_seeds, prepare_trace, profile_for
 
 from koordfw import Scheduler
 from koordfw.core.clock import VirtualClock
 from koordfw.core.cluster import ClusterState
 from koordfw.engines.embedded import build_registry
-from koordfw_defrag import Args, plan
-from koordfw_gpu_share.replay import _node, _pod, bin_curve, parse_seeds, prepare_trace, profile_for
 
 DATA = Path("/work/shared/data/alibaba-gpu-v2023")
 
@@ -168,7 +168,7 @@ def main() -> None:
     for s in seeds:
         base = [] if a.no_baselines else [("fgd", None), ("bestfit", None)]
         for pol, b in base + [("bestfit", b) for b in budgets]:
-            r = anyio.run(lambda: run(pol, s, b, Path(a.nodes), Path(a.pods), a.min_gain, a.rounds, a.cycles))
+            r = anyio.run(lambda pol=pol, s=s, b=b: run(pol, s, b, Path(a.nodes), Path(a.pods), a.min_gain, a.rounds, a.cycles))
             runs.append(r)
             if not a.json:
                 label = f"{pol}" + (f"+defrag {b:g}%" + (f"/{a.rounds}r" if a.rounds > 1 else "")

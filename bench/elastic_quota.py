@@ -14,11 +14,11 @@ import time
 
 import anyio
 import numpy as np
+from koordfw_elastic_quota import Args, ElasticQuota
 
 from koordfw.core.cluster import ClusterState
 from koordfw.core.model import make_node, make_pod
 from koordfw.engines.embedded import EmbeddedEngine, build_registry
-from koordfw_elastic_quota import Args, ElasticQuota
 
 NAME = "quota.scheduling.koordinator.sh/name"
 

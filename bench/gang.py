@@ -22,7 +22,7 @@ from koordfw.core.model import make_node, pod_from_manifest
 from koordfw.engines.embedded import build_registry, run_simulation
 
 G = "gang.scheduling.koordinator.sh"
-T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 
 
 def build(n_nodes: int, n_gangs: int, seed: int) -> tuple[Manifests, dict[str, str]]:

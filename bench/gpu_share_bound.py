@@ -45,9 +45,8 @@ def patterns(counts: Counter, cap: int = 1000) -> list[tuple[int, ...]]:
 
 
 def bound(seed: int, workload: str) -> dict:
-    from scipy.optimize import linprog
-
     from koordfw_gpu_share.replay import load_trace, tune
+    from scipy.optimize import linprog
 
     nrows, prows = load_trace(f"{DATA}/openb_node_list_gpu_node.csv", f"{DATA}/openb_pod_list_{workload}.csv")
     gpus = sum(r[3] for r in nrows if r[3] > 0)

@@ -34,7 +34,6 @@ from collections import Counter
 import anyio
 import anyio.lowlevel
 import numpy as np
-
 from koordfw_gpu_share import lp
 from koordfw_gpu_share.replay import parse_seeds, prepare_trace, start_replay
 
@@ -167,7 +166,8 @@ def main() -> None:
               f"(190 milli: {r['shares_alone_best_fit_190_pct']:.2f}%), online configurations "
               f"{r['shares_alone_configurations_pct']:.2f}% (190 milli: {r['shares_alone_configurations_190_pct']:.2f}%), "
               f"offline best fit decreasing "
-              f"{r['shares_alone_best_fit_decreasing_pct']:.2f}% (190 milli: {r['shares_alone_best_fit_decreasing_190_pct']:.2f}%)")
+              f"{r['shares_alone_best_fit_decreasing_pct']:.2f}% "
+              f"(190 milli: {r['shares_alone_best_fit_decreasing_190_pct']:.2f}%)")
         print(f"  {r['failed_pods']} failed pods, by shape: " + ", ".join(
             f"{x['pods']}×{x['gpus']}×{x['milli']} ({x['gpu_pct']:.2f}%)" for x in r["failed_by_shape"]))
 

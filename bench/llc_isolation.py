@@ -19,12 +19,13 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from koordfw_llc_isolation.config import LLCIsolationArgs, ResctrlQOS
+from koordfw_llc_isolation.plugin import LLCIsolation
+
 from koordfw.agent.executor import Executor
 from koordfw.core.model import make_pod
 from koordfw.core.nodestate import NodeState, PodState
 from koordfw.testing.resctrl import FakeResctrl
-from koordfw_llc_isolation.config import LLCIsolationArgs, ResctrlQOS
-from koordfw_llc_isolation.plugin import LLCIsolation
 
 QOS = (("LSR", "Guaranteed", ""), ("LS", "Burstable", "burstable/"), ("BE", "BestEffort", "besteffort/"))
 

@@ -12,8 +12,18 @@ import numpy as _np
 from .core.cluster import ClusterState, NodeBatch, NodeView
 from .core.errors import ConfigError, KoordfwError, ManifestError, PluginLoadError
 from .core.framework import CycleState, Handle, PostFilterResult, PreFilterResult, Scheduler, WaitingPod
-from .core.manifests import (Manifests, NodeMetricStatus, PodMetric, field_list, field_mapping, load_manifests,
-                             load_objects, node_metric_name, read_node_metric, resource_map)
+from .core.manifests import (
+    Manifests,
+    NodeMetricStatus,
+    PodMetric,
+    field_list,
+    field_mapping,
+    load_manifests,
+    load_objects,
+    node_metric_name,
+    read_node_metric,
+    resource_map,
+)
 from .core.model import Migration, Node, Pod, make_node, make_pod, parse_time, raw_allocatable, selector_matches
 from .core.nodestate import FileWrite, NodeState, PodState
 from .core.profile import Profile, load_profile, profile_from_dict
@@ -26,14 +36,15 @@ from .log import warn_once
 __version__ = "0.1.0"
 
 __all__ = [
-    "ClusterState", "Code", "ConfigError", "CycleState", "FileWrite", "Handle", "KoordfwError", "ManifestError",
-    "Manifests", "NodeState", "PodState",
-    "Migration", "Node", "NodeBatch", "NodeView", "Pod", "PluginLoadError", "PostFilterResult",
-    "PreFilterResult", "Profile", "Scheduler", "Status", "WaitingPod", "build_registry", "canonical", "field_list", "field_mapping",
-    "format_quantity", "hookimpl", "hookspec", "load_manifests", "load_objects", "load_profile", "make_node",
-    "make_pod", "normalize", "parse_duration", "parse_quantity", "parse_time", "profile_from_dict", "raw_allocatable", "resource_map", "selector_matches", "simulate",
-    "NodeMetricStatus", "PodMetric", "node_metric_name", "read_node_metric",
-    "InputError", "QuantityError", "load_yaml", "load_yaml_all", "loads_json", "warn_once",
+    "build_registry", "canonical", "ClusterState", "Code", "ConfigError", "CycleState", "field_list",
+    "field_mapping", "FileWrite", "format_quantity", "Handle", "hookimpl", "hookspec", "InputError",
+    "KoordfwError", "load_manifests", "load_objects", "load_profile", "load_yaml", "load_yaml_all",
+    "loads_json", "make_node", "make_pod", "ManifestError", "Manifests", "Migration", "Node",
+    "node_metric_name", "NodeBatch", "NodeMetricStatus", "NodeState", "NodeView", "normalize",
+    "parse_duration", "parse_quantity", "parse_time", "PluginLoadError", "Pod", "PodMetric", "PodState",
+    "PostFilterResult", "PreFilterResult", "Profile", "profile_from_dict", "QuantityError", "raw_allocatable",
+    "read_node_metric", "resource_map", "Scheduler", "selector_matches", "simulate", "Status", "WaitingPod",
+    "warn_once",
 ]
 
 

@@ -323,11 +323,10 @@ def test_handle_run_pre_filters_then_filters():
 
 async def test_every_node_removed_fails_the_pod_instead_of_crashing():
     from koordfw.core.clock import VirtualClock
+    from koordfw.core.cluster import ClusterState
     from koordfw.core.framework import Scheduler
     from koordfw.core.model import make_node, make_pod
     from koordfw.engines.embedded import build_registry
-
-    from koordfw.core.cluster import ClusterState
 
     cluster = ClusterState()
     cluster.add_node(make_node("n1", allocatable={"cpu": "4", "memory": "8Gi", "pods": "10"}))

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from hostile_cases import CASES
 
 from koordfw.testing.hostile import check_cli_outcome, run_cli
-
-from hostile_cases import CASES
 
 
 def write_case(case, tmp_path):

@@ -19,8 +19,8 @@ import math
 import os
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import attrs
 

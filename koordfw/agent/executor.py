@@ -39,16 +39,16 @@ from __future__ import annotations
 import errno
 import functools
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import attrs
 import structlog
 from prometheus_client import Counter
 
 from ..core.nodestate import FS_CGROUP, FS_RESCTRL, NAME_MAX, PATH_MAX, FileWrite, parse_cpuset
-from .cgroups import read_value
 from ..metrics import REGISTRY
+from .cgroups import read_value
 
 log = structlog.get_logger("koordfw.agent")
 

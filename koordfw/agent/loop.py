@@ -30,8 +30,9 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import anyio
 import attrs
@@ -43,8 +44,7 @@ from ..core.model import Node, Pod
 from ..core.nodestate import KOORD_QOS_OF_KUBE, ContainerState, FileWrite, NodeState, PodState
 from ..core.plugins import Registry
 from ..metrics import REGISTRY, track_caller
-from .cgroups import (POD_FILES, QOS_FILES, CgroupLayout, UsageTracker, read_cpu_topology, read_meminfo,
-                      read_proc_stat)
+from .cgroups import POD_FILES, QOS_FILES, CgroupLayout, UsageTracker, read_cpu_topology, read_meminfo, read_proc_stat
 from .executor import Executor, WriteResult
 
 log = structlog.get_logger("koordfw.agent")

@@ -5,7 +5,6 @@ import numpy as np
 
 from koordfw import Status, hookimpl, normalize
 
-
 _REASONS = {}
 
 

@@ -25,7 +25,7 @@ def number(kind: type, lo: float, hi: float, *, above: bool = False):
         try:
             v = kind(text)
         except (ValueError, OverflowError):
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
         if v != v or not (lo < v <= hi if above else lo <= v <= hi):
             raise argparse.ArgumentTypeError(f"must be {'above' if above else 'at least'} {lo:g} and at most {hi:g}, "
                                              f"got {text!r}")

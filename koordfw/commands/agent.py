@@ -3,7 +3,8 @@
 Input bounds: the state file is at most :data:`MAX_STATE_BYTES` as JSON and :data:`MAX_YAML_BYTES` as
 YAML, the profile (``--config``, YAML) at most :data:`MAX_YAML_BYTES`, all UTF-8, read with
 :mod:`koordfw.core.safeload` (nesting, YAML aliases and NaN/Infinity refused); ``--interval`` is finite,
-:data:`~koordfw.agent.loop.MIN_INTERVAL`..:data:`~koordfw.agent.loop.MAX_INTERVAL` seconds; ``--node-metric-interval`` 0 (off) or 1..86400 s.
+:data:`~koordfw.agent.loop.MIN_INTERVAL`..:data:`~koordfw.agent.loop.MAX_INTERVAL` seconds;
+``--node-metric-interval`` 0 (off) or 1..86400 s.
 Any bad input exits 2 with one ``koordfw: error: FILE: field F: ...`` line.
 """
 

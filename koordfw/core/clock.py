@@ -7,7 +7,8 @@ import heapq
 import itertools
 import math
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import anyio
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 import time
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -25,10 +25,10 @@ import structlog
 from .caller import HookCaller, PluginFailure
 from .clock import Clock
 from .cluster import ClusterState, NodeBatch, NodeView
+from .errors import PluginLoadError
 from .model import Pod
 from .plugins import Impl, Registry
 from .queue import QueuedPodInfo, SchedulingQueue
-from .errors import PluginLoadError
 from .status import Code, Status, as_status
 
 log = structlog.get_logger("koordfw")

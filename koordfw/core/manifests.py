@@ -8,9 +8,9 @@ Errors name the file, the object and the field.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from collections.abc import Mapping
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import attrs
 
@@ -139,7 +139,7 @@ class Manifests:
         """The newest creation time or metric update time in the input (the virtual clock's start)."""
         ts = [t for t in (p.creation_timestamp for p in self.pods) if t is not None]
         ts += [t for t in (n.creation_timestamp for n in self.nodes) if t is not None]
-        for kind, obj in self.objects:
+        for _kind, obj in self.objects:
             meta, status = obj.get("metadata"), obj.get("status")
             meta = meta if isinstance(meta, dict) else {}
             status = status if isinstance(status, dict) else {}

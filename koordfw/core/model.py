@@ -10,7 +10,8 @@ import datetime as _dt
 import itertools
 import math
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -38,8 +39,8 @@ _uid_counter = itertools.count(1)
 
 
 #: the range of an RFC 3339 timestamp (years 0001 to 9999), as POSIX seconds
-MIN_TIMESTAMP = _dt.datetime(1, 1, 1, tzinfo=_dt.timezone.utc).timestamp()
-MAX_TIMESTAMP = _dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=_dt.timezone.utc).timestamp()
+MIN_TIMESTAMP = _dt.datetime(1, 1, 1, tzinfo=_dt.UTC).timestamp()
+MAX_TIMESTAMP = _dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=_dt.UTC).timestamp()
 
 
 def parse_time(value: object, *, where: str = "", obj: str | None = None, field: str | None = None) -> float | None:
@@ -54,10 +55,10 @@ def parse_time(value: object, *, where: str = "", obj: str | None = None, field:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         ts = float(value) if isinstance(value, float) or abs(value) < 2**63 else math.inf
     elif isinstance(value, _dt.datetime):
-        d = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+        d = value if value.tzinfo else value.replace(tzinfo=_dt.UTC)
         ts = d.timestamp()
     elif isinstance(value, _dt.date):  # YAML reads a bare 2024-01-02 as a date
-        ts = _dt.datetime(value.year, value.month, value.day, tzinfo=_dt.timezone.utc).timestamp()
+        ts = _dt.datetime(value.year, value.month, value.day, tzinfo=_dt.UTC).timestamp()
     elif isinstance(value, str) and len(value) <= 64:
         s = value.strip().replace("Z", "+00:00")
         try:
@@ -65,7 +66,7 @@ def parse_time(value: object, *, where: str = "", obj: str | None = None, field:
         except ValueError:
             raise ManifestError(f"invalid timestamp {_short(value)}", obj=obj, field=where_) from None
         if d.tzinfo is None:
-            d = d.replace(tzinfo=_dt.timezone.utc)
+            d = d.replace(tzinfo=_dt.UTC)
         try:
             ts = d.timestamp()
         except (OverflowError, ValueError):
@@ -78,7 +79,7 @@ def parse_time(value: object, *, where: str = "", obj: str | None = None, field:
 
 
 def format_time(ts: float) -> str:
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def raw_allocatable(node: Any) -> dict[str, int] | None:

@@ -31,7 +31,8 @@ so a plugin works on v1 and v2 and with the cgroupfs and systemd drivers alike.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+from collections.abc import Callable
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any
 
 import attrs
 import pluggy

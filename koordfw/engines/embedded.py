@@ -10,8 +10,9 @@ waiting at permit.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -267,7 +268,7 @@ async def run_simulation(source: Manifests | Sequence[str | Path], registry: Reg
         migrations += await engine.deschedule()
     seconds = time.perf_counter() - t0
     extra: dict[str, Any] = {}
-    for impl, res, st in await engine.scheduler.caller.call_safe("report"):
+    for _impl, res, _st in await engine.scheduler.caller.call_safe("report"):
         if isinstance(res, dict):
             extra.update(res)
     await engine.scheduler.shutdown()

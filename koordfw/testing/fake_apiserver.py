@@ -34,7 +34,8 @@ import json
 import time
 import uuid
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 from aiohttp import web
@@ -102,7 +103,7 @@ def _status(code: int, reason: str, message: str, details: dict | None = None) -
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _get_field(obj: dict, path: str) -> str:
@@ -442,7 +443,7 @@ class FakeApiServer:
             if meta.get("deletionTimestamp") and pending is not None and grace >= int(pending):
                 return copy.deepcopy(cur), False  # already terminating at least as soon
             if grace > 0:
-                when = _dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(seconds=grace)
+                when = _dt.datetime.now(_dt.UTC) + _dt.timedelta(seconds=grace)
 
                 def mark(p: dict) -> None:
                     p["metadata"]["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -692,7 +693,7 @@ class FakeApiServer:
                     break
                 try:
                     ev = await asyncio.wait_for(w.queue.get(), min(left, self.bookmark_interval))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     if bookmarks:
                         bm = {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version,
                                                              "metadata": {"resourceVersion": str(self.rv)}}}
@@ -716,7 +717,7 @@ class FakeApiServer:
             raise _ApiError(400, "BadRequest", "name in URL does not match name in Binding object")
         target = (body.get("target") or {}).get("name")
         if not target:
-            raise _ApiError(400, "BadRequest", 'Binding.core "%s" is invalid: target.name: Required value' % name)
+            raise _ApiError(400, "BadRequest", f'Binding.core "{name}" is invalid: target.name: Required value')
         pod = self.objects["pods"].get(f"{ns}/{name}")
         if pod is None:
             raise _ApiError(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})

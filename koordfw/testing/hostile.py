@@ -145,8 +145,9 @@ def simulate_objects(tmp_path: Any, objects: Sequence[Any], profile: Any = None,
     """``koordfw --log-format json simulate DIR -o json [--profile P]`` in an isolated child, for the
     ``objects`` written as one multi-document YAML file under ``tmp_path/m`` (and ``profile``, a mapping,
     as ``tmp_path/p.yaml``): how a plugin's hostile-input tests run a cluster with one bad object in it."""
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     d = Path(tmp_path) / "m"
     d.mkdir(exist_ok=True)

@@ -9,8 +9,8 @@ cache filled from a (fake) API server.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 import aiohttp
 import anyio

@@ -37,8 +37,9 @@ import errno
 import os
 import re
 import shutil
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from koordfw.agent.executor import Executor
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from koordfw.core.plugins import Registry
-from koordfw.testing.cgroups import FakeNode  # noqa: F401  (re-exported for the tests here)
 from koordfw.core.profile import profile_from_dict
+from koordfw.testing.cgroups import FakeNode  # noqa: F401  (re-exported for the tests here)
 
 
 @pytest.fixture

@@ -427,9 +427,8 @@ def main() -> None:  # the before/after measurement
     import tempfile
     from pathlib import Path
 
-    from koordfw.testing.hostile import run_cli
-
     from koordfw.core.plugins import Registry
+    from koordfw.testing.hostile import run_cli
 
     Registry().load()  # import every plugin in the parent, so each forked run is fast
     verbose = "-v" in sys.argv
@@ -452,7 +451,7 @@ def main() -> None:  # the before/after measurement
 
         execs = collections.Counter()
         for ec in exec_cases():
-            o = run_isolated(lambda: print(run_exec_case(ec)), timeout=10)
+            o = run_isolated(lambda ec=ec: print(run_exec_case(ec)), timeout=10)
             got = o.stdout.strip().splitlines()[-1] if o.rc == 0 else ("hang" if o.timed_out else f"exit {o.rc}")
             good = got == ec.want
             execs["as wanted" if good else ("raised" if got.startswith("raised") else "wrong outcome")] += 1

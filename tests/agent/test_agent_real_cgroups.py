@@ -14,12 +14,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from koordfw_be_suppress import Args, plan
 
 from koordfw.agent.cgroups import CgroupLayout
 from koordfw.agent.executor import Executor
 from koordfw.agent.loop import Agent
 from koordfw.testing.cgroups import make_real_cgroup, remove_real_cgroups
-from koordfw_be_suppress import Args, plan
 
 from .conftest import make_registry
 

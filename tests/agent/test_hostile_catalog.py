@@ -12,6 +12,7 @@ from koordfw.testing.hostile import check_cli_outcome, run_cli
 
 from .hostile_cases import AGENT_CASES, argv_of, cases, write_inputs
 
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     Registry().load()  # import every plugin once in the parent, so each forked run is fast

@@ -28,8 +28,19 @@ from koordfw.core.nodestate import MAX_CPUS, FileWrite, NodeState, check_cgroup_
 from koordfw.core.plugins import Registry
 from koordfw.testing.hostile import check_cli_outcome, run_cli
 
-from .hostile_cases import (BASE, HUGE, NOTOPO, RESERVATION, doc, exec_cases, loop_survives_bad_input, nested,
-                            reservation, run_exec_case, text)
+from .hostile_cases import (
+    BASE,
+    HUGE,
+    NOTOPO,
+    RESERVATION,
+    doc,
+    exec_cases,
+    loop_survives_bad_input,
+    nested,
+    reservation,
+    run_exec_case,
+    text,
+)
 
 FUZZ_EXAMPLES = int(os.environ.get("KOORDFW_FUZZ_EXAMPLES", "15"))
 

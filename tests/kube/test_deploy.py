@@ -81,6 +81,6 @@ def test_dockerfile_copies_what_exists():
         if line.startswith("COPY "):
             for src in line.split()[1:-1]:
                 assert (root / src).exists(), src
-    plugins = next(l for l in text.splitlines() if l.startswith("ARG PLUGINS=")).split("=", 1)[1].strip('"').split()
+    plugins = next(ln for ln in text.splitlines() if ln.startswith("ARG PLUGINS=")).split("=", 1)[1].strip('"').split()
     for p in plugins:
         assert (root / "plugins" / p / "pyproject.toml").exists(), p

@@ -3,7 +3,6 @@ replacement on the target; PDBs honoured; dry-run by default."""
 
 from __future__ import annotations
 
-
 import anyio
 import pytest
 from conftest import SCHED, node, pdb, pod

@@ -11,9 +11,9 @@ import pytest
 from conftest import node, pod
 
 from koordfw import hookimpl
+from koordfw.core.status import Status
 from koordfw.engines.embedded import build_registry
 from koordfw.engines.kube.extender import Extender, ExtenderServer, map_score
-from koordfw.core.status import Status
 from koordfw.testing.kube import extender_with_cache
 
 

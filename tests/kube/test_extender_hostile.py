@@ -24,7 +24,8 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import pytest
 from conftest import node, pod
@@ -133,7 +134,7 @@ def answer(port: int, verb: str, body: bytes) -> Answer:
     connection closed without one)."""
     try:
         status, raw = post(port, f"/{verb}", body)
-    except socket.timeout:
+    except TimeoutError:
         return Answer("hang", None, "")
     except (ConnectionError, http.client.HTTPException, OSError) as e:
         return Answer("dropped", None, repr(e))
@@ -613,7 +614,7 @@ def _trickle(port: int, kind: str, result: dict, limit: float) -> None:
             c.settimeout(0.1)
             try:
                 chunk = c.recv(4096)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             got += chunk
             if not chunk:

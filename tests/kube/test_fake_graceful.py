@@ -41,7 +41,7 @@ async def status_of(coro) -> int:
 
 
 def ts(s: str) -> dt.datetime:
-    return dt.datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    return dt.datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
 
 
 async def test_watch_sees_modified_with_deletion_timestamp_then_deleted(gapi, gclient):
@@ -58,7 +58,7 @@ async def test_watch_sees_modified_with_deletion_timestamp_then_deleted(gapi, gc
 
             tg.start_soon(watch)
             await anyio.sleep(0.1)
-            before = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+            before = dt.datetime.now(dt.UTC).replace(microsecond=0)
             reply = await gclient.request("DELETE", f"{PODS}/a")
             sent = anyio.current_time()
     assert reply["metadata"]["deletionGracePeriodSeconds"] == 30  # the default when nothing says otherwise

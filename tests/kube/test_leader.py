@@ -6,11 +6,11 @@ import time
 
 import anyio
 import pytest
+from test_scheduler_e2e import wait_for
 
 from koordfw.engines.kube.client import KubeClient
 from koordfw.engines.kube.leader import LeaderElector, _micro
 from koordfw.testing.fake_apiserver import Fault
-from test_scheduler_e2e import wait_for
 
 NS, NAME = "kube-system", "sched"
 # short timings keep the suite fast; the margin lease - renew (1 s) is what keeps leaders apart

@@ -8,9 +8,9 @@ import pytest
 from conftest import node, pod
 from test_scheduler_e2e import running, wait_for
 
+from koordfw.core.model import make_pod
 from koordfw.engines.embedded import build_registry
 from koordfw.engines.kube.client import KubeClient
-from koordfw.core.model import make_pod
 from koordfw.engines.kube.engine import KubeSchedulerEngine, NotLeading
 from koordfw.testing.fake_apiserver import FakeApiServer
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import ssl
-from typing import Any, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import aiohttp
 import structlog

@@ -29,7 +29,8 @@ from .cache import ClusterFeeder
 from .client import ApiError, KubeClient
 from .leader import LeaderElector
 from .reflector import Reflector
-from .writer import Writer, _now as _now_iso
+from .writer import Writer
+from .writer import _now as _now_iso
 
 log = structlog.get_logger("koordfw.kube")
 

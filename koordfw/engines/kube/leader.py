@@ -20,7 +20,8 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import structlog
@@ -34,7 +35,7 @@ _RECORD_FIELDS = ("holderIdentity", "leaseDurationSeconds", "acquireTime", "rene
 
 
 def _micro(ts: float) -> str:
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _record(spec: dict) -> tuple:

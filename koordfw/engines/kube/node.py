@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import anyio
 import structlog
@@ -82,7 +83,7 @@ class NodePodSource:
 
 
 def _micro_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _resources(usage: Mapping[str, int]) -> dict[str, str]:

@@ -13,7 +13,8 @@ The handler gets ``(type, obj, old)`` with type ADDED, MODIFIED or DELETED; ``ol
 from __future__ import annotations
 
 import random
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import structlog

@@ -4,12 +4,16 @@ Publishes ``kubernetes.io/batch-cpu`` (integer milli-cores) and ``kubernetes.io/
 per node from its NodeMetric, through the ``node_resources`` hook. See ``docs/plugins/batch_resource.md``.
 """
 
-from .calculator import (ANNOTATION_NODE_RESERVATION, BATCH_CPU, BATCH_MEMORY, BatchResult, calculate,
-                         needs_sync, safety_margin)
+from .calculator import ANNOTATION_NODE_RESERVATION, BATCH_CPU, BATCH_MEMORY, BatchResult, calculate, needs_sync, safety_margin
 from .metric import NodeMetricInfo, PodUsage, parse_node_metric
 from .plugin import BatchResource
-from .strategy import (ANNOTATION_COLOCATION_STRATEGY, LABEL_CPU_RECLAIM_RATIO, LABEL_MEMORY_RECLAIM_RATIO,
-                       ColocationStrategy, strategy_for_node)
+from .strategy import (
+                         ANNOTATION_COLOCATION_STRATEGY,
+                         LABEL_CPU_RECLAIM_RATIO,
+                         LABEL_MEMORY_RECLAIM_RATIO,
+                         ColocationStrategy,
+                         strategy_for_node,
+)
 
 __all__ = [
     "ANNOTATION_COLOCATION_STRATEGY", "ANNOTATION_NODE_RESERVATION", "BATCH_CPU", "BATCH_MEMORY",

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from koordfw_batch_resource.calculator import _cpuset_size
 
 from koordfw.testing.hostile import check_cli_outcome, simulate_objects
-from koordfw_batch_resource.calculator import _cpuset_size
 
 CS = "node.koordinator.sh/colocation-strategy"
 RESV = "node.koordinator.sh/reservation"

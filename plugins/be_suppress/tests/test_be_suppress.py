@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 
 import pytest
+from koordfw_be_suppress import (
+    Args,
+    be_suppress_milli,
+    cfs_quota_target,
+    cpuset_target,
+    pick_cpus,
+    plan,
+    recover_cpuset,
+    restore_writes,
+)
 
 from koordfw.core.nodestate import CPUInfo, FileWrite, NodeState
-from koordfw_be_suppress import (Args, be_suppress_milli, cfs_quota_target, cpuset_target, pick_cpus, plan,
-                                 recover_cpuset, restore_writes)
 
 BE_QUOTA = "cpu/kubepods/besteffort/cpu.cfs_quota_us"
 BE_CPUSET = "cpuset/kubepods/besteffort/cpuset.cpus"
@@ -133,7 +141,7 @@ def test_pick_cpus_multi_numa_multi_socket():
     for s in range(2):
         for n in range(2):
             for c in range(2):
-                for t in range(2):
+                for _t in range(2):
                     topo.append(CPUInfo(cpu, s * 4 + n * 2 + c, s, s * 2 + n))
                     cpu += 1
     # buckets by first CPU: [0-3] [4-7] [8-11] [12-15]; one pair from each in turn

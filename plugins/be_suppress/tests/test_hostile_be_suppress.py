@@ -8,9 +8,9 @@ import json
 
 import pytest
 import yaml
+from koordfw_be_suppress import parse_cpuset
 
 from koordfw.testing.hostile import check_cli_outcome, run_cli
-from koordfw_be_suppress import parse_cpuset
 
 RS = "scheduling.koordinator.sh/resource-status"
 SQ = "node.koordinator.sh/system-qos-resource"

@@ -17,8 +17,6 @@ each pod is written in a safe order: widen the pod dir, set the containers, then
 
 from __future__ import annotations
 
-from typing import Any
-
 import structlog
 
 from koordfw import FileWrite, NodeState, PodState, hookimpl, loads_json

@@ -23,8 +23,16 @@ import structlog
 
 from koordfw import Status, hookimpl, loads_json
 
-from .accumulator import (EXCLUSIVE_NONE, FULL_PCPUS, LEAST_ALLOCATED, MOST_ALLOCATED, NUMA_NODE_LEVEL,
-                          PCPU_LEVEL, SPREAD_BY_PCPUS, CPUAllocationError)
+from .accumulator import (
+    EXCLUSIVE_NONE,
+    FULL_PCPUS,
+    LEAST_ALLOCATED,
+    MOST_ALLOCATED,
+    NUMA_NODE_LEVEL,
+    PCPU_LEVEL,
+    SPREAD_BY_PCPUS,
+    CPUAllocationError,
+)
 from .cpuset import CPUSetError, format_cpuset, parse_cpuset
 from .state import NodeAllocation, allocate_cpuset
 from .topology import ANNOTATION_CPU_TOPOLOGY, CPUTopology, TopologyError, parse_cpu_topology

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .accumulator import (ERR_NOT_ENOUGH_CPUS, AllocatedCPU, CPUAllocationError, filter_by_required_policy,
-                          satisfies_required_policy, take_preferred_cpus)
+from .accumulator import (
+    ERR_NOT_ENOUGH_CPUS,
+    AllocatedCPU,
+    CPUAllocationError,
+    filter_by_required_policy,
+    satisfies_required_policy,
+    take_preferred_cpus,
+)
 from .topology import CPUTopology
 
 

@@ -2,7 +2,6 @@
 
 import json
 
-from koordfw.testing import ClusterBuilder
 from koordfw_cpu_topology.topology import detail_for_test, topology_annotation
 
 TOPO = "node.koordinator.sh/cpu-topology"

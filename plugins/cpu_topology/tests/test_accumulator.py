@@ -2,11 +2,21 @@
 (``cpu_accumulator_test.go`` cases on ``buildCPUTopologyForTest`` topologies, plus our own)."""
 
 import pytest
-
 from koordfw_cpu_topology.accumulator import (
-    FULL_PCPUS, LEAST_ALLOCATED, MOST_ALLOCATED, NUMA_NODE_LEVEL, PCPU_LEVEL, SPREAD_BY_PCPUS, AllocatedCPU,
-    CPUAllocationError, _Accumulator, filter_by_required_policy, satisfies_required_policy, take_cpus,
-    take_preferred_cpus)
+    FULL_PCPUS,
+    LEAST_ALLOCATED,
+    MOST_ALLOCATED,
+    NUMA_NODE_LEVEL,
+    PCPU_LEVEL,
+    SPREAD_BY_PCPUS,
+    AllocatedCPU,
+    CPUAllocationError,
+    _Accumulator,
+    filter_by_required_policy,
+    satisfies_required_policy,
+    take_cpus,
+    take_preferred_cpus,
+)
 from koordfw_cpu_topology.cpuset import CPUSetError, format_cpuset, parse_cpuset
 from koordfw_cpu_topology.state import NodeAllocation
 from koordfw_cpu_topology.topology import build_cpu_topology_for_test as topo_for

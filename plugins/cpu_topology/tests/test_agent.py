@@ -6,11 +6,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from koordfw_cpu_topology.agent import CPUSetAgent, plan
 
 from koordfw import make_pod
 from koordfw.agent.executor import Executor
-from koordfw.core.nodestate import CPUInfo, ContainerState, NodeState, PodState
-from koordfw_cpu_topology.agent import CPUSetAgent, plan
+from koordfw.core.nodestate import ContainerState, CPUInfo, NodeState, PodState
 
 STATUS = "scheduling.koordinator.sh/resource-status"
 
@@ -99,7 +99,8 @@ def test_fake_tree_applied_by_executor(tmp_path):
     ex = Executor({"cgroup": tmp_path})
     results = ex.apply(plan(ns))
     assert {r.outcome for r in results} == {"written"}
-    read = lambda d: (tmp_path / "cpuset" / d / "cpuset.cpus").read_text()
+    def read(d):
+        return (tmp_path / "cpuset" / d / "cpuset.cpus").read_text()
     assert read(ns.pod(lse.uid).containers[0].cgroup_dir) == "0-1"
     assert read(ns.pod(be.uid).cgroup_dir) == "2-3"
     assert {r.outcome for r in ex.apply(plan(ns))} == {"unchanged"}  # idempotent: nothing differs now
@@ -159,7 +160,8 @@ def test_real_cgroup_v1_cpuset():
             (path / "cpuset.cpus").write_text(ns.cgroups.get(f"cpuset/{d}/cpuset.cpus", root_cpus))
         results = Executor({"cgroup": "/sys/fs/cgroup"}).apply(plan(ns))
         assert all(r.outcome in ("written", "unchanged") for r in results), results
-        read = lambda d: (CPUSET_ROOT / d / "cpuset.cpus").read_text().strip()
+        def read(d):
+            return (CPUSET_ROOT / d / "cpuset.cpus").read_text().strip()
         lse_dir, ls_dir = ns.pod(lse.uid).cgroup_dir, ns.pod(ls.uid).cgroup_dir
         # moved from CPU 0 to CPU 1: only possible in the widen → container → narrow order
         assert read(lse_dir) == "1" and read(f"{lse_dir}/c1") == "1"

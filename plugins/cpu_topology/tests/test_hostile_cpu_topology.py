@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from koordfw.testing.hostile import check_cli_outcome, run_cli, simulate_objects
 from koordfw_cpu_topology.cpuset import CPUSetError, parse_cpuset
 from koordfw_cpu_topology.topology import TopologyError, parse_cpu_topology
+
+from koordfw.testing.hostile import check_cli_outcome, run_cli, simulate_objects
 
 CT = "node.koordinator.sh/cpu-topology"
 RS = "scheduling.koordinator.sh/resource-status"

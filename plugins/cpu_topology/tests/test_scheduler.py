@@ -5,13 +5,12 @@ import json
 import anyio
 import numpy as np
 import pytest
+from cpu_topology_helpers import SPEC, STATUS, TOPO, cpuset_of, lsr, reason_of, topo_ann
+from koordfw_cpu_topology.plugin import parse_resource_spec
 
 from koordfw import make_pod
 from koordfw.engines.embedded import EmbeddedEngine, build_registry
 from koordfw.testing import ClusterBuilder, schedule
-from koordfw_cpu_topology.plugin import parse_resource_spec
-
-from cpu_topology_helpers import SPEC, STATUS, TOPO, cpuset_of, lsr, reason_of, topo_ann
 
 ONLY = ["cpu_topology"]
 

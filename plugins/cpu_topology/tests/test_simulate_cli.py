@@ -4,11 +4,11 @@ import json
 from pathlib import Path
 
 import yaml
-
-from koordfw.cli import main
 from cpu_topology_helpers import STATUS, TOPO
 from koordfw_cpu_topology.cpuset import parse_cpuset
 from koordfw_cpu_topology.topology import detail_for_test, topology_annotation
+
+from koordfw.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "colocation"
 

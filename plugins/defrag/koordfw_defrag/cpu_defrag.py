@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
 from koordfw_gpu_share import frag
 
 from .args import CpuDefragArgs

@@ -3,7 +3,8 @@
 The model is the FGD paper's: each node has device slots (GPUs; for CPU, one slot holding the free
 milli-cores) with a free amount per slot, a secondary resource (CPU for GPUs, memory for CPU) and a
 device model. ``F(node)`` is the expected free slot amount the target workload M cannot use
-(:func:`koordfw_gpu_share.frag.node_frag`, or for GPUs its capacity-aware variant). A move of pod p from s to t changes the total by
+(:func:`koordfw_gpu_share.frag.node_frag`, or for GPUs its capacity-aware variant). A move of pod p
+from s to t changes the total by
 ``gain = [F(s) − F(s − p)] − [F(t + p) − F(t)]``; each step takes the move with the largest gain
 (insertion costs are kept per pod shape for every node, so a step costs O(shapes × nodes)), places
 the pod on the slots the scheduler's packing choice would give it (best-fit GPU for a shared GPU, the
@@ -20,7 +21,6 @@ from typing import Any
 
 import attrs
 import numpy as np
-
 from koordfw_gpu_share import frag
 from koordfw_gpu_share.plugin import sub_select
 

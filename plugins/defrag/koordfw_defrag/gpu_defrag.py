@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-
 from koordfw_gpu_share import frag
 from koordfw_gpu_share.inventory import Inventory
 from koordfw_gpu_share.plugin import pod_tag

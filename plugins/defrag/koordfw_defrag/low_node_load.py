@@ -15,8 +15,7 @@ import attrs
 import structlog
 
 from koordfw import ManifestError, canonical, field_mapping, raw_allocatable
-from koordfw.core.model import (LABEL_QOS, PRIORITY_BATCH, PRIORITY_FREE, PRIORITY_MID, PRIORITY_PROD,
-                                QOS_CLASSES, parse_time)
+from koordfw.core.model import LABEL_QOS, PRIORITY_BATCH, PRIORITY_FREE, PRIORITY_MID, PRIORITY_PROD, QOS_CLASSES, parse_time
 
 from .args import AnomalyCondition, LowNodeLoadArgs, NodePool
 from .plan import PlanBuilder
@@ -332,7 +331,7 @@ async def _pass(builder: PlanBuilder, args: LowNodeLoadArgs, pool: NodePool, nod
     cond = pool.anomaly_condition or AnomalyCondition()
     which = "prod_usage" if prod else "usage"
     abnormal = []
-    for name, n in nodes.items():
+    for name in nodes:
         over = name in sources
         if tracker.mark((pool.name, prod, name), over, now, cond) and over:
             abnormal.append(name)

@@ -7,12 +7,11 @@ import json
 import numpy as np
 import pytest
 import yaml
+from conftest import moves, node, pdb, plan, pod
+from koordfw_defrag.fragengine import place_slots
 
 from koordfw.cli import main
 from koordfw.testing import ClusterBuilder, schedule
-from koordfw_defrag.fragengine import place_slots
-
-from conftest import moves, node, pdb, plan, pod
 
 ALLOC = "scheduling.koordinator.sh/device-allocated"
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from koordfw import make_pod
+from conftest import metric, moves, node, pdb, plan, pod
 from koordfw_defrag.args import AnomalyCondition, NodePool
 from koordfw_defrag.low_node_load import AnomalyTracker, NodeUsage, classify, pod_sort_key, thresholds
 
-from conftest import metric, moves, node, pdb, plan, pod
+from koordfw import make_pod
 
 GI = 1024 ** 3
 

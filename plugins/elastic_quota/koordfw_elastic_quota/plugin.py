@@ -24,7 +24,7 @@ import structlog
 
 from koordfw import Code, Migration, PostFilterResult, Status, canonical, hookimpl
 
-from .quotas import (DEFAULT, LABEL_PREEMPTIBLE, ROOT, SYSTEM, QuotaTree, build_quotas, fmt, fmt_map)
+from .quotas import DEFAULT, LABEL_PREEMPTIBLE, ROOT, SYSTEM, QuotaTree, build_quotas, fmt, fmt_map
 
 log = structlog.get_logger("koordfw.elastic_quota")
 

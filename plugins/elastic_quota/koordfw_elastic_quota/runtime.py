@@ -54,7 +54,7 @@ def hamilton(res: int, nodes: Sequence[Child]) -> dict[str, int]:
         rema.append((rem, n.name))
     residual = res - given
     rema.sort(key=lambda t: (-t[0], t[1]))
-    for rem, name in rema[:residual]:
+    for _rem, name in rema[:residual]:
         out[name] += 1
     return out
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from koordfw_elastic_quota import parse_quota
 
 from koordfw.testing.hostile import check_cli_outcome, simulate_objects
-from koordfw_elastic_quota import parse_quota
 
 SW = "quota.scheduling.koordinator.sh/shared-weight"
 NS = "quota.scheduling.koordinator.sh/namespaces"

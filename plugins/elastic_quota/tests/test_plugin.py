@@ -1,12 +1,11 @@
 """The hooks in the embedded scheduler: admission, preemption of borrowers only, the revoker, the report."""
 
-import attrs
 import pytest
-
 from helpers import NAME, PREEMPTIBLE, eq
+from koordfw_elastic_quota import Args, ElasticQuota
+
 from koordfw.core.clock import VirtualClock
 from koordfw.testing import ClusterBuilder, schedule
-from koordfw_elastic_quota import Args, ElasticQuota
 
 ONLY = ["elastic_quota"]
 

@@ -1,7 +1,6 @@
 """Table tests of the water-filling, the Hamilton rounding and the min scaling (pure integers)."""
 
 import pytest
-
 from koordfw_elastic_quota import Child, hamilton, redistribute, scale_mins
 
 

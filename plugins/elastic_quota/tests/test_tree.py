@@ -1,7 +1,6 @@
 """The quota tree: validation of objects, request aggregation, runtime per level (nested, scaled mins)."""
 
 import pytest
-
 from helpers import eq
 from koordfw_elastic_quota import DEFAULT, QuotaTree, build_quotas
 
@@ -43,7 +42,7 @@ def runtimes(t, r="cpu"):
      {"p": 60_000, "q": 40_000, "c1": 50_000, "c2": 10_000}),
     ("nested, not-lent child holds its min in the parent's request",
      [eq("p", min={"cpu": 10}, max={"cpu": 100}, is_parent=True), eq("q", min={"cpu": 10}, max={"cpu": 100}),
-      eq("c1", min={"cpu": 30}, max={"cpu": 100}, parent="p", lent=False), eq("c2", min={"cpu": 0}, max={"cpu": 100}, parent="p")],
+      eq("c1", min={"cpu": 30}, max={"cpu": 100}, parent="p", lent=False), eq("c2", min={"cpu": 0}, max={"cpu": 100}, parent="p")],  # noqa: E501 (a table row)
      [("c2", {"cpu": 20_000}, False), ("q", {"cpu": 100_000}, False)], None,
      # p sees 30 (c1's min) + 20; root splits the 80 left after mins 10/10 evenly: p 50, q 50
      {"p": 50_000, "q": 50_000, "c1": 30_000, "c2": 20_000}),

@@ -6,7 +6,8 @@ Pure parsing lives here so it can be tested without a scheduler.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 import structlog

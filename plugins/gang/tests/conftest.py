@@ -9,7 +9,7 @@ import pytest
 from koordfw.testing import ClusterBuilder
 
 GANG = "gang.scheduling.koordinator.sh"
-T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 
 
 def ts(seconds: float) -> str:

@@ -1,8 +1,6 @@
 """Table tests: Koordinator's gang definition parsing and its fallbacks (core/gang.go)."""
 
 import pytest
-
-from koordfw import make_pod
 from koordfw_gang.gang import (
     DEFAULT_TIMEOUT_SECONDS,
     Gang,
@@ -13,6 +11,8 @@ from koordfw_gang.gang import (
     spec_from_pod,
     spec_from_pod_group,
 )
+
+from koordfw import make_pod
 
 G = "gang.scheduling.koordinator.sh"
 

@@ -21,7 +21,7 @@ counts as fragment; otherwise only the GPUs with less left than m's per-GPU mill
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import attrs
 import numpy as np

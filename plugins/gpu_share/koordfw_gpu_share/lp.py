@@ -14,7 +14,7 @@ The LP needs scipy (HiGHS).
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import attrs
 import numpy as np

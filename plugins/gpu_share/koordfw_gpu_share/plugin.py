@@ -27,8 +27,11 @@ import numpy as np
 
 from koordfw import Status, format_quantity, hookimpl
 
-from . import baselines  # noqa: F401  (registers the paper's baselines and fgdcap)
-from . import frag, lp
+from . import (
+    baselines,  # noqa: F401  (registers the paper's baselines and fgdcap)
+    frag,
+    lp,
+)
 from .inventory import DEVICE_ALLOCATED, MAX_GPUS_PER_NODE, MILLI, Alloc, Inventory
 from .policies import CHOICE as _CHOICE
 from .policies import POLICIES, Policy, pod_tag, sub_select  # noqa: F401  (pod_tag, sub_select: public)

@@ -13,7 +13,8 @@ Register a new one with :func:`register`; ``pluginConfig: {gpu_share: {policy: N
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 

@@ -15,10 +15,11 @@ import csv
 import json
 import statistics
 import sys
-from collections import Counter
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import attrs
 import numpy as np
@@ -209,7 +210,7 @@ def prepare_trace(nodes_csv, pods_csv, seed: int) -> Trace:
 async def start_replay(trace: Trace, policy: str, seed: int, tie_break: str = "first") -> tuple:
     """The scheduler of one run with every pod added and queued in arrival order:
     ``(scheduler, cluster, gpu_share plugin object, registry, pods)``."""
-    from koordfw.engines.embedded import build_registry
+    from koordfw import build_registry
 
     if policy not in POLICIES:
         raise ConfigError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
@@ -358,7 +359,7 @@ def run(args: argparse.Namespace) -> int:
                 with Progress(transient=True, console=Console(stderr=True)) as bar:
                     task = bar.add_task(f"{pol} seed {s}", total=1)
                     r = replay(args.nodes, args.pods, pol, s, args.tie_break,
-                               progress=lambda d, t: bar.update(task, completed=d, total=t))
+                               progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
             else:
                 r = replay(args.nodes, args.pods, pol, s, args.tie_break)
             runs.append(r)

@@ -11,7 +11,8 @@ percentages × 10, which is the unit of the FGD paper's traces and formulas.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 

@@ -7,12 +7,12 @@ import types
 
 import numpy as np
 import pytest
+from koordfw_gpu_share import frag
+from koordfw_gpu_share.agent_devices import NoGpu, build_device
+from koordfw_gpu_share.plugin import INSUFFICIENT as INSUFFICIENT_TEXT
+from koordfw_gpu_share.requests import InvalidGpuRequest, normalize_request
 
 from koordfw.testing import ClusterBuilder, schedule
-from koordfw_gpu_share import frag
-from koordfw_gpu_share.plugin import INSUFFICIENT as INSUFFICIENT_TEXT
-from koordfw_gpu_share.agent_devices import NoGpu, build_device
-from koordfw_gpu_share.requests import InvalidGpuRequest, normalize_request
 
 GI = 2**30
 ANN = "scheduling.koordinator.sh/device-allocated"
@@ -23,8 +23,8 @@ ANN = "scheduling.koordinator.sh/device-allocated"
     ({"nvidia.com/gpu": 2}, dict(count=2, core=1000, memory_ratio=1000, shared=False)),
     ({"koordinator.sh/gpu": 50}, dict(count=1, core=500, memory_ratio=500, shared=True)),
     ({"koordinator.sh/gpu": 200}, dict(count=2, core=1000, memory_ratio=1000, shared=False)),
-    ({"koordinator.sh/gpu-core": 50, "koordinator.sh/gpu-memory-ratio": 50}, dict(count=1, core=500, memory_ratio=500, shared=True)),
-    ({"koordinator.sh/gpu-core": 50, "koordinator.sh/gpu-memory": 8 * GI}, dict(count=1, core=500, memory_bytes=8 * GI, shared=True)),
+    ({"koordinator.sh/gpu-core": 50, "koordinator.sh/gpu-memory-ratio": 50}, dict(count=1, core=500, memory_ratio=500, shared=True)),  # noqa: E501 (a table row)
+    ({"koordinator.sh/gpu-core": 50, "koordinator.sh/gpu-memory": 8 * GI}, dict(count=1, core=500, memory_bytes=8 * GI, shared=True)),  # noqa: E501 (a table row)
     ({"koordinator.sh/gpu-memory-ratio": 300}, dict(count=3, core=0, memory_ratio=1000, shared=False)),
     ({"koordinator.sh/gpu.shared": 2, "koordinator.sh/gpu-core": 100, "koordinator.sh/gpu-memory-ratio": 100},
      dict(count=2, core=500, memory_ratio=500, shared=True)),
@@ -271,8 +271,9 @@ def test_replay_fgdlp_small_slice(tmp_path):
 
 
 def test_prepare_trace_is_seeded_and_rejects_a_cluster_without_gpus(tmp_path):
-    from koordfw import ConfigError
     from koordfw_gpu_share.replay import prepare_trace
+
+    from koordfw import ConfigError
     nodes = tmp_path / "nodes.csv"
     pods = tmp_path / "pods.csv"
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "".join(

@@ -10,11 +10,11 @@ import re
 import attrs
 import pytest
 import yaml
+from koordfw_gpu_share.inventory import MAX_GPUS_PER_NODE, Inventory, InventoryError, _device_list
+from koordfw_gpu_share.requests import InvalidGpuRequest, pod_gpu_request
 
 from koordfw.testing import ClusterBuilder, schedule
 from koordfw.testing.hostile import check_cli_outcome, run_cli
-from koordfw_gpu_share.inventory import MAX_GPUS_PER_NODE, Inventory, _device_list, InventoryError
-from koordfw_gpu_share.requests import InvalidGpuRequest, pod_gpu_request
 
 DA = "scheduling.koordinator.sh/device-allocated"
 GPU_ALLOC = {"nvidia.com/gpu": "2", "koordinator.sh/gpu": "200", "koordinator.sh/gpu-core": "200",

@@ -4,11 +4,11 @@ import json
 import types
 
 import pytest
+from koordfw_gpu_share import lp
+from koordfw_gpu_share import plugin as gpu_plugin
 
 from koordfw import ConfigError
 from koordfw.testing import ClusterBuilder, schedule
-from koordfw_gpu_share import lp
-from koordfw_gpu_share import plugin as gpu_plugin
 
 ANN = "scheduling.koordinator.sh/device-allocated"
 

@@ -5,14 +5,14 @@ import json
 
 import numpy as np
 import pytest
-
-from koordfw import ConfigError, make_node, make_pod
-from koordfw.core.cluster import ClusterState
-from koordfw.testing import ClusterBuilder, schedule
 from koordfw_gpu_share import POLICIES, baselines, policies
 from koordfw_gpu_share.inventory import Alloc
 from koordfw_gpu_share.plugin import Args, GpuShare
 from koordfw_gpu_share.requests import pod_gpu_request
+
+from koordfw import ConfigError, make_node, make_pod
+from koordfw.core.cluster import ClusterState
+from koordfw.testing import ClusterBuilder, schedule
 
 ANN = "scheduling.koordinator.sh/device-allocated"
 PRODUCT = ("spread", "binpack", "fgd", "fgdlp")

@@ -7,7 +7,8 @@ which is what ``koordfw agent plan --state`` shows.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 

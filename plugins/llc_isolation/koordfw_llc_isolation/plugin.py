@@ -9,8 +9,9 @@ logs why once and returns nothing.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import structlog
 

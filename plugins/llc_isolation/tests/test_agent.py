@@ -7,15 +7,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from koordfw_llc_isolation.resctrl import AMD, INTEL, cpu_vendor, mba_value
 
 from koordfw.agent.cgroups import CgroupLayout
 from koordfw.agent.loop import Agent
 from koordfw.cli import main
 from koordfw.core.plugins import Registry
 from koordfw.core.profile import profile_from_dict
-
 from koordfw.testing.resctrl import FakeResctrl, KernelExecutor
-from koordfw_llc_isolation.resctrl import AMD, INTEL, cpu_vendor, mba_value
 
 BE_UID = "aaaaaaaa-0000-0000-0000-000000000001"
 LS_UID = "bbbbbbbb-0000-0000-0000-000000000002"

@@ -8,14 +8,6 @@ from types import SimpleNamespace
 
 import attrs
 import pytest
-
-from koordfw.core.model import make_pod
-from koordfw.core.nodestate import NodeState, PodState
-from koordfw.core.nodestate import ResctrlInfo as StateResctrlInfo
-from koordfw.core.profile import structure_args
-from koordfw.core.errors import ConfigError
-from koordfw.testing.resctrl import FakeResctrl, KernelExecutor
-
 from koordfw_llc_isolation.config import LLCIsolationArgs, ResctrlQOS
 from koordfw_llc_isolation.plan import (
     ANNOTATION_RESCTRL,
@@ -27,6 +19,13 @@ from koordfw_llc_isolation.plan import (
 )
 from koordfw_llc_isolation.plugin import LLCIsolation
 from koordfw_llc_isolation.resctrl import AMD, INTEL, GroupState, ResctrlError, ResctrlInfo
+
+from koordfw.core.errors import ConfigError
+from koordfw.core.model import make_pod
+from koordfw.core.nodestate import NodeState, PodState
+from koordfw.core.nodestate import ResctrlInfo as StateResctrlInfo
+from koordfw.core.profile import structure_args
+from koordfw.testing.resctrl import FakeResctrl, KernelExecutor
 
 INFO = ResctrlInfo(cbm_mask="7ff", min_cbm_bits=1, num_closids=16, cache_ids=(0, 1), vendor=INTEL, mba=True)
 ALL_ON = LLCIsolationArgs(LSR=ResctrlQOS(enable=True), LS=ResctrlQOS(enable=True), BE=ResctrlQOS(enable=True))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
-from koordfw.testing.resctrl import FakeResctrl
 from koordfw_llc_isolation.resctrl import (
     AMD,
     INTEL,
@@ -20,6 +18,8 @@ from koordfw_llc_isolation.resctrl import (
     read_group,
     read_mon_data,
 )
+
+from koordfw.testing.resctrl import FakeResctrl
 
 
 @pytest.mark.parametrize("cbm, start, end, min_bits, want", [

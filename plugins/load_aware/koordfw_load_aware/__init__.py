@@ -7,8 +7,17 @@ used resources, from NodeMetric objects. See ``docs/plugins/load_aware.md``.
 from .args import AggregatedArgs, LoadAwareArgs
 from .estimator import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, estimate_pod, estimate_resource, go_round
 from .metric import MetricInfo, parse_duration, parse_node_metric
-from .plugin import (ANNOTATION_RAW_ALLOCATABLE, ANNOTATION_USAGE_THRESHOLDS, REASON_AGGREGATED, REASON_EXPIRED,
-                     REASON_PROD, REASON_USAGE, LoadAware, node_allocatable, node_profile)
+from .plugin import (
+                     ANNOTATION_RAW_ALLOCATABLE,
+                     ANNOTATION_USAGE_THRESHOLDS,
+                     REASON_AGGREGATED,
+                     REASON_EXPIRED,
+                     REASON_PROD,
+                     REASON_USAGE,
+                     LoadAware,
+                     node_allocatable,
+                     node_profile,
+)
 
 __all__ = [
     "ANNOTATION_RAW_ALLOCATABLE", "ANNOTATION_USAGE_THRESHOLDS", "DEFAULT_MEMORY", "DEFAULT_MILLI_CPU",

@@ -36,7 +36,8 @@ _factors = _int_map(1, 100, "an integer percentage")
 
 def _agg_type(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value and value not in AGGREGATION_TYPES:
-        raise ValueError(f"{_camel(attribute.name)}: unknown aggregation type {value!r}; use one of {', '.join(AGGREGATION_TYPES)}")
+        raise ValueError(f"{_camel(attribute.name)}: unknown aggregation type {value!r}; "
+                         f"use one of {', '.join(AGGREGATION_TYPES)}")
 
 
 def _duration(inst: Any, attribute: attrs.Attribute, value: Any) -> None:

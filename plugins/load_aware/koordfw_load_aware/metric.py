@@ -12,8 +12,7 @@ from typing import Any
 
 import attrs
 
-from koordfw import (ManifestError, field_list, field_mapping, node_metric_name, parse_time,  # noqa: F401  (parse_time: re-exported)
-                     read_node_metric, resource_map)
+from koordfw import ManifestError, field_list, field_mapping, node_metric_name, parse_time, read_node_metric, resource_map  # noqa: F401  (parse_time: re-exported)
 from koordfw import parse_duration as _parse_duration
 
 #: Koordinator's default ``spec.metricCollectPolicy.reportIntervalSeconds``

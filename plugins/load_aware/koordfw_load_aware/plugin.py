@@ -19,7 +19,6 @@ NodeMetric object changed, so a cycle costs one vectorised pass over the candida
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 

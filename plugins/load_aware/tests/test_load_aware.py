@@ -9,11 +9,10 @@ import types
 
 import numpy as np
 import pytest
+from koordfw_load_aware import DEFAULT_MEMORY, AggregatedArgs, LoadAware, LoadAwareArgs, estimate_resource, parse_duration
 
 from koordfw import NodeBatch, load_objects, make_node, make_pod
 from koordfw.testing import VirtualClock
-from koordfw_load_aware import (DEFAULT_MEMORY, AggregatedArgs, LoadAware, LoadAwareArgs, estimate_resource,
-                                parse_duration)
 
 G = 2**30
 NOW = 1_800_000_000.0
@@ -159,7 +158,7 @@ FILTER_CASES = [
      [bound_pod("a", "3"), bound_pod("b", "3"), bound_pod("c", "2")], None, {}, {},
      "node(s) cpu usage exceed threshold"),  # 2550 * 2 + 1700 + 850 = 7650
     # prod usage: Σ usage of prod pods (+ prod estimates) against prodUsageThresholds, for prod pods only
-    ("prod-threshold-rejects-prod-pod", node_metric(cpu="6", pods_metric=[pm("p1", "2500m"), pm("b1", "3", priority="koord-batch")]),
+    ("prod-threshold-rejects-prod-pod", node_metric(cpu="6", pods_metric=[pm("p1", "2500m"), pm("b1", "3", priority="koord-batch")]),  # noqa: E501 (a table row)
      [bound_pod("p1", "1", scheduled_at=NOW - 3600)], None, {"prod_usage_thresholds": {"cpu": 30}}, {},
      "node(s) cpu prod usage exceed threshold"),  # 2500 + 850 → 33.5 % → 34
     ("prod-threshold-ignores-batch-pod", node_metric(cpu="5", pods_metric=[pm("p1", "2500m")]),
