@@ -1,6 +1,8 @@
 """koordfw: colocation scheduling as a small asyncio kernel plus pluggable policies.
 
-Public API for plugin authors and embedders. Plugins import only from here (and ``koordfw.hookspecs``).
+Public API for plugin authors and embedders. Plugins import only from here, ``koordfw.extension`` (the
+Koordinator and Kubernetes wire names: labels, annotations, resource names, QoS and priority classes, CRD
+API versions) and ``koordfw.hookspecs``.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from typing import Any
 
 import numpy as _np
 
+from .core.caller import PluginFailure
+from .core.clock import VirtualClock
 from .core.cluster import ClusterState, NodeBatch, NodeView
 from .core.errors import ConfigError, KoordfwError, ManifestError, PluginLoadError
 from .core.framework import CycleState, Handle, PostFilterResult, PreFilterResult, Scheduler, WaitingPod
@@ -25,7 +29,17 @@ from .core.manifests import (
     resource_map,
 )
 from .core.model import Migration, Node, Pod, make_node, make_pod, parse_time, raw_allocatable, selector_matches
-from .core.nodestate import FileWrite, NodeState, PodState
+from .core.nodestate import (
+    CFS_PERIOD_US,
+    FS_RESCTRL,
+    MAX_CPUS,
+    CPUInfo,
+    FileWrite,
+    NodeState,
+    PodState,
+    format_cpuset,
+    parse_cpuset,
+)
 from .core.profile import Profile, load_profile, profile_from_dict
 from .core.quantity import QuantityError, canonical, format_quantity, parse_duration, parse_quantity
 from .core.safeload import InputError, load_yaml, load_yaml_all, loads_json
@@ -36,15 +50,16 @@ from .log import warn_once
 __version__ = "0.1.0"
 
 __all__ = [
-    "build_registry", "canonical", "ClusterState", "Code", "ConfigError", "CycleState", "field_list",
-    "field_mapping", "FileWrite", "format_quantity", "Handle", "hookimpl", "hookspec", "InputError",
-    "KoordfwError", "load_manifests", "load_objects", "load_profile", "load_yaml", "load_yaml_all",
-    "loads_json", "make_node", "make_pod", "ManifestError", "Manifests", "Migration", "Node",
-    "node_metric_name", "NodeBatch", "NodeMetricStatus", "NodeState", "NodeView", "normalize",
-    "parse_duration", "parse_quantity", "parse_time", "PluginLoadError", "Pod", "PodMetric", "PodState",
-    "PostFilterResult", "PreFilterResult", "Profile", "profile_from_dict", "QuantityError", "raw_allocatable",
-    "read_node_metric", "resource_map", "Scheduler", "selector_matches", "simulate", "Status", "WaitingPod",
-    "warn_once",
+    "build_registry", "canonical", "CFS_PERIOD_US", "ClusterState", "Code", "ConfigError", "CPUInfo",
+    "CycleState", "field_list", "field_mapping", "FileWrite", "format_cpuset", "format_quantity",
+    "FS_RESCTRL", "Handle", "hookimpl", "hookspec", "InputError", "KoordfwError", "load_manifests",
+    "load_objects", "load_profile", "load_yaml", "load_yaml_all", "loads_json", "make_node", "make_pod",
+    "ManifestError", "Manifests", "MAX_CPUS", "Migration", "Node", "node_metric_name", "NodeBatch",
+    "NodeMetricStatus", "NodeState", "NodeView", "normalize", "parse_cpuset", "parse_duration",
+    "parse_quantity", "parse_time", "PluginFailure", "PluginLoadError", "Pod", "PodMetric", "PodState",
+    "PostFilterResult", "PreFilterResult", "Profile", "profile_from_dict", "QuantityError",
+    "raw_allocatable", "read_node_metric", "resource_map", "Scheduler", "selector_matches", "simulate",
+    "Status", "VirtualClock", "WaitingPod", "warn_once",
 ]
 
 

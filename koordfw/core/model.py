@@ -15,25 +15,27 @@ from typing import Any
 
 import attrs
 
+from ..extension import (
+    ANNOTATION_NODE_RAW_ALLOCATABLE,
+    LABEL_POD_PRIORITY_CLASS,
+    LABEL_POD_QOS,
+    PRIORITY_BATCH,
+    PRIORITY_CLASSES,
+    PRIORITY_FREE,
+    PRIORITY_MID,
+    PRIORITY_NONE,
+    PRIORITY_PROD,
+    QOS_CLASSES,
+)
 from .errors import ManifestError
 from .quantity import QuantityError, parse_resource_list
 from .safeload import InputError, loads_json
 from .safeload import shorten as _short
 
-# -- Koordinator wire names (apis/extension) ---------------------------------------------------------
-LABEL_QOS = "koordinator.sh/qosClass"
-LABEL_PRIORITY_CLASS = "koordinator.sh/priority-class"
-LABEL_SUB_PRIORITY = "koordinator.sh/priority"
-QOS_CLASSES = ("LSE", "LSR", "LS", "BE", "SYSTEM")
-
-PRIORITY_PROD, PRIORITY_MID, PRIORITY_BATCH, PRIORITY_FREE, PRIORITY_NONE = (
-    "koord-prod", "koord-mid", "koord-batch", "koord-free", "")
 _PRIORITY_RANGES = ((9000, 9999, PRIORITY_PROD), (7000, 7999, PRIORITY_MID),
                     (5000, 5999, PRIORITY_BATCH), (3000, 3999, PRIORITY_FREE))
 
 GUARANTEED, BURSTABLE, BEST_EFFORT = "Guaranteed", "Burstable", "BestEffort"
-
-ANNOTATION_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
 
 _uid_counter = itertools.count(1)
 
@@ -86,10 +88,10 @@ def raw_allocatable(node: Any) -> dict[str, int] | None:
     """A node's ``node.koordinator.sh/raw-allocatable`` annotation (a JSON ResourceList, which load-aware
     scheduling and descheduling read instead of ``status.allocatable``) in canonical ints; ``None``
     when absent. A bad value raises ManifestError naming the node and the annotation."""
-    raw = node.annotations.get(ANNOTATION_RAW_ALLOCATABLE)
+    raw = node.annotations.get(ANNOTATION_NODE_RAW_ALLOCATABLE)
     if not raw:
         return None
-    obj, field = f"Node {node.name}", f"metadata.annotations.{ANNOTATION_RAW_ALLOCATABLE}"
+    obj, field = f"Node {node.name}", f"metadata.annotations.{ANNOTATION_NODE_RAW_ALLOCATABLE}"
     try:
         parsed = loads_json(raw)
     except InputError as e:
@@ -126,8 +128,8 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
 
 def priority_class_of(priority: int, labels: Mapping[str, str], qos: str) -> str:
     """Koordinator's priority class: the label, else the spec.priority range, else derived from QoS."""
-    label = labels.get(LABEL_PRIORITY_CLASS)
-    if label in (PRIORITY_PROD, PRIORITY_MID, PRIORITY_BATCH, PRIORITY_FREE):
+    label = labels.get(LABEL_POD_PRIORITY_CLASS)
+    if label in PRIORITY_CLASSES:
         return label
     for lo, hi, name in _PRIORITY_RANGES:
         if lo <= priority <= hi:
@@ -518,7 +520,7 @@ def kube_qos_of(containers: tuple[Container, ...], init: tuple[Container, ...]) 
 
 
 def koord_qos_of(labels: Mapping[str, str], kube_qos: str) -> str:
-    q = labels.get(LABEL_QOS)
+    q = labels.get(LABEL_POD_QOS)
     if q in QOS_CLASSES:
         return q
     return {GUARANTEED: "LSR", BURSTABLE: "LS", BEST_EFFORT: "BE"}[kube_qos]

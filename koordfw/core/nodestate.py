@@ -36,6 +36,7 @@ from typing import Any
 
 import attrs
 
+from ..extension import ANNOTATION_NODE_RESERVATION
 from .errors import ManifestError
 from .model import BEST_EFFORT, BURSTABLE, GUARANTEED, Pod, pod_from_manifest
 from .quantity import QuantityError, parse_resource_list
@@ -51,10 +52,6 @@ QOS_LEVEL_DIRS = {BEST_EFFORT: "besteffort", BURSTABLE: "burstable", GUARANTEED:
 KOORD_QOS_OF_KUBE = {GUARANTEED: "LSR", BURSTABLE: "LS", BEST_EFFORT: "BE"}
 
 CFS_PERIOD_US = 100000  # DefaultCPUCFSPeriod
-
-ANNOTATION_RESERVATION = "node.koordinator.sh/reservation"
-ANNOTATION_SYSTEM_QOS = "node.koordinator.sh/system-qos-resource"
-ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
 
 #: CPU ids are below this: the kernel's largest ``CONFIG_NR_CPUS`` (x86_64 ``MAXSMP``); also the most CPUs
 #: a node without a topology may have, and the most entries of a topology or a resctrl cache id list
@@ -387,7 +384,7 @@ def parse_reservation(raw: str | None, node: str = "") -> Reservation:
         if not isinstance(policy, str):
             raise ValueError(f"applyPolicy: expected a string, got {type(policy).__name__}")
     except (ValueError, QuantityError) as e:
-        raise ValueError(f"node {node}: annotation {ANNOTATION_RESERVATION}: {e}") from None
+        raise ValueError(f"node {node}: annotation {ANNOTATION_NODE_RESERVATION}: {e}") from None
     return Reservation(res, tuple(cpus), policy)
 
 
@@ -545,7 +542,7 @@ class NodeState:
         quantities are bounded, ``reservedCPUs`` must be a cpu list string (ids below :data:`MAX_CPUS`)
         and ``applyPolicy`` a string. Plugins log and ignore a bad reservation, as Koordinator does.
         """
-        return parse_reservation(self.annotations.get(ANNOTATION_RESERVATION), node=self.name)
+        return parse_reservation(self.annotations.get(ANNOTATION_NODE_RESERVATION), node=self.name)
 
     def pod(self, uid: str) -> PodState | None:
         for p in self.pods:

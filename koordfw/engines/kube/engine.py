@@ -24,6 +24,7 @@ from ...core.framework import Scheduler
 from ...core.model import Pod
 from ...core.plugins import Registry
 from ...core.status import Status
+from ...extension import SCHEDULING_GROUP_VERSION, SLO_GROUP_VERSION
 from .binder import BindDropped, BindGated, KubeBinder
 from .cache import ClusterFeeder
 from .client import ApiError, KubeClient
@@ -44,11 +45,11 @@ NON_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
 #: other kinds kept in the cache: kind -> API path (optional: a cluster without the CRD is fine)
 #: the other kinds plugins read, each watched when its API exists (a missing CRD is skipped quietly)
 DEFAULT_OBJECTS = {
-    "NodeMetric": "/apis/slo.koordinator.sh/v1alpha1/nodemetrics",
+    "NodeMetric": f"/apis/{SLO_GROUP_VERSION}/nodemetrics",
     "PodDisruptionBudget": "/apis/policy/v1/poddisruptionbudgets",
     "PodGroup": "/apis/scheduling.sigs.k8s.io/v1alpha1/podgroups",
     "ElasticQuota": "/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas",
-    "Device": "/apis/scheduling.koordinator.sh/v1alpha1/devices",
+    "Device": f"/apis/{SCHEDULING_GROUP_VERSION}/devices",
     "NodeResourceTopology": "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies",
 }
 

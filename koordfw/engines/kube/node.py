@@ -22,12 +22,13 @@ import structlog
 from ...core.errors import KoordfwError
 from ...core.model import Pod, pod_from_manifest
 from ...core.quantity import format_quantity
+from ...extension import SLO_GROUP_VERSION
 from .client import ApiError, KubeClient
 from .reflector import Reflector
 
 log = structlog.get_logger("koordfw.kube")
 
-NODEMETRICS = "/apis/slo.koordinator.sh/v1alpha1/nodemetrics"
+NODEMETRICS = f"/apis/{SLO_GROUP_VERSION}/nodemetrics"
 
 
 class NodePodSource:
@@ -121,7 +122,7 @@ class NodeMetricPublisher:
             except ApiError as e:
                 if e.status != 404:
                     raise
-                body = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
+                body = {"apiVersion": SLO_GROUP_VERSION, "kind": "NodeMetric",
                         "metadata": {"name": self.node_name},
                         "spec": {"metricCollectPolicy": {"reportIntervalSeconds": self.report_interval,
                                                          "aggregateDurationSeconds": self.report_interval}}}

@@ -25,14 +25,11 @@ import attrs
 import structlog
 
 from koordfw import canonical, loads_json, warn_once
+from koordfw.extension import ANNOTATION_NODE_RESERVATION, BATCH_CPU, BATCH_MEMORY, PRIORITY_BATCH, PRIORITY_FREE, QOS_LSE
 
 from .metric import CPU, MEMORY, NodeMetricInfo
 from .strategy import MAX_USAGE_REQUEST, REQUEST, ColocationStrategy
 
-BATCH_CPU = "kubernetes.io/batch-cpu"
-BATCH_MEMORY = "kubernetes.io/batch-memory"
-ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
-PRIORITY_BATCH, PRIORITY_FREE = "koord-batch", "koord-free"
 RESOURCES = (CPU, MEMORY)
 
 log = structlog.get_logger("koordfw.batch_resource")
@@ -190,7 +187,7 @@ def calculate(strategy: ColocationStrategy, node: Any, pods: Iterable[Any], metr
         _add(hp_request, req)
         if pm is None:
             _add(hp_used, req)
-        elif pod.qos_class == "LSE":
+        elif pod.qos_class == QOS_LSE:
             # LSE pods hold their CPUs exclusively: their cpu is never reclaimable
             _add(hp_used, {CPU: req[CPU], MEMORY: pm.usage.get(MEMORY, 0)})
             _add(hp_max, _max(req, pm.usage))

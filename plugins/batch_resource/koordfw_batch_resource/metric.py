@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from koordfw import PodMetric, field_list, field_mapping, read_node_metric, resource_map
+from koordfw.extension import PRIORITY_BATCH, PRIORITY_FREE
 
 CPU, MEMORY = "cpu", "memory"
 
@@ -44,7 +45,7 @@ def parse_node_metric(obj: Mapping[str, Any]) -> NodeMetricInfo:
     for i, hm in enumerate(field_list(status.get("hostApplicationMetric"), ctx, "status.hostApplicationMetric")):
         where = f"status.hostApplicationMetric[{i}]"
         hm = field_mapping(hm, ctx, where)
-        if str(hm.get("priority") or "") in ("koord-batch", "koord-free"):
+        if str(hm.get("priority") or "") in (PRIORITY_BATCH, PRIORITY_FREE):
             continue
         usage_raw = field_mapping(hm.get("usage"), ctx, f"{where}.usage")
         for r, v in resources(usage_raw.get("resources"), obj=ctx, field=f"{where}.usage.resources").items():

@@ -13,6 +13,7 @@ from typing import Any
 import structlog
 
 from koordfw import ManifestError, format_quantity, hookimpl, warn_once
+from koordfw.extension import BATCH_CPU, BATCH_MEMORY
 
 from .calculator import BatchResult, calculate
 from .metric import parse_node_metric
@@ -58,8 +59,8 @@ class BatchResource:
         for name in sorted(self.results):
             r = self.results[name]
             row: dict[str, Any] = {"node": name,
-                                   "kubernetes.io/batch-cpu": str(r.batch_cpu),
-                                   "kubernetes.io/batch-memory": format_quantity("memory", r.batch_memory)}
+                                   BATCH_CPU: str(r.batch_cpu),
+                                   BATCH_MEMORY: format_quantity("memory", r.batch_memory)}
             if r.degraded:
                 row["degraded"] = r.degraded
             else:

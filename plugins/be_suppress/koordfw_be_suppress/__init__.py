@@ -17,9 +17,16 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import FileWrite, NodeState, hookimpl, loads_json, warn_once
-from koordfw.core.nodestate import ANNOTATION_RESOURCE_STATUS, ANNOTATION_SYSTEM_QOS, CFS_PERIOD_US, CPUInfo, format_cpuset
-from koordfw.core.nodestate import parse_cpuset as _parse_cpuset
+from koordfw import CFS_PERIOD_US, CPUInfo, FileWrite, NodeState, format_cpuset, hookimpl, loads_json, warn_once
+from koordfw import parse_cpuset as _parse_cpuset
+from koordfw.extension import (
+    ANNOTATION_NODE_RESERVATION,
+    ANNOTATION_NODE_SYSTEM_QOS_RESOURCE,
+    ANNOTATION_RESOURCE_STATUS,
+    LABEL_POD_QOS,
+    QOS_LSE,
+    QOS_LSR,
+)
 
 log = structlog.get_logger("koordfw.be_suppress")
 
@@ -30,7 +37,6 @@ BE_MIN_QUOTA = 2000  # µs, beMinQuota
 BE_MIN_CPUSET_CORES = 2  # beMinCPUSetCores
 SUPPRESS_BYPASS_QUOTA_DELTA_RATIO = 0.01
 BE_MAX_INCREASE_CPU_PERCENT = 0.1
-LABEL_QOS = "koordinator.sh/qosClass"
 ANNOTATION_KUBELET_CPU_MANAGER_POLICY = "kubelet.koordinator.sh/cpu-manager-policy"
 
 
@@ -88,7 +94,7 @@ def node_reserved_milli(ns: NodeState) -> int:
     try:
         anno = ns.reservation().resources.get("cpu", 0)
     except (ValueError, RecursionError) as e:  # Koordinator logs and ignores a malformed reservation
-        warn_once(log, _WARNED, (ns.name, str(ns.annotations.get("node.koordinator.sh/reservation"))),
+        warn_once(log, _WARNED, (ns.name, str(ns.annotations.get(ANNOTATION_NODE_RESERVATION))),
                    "ignoring malformed node reservation", node=ns.name, error=str(e) or type(e).__name__)
         anno = 0
     return max(kubelet, anno)
@@ -194,7 +200,7 @@ def pick_cpus(n: int, procs: list[CPUInfo]) -> list[int]:
 
 
 def _raw_qos(pod) -> str:
-    return pod.labels.get(LABEL_QOS, "") if pod is not None else ""
+    return pod.labels.get(LABEL_POD_QOS, "") if pod is not None else ""
 
 
 def _pod_cpuset(ps) -> list[int]:
@@ -212,7 +218,7 @@ def _pod_cpuset(ps) -> list[int]:
 
 
 def _system_qos_exclusive(ns: NodeState) -> set[int]:
-    raw = ns.annotations.get(ANNOTATION_SYSTEM_QOS)
+    raw = ns.annotations.get(ANNOTATION_NODE_SYSTEM_QOS_RESOURCE)
     if not raw:
         return set()
     try:
@@ -224,7 +230,7 @@ def _system_qos_exclusive(ns: NodeState) -> set[int]:
         return set(parse_cpuset(obj["cpuset"]))
     except ValueError as e:
         warn_once(log, _WARNED, (ns.name, raw), "ignoring malformed system-qos-resource", node=ns.name,
-                   annotation=ANNOTATION_SYSTEM_QOS, error=str(e))
+                   annotation=ANNOTATION_NODE_SYSTEM_QOS_RESOURCE, error=str(e))
         return set()
 
 
@@ -249,9 +255,9 @@ def cpuset_target(ns: NodeState, suppress_milli: int) -> list[int]:
     for p in topo:
         if p.id in excluded:
             continue
-        if pool.get(p.id) == "LSR":
+        if pool.get(p.id) == QOS_LSR:
             lsr.append(p)
-        elif pool.get(p.id) != "LSE":  # LSE CPUs are never lent to BE
+        elif pool.get(p.id) != QOS_LSE:  # LSE CPUs are never lent to BE
             ls.append(p)
     cpus = max(-(-suppress_milli // 1000), BE_MIN_CPUSET_CORES)
     old = ns.cpuset(ns.qos_dir("besteffort"))
@@ -274,7 +280,7 @@ def recover_cpuset(ns: NodeState) -> list[int]:
     """calcBECPUSet: all CPUs minus SYSTEM-exclusive, reserved and LSE-bound CPUs."""
     excluded = _system_qos_exclusive(ns) | _reserved_cpus(ns)
     for ps in ns.pods:
-        if _raw_qos(ps.pod) == "LSE":
+        if _raw_qos(ps.pod) == QOS_LSE:
             excluded.update(_pod_cpuset(ps))
     return [c for c in ns.cpu_ids if c not in excluded]
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 import structlog
 
 from koordfw import FileWrite, NodeState, PodState, hookimpl, loads_json
+from koordfw.extension import ANNOTATION_RESOURCE_STATUS, QOS_LS, QOS_LSE, QOS_LSR
 
 from .cpuset import format_cpuset, parse_cpuset
 
 log = structlog.get_logger("koordfw.cpu_topology")
 
 PLUGIN = "cpu_topology_agent"
-ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
 
 
 def bound_cpus(p: PodState) -> frozenset[int] | None:
@@ -62,9 +62,9 @@ def pools(ns: NodeState) -> tuple[dict[str, frozenset[int]], frozenset[int], fro
         if cpus is None:
             continue
         bound[p.uid] = cpus
-        if p.qos in ("LSE", "LSR"):
+        if p.qos in (QOS_LSE, QOS_LSR):
             exclusive |= cpus
-        if p.qos == "LSE":
+        if p.qos == QOS_LSE:
             lse |= cpus
     ls_pool = all_cpus - exclusive - reserved
     be_pool = all_cpus - lse - reserved
@@ -82,7 +82,7 @@ def target_of(p: PodState, bound: dict[str, frozenset[int]], ls_pool: frozenset[
         return bound[p.uid]
     if p.is_be:
         return be_pool or None
-    if p.qos in ("LS", "LSR", "LSE"):
+    if p.qos in (QOS_LS, QOS_LSR, QOS_LSE):
         return ls_pool or None
     return None
 

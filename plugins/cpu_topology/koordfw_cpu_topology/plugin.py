@@ -22,6 +22,14 @@ import numpy as np
 import structlog
 
 from koordfw import Status, hookimpl, loads_json
+from koordfw.extension import (
+    ANNOTATION_NODE_RESERVATION,
+    ANNOTATION_RESOURCE_STATUS,
+    LABEL_POD_QOS,
+    PRIORITY_PROD,
+    QOS_LSE,
+    QOS_LSR,
+)
 
 from .accumulator import (
     EXCLUSIVE_NONE,
@@ -42,10 +50,7 @@ log = structlog.get_logger("koordfw.cpu_topology")
 NAME = "cpu_topology"
 STATE_KEY = "cpu_topology"
 
-LABEL_QOS = "koordinator.sh/qosClass"
 ANNOTATION_RESOURCE_SPEC = "scheduling.koordinator.sh/resource-spec"
-ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
-ANNOTATION_RESERVATION = "node.koordinator.sh/reservation"
 ANNOTATION_KUBELET_CPU_MANAGER_POLICY = "node.koordinator.sh/kubelet-cpu-manager-policy"
 ANNOTATION_POD_CPU_ALLOCS = "node.koordinator.sh/pod-cpu-allocs"
 LABEL_CPU_BIND_POLICY = "node.koordinator.sh/cpu-bind-policy"
@@ -134,7 +139,7 @@ class NodeCPUState:
 
 def allow_use_cpuset(pod: Any) -> bool:
     """``AllowUseCPUSet``: QoS label LSE/LSR (label only, like GetPodQoSClassRaw) and koord-prod."""
-    return pod.labels.get(LABEL_QOS) in ("LSE", "LSR") and pod.priority_class_with_default == "koord-prod"
+    return pod.labels.get(LABEL_POD_QOS) in (QOS_LSE, QOS_LSR) and pod.priority_class_with_default == PRIORITY_PROD
 
 
 def parse_resource_spec(text: str | None) -> dict:
@@ -278,10 +283,10 @@ class CPUTopologyPlugin:
         kubelet_full_pcpus_only = False
         try:
             for src, a in ((f"Node {node.name}", anns), (f"NodeResourceTopology {node.name}", nrt_anns)):
-                raw = a.get(ANNOTATION_RESERVATION)
+                raw = a.get(ANNOTATION_NODE_RESERVATION)
                 if raw:
-                    obj = _json_object(raw, src, ANNOTATION_RESERVATION)
-                    reserved |= _cpus_field(obj.get("reservedCPUs"), src, f"{ANNOTATION_RESERVATION}.reservedCPUs")
+                    obj = _json_object(raw, src, ANNOTATION_NODE_RESERVATION)
+                    reserved |= _cpus_field(obj.get("reservedCPUs"), src, f"{ANNOTATION_NODE_RESERVATION}.reservedCPUs")
                 raw = a.get(ANNOTATION_KUBELET_CPU_MANAGER_POLICY)
                 if raw:
                     obj = _json_object(raw, src, ANNOTATION_KUBELET_CPU_MANAGER_POLICY)

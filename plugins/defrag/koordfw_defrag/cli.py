@@ -69,8 +69,8 @@ async def plan_snapshot(manifests, registry) -> dict:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
+    from koordfw import load_manifests
     from koordfw.commands._common import registry_from_args
-    from koordfw.core.manifests import load_manifests
 
     manifests = load_manifests(args.paths)
     registry = registry_from_args(args)

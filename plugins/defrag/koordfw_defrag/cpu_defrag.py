@@ -15,13 +15,15 @@ from typing import Any
 import numpy as np
 from koordfw_gpu_share import frag
 
+from koordfw.extension import RESOURCE_GPU
+
 from .args import CpuDefragArgs
 from .fragengine import Descent, MovablePod, SlotModel
 from .plan import PlanBuilder
 from .safety import gang_id, unevictable_reason
 
 PLUGIN = "cpu_defrag"
-_GPU_PREFIXES = ("nvidia.com/", "koordinator.sh/gpu", "amd.com/", "dcu.com/", "huawei.com/")
+_GPU_PREFIXES = ("nvidia.com/", RESOURCE_GPU, "amd.com/", "dcu.com/", "huawei.com/")
 
 
 def _holds_gpu(pod: Any) -> bool:

@@ -14,14 +14,26 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import ManifestError, canonical, field_mapping, raw_allocatable
-from koordfw.core.model import LABEL_QOS, PRIORITY_BATCH, PRIORITY_FREE, PRIORITY_MID, PRIORITY_PROD, QOS_CLASSES, parse_time
+from koordfw import ManifestError, canonical, field_mapping, parse_time, raw_allocatable
+from koordfw.extension import (
+    ANNOTATION_NODE_RAW_ALLOCATABLE,
+    LABEL_POD_QOS,
+    PRIORITY_BATCH,
+    PRIORITY_FREE,
+    PRIORITY_MID,
+    PRIORITY_PROD,
+    QOS_BE,
+    QOS_CLASSES,
+    QOS_LS,
+    QOS_LSE,
+    QOS_LSR,
+    QOS_SYSTEM,
+)
 
 from .args import AnomalyCondition, LowNodeLoadArgs, NodePool
 from .plan import PlanBuilder
 from .safety import DELETION_COST, EVICTION_COST, int_annotation, selector_matches
 
-RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
 PLUGIN = "low_node_load"
 
 log = structlog.get_logger("koordfw.defrag")
@@ -31,7 +43,7 @@ _WARNED: set[str] = set()
 
 _CLASS_RANK = {PRIORITY_FREE: 0, PRIORITY_BATCH: 1, PRIORITY_MID: 2, PRIORITY_PROD: 3}
 _KUBE_QOS_RANK = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}
-_KOORD_QOS_RANK = {"BE": 0, "LS": 1, "LSR": 2, "LSE": 3, "SYSTEM": 3}
+_KOORD_QOS_RANK = {QOS_BE: 0, QOS_LS: 1, QOS_LSR: 2, QOS_LSE: 3, QOS_SYSTEM: 3}
 
 
 @attrs.define
@@ -116,7 +128,7 @@ def node_usage(view: Any, cluster: Any, now: float, expiration: float) -> NodeUs
         alloc.update(raw_allocatable(view) or {})  # a bad annotation raises ManifestError naming the node
     except (ValueError, RecursionError) as e:
         raise ManifestError(str(e) or type(e).__name__, obj=f"Node {view.name}",
-                            field=f"metadata.annotations.{RAW_ALLOCATABLE}") from None
+                            field=f"metadata.annotations.{ANNOTATION_NODE_RAW_ALLOCATABLE}") from None
     return NodeUsage(view.name, alloc, usage, prod, pod_usage, schedulable=not view.unschedulable)
 
 
@@ -254,7 +266,7 @@ def most_requested_score(n: NodeUsage, res: list[str], weights: Mapping[str, int
 
 
 def koord_qos_raw(pod: Any) -> str:
-    q = pod.labels.get(LABEL_QOS)
+    q = pod.labels.get(LABEL_POD_QOS)
     return q if q in QOS_CLASSES else ""
 
 
@@ -363,7 +375,7 @@ async def _pass(builder: PlanBuilder, args: LowNodeLoadArgs, pool: NodePool, nod
         high = th[src][1]
         over_res = [r for r in res if usage.get(r, 0) > high[r]]
         pods = [p for p in builder.cluster.pods_on(src) if _pod_allowed(p, args)
-                and (not prod or p.priority_class_with_default == "koord-prod")
+                and (not prod or p.priority_class_with_default == PRIORITY_PROD)
                 and builder.blocked(p) in (None, "round budget exhausted", "per-node budget exhausted",
                                           "per-namespace budget exhausted")]
         pods.sort(key=lambda p: pod_sort_key(p, n.pod_usage.get(p.key, {}), over_res, n.allocatable, weights))

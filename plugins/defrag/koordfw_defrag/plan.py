@@ -17,9 +17,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from koordfw import CycleState, Migration, PreFilterResult, Status
-from koordfw.core.caller import PluginFailure
-from koordfw.core.status import Code
+from koordfw import Code, CycleState, Migration, PluginFailure, PreFilterResult, Status
 
 from .args import Args
 from .safety import PdbBudget, gang_id, unevictable_reason

@@ -8,6 +8,7 @@ from typing import Any
 import structlog
 
 from koordfw import selector_matches  # noqa: F401  (re-exported for low_node_load)
+from koordfw.extension import ANNOTATION_GANG_MODE, ANNOTATION_GANG_NAME, LABEL_POD_GROUP, LABEL_POD_GROUP_DEPRECATED
 
 log = structlog.get_logger("koordfw.defrag")
 #: (PDB, value) already warned about
@@ -20,10 +21,6 @@ CRITICAL_CLASSES = ("system-cluster-critical", "system-node-critical")
 EVICT_ANNOTATION = "descheduler.alpha.kubernetes.io/evict"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 EVICTION_COST = "scheduling.koordinator.sh/eviction-cost"
-GANG_NAME = "gang.scheduling.koordinator.sh/name"
-GANG_MODE = "gang.scheduling.koordinator.sh/mode"
-LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
-LABEL_POD_GROUP_DEPRECATED = "pod-group.scheduling.sigs.k8s.io/name"
 
 
 def _spec(pod: Any) -> Mapping:
@@ -66,10 +63,10 @@ def unevictable_reason(pod: Any) -> str | None:
 def gang_id(pod: Any) -> str:
     """``namespace/name`` of the pod's Strict gang, or ``""`` (no gang, or NonStrict)."""
     name = (pod.labels.get(LABEL_POD_GROUP) or pod.labels.get(LABEL_POD_GROUP_DEPRECATED)
-            or pod.annotations.get(GANG_NAME) or "")
+            or pod.annotations.get(ANNOTATION_GANG_NAME) or "")
     if not name:
         return ""
-    if pod.annotations.get(GANG_MODE, "Strict") == "NonStrict":
+    if pod.annotations.get(ANNOTATION_GANG_MODE, "Strict") == "NonStrict":
         return ""
     return f"{pod.namespace}/{name}"
 

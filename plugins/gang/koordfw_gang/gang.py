@@ -13,17 +13,20 @@ import attrs
 import structlog
 
 from koordfw import loads_json, parse_duration
+from koordfw.extension import (
+    ANNOTATION_GANG_MODE,
+    ANNOTATION_GANG_NAME,
+    ANNOTATION_GANG_PREFIX,
+    LABEL_POD_GROUP,
+    LABEL_POD_GROUP_DEPRECATED,
+)
 
 log = structlog.get_logger("koordfw.gang")
 
 # -- wire names (apis/extension/coscheduling.go, scheduler-plugins) -------------------------------------
-LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
-LABEL_POD_GROUP_DEPRECATED = "pod-group.scheduling.sigs.k8s.io/name"
-ANNOTATION_GANG_PREFIX = "gang.scheduling.koordinator.sh"
-ANNOTATION_GANG_NAME = f"{ANNOTATION_GANG_PREFIX}/name"
+# (the PodGroup labels, the gang prefix, name and mode are shared with defrag: koordfw.extension)
 ANNOTATION_GANG_MIN_NUM = f"{ANNOTATION_GANG_PREFIX}/min-available"
 ANNOTATION_GANG_TOTAL_NUM = f"{ANNOTATION_GANG_PREFIX}/total-number"
-ANNOTATION_GANG_MODE = f"{ANNOTATION_GANG_PREFIX}/mode"
 ANNOTATION_GANG_WAIT_TIME = f"{ANNOTATION_GANG_PREFIX}/waiting-time"
 ANNOTATION_GANG_GROUPS = f"{ANNOTATION_GANG_PREFIX}/groups"
 ANNOTATION_GANG_MATCH_POLICY = f"{ANNOTATION_GANG_PREFIX}/match-policy"

@@ -13,6 +13,8 @@ import socket
 import sys
 from typing import Any
 
+from koordfw.extension import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, SCHEDULING_GROUP_VERSION
+
 
 class NoGpu(RuntimeError):
     """NVML is absent, has no driver, or sees no GPU."""
@@ -48,9 +50,9 @@ def build_device(node_name: str, nvml: Any | None = None) -> dict:
             except Exception:
                 minor = i
             devices.append({"type": "gpu", "id": uuid, "minor": minor, "health": True,
-                            "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": str(mem),
-                                          "koordinator.sh/gpu-memory-ratio": "100"}})
-        return {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
+                            "resources": {RESOURCE_GPU_CORE: "100", RESOURCE_GPU_MEMORY: str(mem),
+                                          RESOURCE_GPU_MEMORY_RATIO: "100"}})
+        return {"apiVersion": SCHEDULING_GROUP_VERSION, "kind": "Device",
                 "metadata": {"name": node_name}, "spec": {"devices": sorted(devices, key=lambda d: d["minor"])}}
     finally:
         try:

@@ -15,8 +15,9 @@ import numpy as np
 import structlog
 
 from koordfw import loads_json, parse_quantity
+from koordfw.extension import RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 
-from .requests import GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, GPU_MODEL_LABEL, KOORD_GPU, NVIDIA_GPU
+from .requests import GPU_MODEL_LABEL, NVIDIA_GPU
 
 log = structlog.get_logger("koordfw.gpu_share")
 
@@ -115,9 +116,9 @@ def _device_list(obj: Any, node: str) -> list[tuple[int, bool, int, int, int]]:
             res = {}
         if not isinstance(res, Mapping):
             raise InventoryError(f"{where}.resources must be a mapping")
-        core = _amount(res, GPU_CORE, 100, f"{where}.resources", MAX_PERCENT, 10)
-        ratio = _amount(res, GPU_MEMORY_RATIO, 100, f"{where}.resources", MAX_PERCENT, 10)
-        mem = _amount(res, GPU_MEMORY, 0, f"{where}.resources", MAX_DEVICE_MEMORY)
+        core = _amount(res, RESOURCE_GPU_CORE, 100, f"{where}.resources", MAX_PERCENT, 10)
+        ratio = _amount(res, RESOURCE_GPU_MEMORY_RATIO, 100, f"{where}.resources", MAX_PERCENT, 10)
+        mem = _amount(res, RESOURCE_GPU_MEMORY, 0, f"{where}.resources", MAX_DEVICE_MEMORY)
         healthy = d.get("health", True) not in (False, "false", "False", "Unhealthy")
         out.append((minor, healthy, core, ratio, mem))
     return sorted(out)
@@ -208,15 +209,15 @@ class Inventory:
         alloc = view.allocatable
         count = alloc.get(NVIDIA_GPU, 0)
         if not count:
-            count = max(alloc.get(GPU_CORE, 0), alloc.get(KOORD_GPU, 0)) // 100
+            count = max(alloc.get(RESOURCE_GPU_CORE, 0), alloc.get(RESOURCE_GPU, 0)) // 100
         if count <= 0:
             return []
         if count > MAX_GPUS_PER_NODE:
             raise InventoryError(f"Node {view.name}: status.allocatable gives {count} GPUs, more than "
                                  f"{MAX_GPUS_PER_NODE}")
-        mem = alloc.get(GPU_MEMORY, 0) // count
+        mem = alloc.get(RESOURCE_GPU_MEMORY, 0) // count
         if mem > MAX_DEVICE_MEMORY:
-            raise InventoryError(f"Node {view.name}: status.allocatable.{GPU_MEMORY}: more than "
+            raise InventoryError(f"Node {view.name}: status.allocatable.{RESOURCE_GPU_MEMORY}: more than "
                                  f"{MAX_DEVICE_MEMORY} bytes per GPU")
         return [(i, True, MILLI, MILLI, mem) for i in range(count)]
 
@@ -294,11 +295,11 @@ class Inventory:
             res = d.get("resources") or {}
             if not isinstance(res, Mapping):
                 raise ValueError(f"{where}.resources: expected a mapping")
-            core = _amount(res, GPU_CORE, 0, f"{where}.resources", MAX_PERCENT, 10)
-            if GPU_MEMORY_RATIO in res:
-                mem = _amount(res, GPU_MEMORY_RATIO, 0, f"{where}.resources", MAX_PERCENT, 10)
-            elif GPU_MEMORY in res and self.mem_bytes[node, slots[-1]] > 0:
-                mem_b = _amount(res, GPU_MEMORY, 0, f"{where}.resources", MAX_DEVICE_MEMORY)
+            core = _amount(res, RESOURCE_GPU_CORE, 0, f"{where}.resources", MAX_PERCENT, 10)
+            if RESOURCE_GPU_MEMORY_RATIO in res:
+                mem = _amount(res, RESOURCE_GPU_MEMORY_RATIO, 0, f"{where}.resources", MAX_PERCENT, 10)
+            elif RESOURCE_GPU_MEMORY in res and self.mem_bytes[node, slots[-1]] > 0:
+                mem_b = _amount(res, RESOURCE_GPU_MEMORY, 0, f"{where}.resources", MAX_DEVICE_MEMORY)
                 mem = -(-mem_b * MILLI // int(self.mem_bytes[node, slots[-1]]))
         return slots, core, mem, mem_b
 

@@ -26,6 +26,7 @@ import attrs
 import numpy as np
 
 from koordfw import Status, format_quantity, hookimpl
+from koordfw.extension import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 
 from . import (
     baselines,  # noqa: F401  (registers the paper's baselines and fgdcap)
@@ -35,7 +36,7 @@ from . import (
 from .inventory import DEVICE_ALLOCATED, MAX_GPUS_PER_NODE, MILLI, Alloc, Inventory
 from .policies import CHOICE as _CHOICE
 from .policies import POLICIES, Policy, pod_tag, sub_select  # noqa: F401  (pod_tag, sub_select: public)
-from .requests import GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, InvalidGpuRequest, pod_gpu_request
+from .requests import InvalidGpuRequest, pod_gpu_request
 
 _REQ, _ALLOC = "gpu_share/request", "gpu_share/alloc"
 _LP_UNDO = "gpu_share/lp"
@@ -367,14 +368,14 @@ def device_allocated_json(inv: Inventory, a: Alloc) -> str:
     out = []
     for s in a.slots:
         total_b = int(inv.mem_bytes[a.node, s])
-        res = {GPU_CORE: str(a.core // 10)}
+        res = {RESOURCE_GPU_CORE: str(a.core // 10)}
         if a.mem_bytes is not None:
-            res[GPU_MEMORY] = format_quantity(GPU_MEMORY, a.mem_bytes)
+            res[RESOURCE_GPU_MEMORY] = format_quantity(RESOURCE_GPU_MEMORY, a.mem_bytes)
             if total_b > 0:
-                res[GPU_MEMORY_RATIO] = str(int(a.mem_bytes / total_b * 100))
+                res[RESOURCE_GPU_MEMORY_RATIO] = str(int(a.mem_bytes / total_b * 100))
         else:
-            res[GPU_MEMORY_RATIO] = str(a.mem // 10)
+            res[RESOURCE_GPU_MEMORY_RATIO] = str(a.mem // 10)
             if total_b > 0:
-                res[GPU_MEMORY] = format_quantity(GPU_MEMORY, a.mem // 10 * total_b // 100)
+                res[RESOURCE_GPU_MEMORY] = format_quantity(RESOURCE_GPU_MEMORY, a.mem // 10 * total_b // 100)
         out.append({"minor": int(inv.minor[a.node, s]), "resources": dict(sorted(res.items()))})
     return json.dumps({"gpu": out}, separators=(",", ":"))

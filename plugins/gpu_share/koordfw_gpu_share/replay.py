@@ -24,13 +24,12 @@ from typing import Any
 import attrs
 import numpy as np
 
-from koordfw import ConfigError, Scheduler, make_node, make_pod
-from koordfw.core.clock import VirtualClock
-from koordfw.core.cluster import ClusterState
+from koordfw import ClusterState, ConfigError, Scheduler, VirtualClock, make_node, make_pod
+from koordfw.extension import RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO
 
 from . import frag
 from .plugin import POLICIES
-from .requests import GPU_CORE, GPU_MEMORY_RATIO, GPU_MODEL_LABEL, KOORD_GPU, NVIDIA_GPU
+from .requests import GPU_MODEL_LABEL, NVIDIA_GPU
 
 TUNE_RATIO = 1.3
 PUBLISHED = {  # unallocated GPU % at arrived = 100 %, median of 10 seeds (FGD paper, Fig. 9-14)
@@ -116,8 +115,8 @@ def _pod(r) -> Any:
     req: dict[str, Any] = {"cpu": f"{cpu}m", "memory": f"{mem}Mi"}
     if num > 0 and milli > 0:
         if num == 1 and milli < 1000:
-            req[GPU_CORE] = str(milli // 10)
-            req[GPU_MEMORY_RATIO] = str(milli // 10)
+            req[RESOURCE_GPU_CORE] = str(milli // 10)
+            req[RESOURCE_GPU_MEMORY_RATIO] = str(milli // 10)
         else:
             req[NVIDIA_GPU] = str(num)
     extra = {}
@@ -131,8 +130,8 @@ def _node(r) -> Any:
     name, cpu, mem, gpu, model = r
     alloc = {"cpu": f"{cpu}m", "memory": f"{mem}Mi", "pods": "1001"}
     if gpu:
-        alloc.update({NVIDIA_GPU: str(gpu), KOORD_GPU: str(100 * gpu), GPU_CORE: str(100 * gpu),
-                      GPU_MEMORY_RATIO: str(100 * gpu)})
+        alloc.update({NVIDIA_GPU: str(gpu), RESOURCE_GPU: str(100 * gpu), RESOURCE_GPU_CORE: str(100 * gpu),
+                      RESOURCE_GPU_MEMORY_RATIO: str(100 * gpu)})
     return make_node(name, allocatable=alloc, labels={GPU_MODEL_LABEL: model} if model else {})
 
 

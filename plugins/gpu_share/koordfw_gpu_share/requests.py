@@ -16,27 +16,31 @@ from typing import Any
 
 import attrs
 
+from koordfw.extension import (
+    RESOURCE_GPU,
+    RESOURCE_GPU_CORE,
+    RESOURCE_GPU_MEMORY,
+    RESOURCE_GPU_MEMORY_RATIO,
+    RESOURCE_GPU_SHARED,
+)
+
 NVIDIA_GPU = "nvidia.com/gpu"
 AMD_GPU = "amd.com/gpu"
 HYGON_DCU = "dcu.com/gpu"
-KOORD_GPU = "koordinator.sh/gpu"
-GPU_CORE = "koordinator.sh/gpu-core"
-GPU_MEMORY = "koordinator.sh/gpu-memory"
-GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
-GPU_SHARED = "koordinator.sh/gpu.shared"
 HUAWEI_NPU_CORE = "huawei.com/npu-core"
 GPU_MODEL_LABEL = "node.koordinator.sh/gpu-model"
 
-GPU_RESOURCES = (NVIDIA_GPU, AMD_GPU, HYGON_DCU, KOORD_GPU, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, GPU_SHARED,
-                 HUAWEI_NPU_CORE)
+GPU_RESOURCES = (NVIDIA_GPU, AMD_GPU, HYGON_DCU, RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY,
+                 RESOURCE_GPU_MEMORY_RATIO, RESOURCE_GPU_SHARED, HUAWEI_NPU_CORE)
 
 # Koordinator's valid combinations (apis/extension/device_share.go), as sets of resource names.
 _WHOLE = ({NVIDIA_GPU}, {AMD_GPU}, {HYGON_DCU})
-_PERCENT = ({KOORD_GPU}, {GPU_MEMORY_RATIO}, {GPU_CORE, GPU_MEMORY_RATIO})
-_OTHER = ({GPU_MEMORY}, {GPU_CORE, GPU_MEMORY})
-_SHARED = ({GPU_SHARED, GPU_MEMORY}, {GPU_SHARED, GPU_MEMORY_RATIO}, {GPU_SHARED, GPU_CORE, GPU_MEMORY},
-           {GPU_SHARED, GPU_CORE, GPU_MEMORY_RATIO})
-_HUAWEI = ({HUAWEI_NPU_CORE, GPU_MEMORY_RATIO},)
+_PERCENT = ({RESOURCE_GPU}, {RESOURCE_GPU_MEMORY_RATIO}, {RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO})
+_OTHER = ({RESOURCE_GPU_MEMORY}, {RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY})
+_SHARED = ({RESOURCE_GPU_SHARED, RESOURCE_GPU_MEMORY}, {RESOURCE_GPU_SHARED, RESOURCE_GPU_MEMORY_RATIO},
+           {RESOURCE_GPU_SHARED, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY},
+           {RESOURCE_GPU_SHARED, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO})
+_HUAWEI = ({HUAWEI_NPU_CORE, RESOURCE_GPU_MEMORY_RATIO},)
 VALID_COMBINATIONS = tuple(frozenset(c) for c in _WHOLE + _PERCENT + _OTHER + _SHARED + _HUAWEI)
 
 
@@ -72,11 +76,11 @@ class GpuRequest:
     @property
     def canonical(self) -> dict[str, int]:
         """Per-GPU request in Koordinator's units (percent, bytes)."""
-        out = {GPU_CORE: self.core // 10}
+        out = {RESOURCE_GPU_CORE: self.core // 10}
         if self.memory_ratio is not None:
-            out[GPU_MEMORY_RATIO] = self.memory_ratio // 10
+            out[RESOURCE_GPU_MEMORY_RATIO] = self.memory_ratio // 10
         if self.memory_bytes is not None:
-            out[GPU_MEMORY] = self.memory_bytes
+            out[RESOURCE_GPU_MEMORY] = self.memory_bytes
         return out
 
 
@@ -102,25 +106,25 @@ def normalize_request(requests: Mapping[str, int], spec: str = "") -> GpuRequest
         raise InvalidGpuRequest(f"invalid gpu request combination {sorted(combo)}")
     if HUAWEI_NPU_CORE in combo:
         raise InvalidGpuRequest(f"{HUAWEI_NPU_CORE} requests are Huawei NPU devices, not handled by gpu_share")
-    shared = present.get(GPU_SHARED, 0)
-    core = present.get(GPU_CORE)
-    ratio = present.get(GPU_MEMORY_RATIO)
-    mem = present.get(GPU_MEMORY)
+    shared = present.get(RESOURCE_GPU_SHARED, 0)
+    core = present.get(RESOURCE_GPU_CORE)
+    ratio = present.get(RESOURCE_GPU_MEMORY_RATIO)
+    mem = present.get(RESOURCE_GPU_MEMORY)
     # step 2: canonical form
     for whole in (NVIDIA_GPU, AMD_GPU, HYGON_DCU):
         if whole in present:
             core = ratio = 100 * present[whole]
-    if KOORD_GPU in present:
-        _pct_check(KOORD_GPU, present[KOORD_GPU])
-        core = ratio = present[KOORD_GPU]
+    if RESOURCE_GPU in present:
+        _pct_check(RESOURCE_GPU, present[RESOURCE_GPU])
+        core = ratio = present[RESOURCE_GPU]
     if shared:
-        for name, v in ((GPU_CORE, core), (GPU_MEMORY_RATIO, ratio)):
+        for name, v in ((RESOURCE_GPU_CORE, core), (RESOURCE_GPU_MEMORY_RATIO, ratio)):
             if v is not None and v % shared != 0:
-                raise InvalidGpuRequest(f"{name}={v} must be a multiple of {GPU_SHARED}={shared}")
+                raise InvalidGpuRequest(f"{name}={v} must be a multiple of {RESOURCE_GPU_SHARED}={shared}")
         if core is not None and core // shared > 100:
-            raise InvalidGpuRequest(f"{GPU_CORE}={core} over {GPU_SHARED}={shared} exceeds 100 per GPU")
-    elif combo in (frozenset({GPU_MEMORY_RATIO}), frozenset({GPU_CORE, GPU_MEMORY_RATIO})):
-        for name, v in ((GPU_CORE, core), (GPU_MEMORY_RATIO, ratio)):
+            raise InvalidGpuRequest(f"{RESOURCE_GPU_CORE}={core} over {RESOURCE_GPU_SHARED}={shared} exceeds 100 per GPU")
+    elif combo in (frozenset({RESOURCE_GPU_MEMORY_RATIO}), frozenset({RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO})):
+        for name, v in ((RESOURCE_GPU_CORE, core), (RESOURCE_GPU_MEMORY_RATIO, ratio)):
             if v is not None:
                 _pct_check(name, v)
     # step 3: per-GPU request and count

@@ -12,8 +12,7 @@ from typing import Any
 
 import attrs
 
-from koordfw import FileWrite, loads_json
-from koordfw.core.nodestate import FS_RESCTRL
+from koordfw import FS_RESCTRL, FileWrite, loads_json
 
 from .config import LLCIsolationArgs
 from .resctrl import (

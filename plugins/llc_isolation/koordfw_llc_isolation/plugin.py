@@ -15,8 +15,7 @@ from typing import Any
 
 import structlog
 
-from koordfw import hookimpl
-from koordfw.core.nodestate import FS_RESCTRL, FileWrite
+from koordfw import FS_RESCTRL, FileWrite, hookimpl
 
 from .config import LLCIsolationArgs
 from .plan import ANNOTATION_RESCTRL, PLUGIN, PodTasks, info_from_state, plan, pod_group_uid

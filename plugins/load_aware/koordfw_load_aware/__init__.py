@@ -8,7 +8,6 @@ from .args import AggregatedArgs, LoadAwareArgs
 from .estimator import DEFAULT_MEMORY, DEFAULT_MILLI_CPU, estimate_pod, estimate_resource, go_round
 from .metric import MetricInfo, parse_duration, parse_node_metric
 from .plugin import (
-                     ANNOTATION_RAW_ALLOCATABLE,
                      ANNOTATION_USAGE_THRESHOLDS,
                      REASON_AGGREGATED,
                      REASON_EXPIRED,
@@ -20,7 +19,7 @@ from .plugin import (
 )
 
 __all__ = [
-    "ANNOTATION_RAW_ALLOCATABLE", "ANNOTATION_USAGE_THRESHOLDS", "DEFAULT_MEMORY", "DEFAULT_MILLI_CPU",
+    "ANNOTATION_USAGE_THRESHOLDS", "DEFAULT_MEMORY", "DEFAULT_MILLI_CPU",
     "REASON_AGGREGATED", "REASON_EXPIRED", "REASON_PROD", "REASON_USAGE", "AggregatedArgs", "LoadAware",
     "LoadAwareArgs", "MetricInfo", "estimate_pod", "estimate_resource", "go_round", "node_allocatable",
     "node_profile", "parse_duration", "parse_node_metric",

@@ -12,12 +12,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from koordfw.extension import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY, PRIORITY_BATCH, PRIORITY_MID
+
 DEFAULT_MILLI_CPU = 250
 DEFAULT_MEMORY = 200 * 2**20
 
 _TRANSLATE = {
-    "koord-batch": {"cpu": "kubernetes.io/batch-cpu", "memory": "kubernetes.io/batch-memory"},
-    "koord-mid": {"cpu": "kubernetes.io/mid-cpu", "memory": "kubernetes.io/mid-memory"},
+    PRIORITY_BATCH: {"cpu": BATCH_CPU, "memory": BATCH_MEMORY},
+    PRIORITY_MID: {"cpu": MID_CPU, "memory": MID_MEMORY},
 }
 
 

@@ -26,18 +26,17 @@ import numpy as np
 import structlog
 
 from koordfw import ManifestError, hookimpl, loads_json, raw_allocatable, warn_once
+from koordfw.extension import ANNOTATION_NODE_RAW_ALLOCATABLE, PRIORITY_PROD
 
 from .args import LoadAwareArgs
 from .estimator import estimate_pod
 from .metric import MetricInfo, parse_duration, parse_node_metric, parse_time
 
 ANNOTATION_USAGE_THRESHOLDS = "scheduling.koordinator.sh/usage-thresholds"
-ANNOTATION_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
 REASON_EXPIRED = "node(s) nodeMetric expired"
 REASON_USAGE = "node(s) {} usage exceed threshold"
 REASON_AGGREGATED = "node(s) {} aggregated usage exceed threshold"
 REASON_PROD = "node(s) {} prod usage exceed threshold"
-PRIORITY_PROD = "koord-prod"
 
 log = structlog.get_logger("koordfw.load_aware")
 
@@ -138,8 +137,9 @@ def node_allocatable(node: Any, warned: set | None = None) -> dict[str, int]:
         if bad:
             raise ValueError(f"negative quantity for {', '.join(bad)}")
     except (ManifestError, ValueError, RecursionError) as e:
-        warn_once(log, warned, (node.name, ANNOTATION_RAW_ALLOCATABLE, node.annotations.get(ANNOTATION_RAW_ALLOCATABLE)),
-                   "ignoring invalid node annotation", node=node.name, annotation=ANNOTATION_RAW_ALLOCATABLE,
+        key = ANNOTATION_NODE_RAW_ALLOCATABLE
+        warn_once(log, warned, (node.name, key, node.annotations.get(key)),
+                   "ignoring invalid node annotation", node=node.name, annotation=key,
                    error=getattr(e, "detail", None) or str(e) or type(e).__name__)
         return alloc
     alloc.update(raw)

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from koordfw_load_aware import ANNOTATION_RAW_ALLOCATABLE as RA
 from koordfw_load_aware import ANNOTATION_USAGE_THRESHOLDS as UT
 from koordfw_load_aware import node_allocatable
 
 from koordfw import make_node
+from koordfw.extension import ANNOTATION_NODE_RAW_ALLOCATABLE as RA
 from koordfw.testing.hostile import check_cli_outcome, simulate_objects
 
 DEEP = "[" * 5000 + "]" * 5000

@@ -1,0 +1,67 @@
+"""Koordinator and Kubernetes wire names shared by the kernel and the plugins (public API).
+
+The one home of every label, annotation, resource name and API version that more than one module uses,
+as Koordinator's ``apis/extension`` is for Go. The strings are Koordinator's verbatim; the names are its Go
+constant names in UPPER_SNAKE (``LabelPodQoS`` -> ``LABEL_POD_QOS``). A name only one plugin uses stays in
+that plugin. This module imports nothing of koordfw, so the kernel and plugins alike may import it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ANNOTATION_GANG_MODE", "ANNOTATION_GANG_NAME", "ANNOTATION_GANG_PREFIX", "ANNOTATION_NODE_RAW_ALLOCATABLE",
+    "ANNOTATION_NODE_RESERVATION", "ANNOTATION_NODE_SYSTEM_QOS_RESOURCE", "ANNOTATION_RESOURCE_STATUS",
+    "BATCH_CPU", "BATCH_MEMORY", "LABEL_POD_GROUP", "LABEL_POD_GROUP_DEPRECATED", "LABEL_POD_PRIORITY",
+    "LABEL_POD_PRIORITY_CLASS", "LABEL_POD_QOS", "MID_CPU", "MID_MEMORY", "PRIORITY_BATCH", "PRIORITY_CLASSES",
+    "PRIORITY_FREE", "PRIORITY_MID", "PRIORITY_NONE", "PRIORITY_PROD", "QOS_BE", "QOS_CLASSES", "QOS_LS",
+    "QOS_LSE", "QOS_LSR", "QOS_NONE", "QOS_SYSTEM", "RESOURCE_GPU", "RESOURCE_GPU_CORE", "RESOURCE_GPU_MEMORY",
+    "RESOURCE_GPU_MEMORY_RATIO", "RESOURCE_GPU_SHARED", "SCHEDULING_GROUP_VERSION", "SLO_GROUP_VERSION",
+]
+
+# -- pod labels (apis/extension/constants.go) --------------------------------------------------------
+LABEL_POD_QOS = "koordinator.sh/qosClass"
+LABEL_POD_PRIORITY_CLASS = "koordinator.sh/priority-class"
+LABEL_POD_PRIORITY = "koordinator.sh/priority"
+
+# -- QoS classes (apis/extension/qos.go) ---------------------------------------------------------------
+QOS_LSE, QOS_LSR, QOS_LS, QOS_BE, QOS_SYSTEM, QOS_NONE = "LSE", "LSR", "LS", "BE", "SYSTEM", ""
+#: the valid values of :data:`LABEL_POD_QOS` (``QoSNone`` is the absence of one)
+QOS_CLASSES = (QOS_LSE, QOS_LSR, QOS_LS, QOS_BE, QOS_SYSTEM)
+
+# -- priority classes (apis/extension/priority.go) ----------------------------------------------------
+PRIORITY_PROD, PRIORITY_MID, PRIORITY_BATCH, PRIORITY_FREE, PRIORITY_NONE = (
+    "koord-prod", "koord-mid", "koord-batch", "koord-free", "")
+#: the named priority classes (``PriorityNone`` is the absence of one)
+PRIORITY_CLASSES = (PRIORITY_PROD, PRIORITY_MID, PRIORITY_BATCH, PRIORITY_FREE)
+
+# -- batch and mid resources, pod resource annotations (apis/extension/resource.go) -------------------
+BATCH_CPU = "kubernetes.io/batch-cpu"
+BATCH_MEMORY = "kubernetes.io/batch-memory"
+MID_CPU = "kubernetes.io/mid-cpu"
+MID_MEMORY = "kubernetes.io/mid-memory"
+ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
+
+# -- node annotations (apis/extension/node.go, node_resource_amplification.go) ------------------------
+ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
+ANNOTATION_NODE_SYSTEM_QOS_RESOURCE = "node.koordinator.sh/system-qos-resource"
+ANNOTATION_NODE_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"  # node_resource_amplification.go
+
+# -- GPU resources (apis/extension/device_share.go) ------------------------------------------------------
+RESOURCE_GPU = "koordinator.sh/gpu"
+RESOURCE_GPU_CORE = "koordinator.sh/gpu-core"
+RESOURCE_GPU_MEMORY = "koordinator.sh/gpu-memory"
+RESOURCE_GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
+RESOURCE_GPU_SHARED = "koordinator.sh/gpu.shared"
+
+# -- gangs (apis/extension/coscheduling.go; the PodGroup labels are scheduler-plugins' apis/scheduling) --
+ANNOTATION_GANG_PREFIX = "gang.scheduling.koordinator.sh"
+ANNOTATION_GANG_NAME = f"{ANNOTATION_GANG_PREFIX}/name"
+ANNOTATION_GANG_MODE = f"{ANNOTATION_GANG_PREFIX}/mode"
+#: scheduler-plugins' ``PodGroupLabel`` (the PodGroup CRD name)
+LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
+#: the deprecated PodGroup label still read after :data:`LABEL_POD_GROUP`
+LABEL_POD_GROUP_DEPRECATED = "pod-group.scheduling.sigs.k8s.io/name"
+
+# -- CRD API versions (apis/slo/v1alpha1, apis/scheduling/v1alpha1: groupversion_info.go GroupVersion) ---
+SLO_GROUP_VERSION = "slo.koordinator.sh/v1alpha1"  # NodeMetric, NodeSLO
+SCHEDULING_GROUP_VERSION = "scheduling.koordinator.sh/v1alpha1"  # Device, Reservation
