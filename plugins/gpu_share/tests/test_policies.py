@@ -9,10 +9,11 @@ from koordfw_gpu_share import POLICIES, baselines, policies
 from koordfw_gpu_share.inventory import Alloc
 from koordfw_gpu_share.plugin import Args, GpuShare
 from koordfw_gpu_share.requests import pod_gpu_request
+from test_gpu_share import _cluster
 
 from koordfw import ConfigError, make_node, make_pod
 from koordfw.core.cluster import ClusterState
-from koordfw.testing import ClusterBuilder, schedule
+from koordfw.testing import schedule
 
 ANN = "scheduling.koordinator.sh/device-allocated"
 PRODUCT = ("spread", "binpack", "fgd", "fgdlp")
@@ -44,15 +45,6 @@ def test_register_refuses_a_duplicate_name():
     with pytest.raises(ValueError, match="already registered"):
         policies.register(Again)
     assert POLICIES["fgd"] is policies.Fgd
-
-
-def _cluster(gpus=2):
-    b = ClusterBuilder()
-    for n in ("n1", "n2"):
-        b.node(n, cpu="32", memory="128Gi", labels={"node.koordinator.sh/gpu-model": "T4"},
-               **{"nvidia.com__gpu": str(gpus), "koordinator.sh__gpu-core": str(100 * gpus),
-                  "koordinator.sh__gpu-memory-ratio": str(100 * gpus), "koordinator.sh__gpu-memory": f"{16 * gpus}Gi"})
-    return b
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
