@@ -37,8 +37,10 @@ from .core.nodestate import (
     FileWrite,
     NodeState,
     PodState,
+    Reservation,
     format_cpuset,
     parse_cpuset,
+    parse_reservation,
 )
 from .core.profile import Profile, load_profile, profile_from_dict
 from .core.quantity import QuantityError, canonical, format_quantity, parse_duration, parse_quantity
@@ -56,8 +58,8 @@ __all__ = [
     "load_objects", "load_profile", "load_yaml", "load_yaml_all", "loads_json", "make_node", "make_pod",
     "ManifestError", "Manifests", "MAX_CPUS", "Migration", "Node", "node_metric_name", "NodeBatch",
     "NodeMetricStatus", "NodeState", "NodeView", "normalize", "parse_cpuset", "parse_duration",
-    "parse_quantity", "parse_time", "PluginFailure", "PluginLoadError", "Pod", "PodMetric", "PodState",
-    "PostFilterResult", "PreFilterResult", "Profile", "profile_from_dict", "QuantityError",
+    "parse_quantity", "parse_reservation", "parse_time", "PluginFailure", "PluginLoadError", "Pod", "PodMetric", "PodState",
+    "PostFilterResult", "PreFilterResult", "Profile", "Reservation", "profile_from_dict", "QuantityError",
     "raw_allocatable", "read_node_metric", "resource_map", "Scheduler", "selector_matches", "simulate",
     "Status", "VirtualClock", "WaitingPod", "warn_once",
 ]

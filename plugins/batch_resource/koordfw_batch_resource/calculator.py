@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import canonical, loads_json, warn_once
+from koordfw import parse_reservation, warn_once
 from koordfw.extension import ANNOTATION_NODE_RESERVATION, BATCH_CPU, BATCH_MEMORY, PRIORITY_BATCH, PRIORITY_FREE, QOS_LSE
 
 from .metric import CPU, MEMORY, NodeMetricInfo
@@ -96,29 +96,8 @@ def safety_margin(strategy: ColocationStrategy, capacity: Mapping[str, int]) -> 
             MEMORY: _ratio_of(capacity.get(MEMORY, 0), 100 - strategy.memory_reclaim_threshold_percent)}
 
 
-#: CPU ids are below this (the kernel's largest NR_CPUS), as every cpuset parser of koordfw bounds them
-MAX_CPUS = 8192
 #: batch amounts are int64 allocatable values
 INT64_MAX = 2**63 - 1
-
-
-def _cpuset_size(spec: str) -> int:
-    """How many CPUs a cpu list names (overlaps counted once); ids must be below :data:`MAX_CPUS`."""
-    cpus: set[int] = set()
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        if len(lo) > 20 or len(hi) > 20:
-            raise ValueError(f"invalid cpu range {part[:40]!r}")
-        a, b = int(lo), int(hi) if hi else int(lo)
-        if b < a or a < 0:
-            raise ValueError(f"invalid cpu range {part!r}")
-        if b >= MAX_CPUS:
-            raise ValueError(f"invalid cpu range {part!r}: cpu ids must be below {MAX_CPUS}")
-        cpus.update(range(a, b + 1))
-    return len(cpus)
 
 
 def annotation_reservation(node_name: str, annotations: Mapping[str, str], warned: set | None = None) -> Res:
@@ -126,26 +105,16 @@ def annotation_reservation(node_name: str, annotations: Mapping[str, str], warne
     An invalid annotation is logged naming the node and ignored, as Koordinator does."""
     raw = annotations.get(ANNOTATION_NODE_RESERVATION)
     out = _zero()
-    if not raw:
-        return out
     try:
-        obj = loads_json(raw)
-        if not isinstance(obj, dict):
-            raise ValueError("expected a JSON object")
-        res = obj.get("resources") or {}
-        if not isinstance(res, dict):
-            raise ValueError("resources: expected a mapping")
-        cpus = _cpuset_size(str(obj.get("reservedCPUs") or ""))
-        if cpus > 0:
-            out[CPU] = cpus * 1000
-        elif res.get(CPU) is not None:
-            out[CPU] = canonical(CPU, res[CPU])
-        if res.get(MEMORY) is not None:
-            out[MEMORY] = canonical(MEMORY, res[MEMORY])
+        # the kernel's parser: reservedCPUs (bounded, overlaps counted once) already decides the cpu amount
+        reserved = parse_reservation(raw, node_name).resources
     except ValueError as e:
         warn_once(log, warned, (node_name, ANNOTATION_NODE_RESERVATION, raw), "ignoring invalid node annotation",
                   node=node_name, annotation=ANNOTATION_NODE_RESERVATION, error=str(e))
         return _zero()
+    for r in (CPU, MEMORY):
+        if r in reserved:
+            out[r] = reserved[r]
     return out
 
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from koordfw_batch_resource.calculator import _cpuset_size
+from koordfw_batch_resource.calculator import annotation_reservation
+from koordfw_batch_resource.metric import CPU
 
+from koordfw import parse_reservation
+from koordfw.extension import ANNOTATION_NODE_RESERVATION
 from koordfw.testing.hostile import check_cli_outcome, simulate_objects
 
 CS = "node.koordinator.sh/colocation-strategy"
@@ -85,9 +88,9 @@ def test_a_malformed_node_metric_degrades_only_its_node(tmp_path, status, field)
 
 
 def test_reserved_cpus_are_bounded_and_counted_once():
-    assert _cpuset_size("0-5,4-9") == 10
+    assert annotation_reservation("n", {ANNOTATION_NODE_RESERVATION: '{"reservedCPUs": "0-5,4-9"}'})[CPU] == 10 * 1000
     with pytest.raises(ValueError, match="below 8192"):
-        _cpuset_size("0-1000000000000000")
+        parse_reservation('{"reservedCPUs": "0-1000000000000000"}', "n")
 
 
 BAD_ARGS = [("memoryReclaimThresholdPercent", -5), ("cpuReclaimThresholdPercent", 10**30),
