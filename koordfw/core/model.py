@@ -10,7 +10,7 @@ import datetime as _dt
 import itertools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -431,22 +431,24 @@ def validate_affinity(affinity: object, ctx: str, where: str = "spec.affinity") 
         terms = _list(_map(req, rw, ctx).get("nodeSelectorTerms"), f"{rw}.nodeSelectorTerms", ctx)
         for i, t in enumerate(terms):
             _node_term(t, f"{rw}.nodeSelectorTerms[{i}]", ctx)
-    pw = f"{w}.preferredDuringSchedulingIgnoredDuringExecution"
-    for i, item in enumerate(_list(na.get("preferredDuringSchedulingIgnoredDuringExecution"), pw, ctx)):
-        item = _map(item, f"{pw}[{i}]", ctx)
-        _weight(item, f"{pw}[{i}]", ctx)
-        _node_term(item.get("preference"), f"{pw}[{i}].preference", ctx)
+    _weighted_terms(na, w, ctx, "preference", _node_term)
     for kind in ("podAffinity", "podAntiAffinity"):
         pa = _map(aff.get(kind), f"{where}.{kind}", ctx)
         rw = f"{where}.{kind}.requiredDuringSchedulingIgnoredDuringExecution"
         for i, t in enumerate(_list(pa.get("requiredDuringSchedulingIgnoredDuringExecution"), rw, ctx)):
             _pod_term(t, f"{rw}[{i}]", ctx)
-        pw = f"{where}.{kind}.preferredDuringSchedulingIgnoredDuringExecution"
-        for i, item in enumerate(_list(pa.get("preferredDuringSchedulingIgnoredDuringExecution"), pw, ctx)):
-            item = _map(item, f"{pw}[{i}]", ctx)
-            _weight(item, f"{pw}[{i}]", ctx)
-            _pod_term(item.get("podAffinityTerm"), f"{pw}[{i}].podAffinityTerm", ctx)
+        _weighted_terms(pa, f"{where}.{kind}", ctx, "podAffinityTerm", _pod_term)
     return aff
+
+
+def _weighted_terms(parent: Mapping[str, Any], where: str, ctx: str, term_key: str,
+                    check_term: Callable[[object, str, str], None]) -> None:
+    """``preferredDuringSchedulingIgnoredDuringExecution``: a list of {weight 1..100, <term_key>: term}."""
+    pw = f"{where}.preferredDuringSchedulingIgnoredDuringExecution"
+    for i, item in enumerate(_list(parent.get("preferredDuringSchedulingIgnoredDuringExecution"), pw, ctx)):
+        item = _map(item, f"{pw}[{i}]", ctx)
+        _weight(item, f"{pw}[{i}]", ctx)
+        check_term(item.get(term_key), f"{pw}[{i}].{term_key}", ctx)
 
 
 def _resources(obj: object, where: str, ctx: str) -> dict[str, int]:
