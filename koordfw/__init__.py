@@ -44,7 +44,7 @@ from .core.nodestate import (
 )
 from .core.profile import Profile, load_profile, profile_from_dict
 from .core.quantity import QuantityError, canonical, format_quantity, parse_duration, parse_quantity
-from .core.safeload import InputError, load_yaml, load_yaml_all, loads_json
+from .core.safeload import InputError, load_yaml, load_yaml_all, loads_json, shorten
 from .core.status import Code, Status
 from .hookspecs import hookimpl, hookspec
 from .log import warn_once
@@ -60,7 +60,7 @@ __all__ = [
     "NodeMetricStatus", "NodeState", "NodeView", "normalize", "parse_cpuset", "parse_duration",
     "parse_quantity", "parse_reservation", "parse_time", "PluginFailure", "PluginLoadError", "Pod", "PodMetric", "PodState",
     "PostFilterResult", "PreFilterResult", "Profile", "Reservation", "profile_from_dict", "QuantityError",
-    "raw_allocatable", "read_node_metric", "resource_map", "Scheduler", "selector_matches", "simulate",
+    "raw_allocatable", "read_node_metric", "resource_map", "Scheduler", "selector_matches", "shorten", "simulate",
     "Status", "VirtualClock", "WaitingPod", "warn_once",
 ]
 

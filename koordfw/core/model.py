@@ -271,8 +271,9 @@ class Migration:
 
 # -- building from manifests ------------------------------------------------------------------------
 
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+#: Kubernetes' RFC 1123 name patterns (apimachinery's IsDNS1123Subdomain / IsDNS1123Label), without lengths
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 #: Kubernetes' int32 fields (spec.priority)
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -287,7 +288,7 @@ def object_name(meta: Mapping[str, Any], kind: str, *, file: str | None = None, 
     if not isinstance(name, str):
         raise ManifestError(f"metadata.name must be a string, got {type(name).__name__} {_short(name)}",
                             file=file, obj=kind, field=field)
-    if kind in ("Pod", "Node") and (len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name)):
+    if kind in ("Pod", "Node") and (len(name) > 253 or not DNS_SUBDOMAIN.fullmatch(name)):
         raise ManifestError(f"invalid name {_short(name)}: a lowercase RFC 1123 subdomain of at most 253 "
                             "characters ([a-z0-9], '-' and '.', starting and ending alphanumeric)",
                             file=file, obj=f"{kind} {_short(name)}", field=field)
@@ -303,7 +304,7 @@ def object_namespace(meta: Mapping[str, Any], *, file: str | None = None, obj: s
     ns = meta.get("namespace")
     if ns is None or ns == "":
         return "default"
-    if not isinstance(ns, str) or len(ns) > 63 or not _DNS_LABEL.fullmatch(ns):
+    if not isinstance(ns, str) or len(ns) > 63 or not DNS_LABEL.fullmatch(ns):
         raise ManifestError(f"invalid namespace {_short(ns)}: a lowercase RFC 1123 label of at most 63 characters",
                             file=file, obj=obj, field=f"{where}metadata.namespace")
     return ns

@@ -58,7 +58,7 @@ from ...core.clock import RealClock
 from ...core.cluster import ClusterState
 from ...core.errors import KoordfwError
 from ...core.framework import CycleState, Scheduler
-from ...core.model import node_from_manifest, pod_from_manifest
+from ...core.model import DNS_LABEL, DNS_SUBDOMAIN, node_from_manifest, pod_from_manifest
 from ...core.plugins import Registry
 from ...core.safeload import InputError, decode_text, loads_json
 from ...core.safeload import shorten as _short
@@ -76,8 +76,6 @@ DEFAULT_HEADER_TIMEOUT = 15.0
 #: seconds a client has to send its request body after its headers
 DEFAULT_BODY_TIMEOUT = 30.0
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 #: a number literal that may not fit: 19+ digits (beyond int64) or a 3-digit exponent (beyond float)
 _BIG_NUMBER = re.compile(rb"\d{19}|[eE][-+]?\d{3}")
 #: seconds between a 408 to a slow client and the closing of its connection
@@ -157,7 +155,7 @@ def locate_constant(raw: bytes) -> str | None:
 
 def _name(value: object, field: str, *, label: bool = False) -> str:
     """A Kubernetes object name (a DNS-1123 subdomain, or with ``label`` a DNS-1123 label)."""
-    limit, pattern, what = (63, _DNS_LABEL, "label") if label else (253, _DNS_SUBDOMAIN, "subdomain")
+    limit, pattern, what = (63, DNS_LABEL, "label") if label else (253, DNS_SUBDOMAIN, "subdomain")
     if not isinstance(value, str) or not value:
         raise BadRequest(f"field {field}: expected a name (a non-empty string), got {_kind(value)} {_short(value)}")
     if len(value) > limit or not pattern.fullmatch(value):

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import loads_json, parse_duration
+from koordfw import loads_json, parse_duration, shorten
 from koordfw.extension import (
     ANNOTATION_GANG_MODE,
     ANNOTATION_GANG_NAME,
@@ -167,7 +167,7 @@ def spec_from_pod(pod: Any, *, default_timeout: float = DEFAULT_TIMEOUT_SECONDS,
     min_member = _parse_int(raw_min)
     if min_member is None or min_member < 0:
         raise GangDefinitionError(f"gang {gang_id}: pod {pod.key} has an invalid {ANNOTATION_GANG_MIN_NUM} "
-                                  f"{_short(raw_min)} (expected an integer in [0, {INT32_MAX}])")
+                                  f"{shorten(raw_min)} (expected an integer in [0, {INT32_MAX}])")
     wait: float | None
     raw_wait = ann.get(ANNOTATION_GANG_WAIT_TIME)
     try:
@@ -192,22 +192,17 @@ def spec_from_pod_group(gang_id: str, pg: Mapping[str, Any], *, default_timeout:
     min_member = _parse_int(raw_min)
     if min_member is None or min_member < 0:
         raise GangDefinitionError(f"PodGroup {gang_id}: spec.minMember: expected an integer in [0, {INT32_MAX}], "
-                                  f"got {_short(raw_min)}")
+                                  f"got {shorten(raw_min)}")
     raw_wait = spec.get("scheduleTimeoutSeconds")
     wait = _parse_int(raw_wait)
     if raw_wait is not None and wait is None:
         raise GangDefinitionError(f"PodGroup {gang_id}: spec.scheduleTimeoutSeconds: expected an integer in "
-                                  f"[0, {INT32_MAX}], got {_short(raw_wait)}")
+                                  f"[0, {INT32_MAX}], got {shorten(raw_wait)}")
     meta = pg.get("metadata") or {}
     ann = meta.get("annotations") if isinstance(meta, Mapping) else None
     ann = {str(k): str(v) for k, v in ann.items()} if isinstance(ann, Mapping) else {}
     return _common(gang_id, min_member, ann, float(wait) if wait is not None else None,
                    default_timeout=default_timeout, default_match_policy=default_match_policy, source="PodGroup")
-
-
-def _short(v: Any, width: int = 40) -> str:
-    r = repr(v) if not isinstance(v, int) or abs(v) < 10**width else f"an integer of {len(str(abs(v)))} digits"
-    return r if len(r) <= width else r[:width] + "…"
 
 
 @attrs.define(eq=False)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from koordfw import ManifestError, hookimpl, loads_json, raw_allocatable, warn_once
+from koordfw import ManifestError, hookimpl, loads_json, raw_allocatable, shorten, warn_once
 from koordfw.extension import ANNOTATION_NODE_RAW_ALLOCATABLE, PRIORITY_PROD
 
 from .args import LoadAwareArgs
@@ -76,14 +76,9 @@ def _threshold_map(raw: Any, where: str) -> dict[str, int]:
     out = {}
     for k, v in raw.items():
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 100:
-            raise ValueError(f"{where}.{k}: expected an integer percentage in [0, 100], got {_short(v)}")
+            raise ValueError(f"{where}.{k}: expected an integer percentage in [0, 100], got {shorten(v)}")
         out[str(k)] = v
     return out
-
-
-def _short(v: Any, width: int = 40) -> str:
-    r = repr(v) if not isinstance(v, int) or abs(v) < 10**width else f"an integer of {len(str(abs(v)))} digits"
-    return r if len(r) <= width else r[:width] + "…"
 
 
 def node_profile(args: LoadAwareArgs, node_name: str, annotations: Mapping[str, str],
