@@ -385,7 +385,7 @@ def test_hook_post_bind():
 
 def _caller(plugins, profile=None):
     reg = Registry(profile_from_dict(profile or {})).load(autoload=False, extra=plugins)
-    return HookCaller(reg, handle=None)
+    return HookCaller(reg, lambda _name: None)
 
 
 def test_hook_collect():

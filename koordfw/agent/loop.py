@@ -171,7 +171,7 @@ class Agent:
         self.sys_root = sys_root
         self.clock = clock  # monotonic seconds; injectable so tests get exact rates
         self.handle = AgentHandle(self)
-        self.caller = HookCaller(registry, self.handle)
+        self.caller = HookCaller(registry, lambda _name: self.handle)
         track_caller(self.caller)
         self.node_state: NodeState | None = None
         self.usage = UsageTracker()

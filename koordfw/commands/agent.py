@@ -179,7 +179,8 @@ def plan_writes(ns, registry, *, only_changes: bool = True) -> list[dict[str, st
         node_state = ns
         registry_ = registry
 
-    caller = HookCaller(registry, _PlanHandle())
+    plan_handle = _PlanHandle()
+    caller = HookCaller(registry, lambda _name: plan_handle)
 
     async def go():
         out = []

@@ -14,6 +14,7 @@ import inspect
 import time
 import types
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -69,9 +70,13 @@ class PluginFailure(Exception):
 
 
 class HookCaller:
-    def __init__(self, registry: Registry, handle: Any) -> None:
+    """Calls hooks for one engine; ``handle_for(plugin)`` makes the ``handle`` each plugin is given
+    (its own: plugin name and args are per plugin), once per plugin."""
+
+    def __init__(self, registry: Registry, handle_for: Callable[[str], Any]) -> None:
         self.registry = registry
-        self.handle = handle
+        self._handle_for = handle_for
+        self.handles: dict[str, Any] = {}
         #: (plugin, hook) -> [calls, seconds]
         self.durations: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
         self.plugin_seconds = 0.0
@@ -79,9 +84,19 @@ class HookCaller:
     def impls(self, point: str) -> list[Impl]:
         return self.registry.impls(point)
 
+    def handle(self, plugin: str) -> Any:
+        """The handle ``plugin`` is given."""
+        h = self.handles.get(plugin)
+        if h is None:
+            h = self.handles[plugin] = self._handle_for(plugin)
+        return h
+
     async def call(self, impl: Impl, **kw: Any) -> Any:
         kw["args"] = impl.args
-        kw["handle"] = self.handle
+        h = self.handles.get(impl.plugin)
+        if h is None:
+            h = self.handles[impl.plugin] = self._handle_for(impl.plugin)
+        kw["handle"] = h
         try:
             kwargs = {a: kw[a] for a in impl.argnames}
         except KeyError as e:  # an implementation asked for an argument this call site does not have

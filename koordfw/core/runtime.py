@@ -256,7 +256,7 @@ class Scheduler:
         self.binder: Binder = binder or self._memory_bind
         self.evictor: Evictor = evictor or self._memory_evict
         self.handle = Handle(self)
-        self.caller = HookCaller(registry, self.handle)
+        self.caller = HookCaller(registry, lambda _name: self.handle)
         self.rng = np.random.default_rng(seed)
         self.waiting_pods: dict[str, WaitingPod] = {}
         #: node index → pods nominated there by preemption (kube's nominator)
