@@ -170,6 +170,11 @@ class ClusterState:
         return m
 
     @property
+    def has_removed_nodes(self) -> bool:
+        """Whether some node rows are removed nodes (then ``live_mask`` is not all True)."""
+        return bool(self._removed_nodes)
+
+    @property
     def labels_generation(self) -> int:
         """Changes whenever any node's labels, taints or spec may have changed (for plugin caches)."""
         return self._labels_gen
@@ -255,6 +260,11 @@ class ClusterState:
         for r, v in alloc.items():
             self._alloc[i, self._res_index[r]] = v
         self._unsched[i] = node.unschedulable
+
+    def add_requested(self, i: int, vec: np.ndarray) -> None:
+        """Add ``vec`` (a request vector, possibly negative to undo) to node ``i``'s requested row
+        without accounting a pod: the nominator's and what-if planners' temporary counting."""
+        self._req[i, : len(vec)] += vec
 
     def set_extra_allocatable(self, node_name: str, extra: Mapping[str, int]) -> None:
         """Merge plugin-computed allocatable (``node_resources``) over the node's own; 0 removes."""

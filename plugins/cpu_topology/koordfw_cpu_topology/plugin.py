@@ -395,7 +395,7 @@ class CPUTopologyPlugin:
         if len(stale) == 0:
             return
         views = cluster.views
-        live = cluster.live_mask if cluster._removed_nodes else None
+        live = cluster.live_mask if cluster.has_removed_nodes else None
         for i in stale.tolist():
             if live is not None and not live[i]:
                 self._nodes[i] = None
@@ -496,7 +496,7 @@ class CPUTopologyPlugin:
         """Whether any node forces a bind policy (label or kubelet full-pcpus-only); cached until node
         labels/annotations or NodeResourceTopology objects change, so ordinary pods stay cheap."""
         nrts = cluster.objects_of(NRT_KIND)
-        key = (id(cluster), cluster._labels_gen, tuple(map(id, nrts.values())))
+        key = (id(cluster), cluster.labels_generation, tuple(map(id, nrts.values())))
         if key != self._forced_key:
             forced = bool(cluster.label_mask(LABEL_CPU_BIND_POLICY).any())
             if not forced:

@@ -193,7 +193,7 @@ class ElasticQuota:
         tree.aggregate_used()
         n = cluster.num_nodes
         alloc = cluster.allocatable[:n]
-        if n and cluster._removed_nodes:
+        if n and cluster.has_removed_nodes:
             alloc = alloc[cluster.live_mask]
         sums = alloc.sum(axis=0) if len(alloc) else np.zeros(len(cluster.resources), dtype=np.int64)
         tree.compute({r: int(sums[i]) for i, r in enumerate(cluster.resources) if sums[i]})

@@ -188,7 +188,7 @@ class GpuShare:
     def sync(self, cluster) -> Inventory:
         """Bring the inventory up to date with the cluster (nodes, Devices, departed or annotated pods)."""
         devs = cluster.objects_of("Device")
-        key = (id(cluster), cluster.num_nodes, cluster._labels_gen, tuple(id(o) for o in devs.values()))
+        key = (id(cluster), cluster.num_nodes, cluster.labels_generation, tuple(id(o) for o in devs.values()))
         if key != self._inv_key:
             old = self.inv
             self.inv = Inventory(cluster, self._warned)
