@@ -31,11 +31,35 @@ PROJECT = "koordfw"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
+#: (title, loop, index of its first hook) of each section, appended by :func:`_section` as the module runs
+_SECTION_STARTS: list[tuple[str, bool, int]] = []
+
+
+def _specs() -> list[str]:
+    """The hooks specified so far in this module, in definition order (pluggy marks each function
+    decorated with ``@hookspec`` with a ``koordfw_spec`` attribute)."""
+    return [name for name, obj in globals().items()
+            if callable(obj) and getattr(obj, f"{PROJECT}_spec", None) is not None]
+
+
+def _section(title: str, *, loop: bool = True) -> None:
+    """Start a section: the hooks defined from here to the next call belong to it. ``title`` is its
+    heading in docs/hooks.md; ``loop`` is False for hooks outside the engines' loops (lifecycle)."""
+    _SECTION_STARTS.append((title, loop, len(_specs())))
+
+
+def _called_on_load(fn: Any) -> Any:
+    """Mark a hook the registry calls itself when it loads a plugin: no profile orders it."""
+    fn.koordfw_on_load = True
+    return fn
+
 # ================================================================================================
 # Lifecycle and configuration
 # ================================================================================================
+_section("Lifecycle and configuration", loop=False)
 
 
+@_called_on_load
 @hookspec(firstresult=True)
 def plugin_args() -> type | None:
     """Declare the plugin's typed configuration.
@@ -77,6 +101,7 @@ def report(args: Any, handle: Any) -> dict | None:
 # ================================================================================================
 # Scheduling cycle (one pod at a time; named after the Kubernetes extension points)
 # ================================================================================================
+_section("Scheduling cycle")
 
 
 @hookspec(firstresult=True)
@@ -192,6 +217,7 @@ def permit(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
 # ================================================================================================
 # Binding cycle (runs concurrently, one task per pod)
 # ================================================================================================
+_section("Binding cycle")
 
 
 @hookspec
@@ -217,6 +243,7 @@ def post_bind(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> None:
 # ================================================================================================
 # Node QoS loop (the node agent: collect → plan → apply)
 # ================================================================================================
+_section("Node QoS loop (node agent)")
 
 
 @hookspec
@@ -248,6 +275,7 @@ def runtime_hook(
 # ================================================================================================
 # Descheduling loop
 # ================================================================================================
+_section("Descheduling loop")
 
 
 @hookspec
@@ -262,6 +290,7 @@ def deschedule(cluster: Any, args: Any, handle: Any) -> list | None:
 # ================================================================================================
 # Node resources
 # ================================================================================================
+_section("Node resources")
 
 
 @hookspec
@@ -277,13 +306,19 @@ def node_resources(
     """
 
 
-#: every hook name, in documentation order (tests check each is documented and tested)
-HOOK_NAMES: tuple[str, ...] = (
-    "plugin_args", "startup", "shutdown", "report",
-    "queue_sort", "pre_enqueue", "pre_filter", "filter", "post_filter", "pre_score", "score",
-    "normalize_score", "reserve", "unreserve", "permit",
-    "pre_bind", "bind", "post_bind",
-    "collect", "qos_plan", "runtime_hook",
-    "deschedule",
-    "node_resources",
+#: every hook name, in definition order (= documentation order: tests check each is documented and tested)
+HOOK_NAMES: tuple[str, ...] = tuple(_specs())
+
+#: the hooks of each section, by title (docs/hooks.md's ``##`` headings), in definition order
+_ENDS = [start for *_, start in _SECTION_STARTS[1:]] + [len(HOOK_NAMES)]
+SECTIONS: dict[str, tuple[str, ...]] = {title: HOOK_NAMES[start:end]
+                                         for (title, _, start), end in zip(_SECTION_STARTS, _ENDS)}
+
+#: the hook points a profile's ``plugins:`` orders (``koordfw.core.profile``): the loops' hooks, then the
+#: lifecycle hooks the engines call; not the hooks the registry calls on loading a plugin (``plugin_args``)
+PROFILE_POINTS: tuple[str, ...] = tuple(
+    name
+    for title, _, _ in sorted(_SECTION_STARTS, key=lambda sec: not sec[1])  # the loops first (a stable sort)
+    for name in SECTIONS[title]
+    if not getattr(globals()[name], "koordfw_on_load", False)
 )

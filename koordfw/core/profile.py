@@ -27,14 +27,13 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, override
 
+from .. import hookspecs
 from .errors import ConfigError
 from .quantity import MAX_DURATION_SECONDS
 from .safeload import InputError, check_depth, load_yaml, read_text
 
-POINTS = ("queue_sort", "pre_enqueue", "pre_filter", "filter", "post_filter", "pre_score", "score",
-          "normalize_score", "reserve", "unreserve", "permit", "pre_bind", "bind", "post_bind",
-          "collect", "qos_plan", "runtime_hook", "deschedule", "node_resources", "startup", "shutdown",
-          "report")
+#: the hook points ``plugins:`` may name (every hook but ``plugin_args``), from the hookspecs
+POINTS = hookspecs.PROFILE_POINTS
 
 
 def camel(name: str) -> str:
