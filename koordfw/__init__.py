@@ -15,7 +15,8 @@ from .core.caller import PluginFailure
 from .core.clock import VirtualClock
 from .core.cluster import ClusterState, NodeBatch, NodeView
 from .core.errors import ConfigError, KoordfwError, ManifestError, PluginLoadError
-from .core.framework import CycleState, Handle, PostFilterResult, PreFilterResult, Scheduler, WaitingPod
+from .core.events import SchedulerEvents
+from .core.handle import AgentHandle, ClusterView, EventRecorder, Handle, PluginsRunner, WaitingPodView
 from .core.manifests import (
     Manifests,
     NodeMetricStatus,
@@ -44,7 +45,10 @@ from .core.nodestate import (
 )
 from .core.profile import Profile, load_profile, profile_from_dict
 from .core.quantity import QuantityError, canonical, format_quantity, parse_duration, parse_quantity
+from .core.runtime import NodeStatuses, PostFilterResult, PreFilterResult, fit_error
 from .core.safeload import InputError, load_yaml, load_yaml_all, loads_json, shorten
+from .core.schedule_one import Scheduler
+from .core.state import CycleState, StateKey
 from .core.status import Code, Status
 from .hookspecs import hookimpl, hookspec
 from .log import warn_once
@@ -52,8 +56,9 @@ from .log import warn_once
 __version__ = "0.1.0"
 
 __all__ = [
-    "build_registry", "canonical", "CFS_PERIOD_US", "ClusterState", "Code", "ConfigError", "CPUInfo",
-    "CycleState", "field_list", "field_mapping", "FileWrite", "format_cpuset", "format_quantity",
+    "AgentHandle", "build_registry", "canonical", "ClusterView", "EventRecorder", "PluginsRunner",
+    "SchedulerEvents", "StateKey", "WaitingPodView", "CFS_PERIOD_US", "ClusterState", "Code", "ConfigError", "CPUInfo",
+    "CycleState", "field_list", "field_mapping", "fit_error", "NodeStatuses", "FileWrite", "format_cpuset", "format_quantity",
     "FS_RESCTRL", "Handle", "hookimpl", "hookspec", "InputError", "KoordfwError", "load_manifests",
     "load_objects", "load_profile", "load_yaml", "load_yaml_all", "loads_json", "make_node", "make_pod",
     "ManifestError", "Manifests", "MAX_CPUS", "Migration", "Node", "node_metric_name", "NodeBatch",
@@ -61,7 +66,7 @@ __all__ = [
     "parse_quantity", "parse_reservation", "parse_time", "PluginFailure", "PluginLoadError", "Pod", "PodMetric", "PodState",
     "PostFilterResult", "PreFilterResult", "Profile", "Reservation", "profile_from_dict", "QuantityError",
     "raw_allocatable", "read_node_metric", "resource_map", "Scheduler", "selector_matches", "shorten", "simulate",
-    "Status", "VirtualClock", "WaitingPod", "warn_once",
+    "Status", "VirtualClock", "warn_once",
 ]
 
 

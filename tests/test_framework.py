@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from koordfw import Status, hookimpl, normalize
-from koordfw.core.framework import num_feasible_nodes_to_find
+from koordfw.core.schedule_one import num_feasible_nodes_to_find
 from koordfw.testing import ClusterBuilder, schedule
 
 
@@ -279,7 +279,7 @@ def test_nomination_is_dropped_when_the_pod_is_assumed():
     class Watch:
         @hookimpl
         def reserve(self, pod, handle):
-            seen.append((pod.name, {u for pods in handle.scheduler.nominated.values() for u in pods}))
+            seen.append((pod.name, {p.uid for p in handle.nominated_pods("n0")}))
 
     b = (ClusterBuilder().node("n0", cpu="4")
          .pod("low", cpu="3", priority=1, node="n0")
@@ -289,20 +289,24 @@ def test_nomination_is_dropped_when_the_pod_is_assumed():
     vip_uid = r.cluster.pod_by_key("default/vip").uid
     # at vip's reserve, its own nomination is already gone
     assert ("vip", set()) in seen and all(vip_uid not in noms for name, noms in seen if name == "vip")
-    assert r.scheduler.nominated == {}
+    assert not r.scheduler.nominator
 
 
 def test_handle_run_pre_filters_then_filters():
+    from koordfw import StateKey
+
+    limit: StateKey[int] = StateKey("needs_pre/limit")
+
     class NeedsPre:
         @hookimpl
         def pre_filter(self, pod, state):
-            state["needs_pre/limit"] = int(pod.labels.get("max-index", "99"))
+            state[limit] = int(pod.labels.get("max-index", "99"))
 
         @hookimpl
         def filter(self, pod, node, state):
-            if "needs_pre/limit" not in state:
+            if limit not in state:
                 raise KeyError("pre_filter state missing")
-            return None if int(node.name[1:]) <= state["needs_pre/limit"] else "index too high"
+            return None if int(node.name[1:]) <= state[limit] else "index too high"
 
     results = {}
 
@@ -324,19 +328,32 @@ def test_handle_run_pre_filters_then_filters():
 async def test_every_node_removed_fails_the_pod_instead_of_crashing():
     from koordfw.core.clock import VirtualClock
     from koordfw.core.cluster import ClusterState
-    from koordfw.core.framework import Scheduler
+    from koordfw.core.schedule_one import Scheduler
     from koordfw.core.model import make_node, make_pod
     from koordfw.engines.embedded import build_registry
 
+    from koordfw import SchedulerEvents
+
+    class Failures(SchedulerEvents):
+        def __init__(self):
+            self.reasons = {}
+
+        async def pod_unschedulable(self, pod, status):
+            self.reasons[pod.uid] = status.message
+
+        async def bind(self, pod, node_name, annotations):
+            cluster.confirm_bound(pod, node_name, annotations)
+
     cluster = ClusterState()
     cluster.add_node(make_node("n1", allocatable={"cpu": "4", "memory": "8Gi", "pods": "10"}))
-    s = Scheduler(build_registry(None, autoload=False), cluster, VirtualClock(0.0))
+    events = Failures()
+    s = Scheduler(build_registry(None, autoload=False), cluster, VirtualClock(0.0), engine=events)
     cluster.remove_node("n1")
     p = make_pod("p", requests={"cpu": "1"})
     await s.add_pod(p)
     async with anyio.create_task_group() as tg:
         assert await s.schedule_next(tg)
-    assert s.results[p.uid].reason == "no nodes available to schedule pods"
+    assert events.reasons[p.uid] == "no nodes available to schedule pods"
     cluster.add_node(make_node("n2", allocatable={"cpu": "4", "memory": "8Gi", "pods": "10"}))
     s.activate([p.uid])
     async with anyio.create_task_group() as tg:

@@ -30,7 +30,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ import structlog
 from prometheus_client import Counter, Histogram
 
 from ..core.caller import HookCaller, PluginFailure
+from ..core.events import EventLog
 from ..core.model import Node, Pod
 from ..core.nodestate import KOORD_QOS_OF_KUBE, ContainerState, FileWrite, NodeState, PodState
 from ..core.plugins import Registry
@@ -83,33 +84,45 @@ def agent_metrics() -> AgentMetrics:
     )
 
 
-class AgentHandle:
-    """What node-side plugins get as ``handle``: the latest node state, the agent's clock and ``apply``."""
+class AgentPluginHandle:
+    """The :class:`koordfw.AgentHandle` one node-side plugin gets: the node state collected this tick,
+    the agent's clock, its own name and args, and ``apply`` (writes stamped with its name)."""
 
-    def __init__(self, agent: Agent) -> None:
+    __slots__ = ("_a", "plugin_name")
+
+    def __init__(self, agent: Agent, plugin_name: str) -> None:
         self._a = agent
+        self.plugin_name = plugin_name
+
+    @property
+    def args(self) -> Any:
+        return self._a.registry.args.get(self.plugin_name)
+
+    @property
+    def clock(self) -> Any:
+        return self._a.clock
+
+    def now(self) -> float:
+        return time.time()
 
     @property
     def node_state(self) -> NodeState | None:
         return self._a.node_state
 
     @property
-    def registry(self) -> Registry:
-        return self._a.registry
+    def roots(self) -> dict[str, str]:
+        return {fs: str(p) for fs, p in self._a.executor.roots.items()}
 
     @property
-    def executor(self) -> Executor:
-        return self._a.executor
+    def events(self) -> EventLog:
+        return self._a.recorder
 
-    def now(self) -> float:
-        return time.time()
-
-    def plugin_args(self, name: str) -> Any:
-        return self._a.registry.args.get(name)
-
-    async def apply(self, writes: list[FileWrite], plugin: str = "") -> list[WriteResult]:
+    async def apply(self, writes: Sequence[FileWrite]) -> list[WriteResult]:
         """Apply writes now through the executor (used by ``shutdown`` to restore)."""
-        return self._a.executor.apply(_stamp(writes, plugin))
+        return self._a.executor.apply(_stamp(list(writes), self.plugin_name))
+
+    def __repr__(self) -> str:
+        return f"<AgentHandle of {self.plugin_name}>"
 
 
 def _stamp(writes: Any, plugin: str) -> list[FileWrite]:
@@ -170,8 +183,10 @@ class Agent:
         self.proc_root = proc_root
         self.sys_root = sys_root
         self.clock = clock  # monotonic seconds; injectable so tests get exact rates
-        self.handle = AgentHandle(self)
-        self.caller = HookCaller(registry, lambda _name: self.handle)
+        self.recorder = EventLog()
+        self._handles: dict[str, AgentPluginHandle] = {}
+        registry.bind(self.handle_for)
+        self.caller = HookCaller(registry, self.handle_for)
         track_caller(self.caller)
         self.node_state: NodeState | None = None
         self.usage = UsageTracker()
@@ -181,6 +196,13 @@ class Agent:
         self.rounds = 0
         self.last_results: list[WriteResult] = []
         self.cpu_seconds = 0.0  # process CPU spent inside rounds (the agent's own cost)
+
+    def handle_for(self, plugin: str) -> AgentPluginHandle:
+        """The handle of ``plugin`` (one per plugin)."""
+        h = self._handles.get(plugin)
+        if h is None:
+            h = self._handles[plugin] = AgentPluginHandle(self, plugin)
+        return h
 
     @property
     def interval(self) -> float:

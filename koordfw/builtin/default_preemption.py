@@ -108,7 +108,7 @@ async def post_filter(pod, state, statuses, args, handle):
     names.sort(key=lambda n: handle.cluster.node_index(n) or 0)
     num = len(names) * args.min_candidate_nodes_percentage // 100
     num = min(max(num, args.min_candidate_nodes_absolute), len(names))
-    offset = int(handle.scheduler.rng.integers(len(names)))
+    offset = int(handle.rng.integers(len(names)))
     found = []
     for k in range(len(names)):
         name = names[(offset + k) % len(names)]

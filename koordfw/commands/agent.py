@@ -174,13 +174,38 @@ def plan_writes(ns, registry, *, only_changes: bool = True) -> list[dict[str, st
     from ..agent.executor import path_refusal, values_equal
     from ..agent.loop import _stamp
     from ..core.caller import HookCaller
+    from ..core.clock import RealClock
+    from ..core.events import EventLog
+
+    recorder = EventLog()
 
     class _PlanHandle:
-        node_state = ns
-        registry_ = registry
+        """The AgentHandle of a dry plan: the given node state; nothing is written."""
 
-    plan_handle = _PlanHandle()
-    caller = HookCaller(registry, lambda _name: plan_handle)
+        node_state = ns
+        clock = RealClock()
+        events = recorder
+
+        def __init__(self, plugin_name: str) -> None:
+            self.plugin_name = plugin_name
+
+        @property
+        def args(self):
+            return registry.args.get(self.plugin_name)
+
+        def now(self) -> float:
+            return self.clock.now()
+
+        async def apply(self, writes):
+            raise RuntimeError("koordfw agent plan writes nothing")
+
+    handles: dict[str, _PlanHandle] = {}
+
+    def handle_for(name: str) -> _PlanHandle:
+        return handles.setdefault(name, _PlanHandle(name))
+
+    registry.bind(handle_for)
+    caller = HookCaller(registry, handle_for)
 
     async def go():
         out = []

@@ -47,16 +47,44 @@ def create_plugin_manager() -> pluggy.PluginManager:
     return pm
 
 
+IMPL_MARK = f"{hookspecs.PROJECT}_impl"
+
+#: what a class plugin's constructor may take, by name (kube's ``New(args, handle)``)
+CONSTRUCTOR_ARGS = ("name", "args", "handle")
+
+
+def marked_hooks(obj: Any) -> list[str]:
+    """The names of ``obj``'s (a class or module) attributes marked with ``@hookimpl``."""
+    out = []
+    for attr in dir(obj):
+        if attr.startswith("_"):
+            continue
+        try:
+            fn = inspect.getattr_static(obj, attr)
+        except AttributeError:
+            continue
+        fn = getattr(fn, "__func__", fn)
+        if getattr(fn, IMPL_MARK, None) is not None:
+            out.append(attr)
+    return sorted(out)
+
+
 @attrs.define
 class PluginInfo:
+    """A loaded plugin: a module (``obj``) or a class (``factory``) constructed when an engine binds
+    the registry (:meth:`Registry.bind`); ``obj`` is then the instance."""
+
     name: str
     obj: Any
     distribution: str = ""
     version: str = ""
     builtin: bool = False
     args_cls: type | None = None
+    factory: type | None = None
 
     def hooks(self, pm: pluggy.PluginManager) -> list[str]:
+        if self.obj is None:
+            return marked_hooks(self.factory)
         return sorted(h.name for h in pm.get_hookcallers(self.obj) or [])
 
 
@@ -97,27 +125,77 @@ class Registry:
     # -- loading --------------------------------------------------------------------------------
     def register(self, name: str, obj: Any, *, distribution: str = "", version: str = "",
                  builtin: bool = False) -> PluginInfo:
-        if inspect.isclass(obj):
-            obj = obj()
+        """Add a plugin: a module or instance (registered now) or a class, constructed by :meth:`bind`
+        with the arguments its ``__init__`` names among ``name``, ``args`` and ``handle``."""
         if name in self.plugins:
             raise PluginLoadError(f"plugin {name!r} is registered twice "
                                   f"({self.plugins[name].distribution or 'in-process'} and {distribution or 'in-process'})")
-        try:
-            self.pm.register(obj, name=name)
-        except pluggy.PluginValidationError as e:
-            raise PluginLoadError(f"plugin {name!r}: {e}") from None
-        unknown = [h.name for h in self.pm.get_hookcallers(obj) or [] if not h.has_spec()]
-        if unknown:
-            self.pm.unregister(obj)
-            raise ConfigError(f"plugin {name!r} ({distribution or 'in-process'}) implements unknown hook(s) "
-                              f"{', '.join(sorted(unknown))}; known hooks: {', '.join(hookspecs.HOOK_NAMES)}")
-        info = PluginInfo(name, obj, distribution, version, builtin)
-        fn = getattr(obj, "plugin_args", None)
-        if fn is not None and getattr(fn, "koordfw_impl", None) is not None:
-            info.args_cls = fn()
+        where = distribution or "in-process"
+        if inspect.isclass(obj):
+            info = PluginInfo(name, None, distribution, version, builtin, factory=obj)
+            unknown = [h for h in marked_hooks(obj) if h not in hookspecs.HOOK_NAMES]
+            if unknown:
+                raise ConfigError(f"plugin {name!r} ({where}) implements unknown hook(s) "
+                                  f"{', '.join(unknown)}; known hooks: {', '.join(hookspecs.HOOK_NAMES)}")
+            params = inspect.signature(obj).parameters
+            extra = [p for p, v in params.items() if p not in CONSTRUCTOR_ARGS and v.default is inspect.Parameter.empty
+                     and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD)]
+            if extra:
+                raise PluginLoadError(f"plugin {name!r} ({where}): its constructor may take only "
+                                      f"{', '.join(CONSTRUCTOR_ARGS)}, not {', '.join(extra)}")
+            fn = inspect.getattr_static(obj, "plugin_args", None)
+            if fn is not None and getattr(getattr(fn, "__func__", fn), IMPL_MARK, None) is not None:
+                if not isinstance(fn, (staticmethod, classmethod)):
+                    raise PluginLoadError(f"plugin {name!r} ({where}): plugin_args of a class plugin must be a "
+                                          "@staticmethod or @classmethod (it is called before the plugin is constructed)")
+                info.args_cls = obj.plugin_args()
+        else:
+            try:
+                self.pm.register(obj, name=name)
+            except pluggy.PluginValidationError as e:
+                raise PluginLoadError(f"plugin {name!r}: {e}") from None
+            unknown = [h.name for h in self.pm.get_hookcallers(obj) or [] if not h.has_spec()]
+            if unknown:
+                self.pm.unregister(obj)
+                raise ConfigError(f"plugin {name!r} ({where}) implements unknown hook(s) "
+                                  f"{', '.join(sorted(unknown))}; known hooks: {', '.join(hookspecs.HOOK_NAMES)}")
+            info = PluginInfo(name, obj, distribution, version, builtin)
+            fn = getattr(obj, "plugin_args", None)
+            if fn is not None and getattr(fn, IMPL_MARK, None) is not None:
+                info.args_cls = fn()
         self.plugins[name] = info
         self._impls.clear()
         return info
+
+    def bind(self, handle_for: Callable[[str], Any]) -> None:
+        """Construct the class plugins not constructed yet (kube's ``New(args, handle)``), each given
+        the arguments its ``__init__`` asks for: its ``name``, its typed ``args`` and ``handle_for(name)``.
+        An engine calls this once it can make handles; a registry is bound once, and engines that share
+        it share the plugin objects (each still passes its own handle to the hooks)."""
+        for name, info in self.plugins.items():
+            if info.obj is not None or info.factory is None:
+                continue
+            offered = {"name": name, "args": self.args.get(name), "handle": handle_for(name)}
+            params = inspect.signature(info.factory).parameters
+            takes_all = any(v.kind == v.VAR_KEYWORD for v in params.values())
+            kwargs = {k: v for k, v in offered.items() if takes_all or k in params}
+            where = info.distribution or "in-process"
+            try:
+                obj = info.factory(**kwargs)
+            except Exception as e:
+                raise PluginLoadError(f"plugin {name!r} ({where}) failed to construct: "
+                                      f"{type(e).__name__}: {e}") from e
+            try:
+                self.pm.register(obj, name=name)
+            except pluggy.PluginValidationError as e:
+                raise PluginLoadError(f"plugin {name!r}: {e}") from None
+            info.obj = obj
+            self._impls.clear()
+
+    def plugin(self, name: str) -> Any:
+        """The constructed object of plugin ``name`` (module or instance), for engines and tests."""
+        info = self.plugins.get(name)
+        return None if info is None else info.obj
 
     def load(self, *, autoload: bool | None = None, disable: set[str] | None = None, strict: bool = False,
              extra: dict[str, Any] | None = None, only: set[str] | None = None) -> Registry:

@@ -10,7 +10,8 @@ waiting at permit.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,27 +24,50 @@ import structlog
 from ..core.caller import PluginFailure
 from ..core.clock import VirtualClock
 from ..core.cluster import ClusterState
-from ..core.framework import Scheduler
+from ..core.events import SchedulerEvents
 from ..core.manifests import Manifests, load_manifests
-from ..core.model import Migration
+from ..core.model import Migration, Pod
 from ..core.plugins import Registry
 from ..core.profile import Profile, load_profile
 from ..core.quantity import MAX_CANONICAL, format_quantity
+from ..core.schedule_one import Scheduler
+from ..core.state import CycleState
+from ..core.status import Status
 
 log = structlog.get_logger("koordfw.embedded")
 
 
 @attrs.define
+class PodResult:
+    """What the embedded cluster reports for one pod."""
+
+    node: str | None = None
+    reason: str = ""
+    annotations: dict[str, str] = attrs.field(factory=dict)
+    attempts: int = 0
+    #: why the pod was last evicted (preemption, descheduling), kept in front of later reasons
+    evicted: str = ""
+
+
+@attrs.define
 class SimulationResult:
-    scheduler: Scheduler
+    engine: EmbeddedEngine
     seconds: float
     migrations: list[Migration] = attrs.field(factory=list)
     extra: dict[str, Any] = attrs.field(factory=dict)
     pod_order: list[str] = attrs.field(factory=list)  # uids in input order
 
     @property
+    def scheduler(self) -> Scheduler:
+        return self.engine.scheduler
+
+    @property
     def cluster(self) -> ClusterState:
-        return self.scheduler.cluster
+        return self.engine.cluster
+
+    @property
+    def results(self) -> dict[str, PodResult]:
+        return self.engine.results
 
     def placements(self) -> dict[str, str | None]:
         """namespace/name → node (None when pending)."""
@@ -55,13 +79,13 @@ class SimulationResult:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        s = self.scheduler
+        e = self.engine
         pods = []
         for uid in self.pod_order:
             p = self.cluster.pod(uid)
             if p is None:
                 continue
-            r = s.results.get(uid)
+            r = e.results.get(uid)
             bound = bool(p.node_name) and not self.cluster.is_assumed(uid)
             pods.append({"namespace": p.namespace, "name": p.name, "node": p.node_name if bound else None,
                          "phase": "Bound" if bound else "Pending",
@@ -75,7 +99,7 @@ class SimulationResult:
                           "requested": {k: format_quantity(k, x) for k, x in row["requested"].items()},
                           "pods": row["pods"]})
         bound = sum(1 for p in pods if p["phase"] == "Bound")
-        scheduled = len(s.bind_events)
+        scheduled = len(e.bind_events)
         out = {"pods": pods, "nodes": nodes,
                "summary": {"bound": bound, "pending": len(pods) - bound, "seconds": round(self.seconds, 6),
                            "pods_per_second": round(scheduled / self.seconds, 1) if self.seconds > 0 else 0.0}}
@@ -95,23 +119,84 @@ def _bad_amounts(res: Any) -> dict[str, str]:
             or not 0 <= int(v) <= MAX_CANONICAL}
 
 
-class EmbeddedEngine:
+class EmbeddedEngine(SchedulerEvents):
+    """The in-memory cluster: drives a Scheduler on a VirtualClock, binds and evicts in memory, and
+    keeps what a run reports (per-pod results, bind order, cycle timings, attempts)."""
+
     def __init__(self, registry: Registry, cluster: ClusterState, *, seed: int = 0,
                  start_time: float | None = None) -> None:
         self.clock = VirtualClock(start_time if start_time is not None else time.time())
         self.cluster = cluster
-        self.scheduler = Scheduler(registry, cluster, self.clock, seed=seed, inline_binding=True)
-        #: uid → scheduler.progress when its last attempt failed
+        self.results: dict[str, PodResult] = {}
+        #: (uid, node) in bind order
+        self.bind_events: list[tuple[str, str]] = []
+        self.cycle_seconds: list[float] = []
+        self.attempt_counts: Counter[str] = Counter()
+        #: uid of the pod whose cycle ran last
+        self.last_uid = ""
+        #: uid → progress when its last attempt failed
         self._tried_at: dict[str, int] = {}
-        self.scheduler.on_attempt_failed.append(self._failed)
         self.max_attempts = 0
-
-    def _failed(self, pod) -> None:
-        self._tried_at[pod.uid] = self.scheduler.progress
+        self.scheduler = Scheduler(registry, cluster, self.clock, engine=self, seed=seed, inline_binding=True)
 
     @property
     def progress(self) -> int:
-        return self.scheduler.progress
+        """Bumped on every bind and every change that frees capacity (the run's stop rule)."""
+        return len(self.bind_events) + self.scheduler.queue.move_requests
+
+    # -- SchedulerEvents ------------------------------------------------------------------------------
+    def pod_gated(self, pod: Pod, status: Status) -> None:
+        self.results[pod.uid] = PodResult(reason=status.message or f"held by {status.plugin}")
+
+    def cycle_started(self, pod: Pod) -> None:
+        self.attempt_counts[pod.uid] += 1
+        self.last_uid = pod.uid
+
+    def cycle_finished(self, pod: Pod, seconds: float) -> None:
+        self.cycle_seconds.append(seconds)
+
+    def pod_bound(self, pod: Pod, node_name: str, state: CycleState) -> None:
+        res = self.results.setdefault(pod.uid, PodResult())
+        res.node, res.reason = node_name, ""
+        res.annotations.update(state.annotations)
+        res.attempts = self.attempt_counts[pod.uid]
+        self.bind_events.append((pod.uid, node_name))
+
+    def attempt_failed(self, pod: Pod) -> None:
+        self._tried_at[pod.uid] = self.progress
+
+    async def pod_unschedulable(self, pod: Pod, status: Status) -> None:
+        reason = status.message or f"rejected by {status.plugin}"
+        res = self.results.setdefault(pod.uid, PodResult())
+        res.node, res.reason = None, f"{res.evicted}; then: {reason}" if res.evicted else reason
+        res.attempts = self.attempt_counts[pod.uid]
+
+    def pod_removed(self, uid: str) -> None:
+        self.results.pop(uid, None)
+
+    async def bind(self, pod: Pod, node_name: str, annotations: Mapping[str, str]) -> bool:
+        self.cluster.confirm_bound(pod, node_name, annotations)
+        return True
+
+    async def evict(self, pod: Pod, reason: str) -> bool:
+        """Evict in memory: the pod leaves its node and comes back pending (its controller recreates it)."""
+        s = self.scheduler
+        cur = self.cluster.pod(pod.uid)
+        if cur is None:
+            return False
+        wp = s.waiting_pods.get(pod.uid)
+        if wp is not None:
+            wp.reject("", reason)
+            return True
+        self.cluster.remove_pod(pod.uid)
+        plugin_anns = self.results.get(pod.uid, PodResult()).annotations
+        anns = {k: v for k, v in cur.annotations.items() if k not in plugin_anns}
+        fresh = attrs.evolve(cur, node_name=None, phase="Pending", annotations=anns, nominated_node_name=None)
+        self.results[pod.uid] = PodResult(reason=reason, evicted=reason)
+        self.cluster.add_pod(fresh)
+        await s.enqueue(fresh)
+        await s.cluster_event("PodDelete")
+        return True
 
     async def refresh_node_resources(self) -> None:
         """Run the node_resources hooks for every node and merge their results into allocatable."""
@@ -159,7 +244,7 @@ class EmbeddedEngine:
                     if attempts % 32 == 0:
                         await anyio.lowlevel.checkpoint()
                         if progress is not None:
-                            progress(len(s.bind_events), total)
+                            progress(len(self.bind_events), total)
                     if attempts > self.max_attempts:
                         log.warning("simulation stopped: attempt limit reached", attempts=attempts)
                         break
@@ -181,7 +266,7 @@ class EmbeddedEngine:
             for wp in list(s.waiting_pods.values()):
                 wp.reject("", "simulation ended while waiting at permit")
         if progress is not None:
-            progress(len(s.bind_events), total)
+            progress(len(self.bind_events), total)
 
     def _next_useful_deadline(self) -> float | None:
         s = self.scheduler
@@ -221,7 +306,7 @@ class EmbeddedEngine:
             pod = self.cluster.pod_by_key(m.pod)
             if pod is None or pod.node_name != m.from_node:
                 continue
-            await s.evictor(pod, f"descheduled by {m.plugin}: {m.reason}")
+            await self.evict(pod, f"descheduled by {m.plugin}: {m.reason}")
             if m.to:
                 fresh = self.cluster.pod_by_key(m.pod)
                 if fresh is not None:
@@ -272,7 +357,7 @@ async def run_simulation(source: Manifests | Sequence[str | Path], registry: Reg
         if isinstance(res, dict):
             extra.update(res)
     await engine.scheduler.shutdown()
-    return SimulationResult(engine.scheduler, seconds, migrations, extra, order)
+    return SimulationResult(engine, seconds, migrations, extra, order)
 
 
 def simulate(source: Manifests | Sequence[str | Path], profile: Profile | str | Path | dict | None = None, *,

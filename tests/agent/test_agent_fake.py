@@ -216,6 +216,7 @@ async def test_bad_plugin_plan_is_logged_not_fatal(fake_node):
     agent.registry = reg
     from koordfw.core.caller import HookCaller
 
-    agent.caller = HookCaller(reg, lambda _name: agent.handle)
+    reg.bind(agent.handle_for)
+    agent.caller = HookCaller(reg, agent.handle_for)
     await agent.run_once()
     assert fake_node.read("cpu", be_dir, "cpu.cfs_quota_us") == "-1"

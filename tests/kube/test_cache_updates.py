@@ -5,7 +5,7 @@ from conftest import SCHED, node, pod
 
 from koordfw.core.clock import VirtualClock
 from koordfw.core.cluster import ClusterState
-from koordfw.core.framework import Scheduler
+from koordfw.core.schedule_one import Scheduler
 from koordfw.engines.embedded import build_registry
 from koordfw.engines.kube.cache import ClusterFeeder
 

@@ -63,11 +63,11 @@ async def test_migration_reserves_target_evicts_and_replacement_lands_there(api,
         await wait_for(lambda: api.evictions == [("default", "web-0")])
         assert api.get("pods", "web-0", "default") is None
         # the target is held for the replacement: a lower pod cannot take it meanwhile
-        assert any(p.name == "web-0-reservation" for pods in eng.scheduler.nominated.values() for p in pods.values())
+        assert any(p.name == "web-0-reservation" for pods in eng.scheduler.nominator.by_node_index().values() for p in pods)
         api.create(web("web-1"))  # the ReplicaSet's replacement; scoring alone would pick n0
         await wait_for(lambda: (api.get("pods", "web-1", "default") or {}).get("spec", {}).get("nodeName"))
     assert api.get("pods", "web-1", "default")["spec"]["nodeName"] == "n1"
-    assert eng.scheduler.nominated == {} and eng.descheduler.reservations == {}
+    assert not eng.scheduler.nominator and eng.descheduler.reservations == {}
     assert [o.result for o in eng.descheduler.history][:1] == ["evicted"]
 
 
@@ -82,7 +82,7 @@ async def test_pdb_blocks_the_eviction_and_the_reservation_is_released(api, clie
     assert api.evictions == []
     assert api.get("pods", "web-0", "default")["spec"]["nodeName"] == "n0"
     assert eng.descheduler.history[0].result == "blocked: disruption budget"
-    assert eng.scheduler.nominated == {} and eng.descheduler.reservations == {}
+    assert not eng.scheduler.nominator and eng.descheduler.reservations == {}
 
 
 async def test_dry_run_is_the_default_and_evicts_nothing(api, client):
@@ -93,7 +93,7 @@ async def test_dry_run_is_the_default_and_evicts_nothing(api, client):
     async with running(eng):
         await wait_for(lambda: len(eng.descheduler.history) >= 2)
     assert api.evictions == [] and {o.result for o in eng.descheduler.history} == {"dry-run"}
-    assert eng.scheduler.nominated == {}
+    assert not eng.scheduler.nominator
 
 
 async def test_fake_eviction_answers(api, client):
@@ -138,8 +138,8 @@ def engine_both(client, *, ttl=300.0):
 
 def held(eng):
     """Placeholder names nominated, per node name."""
-    return {eng.cluster.views[i].name: sorted(p.name for p in d.values() if p.uid.startswith("reservation-"))
-            for i, d in eng.scheduler.nominated.items()}
+    return {eng.cluster.views[i].name: sorted(p.name for p in d if p.uid.startswith("reservation-"))
+            for i, d in eng.scheduler.nominator.by_node_index().items()}
 
 
 async def test_two_migrations_of_one_owner_each_hold_their_target_until_their_replacement(api, client):
@@ -162,7 +162,7 @@ async def test_two_migrations_of_one_owner_each_hold_their_target_until_their_re
         api.create(web("web-3"))
         await wait_for(lambda: (api.get("pods", "web-3", "default") or {}).get("spec", {}).get("nodeName"))
     assert {p["metadata"]["name"]: p["spec"]["nodeName"] for p in api.pods()} == {"web-2": "n1", "web-3": "n1"}
-    assert eng.scheduler.nominated == {} and eng.descheduler.reservations == {}
+    assert not eng.scheduler.nominator and eng.descheduler.reservations == {}
 
 
 async def test_after_the_ttl_no_placeholder_stays_nominated(api, client):
@@ -174,12 +174,12 @@ async def test_after_the_ttl_no_placeholder_stays_nominated(api, client):
     async with running(eng):
         await wait_for(lambda: len(eng.descheduler.reservations) == 2)
         assert held(eng) == {"n1": ["web-0-reservation", "web-1-reservation"]}
-        await wait_for(lambda: not eng.descheduler.reservations and not eng.scheduler.nominated)
+        await wait_for(lambda: not eng.descheduler.reservations and not eng.scheduler.nominator)
         # a replacement arriving after the TTL is scheduled on its merits (PreferN0), not nominated
         api.create(web("web-2"))
         await wait_for(lambda: (api.get("pods", "web-2", "default") or {}).get("spec", {}).get("nodeName"))
     assert api.get("pods", "web-2", "default")["spec"]["nodeName"] == "n0"
-    assert eng.scheduler.nominated == {}
+    assert not eng.scheduler.nominator
 
 
 async def test_a_refused_eviction_releases_only_its_own_reservation(api, client):
@@ -225,7 +225,7 @@ async def test_graceful_eviction_the_target_stays_held_while_the_victim_terminat
         await wait_for(lambda: (api.get("pods", "intruder", "default") or {}).get("spec", {}).get("nodeName"))
     assert api.get("pods", "intruder", "default")["spec"]["nodeName"] == "n0"
     assert api.evictions == [("default", "web-0")]  # never evicted twice while terminating
-    assert eng.scheduler.nominated == {} and eng.descheduler.reservations == {}
+    assert not eng.scheduler.nominator and eng.descheduler.reservations == {}
 
 
 async def test_a_lost_eviction_reply_keeps_the_reservation(api, client):
@@ -248,8 +248,8 @@ async def test_a_lost_eviction_reply_keeps_the_reservation(api, client):
         await wait_for(lambda: api.evictions == [("default", "web-0")])
         await wait_for(lambda: bool(eng.descheduler.history))
         assert eng.descheduler.history[0].result.startswith("unknown")
-        assert any(p.name == "web-0-reservation" for pods in eng.scheduler.nominated.values() for p in pods.values())
+        assert any(p.name == "web-0-reservation" for pods in eng.scheduler.nominator.by_node_index().values() for p in pods)
         api.create(web("web-1"))
         await wait_for(lambda: (api.get("pods", "web-1", "default") or {}).get("spec", {}).get("nodeName"))
     assert api.get("pods", "web-1", "default")["spec"]["nodeName"] == "n1"
-    assert eng.scheduler.nominated == {}
+    assert not eng.scheduler.nominator

@@ -130,7 +130,7 @@ async def test_unschedulable_pod_is_bound_when_room_appears(api, client, registr
         await wait_for(lambda: settled(api) and eng.writer.status_patches == 1)
         # our own status patch must not wake the pod into a hot loop
         await anyio.sleep(0.3)
-        attempts = eng.scheduler.attempt_counts[api.get("pods", "big", "default")["metadata"]["uid"]]
+        attempts = eng.attempt_counts[api.get("pods", "big", "default")["metadata"]["uid"]]
         assert attempts <= 2
         api.create(node("n1", cpu="4"))
         await wait_for(lambda: all_bound(api, 1))

@@ -21,8 +21,8 @@ from typing import Any
 import structlog
 
 from ...core.errors import KoordfwError
-from ...core.framework import Scheduler
 from ...core.model import node_from_manifest, pod_from_manifest
+from ...core.schedule_one import Scheduler
 
 log = structlog.get_logger("koordfw.kube")
 

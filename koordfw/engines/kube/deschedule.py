@@ -34,8 +34,8 @@ import attrs
 import structlog
 
 from ...core.caller import PluginFailure
-from ...core.framework import Scheduler
 from ...core.model import Migration, Pod, replace_pod
+from ...core.schedule_one import Scheduler
 from .client import ApiError, KubeClient
 
 log = structlog.get_logger("koordfw.kube.deschedule")
@@ -76,7 +76,6 @@ class LiveDescheduler:
         self.reservations: dict[str, Reservation] = {}
         self._evicted_at: list[float] = []
         self.history: list[Outcome] = []
-        scheduler.on_enqueue.append(self._nominate_replacement)
 
     # -- reservations -----------------------------------------------------------------------------
     def _release(self, res: Reservation) -> None:
@@ -85,7 +84,9 @@ class LiveDescheduler:
             del self.reservations[res.victim]
         self.scheduler.nominate(res.placeholder, None)
 
-    def _nominate_replacement(self, pod: Pod) -> Pod | None:
+    def replacement_for(self, pod: Pod) -> Pod | None:
+        """The engine's ``pod_enqueued``: a recreated pod of an evicted owner, nominated to the target
+        reserved for it (the oldest reservation of that owner), or None."""
         owner = controller_uid(pod)
         if not owner:
             return None

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -20,9 +22,11 @@ import structlog
 
 from ...core.clock import RealClock
 from ...core.cluster import ClusterState
-from ...core.framework import Scheduler
+from ...core.events import SchedulerEvents
 from ...core.model import Pod
 from ...core.plugins import Registry
+from ...core.schedule_one import Scheduler
+from ...core.state import CycleState
 from ...core.status import Status
 from ...extension import SCHEDULING_GROUP_VERSION, SLO_GROUP_VERSION
 from .binder import BindDropped, BindGated, KubeBinder
@@ -60,9 +64,9 @@ def default_identity() -> str:
 
 def build_cache(registry: Registry, client: KubeClient, *, scheduler_name: str | None, seed: int = 0,
                 objects: dict[str, str] | None = None, watch_timeout: int = 300,
-                binder: Any = None) -> tuple[Scheduler, ClusterFeeder, list[Reflector]]:
+                engine: SchedulerEvents | None = None) -> tuple[Scheduler, ClusterFeeder, list[Reflector]]:
     """A Scheduler over an empty cluster plus the reflectors that fill it (not started)."""
-    sched = Scheduler(registry, ClusterState(), RealClock(), binder=binder, seed=seed)
+    sched = Scheduler(registry, ClusterState(), RealClock(), engine=engine, seed=seed)
     feeder = ClusterFeeder(sched, scheduler_name=scheduler_name)
     refl = [Reflector(client, "/api/v1/nodes", feeder.on_node, name="nodes", watch_timeout=watch_timeout),
             Reflector(client, "/api/v1/pods", feeder.on_pod, field_selector=NON_TERMINAL, name="pods",
@@ -73,7 +77,7 @@ def build_cache(registry: Registry, client: KubeClient, *, scheduler_name: str |
     return sched, feeder, refl
 
 
-class KubeSchedulerEngine:
+class KubeSchedulerEngine(SchedulerEvents):
     """Run with ``await engine.run()``; ``engine.stop()`` asks for a graceful stop."""
 
     def __init__(self, registry: Registry, client: KubeClient, *, scheduler_name: str | None = None,
@@ -88,10 +92,9 @@ class KubeSchedulerEngine:
         self.binder = KubeBinder(client)
         self.scheduler, self.feeder, self.reflectors = build_cache(
             registry, client, scheduler_name=self.scheduler_name, seed=seed, objects=objects,
-            watch_timeout=watch_timeout, binder=self.binder)
-        # preemption (and any plugin's handle.evict) deletes through the API, never in memory
-        self.scheduler.evictor = self._preempt_victim
+            watch_timeout=watch_timeout, engine=self)
         self.preempted = 0
+        self.attempt_counts: Counter[str] = Counter()
         self.cluster = self.scheduler.cluster
         self.writer = Writer(client, event_client, controller=self.scheduler_name, instance=self.identity)
         self.elector = leader_elector
@@ -103,8 +106,6 @@ class KubeSchedulerEngine:
         self._stop = anyio.Event()
         self._wake = anyio.Event()
         self.feeder.wakeup = self._wake
-        self.scheduler.on_bound.append(self._bound)
-        self.scheduler.on_unschedulable.append(self._unschedulable)
         self._bind_slots = anyio.Condition()
         self.stopped_reason = ""
         self.descheduler = None
@@ -116,12 +117,25 @@ class KubeSchedulerEngine:
                                                max_evictions_per_minute=max_evictions_per_minute,
                                                reservation_ttl=reservation_ttl)
 
-    # -- kernel callbacks ---------------------------------------------------------------------------
-    def _bound(self, pod: Pod, node: str) -> None:
-        self.writer.scheduled(pod, node)
+    # -- SchedulerEvents ------------------------------------------------------------------------------
+    def pod_enqueued(self, pod: Pod) -> Pod | None:
+        return self.descheduler.replacement_for(pod) if self.descheduler is not None else None
+
+    def cycle_started(self, pod: Pod) -> None:
+        self.attempt_counts[pod.uid] += 1
+
+    def pod_bound(self, pod: Pod, node_name: str, state: CycleState) -> None:
+        self.writer.scheduled(pod, node_name)
         self.feeder.resync(pod.uid)
 
-    async def _unschedulable(self, pod: Pod, st: Status) -> None:
+    async def bind(self, pod: Pod, node_name: str, annotations: Mapping[str, str]) -> bool:
+        return await self._bind(pod, node_name, dict(annotations))
+
+    async def evict(self, pod: Pod, reason: str) -> bool:
+        """Preemption (and any plugin's handle.evict) deletes through the API, never in memory."""
+        return await self._preempt_victim(pod, reason)
+
+    async def pod_unschedulable(self, pod: Pod, st: Status) -> None:
         uid = pod.uid
         if uid in self.dropped or self.cluster.pod(uid) is None and uid not in self.feeder.gated:
             # deleted, recreated, terminating or bound elsewhere: forget it, write nothing
@@ -204,7 +218,6 @@ class KubeSchedulerEngine:
 
     async def run(self) -> None:
         """Run until ``stop()``: in-flight binds finish, queued status patches and events are written."""
-        self.scheduler.binder = self._bind
         await self.scheduler.startup()
         try:
             async with anyio.create_task_group() as bg:

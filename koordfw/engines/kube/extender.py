@@ -57,11 +57,12 @@ from ...core.caller import PluginFailure
 from ...core.clock import RealClock
 from ...core.cluster import ClusterState
 from ...core.errors import KoordfwError
-from ...core.framework import CycleState, Scheduler
 from ...core.model import DNS_LABEL, DNS_SUBDOMAIN, node_from_manifest, pod_from_manifest
 from ...core.plugins import Registry
 from ...core.safeload import InputError, decode_text, loads_json
 from ...core.safeload import shorten as _short
+from ...core.schedule_one import Scheduler
+from ...core.state import CycleState
 from ...core.status import Code, Status
 from .binder import BindDropped, BindGated, KubeBinder
 from .client import ApiError, KubeClient
@@ -383,7 +384,7 @@ class Extender:
 
     async def _feasible(self, s: Scheduler, pod, names: list[str], state: CycleState
                         ) -> tuple[list[str], dict[str, Status]]:
-        st, candidates = await s.run_pre_filter(pod, state)
+        st, candidates = await s.framework.run_pre_filter(pod, state)
         if st.code == Code.ERROR:
             raise PluginFailure(st)
         failed: dict[str, Status] = {}
@@ -403,7 +404,7 @@ class Extender:
         sub = idx[usable]
         if not len(sub):
             return [], failed
-        ok, statuses = await s.filter_nodes(pod, state, sub)
+        ok, statuses = await s.framework.filter_nodes(pod, state, sub)
         failed.update(statuses)
         keep = np.isin(idx, ok) & usable
         return [names[j] for j in np.flatnonzero(keep).tolist()], failed
@@ -436,14 +437,14 @@ class Extender:
         s, names, _ = await self._target(args)
         pod = self._pod(args)
         state = CycleState()
-        st, _cands = await s.run_pre_filter(pod, state)
+        st, _cands = await s.framework.run_pre_filter(pod, state)
         if st.code == Code.ERROR:
             raise PluginFailure(st)
         idx = node_indices(s.cluster, names)
         known = idx >= 0
         scores = np.zeros(len(idx), dtype=np.int64)
         if known.any():
-            total, max_total = await s.score_nodes(pod, state, idx[known])
+            total, max_total = await s.framework.score_nodes(pod, state, idx[known])
             if max_total > 0:
                 scores[known] = np.clip(total * MAX_EXTENDER_PRIORITY // max_total, 0, MAX_EXTENDER_PRIORITY)
         return [{"Host": n, "Score": v} for n, v in zip(names, scores.tolist())]
@@ -513,7 +514,7 @@ class Extender:
                 continue
             victims = [p for p in (s.cluster.pod(x["UID"]) for x in v["Pods"]) if p is not None]
             with s.cluster.without_pods(node, victims):
-                st = await s.run_filters_on_node(pod, node, CycleState())
+                st = await s.framework.run_filters_on_node(pod, node, CycleState())
             if st.ok:
                 kept[node] = v
         return {"NodeNameToMetaVictims": kept}

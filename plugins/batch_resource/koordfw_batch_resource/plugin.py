@@ -29,8 +29,9 @@ class BatchResource:
         #: bad annotations, labels and NodeMetrics already reported
         self.warned: set = set()
 
+    @staticmethod
     @hookimpl
-    def plugin_args(self) -> type:
+    def plugin_args() -> type:
         return ColocationStrategy
 
     @hookimpl

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import CFS_PERIOD_US, CPUInfo, FileWrite, NodeState, format_cpuset, hookimpl, loads_json, warn_once
+from koordfw import CFS_PERIOD_US, AgentHandle, CPUInfo, FileWrite, NodeState, format_cpuset, hookimpl, loads_json, warn_once
 from koordfw import parse_cpuset as _parse_cpuset
 from koordfw.extension import (
     ANNOTATION_NODE_RESERVATION,
@@ -383,8 +383,6 @@ def qos_plan(node_state, args):
 @hookimpl
 async def shutdown(args, handle):
     """Restore the besteffort knobs through the agent (no-op for engines without a node)."""
-    ns = getattr(handle, "node_state", None)
-    apply = getattr(handle, "apply", None)
-    if ns is None or apply is None:
+    if not isinstance(handle, AgentHandle) or handle.node_state is None:
         return
-    await apply(restore_writes(ns), NAME)
+    await handle.apply(restore_writes(handle.node_state))

@@ -21,7 +21,7 @@ import attrs
 import numpy as np
 import structlog
 
-from koordfw import Status, hookimpl, loads_json
+from koordfw import StateKey, Status, hookimpl, loads_json
 from koordfw.extension import (
     ANNOTATION_NODE_RESERVATION,
     ANNOTATION_RESOURCE_STATUS,
@@ -48,7 +48,7 @@ from .topology import ANNOTATION_CPU_TOPOLOGY, CPUTopology, TopologyError, parse
 log = structlog.get_logger("koordfw.cpu_topology")
 
 NAME = "cpu_topology"
-STATE_KEY = "cpu_topology"
+STATE_KEY: StateKey[PodCPUState] = StateKey("cpu_topology")
 
 ANNOTATION_RESOURCE_SPEC = "scheduling.koordinator.sh/resource-spec"
 ANNOTATION_KUBELET_CPU_MANAGER_POLICY = "node.koordinator.sh/kubelet-cpu-manager-policy"
@@ -202,8 +202,9 @@ class CPUTopologyPlugin:
         self._forced_any = False
 
     # -- configuration --------------------------------------------------------------------------
+    @staticmethod
     @hookimpl
-    def plugin_args(self):
+    def plugin_args():
         return Args
 
     def _configure(self, args: Args) -> None:

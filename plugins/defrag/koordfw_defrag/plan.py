@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from koordfw import Code, CycleState, Migration, PluginFailure, PreFilterResult, Status
+from koordfw import CycleState, Migration
 
 from .args import Args
 from .safety import PdbBudget, gang_id, unevictable_reason
@@ -134,25 +134,10 @@ class PlanBuilder:
 
     async def _prefilter(self, pod: Any) -> tuple[CycleState, frozenset[str] | None] | None:
         """The scheduler's pre_filter plugins, as in a scheduling cycle (None = the pod fits nowhere)."""
-        s = self.handle.scheduler
         state = CycleState()
-        allowed: frozenset[str] | None = None
-        for impl in s.caller.impls("pre_filter"):
-            try:
-                res = await s.caller.call(impl, pod=pod, state=state)
-            except PluginFailure:
-                return None
-            if res is None:
-                continue
-            if isinstance(res, PreFilterResult):
-                if res.node_names is not None:
-                    allowed = res.node_names if allowed is None else allowed & res.node_names
-                continue
-            st = res if isinstance(res, Status) else Status.unschedulable(str(res), plugin=impl.plugin)
-            if st.code == Code.SKIP:
-                state.skip_filter.add(impl.plugin)
-            elif not st.ok:
-                return None
+        st, allowed = await self.handle.run_pre_filters(pod, state)
+        if not st.ok:
+            return None
         return state, allowed
 
     async def fits(self, pod: Any, node: str) -> bool:

@@ -20,13 +20,14 @@ class Defrag:
         self.tracker = AnomalyTracker()
         self.last = None
 
+    @staticmethod
     @hookimpl
-    def plugin_args(self):
+    def plugin_args():
         return Args
 
     @hookimpl
     async def deschedule(self, cluster, args, handle):
-        a = args or Args()
+        a = args
         if not (a.low_node_load.enabled or a.gpu_defrag.enabled or a.cpu_defrag.enabled):
             return None
         result = await plan(cluster, a, handle, tracker=self.tracker)

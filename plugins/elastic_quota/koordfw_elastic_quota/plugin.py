@@ -22,14 +22,14 @@ import attrs
 import numpy as np
 import structlog
 
-from koordfw import Code, Migration, PostFilterResult, Status, canonical, hookimpl
+from koordfw import Code, Migration, PostFilterResult, StateKey, Status, canonical, hookimpl
 
 from .quotas import DEFAULT, LABEL_PREEMPTIBLE, ROOT, SYSTEM, QuotaTree, build_quotas, fmt, fmt_map
 
 log = structlog.get_logger("koordfw.elastic_quota")
 
 PLUGIN = "elastic_quota"
-STATE_KEY = "elastic_quota/quota"
+STATE_KEY: StateKey[str] = StateKey("elastic_quota/quota")
 
 
 def _resource_list(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -235,8 +235,9 @@ class ElasticQuota:
             f"{fmt(r, limit.get(r, 0))}" for r in bad))
 
     # -- hooks ---------------------------------------------------------------------------------------
+    @staticmethod
     @hookimpl
-    def plugin_args(self):
+    def plugin_args():
         return Args
 
     @hookimpl

@@ -18,12 +18,11 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import attrs
 
-from koordfw import Status, hookimpl
+from koordfw import StateKey, Status, fit_error, hookimpl
 
 from .gang import (
     ANNOTATION_BIND_GANG_GROUP_ID,
@@ -42,7 +41,7 @@ from .gang import (
 )
 
 PLUGIN_NAME = "gang"
-_SKIP_POST_FILTER = "gang/skip-post-filter"
+_SKIP_POST_FILTER: StateKey[bool] = StateKey("gang/skip-post-filter")
 
 
 def _check_timeout(instance: Any, attribute: Any, value: str) -> None:
@@ -71,7 +70,6 @@ class CoschedulingArgs:
         return parse_go_duration(self.default_timeout)
 
 
-_DEFAULT_ARGS = CoschedulingArgs()
 
 
 @attrs.define(eq=False)
@@ -90,8 +88,10 @@ class Round:
 class Coscheduling:
     """The plugin. One instance per scheduler: it keeps Koordinator's gang cache."""
 
-    def __init__(self) -> None:
-        self._name = PLUGIN_NAME
+    def __init__(self, name: str) -> None:
+        self._name = name
+        #: pods bound since startup (post_bind), part of the failure fingerprint
+        self._binds = 0
         self._gangs: dict[str, Gang] = {}
         self._pod_gang: dict[str, str] = {}
         self._arrival: dict[str, float] = {}
@@ -103,15 +103,13 @@ class Coscheduling:
         self._binding: dict[str, tuple[str, int]] = {}
 
     # -- configuration / lifecycle -----------------------------------------------------------------
+    @staticmethod
     @hookimpl
-    def plugin_args(self):
+    def plugin_args():
         return CoschedulingArgs
 
     @hookimpl
     def startup(self, handle):
-        for name, info in handle.registry.plugins.items():
-            if info.obj is self:
-                self._name = name
         for pod in handle.cluster.all_pods():
             self._track(pod, handle)
 
@@ -180,7 +178,7 @@ class Coscheduling:
 
     def _gang_of(self, pod: Any, handle: Any, args: Any) -> Gang | None:
         g = self._track(pod, handle)
-        return None if g is None else self._init(g, handle, args or _DEFAULT_ARGS)
+        return None if g is None else self._init(g, handle, args)
 
     def _prune(self, g: Gang, handle: Any) -> None:
         """Forget members that left the cluster (Koordinator's onPodDelete)."""
@@ -193,7 +191,6 @@ class Coscheduling:
             self._pod_gang.pop(u, None)
 
     def _group(self, g: Gang, handle: Any, args: Any) -> list[tuple[str, Gang | None]]:
-        args = args or _DEFAULT_ARGS
         assert g.spec is not None
         return [(gid, g if gid == g.gang_id else self._lookup(gid, handle, args)) for gid in g.spec.groups]
 
@@ -225,29 +222,22 @@ class Coscheduling:
                 out.update(u for u in member.children if u not in member.bound and u not in member.waiting)
         return out
 
-    @staticmethod
-    def _active_uids(handle: Any) -> set[str] | frozenset[str]:
-        queue = getattr(getattr(handle, "scheduler", None), "queue", None)
-        return getattr(queue, "active", frozenset())
-
     def _round_alive(self, group_id: str, handle: Any) -> bool:
         """Does the round still have untried members that the queue will hand out next?"""
         r = self._rounds.get(group_id)
         if r is None:
             return False
-        active = self._active_uids(handle)
-        return any(u in active for u in r.members if u not in r.attempted)
+        return any(handle.is_active(u) for u in r.members if u not in r.attempted)
 
     def _fingerprint(self, g: Gang, handle: Any) -> tuple:
         """What could let a failed group fit next time: binds, pods or nodes coming and going, node
         capacity, and the reservations other groups hold at Permit."""
-        s = getattr(handle, "scheduler", None)
         cluster = handle.cluster
         own = set(g.spec.groups) if g.spec is not None else {g.gang_id}
-        waiting = getattr(s, "waiting_pods", {})
-        others = frozenset(u for u in waiting if self._pod_gang.get(u) not in own)
+        others = frozenset(u for wp in handle.iterate_waiting_pods()
+                           if self._pod_gang.get(u := wp.pod.uid) not in own)
         alloc = cluster.allocatable
-        return (len(getattr(s, "bind_events", ())), len(cluster.pods), cluster.num_nodes,
+        return (self._binds, len(cluster.pods), cluster.num_nodes,
                 int(alloc.sum()) if alloc.size else 0, others)
 
     @staticmethod
@@ -273,8 +263,7 @@ class Coscheduling:
                                               f"and the group is not satisfied", handle)
                         break
         if self._deferred:
-            in_flight = getattr(getattr(getattr(handle, "scheduler", None), "queue", None), "in_flight", ())
-            ready = [u for u in self._deferred if u not in in_flight]
+            ready = [u for u in self._deferred if not handle.is_in_flight(u)]
             for u in ready:
                 self._deferred.pop(u, None)
             handle.activate(ready)
@@ -362,7 +351,7 @@ class Coscheduling:
             if r is not None:
                 r.fail_key = self._fingerprint(g, handle)
         if g is not None and g.spec is not None and not g.passes_once_satisfied and g.spec.mode == MODE_STRICT:
-            fit = _fit_error(handle, statuses)
+            fit = fit_error(handle.cluster.num_nodes, statuses).message
             already = sum(len(m.waiting) for _, m in self._group(g, handle, args) if m is not None)
             self._reject_group(g, f"Gang \"{g.gang_id}\" gets rejected due to member Pod \"{pod.name}\" is "
                                   f"unschedulable with reason \"{fit}\"", handle)
@@ -427,6 +416,7 @@ class Coscheduling:
 
     @hookimpl
     def post_bind(self, pod, handle):
+        self._binds += 1
         g = self._track(pod, handle)
         if g is None:
             return
@@ -436,12 +426,12 @@ class Coscheduling:
         self._binding.pop(pod.uid, None)
 
     # -- reporting -----------------------------------------------------------------------------------------
-    def summaries(self, handle: Any, args: Any = None) -> list[dict[str, Any]]:
+    def summaries(self, handle: Any, args: CoschedulingArgs) -> list[dict[str, Any]]:
         """One row per known gang: definition, bound/waiting/pending counts and a phase
         (``Satisfied``: bound ≥ min; ``PartlyBound``: 0 < bound < min; ``Pending``: nothing bound)."""
         out = []
         for gid in sorted(self._gangs):
-            g = self._init(self._gangs[gid], handle, args or _DEFAULT_ARGS)
+            g = self._init(self._gangs[gid], handle, args)
             self._prune(g, handle)
             spec = g.spec
             bound = len(g.bound)
@@ -465,12 +455,3 @@ class Coscheduling:
         rows = self.summaries(handle, args)
         return {"gangs": rows} if rows else None
 
-
-def _fit_error(handle: Any, statuses: dict) -> str:
-    """A FitError-like summary of why the member fitted nowhere."""
-    counts: Counter[str] = Counter()
-    for st in (statuses or {}).values():
-        for r in st.reasons or (f"rejected by {st.plugin}",):
-            counts[r] += 1
-    detail = ", ".join(f"{c} {r}" for r, c in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
-    return f"0/{handle.cluster.num_nodes} nodes are available" + (f": {detail}." if detail else ".")

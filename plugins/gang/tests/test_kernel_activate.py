@@ -7,8 +7,8 @@ without scheduling them."""
 from koordfw import build_registry
 from koordfw.core.clock import VirtualClock
 from koordfw.core.cluster import ClusterState
-from koordfw.core.framework import Scheduler
 from koordfw.core.model import make_node, make_pod
+from koordfw.core.schedule_one import Scheduler
 
 
 async def test_activate_moves_a_backing_off_pod_to_active():
@@ -22,6 +22,6 @@ async def test_activate_moves_a_backing_off_pod_to_active():
     # an unschedulable attempt: the pod now backs off for 1 s
     s.queue.failed(pod.uid, s.clock.now(), unschedulable=True, generation=0)
     assert info.backoff_until > s.clock.now()
-    s.handle.activate([pod.uid])
+    s.handle_for("gang").activate([pod.uid])
     assert pod.uid in s.queue.active
     assert pod.uid not in s.queue.backoff and pod.uid not in s.queue.unschedulable

@@ -95,7 +95,7 @@ def test_strict_vs_nonstrict_on_member_failure(mode, kept):
     assert pods["holder-0"]["reason"].startswith("rejected due to timeout after waiting 30s at plugin gang")
     assert bound(pods, "subject") == ["subject-0", "subject-1", "subject-2"]
     # NonStrict kept the two placed members waiting; Strict released and retried them
-    attempts = {p.name: r.scheduler.attempt_counts[p.uid] for p in r.cluster.all_pods()}
+    attempts = {p.name: r.engine.attempt_counts[p.uid] for p in r.cluster.all_pods()}
     assert (attempts["subject-0"] == 1) is kept
     assert attempts["subject-2"] >= 2
     assert r.scheduler.clock.now() - START >= 30
@@ -176,7 +176,7 @@ def test_interleaved_arrivals_do_not_deadlock(profile):
     assert bound(pods, "b-") == []
     assert gangs["default/b"]["waiting"] == 0
     if profile is not None:  # with gang's queue order, nothing had to be set aside
-        assert all(r.scheduler.attempt_counts[p.uid] == 1 for p in r.cluster.all_pods() if p.name.startswith("a-"))
+        assert all(r.engine.attempt_counts[p.uid] == 1 for p in r.cluster.all_pods() if p.name.startswith("a-"))
 
 
 def test_unsatisfiable_gang_does_not_block_an_interleaved_one():

@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from koordfw import Status, format_quantity, hookimpl
+from koordfw import StateKey, Status, format_quantity, hookimpl
 from koordfw.extension import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 
 from . import (
@@ -36,10 +36,11 @@ from . import (
 from .inventory import DEVICE_ALLOCATED, MAX_GPUS_PER_NODE, MILLI, Alloc, Inventory
 from .policies import CHOICE as _CHOICE
 from .policies import POLICIES, Policy, pod_tag, sub_select  # noqa: F401  (pod_tag, sub_select: public)
-from .requests import InvalidGpuRequest, pod_gpu_request
+from .requests import GpuRequest, InvalidGpuRequest, pod_gpu_request
 
-_REQ, _ALLOC = "gpu_share/request", "gpu_share/alloc"
-_LP_UNDO = "gpu_share/lp"
+_REQ: StateKey[GpuRequest | None] = StateKey("gpu_share/request")
+_ALLOC: StateKey[Alloc] = StateKey("gpu_share/alloc")
+_LP_UNDO: StateKey[tuple] = StateKey("gpu_share/lp")
 #: fgdlp with a learnt share distribution: first LP after this many shared pods, then again every as many
 LP_LEARN_EVERY = 300
 LP_COUNTED_MAX = 100_000
@@ -147,8 +148,9 @@ class GpuShare:
         return pol
 
     # -- configuration ---------------------------------------------------------------------------
+    @staticmethod
     @hookimpl
-    def plugin_args(self):
+    def plugin_args():
         return Args
 
     @hookimpl

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from koordfw import normalize
+from koordfw import StateKey, normalize
 
 from . import frag
 from .inventory import MILLI
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from .plugin import GpuShare
 
 #: cycle state: fgdlp's decision at score time (``("fill", slot)`` or ``("open", config)``) for reserve
-CHOICE = "gpu_share/choice"
+#: the slot choice score made for each node, which reserve follows
+CHOICE: StateKey[tuple] = StateKey("gpu_share/choice")
 
 
 def pod_tag(count: int, milli: int) -> str:

@@ -248,8 +248,8 @@ async def replay_async(nodes_csv, pods_csv, policy: str, seed: int, tie_break: s
     t1 = time.perf_counter()
     i = 0
     async with anyio.create_task_group() as tg:
-        while await sched.schedule_next(tg):
-            uid = sched.last_uid
+        while (tried := await sched.schedule_next(tg)) is not None:
+            uid = tried.uid
             a_sum += milli_of[uid]
             u_sum += plugin.allocated_milli(uid)
             arrived[i], used[i] = a_sum, u_sum

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from koordfw import FS_RESCTRL, FileWrite, hookimpl
+from koordfw import FS_RESCTRL, AgentHandle, FileWrite, hookimpl
 
 from .config import LLCIsolationArgs
 from .plan import ANNOTATION_RESCTRL, PLUGIN, PodTasks, info_from_state, plan, pod_group_uid
@@ -47,16 +47,11 @@ _ACTIVE_PHASES = ("Running", "Pending")
 
 
 def _root(handle: Any, fs: str, fallback: str) -> str:
-    """The agent's root for ``fs`` when the engine exposes one (``--resctrl-root``), else ``fallback``."""
-    for holder in (handle, getattr(handle, "executor", None), getattr(handle, "agent", None)):
-        if holder is None:
-            continue
-        roots = getattr(holder, "roots", None)
-        if isinstance(roots, Mapping) and roots.get(fs):
-            return str(roots[fs])
-        direct = getattr(holder, f"{fs}_root", None)
-        if isinstance(direct, (str, os.PathLike)) and str(direct):
-            return str(direct)
+    """The agent's root for ``fs`` (``AgentHandle.roots``, e.g. ``--resctrl-root``), else ``fallback``
+    (an engine without a node, such as the scheduler, has no roots)."""
+    roots = getattr(handle, "roots", None)
+    if isinstance(roots, Mapping) and roots.get(fs):
+        return str(roots[fs])
     return fallback
 
 
@@ -146,8 +141,9 @@ class LLCIsolation:
         self._said: set[str] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------------
+    @staticmethod
     @hookimpl
-    def plugin_args(self) -> type:
+    def plugin_args() -> type:
         return LLCIsolationArgs
 
     @hookimpl
@@ -159,15 +155,13 @@ class LLCIsolation:
         """Lift the throttles: every class group this plugin manages gets all ways and unthrottled
         bandwidth again. Groups and task placement stay (a restarted agent finds them); pod-level
         groups stay too, they are the pods' own request."""
-        args = args or LLCIsolationArgs()
         if not args.any_enabled or self.support is None or not self.support.supported:
             return
-        apply = getattr(handle, "apply", None)
-        if apply is None:
+        if not isinstance(handle, AgentHandle):
             return
         writes = restore_writes(self.support.info, self._support_root, args)
         if writes:
-            await apply(writes, PLUGIN)
+            await handle.apply(writes)
 
     # -- helpers -----------------------------------------------------------------------------------
     def _say(self, message: str, level: str = "warning", **kw: Any) -> None:
@@ -205,7 +199,6 @@ class LLCIsolation:
     def collect(self, node_state: Any, args: LLCIsolationArgs, handle: Any) -> dict | None:
         """Snapshot the groups (schemata, tasks) and pods' thread ids for ``qos_plan``; monitoring
         counters per group as ``resctrl.<group>.<event>`` (bytes)."""
-        args = args or LLCIsolationArgs()
         support = self._probe(args, handle)
         if not support.supported:
             return None
@@ -231,7 +224,6 @@ class LLCIsolation:
     def qos_plan(self, node_state: Any, args: LLCIsolationArgs, handle: Any) -> list | None:
         """FileWrites (``fs="resctrl"``) for the class groups and pod-level groups; ``None`` when
         resctrl is unavailable or nothing is configured."""
-        args = args or LLCIsolationArgs()
         if not self._wanted(args, node_state):
             return None
         if node_state.resctrl is not None:

@@ -219,7 +219,10 @@ class Node:
             pod = make_pod(key, "default", labels={"koordinator.sh/qosClass": qos}, annotations=ann)
             pod = attrs.evolve(pod, uid=uid, phase="Running")
             self.pods.append(PodState(uid=uid, pod=pod, qos=qos, kube_qos=kube_qos, cgroup_dir=d))
-        self.handle = SimpleNamespace(roots={"resctrl": str(self.fake.root), "cgroup": str(self.cgroot),
+        # an AgentHandle (every member of the protocol; apply is set by the tests that restore)
+        self.handle = SimpleNamespace(plugin_name="llc_isolation", args=None, clock=None, now=lambda: 0.0,
+                                      node_state=None, events=None, apply=None,
+                                      roots={"resctrl": str(self.fake.root), "cgroup": str(self.cgroot),
                                              "proc": str(self.fake.proc_root)})
         self.executor = KernelExecutor(self.fake, {"resctrl": self.fake.root, "cgroup": self.cgroot})
 
@@ -322,7 +325,7 @@ async def test_shutdown_lifts_the_throttles(tmp_path):
     node.round(plugin, ALL_ON)
     assert node.fake.schemata("BE")["L3"] == {0: 0xf, 1: 0xf}
 
-    async def apply(writes, plugin_name):
+    async def apply(writes):
         return node.fake.apply(node.executor, writes)[0]
 
     node.handle.apply = apply

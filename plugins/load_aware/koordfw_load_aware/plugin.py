@@ -371,8 +371,9 @@ class LoadAware:
             self._cols = _Columns(args, self)
         return self._cols
 
+    @staticmethod
     @hookimpl
-    def plugin_args(self) -> type:
+    def plugin_args() -> type:
         return LoadAwareArgs
 
     @hookimpl

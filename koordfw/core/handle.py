@@ -1,0 +1,197 @@
+"""The plugin contract's ``handle``: what a plugin may ask of the engine running it.
+
+Every hook may take ``handle``. Scheduling-side plugins (scheduler, descheduler, extender, the
+embedded cluster) get a :class:`Handle`; node-side plugins (the agent's ``collect``, ``qos_plan``,
+``runtime_hook``) get an :class:`AgentHandle`. Both are ``Protocol`` s: the engines implement them,
+plugins only call them, and tests may pass any object with the same members. Each plugin gets its
+own handle (``plugin_name`` and ``args`` are its own); everything else is shared by the engine.
+
+This mirrors kube-scheduler's ``framework.Handle`` (snapshot, waiting pods, ``Activate``,
+``PluginsRunner``, the nominator, the event recorder) and Koordinator's extended handle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .clock import Clock
+from .model import Pod
+from .state import CycleState
+from .status import Status
+
+if TYPE_CHECKING:
+    from .cluster import NodeView, PodEntry
+    from .nodestate import FileWrite, NodeState
+
+__all__ = ["AgentHandle", "ClusterView", "EventRecorder", "Handle", "PluginsRunner", "WaitingPodView"]
+
+
+@runtime_checkable
+class ClusterView(Protocol):
+    """The read side of the engine's cluster: nodes (as :class:`~koordfw.NodeView` and numpy columns
+    indexed by node index), pods, and the other objects (NodeMetric, Device, PodGroup, ...).
+
+    Plugins read it and never change it, except through :meth:`without_pods`, a what-if that is undone
+    on exit. The columns (``allocatable``, ``requested``, ...) are ``[node, resource]`` int64 arrays in
+    canonical units (millicores, bytes, counts); :meth:`resource_index` names a column.
+    """
+
+    @property
+    def num_nodes(self) -> int: ...
+    @property
+    def views(self) -> Sequence[NodeView]: ...
+    @property
+    def nodes(self) -> list[NodeView]: ...
+    @property
+    def pods(self) -> Mapping[str, PodEntry]: ...
+    @property
+    def resources(self) -> Sequence[str]: ...
+    @property
+    def allocatable(self) -> np.ndarray: ...
+    @property
+    def requested(self) -> np.ndarray: ...
+    @property
+    def node_version(self) -> np.ndarray: ...
+    @property
+    def unschedulable_mask(self) -> np.ndarray: ...
+    @property
+    def live_mask(self) -> np.ndarray: ...
+    @property
+    def has_removed_nodes(self) -> bool: ...
+    @property
+    def labels_generation(self) -> int: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def free_generation(self) -> int: ...
+
+    def resource_index(self, name: str) -> int: ...
+    def request_vector(self, pod: Pod) -> np.ndarray: ...
+    def node(self, name: str) -> NodeView | None: ...
+    def node_index(self, name: str) -> int | None: ...
+    def indices_of(self, names: Sequence[str]) -> np.ndarray: ...
+    def label_mask(self, key: str, value: str | None = None) -> np.ndarray: ...
+    def pod(self, uid: str) -> Pod | None: ...
+    def pod_by_key(self, key: str) -> Pod | None: ...
+    def is_assumed(self, uid: str) -> bool: ...
+    def pods_on(self, node_name: str) -> list[Pod]: ...
+    def all_pods(self) -> list[Pod]: ...
+    def pending_pods(self) -> list[Pod]: ...
+    def without_pods(self, node_name: str, pods: Sequence[Pod]) -> AbstractContextManager[None]: ...
+    def objects_of(self, kind: str) -> Mapping[str, dict[str, Any]]: ...
+    def get_object(self, kind: str, key: str) -> dict[str, Any] | None: ...
+    def node_metric(self, node_name: str) -> dict[str, Any] | None: ...
+
+
+class WaitingPodView(Protocol):
+    """A pod held at Permit (kube's ``WaitingPod``)."""
+
+    @property
+    def pod(self) -> Pod: ...
+    @property
+    def node_name(self) -> str: ...
+    @property
+    def status(self) -> Status | None:
+        """``None`` while it waits; the final status once allowed or rejected."""
+    @property
+    def pending_plugins(self) -> list[str]: ...
+    def allow(self, plugin: str) -> None: ...
+    def reject(self, plugin: str, message: str) -> None: ...
+
+
+class EventRecorder(Protocol):
+    """kube's ``events.EventRecorder``: a Kubernetes Event about an object (``namespace/name``)."""
+
+    def eventf(self, regarding: str, type: str, reason: str, message: str) -> None: ...
+
+
+class PluginsRunner(Protocol):
+    """kube's ``framework.PluginsRunner``: run the profile's plugins for a pod outside its own cycle
+    (preemption, descheduling what-ifs, reservations). Results are those of the scheduling cycle's
+    one implementation, with the same pre_filter Skip/PreFilterResult rules and nominated pods."""
+
+    async def run_pre_filters(self, pod: Pod, state: CycleState) -> tuple[Status, frozenset[str] | None]:
+        """pre_filter into ``state``: (status, the candidate node names, or None for all)."""
+    async def run_filters(self, pod: Pod, node_name: str, state: CycleState | None = None) -> Status:
+        """The filters for ``pod`` on one node (run :meth:`run_pre_filters` into ``state`` first)."""
+    async def run_scores(self, pod: Pod, node_names: Sequence[str],
+                         state: CycleState) -> tuple[Status, dict[str, int]]:
+        """pre_score, score, normalize_score and weights over ``node_names``: their weighted totals."""
+
+
+class Handle(PluginsRunner, Protocol):
+    """What a scheduling-side plugin gets as ``handle``."""
+
+    @property
+    def plugin_name(self) -> str:
+        """This plugin's name in the profile."""
+    @property
+    def args(self) -> Any:
+        """This plugin's typed args (what its ``plugin_args`` declared, from the profile)."""
+    @property
+    def clock(self) -> Clock:
+        """The engine's clock (virtual in the embedded cluster)."""
+    def now(self) -> float: ...
+    @property
+    def cluster(self) -> ClusterView: ...
+    @property
+    def rng(self) -> np.random.Generator:
+        """The engine's seeded random generator (the one that breaks score ties)."""
+    @property
+    def events(self) -> EventRecorder: ...
+
+    # -- waiting pods (kube's IterateOverWaitingPods / GetWaitingPod / RejectWaitingPod) --------------
+    def iterate_waiting_pods(self) -> list[WaitingPodView]: ...
+    def get_waiting_pod(self, uid: str) -> WaitingPodView | None: ...
+    def reject_waiting_pod(self, uid: str, message: str) -> bool: ...
+
+    # -- the queue -----------------------------------------------------------------------------------
+    def is_in_flight(self, uid: str) -> bool:
+        """Is the pod's scheduling or binding cycle running now?"""
+    def is_active(self, uid: str) -> bool:
+        """Is the pod in the active queue, about to be tried?"""
+    def activate(self, uids: Iterable[str]) -> None:
+        """kube's ``Handle.Activate``: move these queued pods straight to the active queue."""
+
+    # -- the nominator -----------------------------------------------------------------------------
+    def nominated_pods(self, node_name: str) -> list[Pod]:
+        """Pods nominated to run on ``node_name`` (by preemption or a migration), not yet bound."""
+    def nominate(self, pod: Pod, node_name: str | None) -> None:
+        """Nominate ``pod`` to ``node_name`` (None clears it): filters count it there for pods of lower
+        or equal priority."""
+
+    # -- actions -------------------------------------------------------------------------------------
+    def bind_pod(self, pod: Pod, node_name: str, annotations: Mapping[str, str]) -> Awaitable[Any]: ...
+    def evict(self, pod: Pod, reason: str) -> Awaitable[Any]:
+        """Evict (preempt, deschedule) a running pod; the engine deletes it or, in memory, requeues it."""
+
+
+@runtime_checkable
+class AgentHandle(Protocol):
+    """What a node-side plugin gets as ``handle`` in the node agent. ``shutdown`` and ``startup`` are
+    called by every engine; ``isinstance(handle, AgentHandle)`` tells a node-side plugin it runs in
+    the agent."""
+
+    @property
+    def plugin_name(self) -> str: ...
+    @property
+    def args(self) -> Any: ...
+    @property
+    def clock(self) -> Clock: ...
+    def now(self) -> float:
+        """The agent's clock: the time of the tick being run."""
+    @property
+    def node_state(self) -> NodeState | None:
+        """The node state collected at the start of this tick (None before the first collection)."""
+    @property
+    def roots(self) -> Mapping[str, str]:
+        """Where the agent's filesystems are: ``{"cgroup": "/sys/fs/cgroup", "resctrl": "/sys/fs/resctrl"}``
+        (as given by ``--cgroup-root`` / ``--resctrl-root``)."""
+    @property
+    def events(self) -> EventRecorder: ...
+    def apply(self, writes: Sequence[FileWrite]) -> Awaitable[Any]:
+        """Write cgroup/resctrl files now, outside the plan phase (stamped with this plugin's name)."""

@@ -1,0 +1,529 @@
+"""The scheduling and binding cycles (kube's ``pkg/scheduler/schedule_one.go``) over the queue.
+
+One scheduling cycle per pod: pre_filter (Skip disables the matching filter), filter over an adaptive
+number of nodes from a round-robin start, post_filter on failure, pre_score/score/normalize_score
+with profile weights and a seeded random tie-break, assume + reserve, permit (allow / reject / wait
+with per-plugin timers); then a binding cycle (wait on permit → pre_bind → bind → post_bind),
+inline or as its own task. Any failure after reserve runs ``unreserve`` for every reserve plugin in
+reverse order and forgets the assumed pod. The plugins run through :class:`~.runtime.Framework`; the
+engine driving the scheduler hears of outcomes through :class:`~.events.SchedulerEvents`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import anyio.abc
+import attrs
+import numpy as np
+import structlog
+
+from .clock import Clock
+from .cluster import ClusterState, NodeView
+from .errors import PluginLoadError
+from .events import EventLog, SchedulerEvents
+from .model import Pod
+from .nominator import Nominator
+from .plugins import Registry
+from .queue import QueuedPodInfo, SchedulingQueue
+from .runtime import Framework, NodeStatuses, WaitingPod, fit_error
+from .state import CycleState, StateKey
+from .status import Status
+
+log = structlog.get_logger("koordfw")
+
+MIN_FEASIBLE_NODES = 100
+MIN_FEASIBLE_PERCENTAGE = 5
+
+#: the per-node rejections of the cycle's filter search (what post_filter plugins are given)
+FILTERED_STATUSES: StateKey[NodeStatuses] = StateKey("koordfw/filtered_statuses")
+
+#: cluster events that may free or add capacity (kube's ClusterEvent: Pod/Delete, Node/Add, ...)
+FREEING_EVENTS = frozenset(("PodDelete", "NodeAdd", "NodeUpdate", "AssignedPodDelete", "ObjectChange"))
+
+
+def num_feasible_nodes_to_find(num_all: int, percentage: int = 0) -> int:
+    """kube-scheduler's ``numFeasibleNodesToFind`` (adaptive when ``percentage`` is 0)."""
+    if num_all < MIN_FEASIBLE_NODES:
+        return num_all
+    pct = percentage
+    if pct == 0:
+        pct = 50 - num_all // 125
+        if pct < MIN_FEASIBLE_PERCENTAGE:
+            pct = MIN_FEASIBLE_PERCENTAGE
+    n = num_all * pct // 100
+    return MIN_FEASIBLE_NODES if n < MIN_FEASIBLE_NODES else n
+
+
+class SchedulerHandle:
+    """The :class:`koordfw.Handle` one plugin of a :class:`Scheduler` is given."""
+
+    __slots__ = ("_s", "plugin_name")
+
+    def __init__(self, scheduler: Scheduler, plugin_name: str) -> None:
+        self._s = scheduler
+        self.plugin_name = plugin_name
+
+    @property
+    def args(self) -> Any:
+        return self._s.registry.args.get(self.plugin_name)
+
+    @property
+    def clock(self) -> Clock:
+        return self._s.clock
+
+    def now(self) -> float:
+        return self._s.clock.now()
+
+    @property
+    def cluster(self) -> ClusterState:
+        return self._s.cluster
+
+    @property
+    def rng(self) -> np.random.Generator:
+        return self._s.rng
+
+    @property
+    def events(self) -> EventLog:
+        return self._s.recorder
+
+    # -- waiting pods ---------------------------------------------------------------------------------
+    def iterate_waiting_pods(self) -> list[WaitingPod]:
+        return list(self._s.waiting_pods.values())
+
+    def get_waiting_pod(self, uid: str) -> WaitingPod | None:
+        return self._s.waiting_pods.get(uid)
+
+    def reject_waiting_pod(self, uid: str, message: str) -> bool:
+        wp = self._s.waiting_pods.get(uid)
+        if wp is None:
+            return False
+        wp.reject(self.plugin_name, message)
+        return True
+
+    # -- the queue -----------------------------------------------------------------------------------
+    def is_in_flight(self, uid: str) -> bool:
+        return uid in self._s.queue.in_flight
+
+    def is_active(self, uid: str) -> bool:
+        return uid in self._s.queue.active
+
+    def activate(self, uids: Iterable[str]) -> None:
+        self._s.activate(uids)
+
+    # -- the nominator -------------------------------------------------------------------------------
+    def nominated_pods(self, node_name: str) -> list[Pod]:
+        return self._s.nominator.nominated_pods(node_name)
+
+    def nominate(self, pod: Pod, node_name: str | None) -> None:
+        self._s.nominate(pod, node_name)
+
+    # -- actions -------------------------------------------------------------------------------------
+    async def bind_pod(self, pod: Pod, node_name: str, annotations: Mapping[str, str]) -> Any:
+        return await self._s.engine.bind(pod, node_name, annotations)
+
+    async def evict(self, pod: Pod, reason: str) -> Any:
+        return await self._s.engine.evict(pod, reason)
+
+    # -- PluginsRunner -----------------------------------------------------------------------------
+    async def run_pre_filters(self, pod: Pod, state: CycleState) -> tuple[Status, frozenset[str] | None]:
+        return await self._s.framework.run_pre_filter(pod, state)
+
+    async def run_filters(self, pod: Pod, node_name: str, state: CycleState | None = None) -> Status:
+        return await self._s.framework.run_filters_on_node(pod, node_name, state or CycleState())
+
+    async def run_scores(self, pod: Pod, node_names: Sequence[str],
+                         state: CycleState) -> tuple[Status, dict[str, int]]:
+        cluster = self._s.cluster
+        idx = [i for n in node_names if (i := cluster.node_index(n)) is not None]
+        if len(idx) != len(node_names):
+            missing = sorted(n for n in node_names if cluster.node_index(n) is None)
+            return Status.unresolvable(f"node(s) not found: {', '.join(missing)}"), {}
+        arr = np.asarray(idx, dtype=np.int64)
+        st, total, _ = await self._s.framework.run_score(pod, state, arr)
+        if not st.ok:
+            return st, {}
+        return st, {cluster.views[i].name: int(t) for i, t in zip(idx, total.tolist())}
+
+    def __repr__(self) -> str:
+        return f"<Handle of {self.plugin_name}>"
+
+
+class Scheduler:
+    """Queue + cycles over a ClusterState. Engines feed it cluster events and hear back through
+    ``engine`` (a :class:`SchedulerEvents`), which also binds and evicts."""
+
+    def __init__(self, registry: Registry, cluster: ClusterState, clock: Clock, *,
+                 engine: SchedulerEvents | None = None, seed: int = 0, inline_binding: bool = False) -> None:
+        self.registry, self.cluster, self.clock = registry, cluster, clock
+        self.engine: SchedulerEvents = engine if engine is not None else SchedulerEvents()
+        #: run binding cycles of pods not waiting at permit inline (the embedded cluster binds in
+        #: memory, so a task per pod would only add overhead); live engines bind concurrently
+        self.inline_binding = inline_binding
+        self.profile = registry.profile
+        self.rng = np.random.default_rng(seed)
+        self.recorder = EventLog()
+        self.nominator = Nominator(cluster)
+        self._handles: dict[str, SchedulerHandle] = {}
+        registry.bind(self.handle_for)
+        self.framework = Framework(registry, cluster, self.nominator, self.handle_for)
+        self.caller = self.framework.caller
+        self.waiting_pods: dict[str, WaitingPod] = {}
+        self.next_start_node_index = 0
+        self.in_flight_binds = 0
+        self.queue = SchedulingQueue(self._sort_key, initial_backoff=self.profile.pod_initial_backoff_seconds,
+                                     max_backoff=self.profile.pod_max_backoff_seconds,
+                                     max_unschedulable=self.profile.pod_max_in_unschedulable_seconds)
+        from .. import metrics as _metrics
+
+        self.metrics = _metrics.scheduler_metrics()
+        _metrics.track_caller(self.caller)
+        self._attempts = {r: self.metrics.attempts.labels(result=r) for r in ("scheduled", "unschedulable", "error")}
+
+    def handle_for(self, plugin: str) -> SchedulerHandle:
+        """The handle of ``plugin`` (one per plugin and scheduler)."""
+        h = self._handles.get(plugin)
+        if h is None:
+            h = self._handles[plugin] = SchedulerHandle(self, plugin)
+        return h
+
+    # -- queue ----------------------------------------------------------------------------------
+    def _sort_key(self, pod: Pod, info: QueuedPodInfo) -> Any:
+        key = self.framework.queue_sort_key(pod)
+        if key is not None:
+            return (key, info.arrival, info.seq)
+        return ((-pod.priority,), info.arrival, info.seq)
+
+    async def enqueue(self, pod: Pod) -> None:
+        """Add a pending pod: pre_enqueue gates it or it joins the active queue."""
+        new = self.engine.pod_enqueued(pod)
+        if new is not None and new is not pod:
+            pod = new
+            if self.cluster.pod(pod.uid) is not None:
+                self.cluster.update_pod_object(pod)
+            if pod.nominated_node_name:
+                self.nominate(pod, pod.nominated_node_name)
+        st = await self.framework.run_pre_enqueue(pod)
+        now = self.clock.now()
+        if st.ok:
+            self.queue.add(pod, now)
+        else:
+            self.queue.add_gated(pod, now, st.message)
+            self.engine.pod_gated(pod, st)
+
+    async def add_pod(self, pod: Pod) -> None:
+        """A pod appeared (or was re-listed). Pending pods are queued; bound ones accounted."""
+        self.cluster.add_pod(pod)
+        if pod.node_name or pod.is_terminal or pod.deletion_timestamp is not None:
+            if not pod.node_name:
+                self.engine.pod_removed(pod.uid)
+            await self.cluster_event("PodAdd")
+            return
+        await self.enqueue(pod)
+        await self.cluster_event("PodAdd")
+
+    async def remove_pod(self, uid: str) -> None:
+        wp = self.waiting_pods.get(uid)
+        if wp is not None:
+            wp.reject("", "pod was deleted")
+        info = self.queue.info(uid)
+        if info is not None and uid not in self.queue.in_flight:
+            self.queue.done(uid)
+        self.cluster.remove_pod(uid)
+        self.engine.pod_removed(uid)
+        if self.nominator:
+            self.nominator.forget(uid)
+        await self.cluster_event("PodDelete")
+
+    async def cluster_event(self, kind: str) -> None:
+        """Move pods that a cluster change may help: gated pods re-run pre_enqueue on any event;
+        unschedulable pods move on events that free or add capacity."""
+        now = self.clock.now()
+        frees = kind in FREEING_EVENTS
+        if frees:
+            self.queue.move_requests += 1
+        for uid in list(self.queue.unschedulable if frees else self.queue.gated):
+            info = self.queue.infos[uid]
+            if info.gated:
+                st = await self.framework.run_pre_enqueue(info.pod)
+                if st.ok:
+                    self.queue.move_to_active_or_backoff(info, now)
+                else:
+                    info.gate_reason = st.message
+            elif frees:
+                self.queue.move_to_active_or_backoff(info, now)
+
+    def activate(self, uids: Iterable[str]) -> None:
+        """kube's ``PriorityQueue.Activate``: straight to the active queue, skipping any backoff."""
+        q = self.queue
+        for uid in uids:
+            if uid in q.infos and uid not in q.in_flight and uid not in q.active:
+                q.requeue_now(uid)
+
+    def nominate(self, pod: Pod, node_name: str | None) -> None:
+        """Nominate ``pod`` to ``node_name`` (None clears it), and keep the queued copy in step."""
+        self.nominator.nominate(pod, node_name)
+
+    async def flush(self) -> None:
+        """Periodic queue maintenance: finished backoffs to active, old unschedulable pods retried."""
+        now = self.clock.now()
+        self.queue.flush_backoff(now)
+        for info in self.queue.flush_unschedulable_leftover(now):
+            if info.gated:
+                st = await self.framework.run_pre_enqueue(info.pod)
+                if not st.ok:
+                    info.unschedulable_since = now
+                    continue
+            self.queue.move_to_active_or_backoff(info, now)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def startup(self) -> None:
+        for impl, _, st in await self.caller.call_safe("startup"):
+            if st is not None:  # the caller logged the cause (with a traceback when it is a plugin bug)
+                raise PluginLoadError(f"plugin {impl.plugin} failed at startup: {st.message}")
+
+    async def shutdown(self) -> None:
+        await self.caller.call_safe("shutdown")
+
+    # -- one scheduling cycle -------------------------------------------------------------------
+    async def schedule_next(self, tg: anyio.abc.TaskGroup) -> Pod | None:
+        """Pop one pod and run its scheduling cycle (the binding cycle is started in ``tg``, or run
+        inline); returns the pod tried, or None when the active queue is empty."""
+        info = self.queue.pop()
+        if info is None:
+            return None
+        pod = self.cluster.pod(info.pod.uid) or info.pod
+        self.engine.cycle_started(pod)
+        t0 = time.perf_counter()
+        try:
+            await self.schedule_one(pod, tg)
+        finally:
+            dt = time.perf_counter() - t0
+            self.metrics.cycle_latency.observe(dt)
+            self.engine.cycle_finished(pod, dt)
+        return pod
+
+    async def schedule_one(self, pod: Pod, tg: anyio.abc.TaskGroup) -> None:
+        fw = self.framework
+        state = CycleState()
+        status, node = await self._find_node(pod, state)
+        if node is None:
+            await self._cycle_failed(pod, status, state, run_post_filter=status.is_rejection)
+            return
+        # assume + reserve; like kube's assume, an assumed pod is no longer counted as nominated
+        self.cluster.assume(pod, node.name)
+        if self.nominator:
+            self.nominator.nominate(pod, None)
+        st = await fw.run_reserve(pod, node, state)
+        waits: dict[str, float] = {}
+        if st.ok:
+            st, waits = await fw.run_permit(pod, node, state)
+        if not st.ok:
+            await self._unreserve_and_forget(pod, node, state)
+            await self._cycle_failed(pod, st, state, run_post_filter=False)
+            return
+        wp = None
+        if waits:
+            wp = WaitingPod(pod, node.name, waits, self.clock)
+            self.waiting_pods[pod.uid] = wp
+        self.in_flight_binds += 1
+        if wp is None and self.inline_binding:
+            await self._binding_cycle(pod, node, state, None)
+        else:
+            tg.start_soon(self._binding_cycle, pod, node, state, wp)
+
+    async def _find_node(self, pod: Pod, state: CycleState) -> tuple[Status, NodeView | None]:
+        cluster = self.cluster
+        fw = self.framework
+        if cluster.num_nodes == 0:
+            return Status.unschedulable("no nodes available to schedule pods"), None
+        st, candidates = await fw.run_pre_filter(pod, state)
+        if not st.ok:
+            return st, None
+        # candidate order: the nominated node first, then round-robin over all (or the restricted set)
+        if pod.nominated_node_name:
+            i = cluster.node_index(pod.nominated_node_name)
+            if i is not None and (candidates is None or pod.nominated_node_name in candidates):
+                st, feasible, _ = await fw.run_filters(pod, state, np.array([i], dtype=np.int64))
+                if not st.ok:
+                    return st, None
+                if len(feasible):
+                    return Status.success(), cluster.views[int(feasible[0])]
+        if candidates is not None:
+            idx = np.array(sorted(i for n in candidates if (i := cluster.node_index(n)) is not None), dtype=np.int64)
+            if len(idx) == 0:
+                return Status.unresolvable("node(s) didn't satisfy plugin(s) pre_filter node set"), None
+        else:
+            idx = np.arange(cluster.num_nodes, dtype=np.int64)
+            if cluster.has_removed_nodes:
+                idx = idx[cluster.live_mask]
+            if len(idx) == 0:  # every node was removed: kube's "0/0 nodes are available"
+                return Status.unschedulable("no nodes available to schedule pods"), None
+        n_all = len(idx)
+        start = self.next_start_node_index % n_all
+        order = np.concatenate((idx[start:], idx[:start])) if start else idx
+        to_find = num_feasible_nodes_to_find(n_all, self.profile.percentage_of_nodes_to_score)
+        if not fw.has_scoring:
+            to_find = 1
+        try:
+            feasible, statuses, processed = await self._filter_search(pod, state, order, to_find)
+        except _Failed as f:
+            return f.status, None
+        self.next_start_node_index = (start + processed) % max(n_all, 1)
+        state[FILTERED_STATUSES] = statuses
+        if len(feasible) == 0:
+            return fit_error(n_all, statuses), None
+        if len(feasible) == 1:
+            return Status.success(), cluster.views[int(feasible[0])]
+        st, total, _ = await fw.run_score(pod, state, feasible)
+        if not st.ok:
+            return st, None
+        best = np.flatnonzero(total == total.max())
+        pick = int(best[0]) if len(best) == 1 else int(best[self.rng.integers(len(best))])
+        return Status.success(), cluster.views[int(feasible[pick])]
+
+    async def _filter_search(self, pod: Pod, state: CycleState, order: np.ndarray,
+                             to_find: int) -> tuple[np.ndarray, NodeStatuses, int]:
+        """Filter ``order`` in chunks until ``to_find`` nodes fit; returns (feasible, statuses, processed)."""
+        feasible_parts: list[np.ndarray] = []
+        statuses = NodeStatuses(self.cluster)
+        found = 0
+        pos = 0
+        n = len(order)
+        chunk = max(to_find, 64)
+        fw = self.framework
+        while pos < n and found < to_find:
+            sub = order[pos: pos + chunk]
+            st, ok, sts = await fw.run_filters(pod, state, sub)
+            if not st.ok:
+                raise _Failed(st)
+            statuses.update(sts)
+            need = to_find - found
+            if len(ok) >= need:
+                ok = ok[:need]
+                # processed = nodes up to and including the last one taken
+                last = int(np.flatnonzero(sub == ok[-1])[0])
+                feasible_parts.append(ok)
+                found += len(ok)
+                # statuses of nodes after the last taken one were not "processed"
+                return np.concatenate(feasible_parts), statuses, pos + last + 1
+            feasible_parts.append(ok)
+            found += len(ok)
+            pos += len(sub)
+        feasible = np.concatenate(feasible_parts) if feasible_parts else np.zeros(0, dtype=np.int64)
+        return feasible, statuses, n
+
+    async def _unreserve_and_forget(self, pod: Pod, node: NodeView, state: CycleState) -> None:
+        await self.framework.run_unreserve(pod, node, state)
+        self.cluster.forget(pod)
+
+    # -- binding cycle ----------------------------------------------------------------------------
+    async def _binding_cycle(self, pod: Pod, node: NodeView, state: CycleState, wp: WaitingPod | None) -> None:
+        fw = self.framework
+        try:
+            if wp is not None:
+                st = await wp.wait()
+                self.waiting_pods.pop(pod.uid, None)
+                if not st.ok:
+                    await self._binding_failed(pod, node, state, st)
+                    return
+            st = await fw.run_pre_bind(pod, node, state)
+            if st.ok:
+                st = await fw.run_bind(pod, node, state)
+            if not st.ok:
+                await self._binding_failed(pod, node, state, st)
+                return
+            self._record_bound(pod, node.name, state)
+            await fw.run_post_bind(pod, node, state)
+            if self.queue.gated:
+                await self.cluster_event("AssignedPodAdd")
+        finally:
+            self.in_flight_binds -= 1
+
+    def _record_bound(self, pod: Pod, node_name: str, state: CycleState) -> None:
+        if self.nominator:
+            self.nominator.nominate(pod, None)
+        self.queue.done(pod.uid)
+        self._attempts["scheduled"].inc()
+        self.engine.pod_bound(pod, node_name, state)
+
+    async def _binding_failed(self, pod: Pod, node: NodeView, state: CycleState, st: Status) -> None:
+        await self._unreserve_and_forget(pod, node, state)
+        await self.cluster_event("AssignedPodDelete")
+        await self._cycle_failed(pod, st, state, run_post_filter=False)
+
+    async def _cycle_failed(self, pod: Pod, st: Status, state: CycleState, *, run_post_filter: bool) -> None:
+        self.engine.attempt_failed(pod)
+        if run_post_filter:
+            statuses = state.get(FILTERED_STATUSES)
+            _, res = await self.framework.run_post_filter(pod, state, statuses if statuses is not None else {})
+            if res is not None:
+                cur = self.cluster.pod(pod.uid) or pod
+                nominated = attrs.evolve(cur, nominated_node_name=res.nominated_node)
+                self.nominate(nominated, res.nominated_node)
+                if self.cluster.pod(pod.uid) is not None:
+                    self.cluster.update_pod_object(nominated)
+                info = self.queue.info(pod.uid)
+                if info is not None:
+                    info.pod = nominated
+        unsched = st.is_rejection
+        self._attempts["unschedulable" if unsched else "error"].inc()
+        self.queue.failed(pod.uid, self.clock.now(), unschedulable=unsched,
+                          generation=self.cluster.free_generation,
+                          plugins=tuple(p for p in (st.plugin or "").split(",") if p))
+        await self.engine.pod_unschedulable(pod, st)
+
+    # -- the back half of a cycle, for a pod another scheduler placed ------------------------------
+    async def reserve_placed(self, pod: Pod, node_name: str) -> tuple[Status, CycleState]:
+        """The back half of a cycle for a pod that another scheduler placed on ``node_name`` (the
+        extender's ``bind`` verb): pre_filter, the filters on that node, assume, reserve, pre_bind.
+
+        On success the pod stays assumed on the node with its reservations held, and
+        ``state.annotations`` holds what pre_bind plugins wrote; the caller binds, then calls
+        :meth:`release_placed` if the binding fails. On failure nothing is left reserved or assumed and
+        the status names the plugin. permit is not run: the other scheduler ran its own permit phase,
+        and a wait here would hold its bind call open.
+        """
+        fw = self.framework
+        state = CycleState()
+        i = self.cluster.node_index(node_name)
+        if i is None:
+            return Status.unresolvable(f"node {node_name} not found"), state
+        known = self.cluster.pod(pod.uid)
+        if pod.node_name or (known is not None and known.node_name):
+            where = pod.node_name or (known.node_name if known is not None else "")
+            return Status.unresolvable(f"pod {pod.key} is already on node {where}"), state
+        st, candidates = await fw.run_pre_filter(pod, state)
+        if not st.ok:
+            return st, state
+        if candidates is not None and node_name not in candidates:
+            return Status.unresolvable(f"node {node_name} is not in the pre_filter node set"), state
+        st = await fw.run_filters_on_node(pod, node_name, state)
+        if not st.ok:
+            return st, state
+        node = self.cluster.views[i]
+        self.cluster.assume(pod, node_name)
+        st = await fw.run_reserve(pod, node, state)
+        if st.ok:
+            st = await fw.run_pre_bind(pod, node, state)
+        if not st.ok:
+            await self._unreserve_and_forget(pod, node, state)
+        return st, state
+
+    async def release_placed(self, pod: Pod, node_name: str, state: CycleState) -> None:
+        """Undo :meth:`reserve_placed` after a failed binding: unreserve in reverse order, forget."""
+        i = self.cluster.node_index(node_name)
+        if i is not None:
+            await self._unreserve_and_forget(pod, self.cluster.views[i], state)
+
+    # -- reporting ------------------------------------------------------------------------------
+    def pending_uids(self) -> list[str]:
+        return [uid for uid, e in self.cluster.pods.items() if e.node_index < 0 and not e.pod.is_terminal]
+
+
+class _Failed(Exception):
+    def __init__(self, status: Status) -> None:
+        self.status = status
