@@ -9,10 +9,15 @@ How hooks are called (the same for every hook, by ``koordfw.core.caller``):
 * Implementations may be plain functions or ``async``; returned awaitables are awaited.
 * Plugins run in the order the profile gives (Kubernetes' default-then-enabled merge), never in
   pluggy's registration order. Each call has a per-plugin timeout (``pluginTimeoutSeconds``).
-* An exception (or a timeout) in a plugin becomes an ``Error`` status naming the plugin: the cycle of
-  that pod fails, the process and the other pods go on.
-* "first result" hooks stop at the first implementation that returns something other than ``None``,
-  judged after awaiting.
+* An exception (or a timeout) in a plugin becomes an ``Error`` status naming the plugin: in a scheduling
+  or binding cycle the cycle of that pod fails, the process and the other pods go on; in the other loops
+  the plugin is logged and skipped. docs/hooks.md says, per hook, which plugins are called and when the
+  kernel stops early.
+* The "first result" specs (``firstresult=True``: ``plugin_args``, ``queue_sort``) give one value, not one
+  per plugin: ``plugin_args`` is each plugin's own, called by the registry when it loads the plugin, and
+  only the first ``queue_sort`` plugin of the profile is called.
+* docs/hooks.md lists these hooks, section by section (:func:`_section`), with their signatures and
+  docstrings; ``tests/test_hooks_doc.py`` checks it against this module.
 
 Pods are :class:`koordfw.core.model.Pod`; nodes passed to scheduling hooks are
 :class:`koordfw.core.cluster.NodeView` (``.name``, ``.labels``, ``.annotations``, ``.allocatable``,
