@@ -42,7 +42,8 @@ from prometheus_client import Counter, Histogram
 from ..core.caller import HookCaller, PluginFailure
 from ..core.model import Node, Pod
 from ..core.nodestate import KOORD_QOS_OF_KUBE, ContainerState, FileWrite, NodeState, PodState
-from ..core.plugins import Registry
+from ..core.plugins import Impl, Registry
+from ..core.status import Status
 from ..metrics import REGISTRY, track_caller
 from .cgroups import POD_FILES, QOS_FILES, CgroupLayout, UsageTracker, read_cpu_topology, read_meminfo, read_proc_stat
 from .executor import Executor, WriteResult
@@ -225,11 +226,11 @@ class Agent:
         busy = self.usage.rate_milli("node", now, read_proc_stat(self.proc_root))
         if busy is not None:
             node_usage["cpu"] = busy
-        mem = read_meminfo(self.proc_root)
+        meminfo = read_meminfo(self.proc_root)
         capacity = {"cpu": len(self.topology) * 1000 or (os.cpu_count() or 1) * 1000}
-        if mem is not None:
-            capacity["memory"] = mem[0]
-            node_usage["memory"] = mem[1]
+        if meminfo is not None:
+            capacity["memory"] = meminfo[0]
+            node_usage["memory"] = meminfo[1]
         node = self.pod_source.node
         allocatable = dict(capacity)
         labels: Mapping[str, str] = {}
@@ -256,6 +257,7 @@ class Agent:
 
     async def _call(self, point: str, only: set[str] | None = None, **kw: Any) -> list[tuple[str, Any]]:
         out = []
+        results: list[tuple[Impl, Any, Status | None]]
         if only is not None:
             results = []
             for impl in self.caller.impls(point):

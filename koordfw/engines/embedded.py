@@ -74,10 +74,10 @@ class SimulationResult:
                           "allocatable": {k: format_quantity(k, x) for k, x in row["allocatable"].items()},
                           "requested": {k: format_quantity(k, x) for k, x in row["requested"].items()},
                           "pods": row["pods"]})
-        bound = sum(1 for p in pods if p["phase"] == "Bound")
+        n_bound = sum(1 for p in pods if p["phase"] == "Bound")
         scheduled = len(s.bind_events)
         out = {"pods": pods, "nodes": nodes,
-               "summary": {"bound": bound, "pending": len(pods) - bound, "seconds": round(self.seconds, 6),
+               "summary": {"bound": n_bound, "pending": len(pods) - n_bound, "seconds": round(self.seconds, 6),
                            "pods_per_second": round(scheduled / self.seconds, 1) if self.seconds > 0 else 0.0}}
         if self.migrations:
             out["migrations"] = [attrs.asdict(m) for m in self.migrations]
