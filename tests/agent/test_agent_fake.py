@@ -11,8 +11,9 @@ from koordfw.agent.cgroups import CgroupLayout, detect_version
 from koordfw.agent.executor import Executor
 from koordfw.agent.loop import Agent
 from koordfw.core.nodestate import FileWrite
+from koordfw.testing.cgroups import FakeNode
 
-from .conftest import Clock, FakeNode, make_registry
+from .agent_testkit import Clock, make_registry
 
 ENABLED = {"be_suppress": {"enable": True, "cpuSuppressPolicy": "cfsQuota"}}
 
