@@ -36,7 +36,7 @@ from . import (
 from .inventory import DEVICE_ALLOCATED, MAX_GPUS_PER_NODE, MILLI, Alloc, Inventory
 from .policies import CHOICE as _CHOICE
 from .policies import POLICIES, Policy, pod_tag, sub_select  # noqa: F401  (pod_tag, sub_select: public)
-from .requests import InvalidGpuRequest, pod_gpu_request
+from .requests import InvalidGpuRequest, pod_gpu_request, pod_key
 
 _REQ, _ALLOC = "gpu_share/request", "gpu_share/alloc"
 _LP_UNDO = "gpu_share/lp"
@@ -117,6 +117,12 @@ class Args:
     lp_cpu_margin: float = attrs.field(default=1.5, validator=_number(0))
 
 
+def typical_weights(pods: list[TypicalPod]) -> list[tuple[frag.PodKey, float]]:
+    """``args.typical_pods`` as ``[(key, p)]`` with the weights normalised to sum to 1."""
+    tot = sum(t.weight for t in pods) or 1.0
+    return [((t.milli_cpu, t.milli_gpu, t.gpu_number, t.gpu_spec), t.weight / tot) for t in pods]
+
+
 class GpuShare:
     """Stateful per scheduler: the GPU inventory, allocations, FGD caches and the learnt workload."""
 
@@ -156,9 +162,7 @@ class GpuShare:
         self.rng = np.random.default_rng(args.seed)
         if args.typical_pods:
             self._fixed_workload = True
-            tot = sum(t.weight for t in args.typical_pods) or 1.0
-            self._weighted = [((t.milli_cpu, t.milli_gpu, t.gpu_number, t.gpu_spec), t.weight / tot)
-                              for t in args.typical_pods]
+            self._weighted = typical_weights(args.typical_pods)
         self.sync(handle.cluster)
         for e in handle.cluster.pods.values():
             self._observe(e.pod)
@@ -219,11 +223,9 @@ class GpuShare:
         if self._fixed_workload or pod.uid in self._seen:
             return
         try:
-            req = pod_gpu_request(pod)
+            key = pod_key(pod)
         except InvalidGpuRequest:
             return
-        key = (int(pod.requests.get("cpu", 0)), req.milli if req else 0, req.count if req else 0,
-               req.spec if req else "")
         self._seen[pod.uid] = key
         self._since_refresh += 1
 

@@ -193,3 +193,11 @@ def pod_gpu_request(pod: Any) -> GpuRequest | None:
         return normalize_request(pod.requests, gpu_model_spec(pod))
     except InvalidGpuRequest as e:
         raise InvalidGpuRequest(f"pod {pod.namespace}/{pod.name}: {e}") from None
+
+
+def pod_key(pod: Any) -> tuple[int, int, int, str]:
+    """The pod's typical-pod key for the FGD target workload: ``(cpu milli, per-GPU milli, GPU count,
+    model spec)``, zeros and '' without a GPU request. Raises :class:`InvalidGpuRequest`."""
+    req = pod_gpu_request(pod)
+    return (int(pod.requests.get("cpu", 0)), req.milli if req else 0, req.count if req else 0,
+            req.spec if req else "")
