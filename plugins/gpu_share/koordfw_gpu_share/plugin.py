@@ -193,7 +193,7 @@ class GpuShare:
         """Bring the inventory up to date with the cluster (nodes, Devices, departed or annotated pods)."""
         devs = cluster.objects_of("Device")
         key = (id(cluster), cluster.num_nodes, cluster.labels_generation, tuple(id(o) for o in devs.values()))
-        if key != self._inv_key:
+        if key != self._inv_key or self.inv is None:  # (inv is None only while _inv_key is)
             old = self.inv
             self.inv = Inventory(cluster, self._warned)
             if old is not None:  # keep what we reserved on nodes that still exist
@@ -213,7 +213,9 @@ class GpuShare:
         return self.inv
 
     def node_version(self, cluster, idx) -> np.ndarray:
-        return cluster.node_version[idx] + self.inv.version[idx]
+        inv = self.inv
+        assert inv is not None  # sync built it
+        return cluster.node_version[idx] + inv.version[idx]
 
     def cpu_left(self, cluster, idx) -> np.ndarray:
         c = cluster.resource_index("cpu")
@@ -315,7 +317,9 @@ class GpuShare:
 
     # -- device choice ---------------------------------------------------------------------------
     def choose_slots(self, cluster, i: int, pod, req, args, choice: tuple | None = None) -> list[int]:
-        fit = self.inv.fit_devices(np.array([i]), req.core, req.memory_ratio, req.memory_bytes)[0]
+        inv = self.inv
+        assert inv is not None  # sync built it
+        fit = inv.fit_devices(np.array([i]), req.core, req.memory_ratio, req.memory_bytes)[0]
         cand = np.flatnonzero(fit)
         if len(cand) < req.count:
             return []
