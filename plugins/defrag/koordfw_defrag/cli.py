@@ -11,16 +11,14 @@ import argparse
 import json
 import sys
 
-from koordfw import ConfigError
+from koordfw import Commands, ConfigError, add_plugin_options
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    from koordfw.commands._common import add_plugin_options
-
-    p = sub.add_parser("deschedule", help="plan a descheduling round (LowNodeLoad, GPU/CPU defrag) on a snapshot",
-                       description="Load nodes, bound pods, NodeMetrics, PDBs... from YAML/JSON files or "
-                                   "directories and print the migrations the descheduling plugins plan, with "
-                                   "the metrics before and after. Nothing is evicted.")
+def register(sub: Commands) -> None:
+    p = sub.add("deschedule", help="plan a descheduling round (LowNodeLoad, GPU/CPU defrag) on a snapshot",
+                description="Load nodes, bound pods, NodeMetrics, PDBs... from YAML/JSON files or "
+                            "directories and print the migrations the descheduling plugins plan, with "
+                            "the metrics before and after. Nothing is evicted.")
     p.add_argument("paths", nargs="+", metavar="PATH")
     add_plugin_options(p)
     p.add_argument("--output", "-o", choices=("table", "json"), default="table")
@@ -32,7 +30,7 @@ async def plan_snapshot(manifests, registry) -> dict:
     even in dry-run mode."""
     import attrs
 
-    from koordfw.engines.embedded import EmbeddedEngine
+    from koordfw import EmbeddedEngine
 
     cluster = manifests.to_cluster()
     engine = EmbeddedEngine(registry, cluster, start_time=manifests.newest_timestamp())
@@ -69,8 +67,7 @@ async def plan_snapshot(manifests, registry) -> dict:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from koordfw import load_manifests
-    from koordfw.commands._common import registry_from_args
+    from koordfw import load_manifests, registry_from_args
 
     manifests = load_manifests(args.paths)
     registry = registry_from_args(args)

@@ -24,11 +24,11 @@ from typing import Any
 import attrs
 import numpy as np
 
-from koordfw import ClusterState, ConfigError, Scheduler, VirtualClock, make_node, make_pod
+from koordfw import ClusterState, Commands, ConfigError, Scheduler, VirtualClock, make_node, make_pod
 from koordfw.extension import RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO
 
 from . import frag
-from .plugin import POLICIES
+from .plugin import POLICIES, GpuShare
 from .requests import GPU_MODEL_LABEL, NVIDIA_GPU
 
 TUNE_RATIO = 1.3
@@ -208,14 +208,15 @@ def prepare_trace(nodes_csv, pods_csv, seed: int) -> Trace:
 
 async def start_replay(trace: Trace, policy: str, seed: int, tie_break: str = "first") -> tuple:
     """The scheduler of one run with every pod added and queued in arrival order:
-    ``(scheduler, cluster, gpu_share plugin object, registry, pods)``."""
+    ``(scheduler, cluster, gpu_share plugin object, registry, pods)``. The plugin object is made here and
+    loaded in-process (with the built-ins, no other plugin), so the replay reads its state directly."""
     from koordfw import build_registry
 
     if policy not in POLICIES:
         raise ConfigError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
-    registry = build_registry(profile_for(policy, seed, trace.workload, tie_break, trace.shares), only=["gpu_share"])
-    if "gpu_share" not in registry.plugins:
-        raise ConfigError("the gpu_share plugin is not installed (pip install plugins/gpu_share)")
+    plugin = GpuShare()
+    registry = build_registry(profile_for(policy, seed, trace.workload, tie_break, trace.shares),
+                              plugins={"gpu_share": plugin}, only=())
     cluster = ClusterState()
     for r in trace.nodes:
         cluster.add_node(_node(r))
@@ -226,7 +227,7 @@ async def start_replay(trace: Trace, policy: str, seed: int, tie_break: str = "f
     await sched.startup()
     for p in pods:
         await sched.enqueue(p)
-    return sched, cluster, registry.plugins["gpu_share"].obj, registry, pods
+    return sched, cluster, plugin, registry, pods
 
 
 async def replay_async(nodes_csv, pods_csv, policy: str, seed: int, tie_break: str = "first",
@@ -318,12 +319,12 @@ def summarize(runs: list[dict]) -> dict:
             for p, rs in by.items()}
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("replay", help="replay published traces through the scheduler")
-    rsub = p.add_subparsers(dest="trace", metavar="TRACE")
-    o = rsub.add_parser("openb", help="the Alibaba GPU trace with the FGD paper's protocol",
-                        description="Replay the Alibaba cluster-trace-gpu-v2023 (openb) pods on its GPU nodes "
-                                    "through the scheduler with the gpu_share plugin, as the FGD paper does.")
+def register(sub: Commands) -> None:
+    p = sub.add("replay", help="replay published traces through the scheduler")
+    rsub = Commands.nested(p, dest="trace", metavar="TRACE")
+    o = rsub.add("openb", help="the Alibaba GPU trace with the FGD paper's protocol",
+                 description="Replay the Alibaba cluster-trace-gpu-v2023 (openb) pods on its GPU nodes "
+                             "through the scheduler with the gpu_share plugin, as the FGD paper does.")
     o.add_argument("--nodes", required=True, metavar="NODES.csv")
     o.add_argument("--pods", required=True, metavar="PODS.csv")
     o.add_argument("--policy", action="append", metavar="NAME",
