@@ -119,7 +119,7 @@ def _pod(r) -> Any:
             req[RESOURCE_GPU_MEMORY_RATIO] = str(milli // 10)
         else:
             req[NVIDIA_GPU] = str(num)
-    extra = {}
+    extra: dict[str, Any] = {}
     if spec:
         extra["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": GPU_MODEL_LABEL, "operator": "In", "values": spec.split("|")}]}]}}}
