@@ -337,7 +337,12 @@ def register(sub: Commands) -> None:
     o.add_argument("--output", "-o", choices=("table", "json"), default="table")
     o.add_argument("--plot", metavar="FILE.png", help="plot unallocated GPU %% against arrived %% (needs matplotlib)")
     o.set_defaults(func=run)
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+
+    def usage(_args: argparse.Namespace) -> int:  # ``koordfw replay`` without a trace
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=usage)
 
 
 def run(args: argparse.Namespace) -> int:
