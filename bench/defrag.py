@@ -31,10 +31,7 @@ import numpy as np
 from koordfw_defrag import Args, plan
 from koordfw_gpu_share.replay import _node, _pod, bin_curve, parse_seeds, prepare_trace, profile_for
 
-from koordfw import Scheduler
-from koordfw.core.clock import VirtualClock
-from koordfw.core.cluster import ClusterState
-from koordfw.engines.embedded import build_registry
+from koordfw import ClusterState, EmbeddedEngine, Scheduler, build_registry
 
 DATA = Path("/work/shared/data/alibaba-gpu-v2023")
 
@@ -50,14 +47,15 @@ async def run(policy: str, seed: int, budget_pct: float | None, nodes_csv: Path,
                                              "maxMigratingPercentPerRound": budget_pct / (rounds * cycles)}
         only.append("defrag")
     registry = build_registry(profile, only=only)
-    gpu = registry.plugins["gpu_share"].obj
+    gpu = registry.plugin("gpu_share")
     gargs = registry.args["gpu_share"]
     cluster = ClusterState()
     for r in trace.nodes:
         cluster.add_node(_node(r))
     # bind inline, as the embedded engine does: a nominated pod is then never counted twice (assumed and
     # still nominated) while its binding task has not run yet
-    sched = Scheduler(registry, cluster, VirtualClock(0.0), seed=seed, inline_binding=True)
+    engine = EmbeddedEngine(registry, cluster, seed=seed, start_time=0.0)
+    sched = engine.scheduler
     await sched.startup()
     pods = [_pod(r) for r in trace.pods]
     milli_of = {p.uid: r[3] * r[4] for p, r in zip(pods, trace.pods)}
@@ -119,12 +117,12 @@ async def defrag_round(sched: Scheduler, registry, state) -> dict:
     un0, fr0 = state()
     bound = sum(1 for e in cluster.pods.values() if e.node_index >= 0)
     t = time.perf_counter()
-    result = await plan(cluster, args, sched.handle)
+    result = await plan(cluster, args, sched.handle_for("defrag"))
     plan_s = time.perf_counter() - t
     landed = elsewhere = lost = 0
     for m in result.migrations:
         p = cluster.pod_by_key(m.pod)
-        await sched.evictor(p, m.reason)
+        await sched.engine.evict(p, m.reason)
         fresh = attrs.evolve(cluster.pod_by_key(m.pod), nominated_node_name=m.to)
         cluster.update_pod_object(fresh)
         sched.queue.info(fresh.uid).pod = fresh

@@ -84,12 +84,12 @@ async def holes(workload: str, policy: str, seed: int, top: int) -> dict:
     shares: list[int] = []
     arrived = 0
     async with anyio.create_task_group() as tg:
-        while arrived < cap and await sched.schedule_next(tg):
-            r = row[sched.last_uid]
+        while arrived < cap and (tried := await sched.schedule_next(tg)) is not None:
+            r = row[tried.uid]
             arrived += r[3] * r[4]
             if r[3] == 1 and 0 < r[4] < 1000:
                 shares.append(r[4])
-            if cluster.pods[sched.last_uid].node_index < 0:
+            if cluster.pods[tried.uid].node_index < 0:
                 failed.append(r)
             await anyio.lowlevel.checkpoint()
     await sched.shutdown()

@@ -7,10 +7,11 @@ API versions) and ``koordfw.hookspecs``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as _np
 
+from .command_api import Commands, add_plugin_options, registry_from_args
 from .core.caller import PluginFailure
 from .core.clock import VirtualClock
 from .core.cluster import ClusterState, NodeBatch, NodeView
@@ -53,20 +54,25 @@ from .core.status import Code, Status
 from .hookspecs import hookimpl, hookspec
 from .log import warn_once
 
+if TYPE_CHECKING:
+    from .engines.embedded import EmbeddedEngine
+
 __version__ = "0.1.0"
 
 __all__ = [
-    "AgentHandle", "build_registry", "canonical", "ClusterView", "EventRecorder", "PluginsRunner",
-    "SchedulerEvents", "StateKey", "WaitingPodView", "CFS_PERIOD_US", "ClusterState", "Code", "ConfigError", "CPUInfo",
-    "CycleState", "field_list", "field_mapping", "fit_error", "NodeStatuses", "FileWrite", "format_cpuset", "format_quantity",
+    "add_plugin_options", "AgentHandle", "build_registry", "canonical", "CFS_PERIOD_US", "ClusterState", "ClusterView",
+    "Code", "Commands", "ConfigError", "CPUInfo", "CycleState", "EmbeddedEngine", "EventRecorder", "field_list",
+    "field_mapping", "FileWrite", "fit_error", "format_cpuset", "format_quantity",
     "FS_RESCTRL", "Handle", "hookimpl", "hookspec", "InputError", "KoordfwError", "load_manifests",
     "load_objects", "load_profile", "load_yaml", "load_yaml_all", "loads_json", "make_node", "make_pod",
     "ManifestError", "Manifests", "MAX_CPUS", "Migration", "Node", "node_metric_name", "NodeBatch",
     "NodeMetricStatus", "NodeState", "NodeView", "normalize", "parse_cpuset", "parse_duration",
-    "parse_quantity", "parse_reservation", "parse_time", "PluginFailure", "PluginLoadError", "Pod", "PodMetric", "PodState",
+    "parse_quantity", "parse_reservation", "parse_time", "plan_writes", "PluginFailure", "PluginLoadError", "Pod",
+    "PodMetric", "PodState",
     "PostFilterResult", "PreFilterResult", "Profile", "Reservation", "profile_from_dict", "QuantityError",
-    "raw_allocatable", "read_node_metric", "resource_map", "Scheduler", "selector_matches", "shorten", "simulate",
-    "Status", "VirtualClock", "warn_once",
+    "raw_allocatable", "read_node_metric", "registry_from_args", "resource_map", "Scheduler", "SchedulerEvents",
+    "selector_matches", "shorten", "simulate", "StateKey", "Status", "VirtualClock", "WaitingPodView", "warn_once",
+    "NodeStatuses", "PluginsRunner",
 ]
 
 
@@ -92,3 +98,20 @@ def build_registry(*a: Any, **kw: Any):
     from .engines.embedded import build_registry as _build
 
     return _build(*a, **kw)
+
+
+def plan_writes(*a: Any, **kw: Any):
+    """The cgroup/resctrl writes the node QoS plugins want for a NodeState, as ``koordfw agent plan``
+    prints them; see :func:`koordfw.commands.agent.plan_writes`."""
+    from .commands.agent import plan_writes as _plan
+
+    return _plan(*a, **kw)
+
+
+def __getattr__(name: str) -> Any:
+    # the embedded engine is imported on first use, so that importing koordfw stays light
+    if name == "EmbeddedEngine":
+        from .engines.embedded import EmbeddedEngine
+
+        return EmbeddedEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,6 +9,7 @@ import sys
 from importlib import metadata
 
 from . import __version__
+from .command_api import Commands
 from .core.errors import KoordfwError
 
 
@@ -17,11 +18,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"koordfw {__version__}")
     parser.add_argument("--log-format", choices=("auto", "console", "json"), default="auto")
     parser.add_argument("--log-level", default="warning", help="debug, info, warning (default), error")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = Commands.nested(parser, dest="command", metavar="COMMAND")
     from . import commands
 
     for mod in sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_")):
         importlib.import_module(f"{commands.__name__}.{mod}").register(sub)
+    # installed packages add commands through this group; each entry point is a register(Commands) too
     for ep in sorted(metadata.entry_points(group="koordfw.commands"), key=lambda e: e.name):
         try:
             ep.load()(sub)

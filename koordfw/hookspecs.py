@@ -4,27 +4,46 @@ How hooks are called (the same for every hook, by ``koordfw.core.caller``):
 
 * Implementations take **any subset** of a spec's arguments, by name; arguments are only ever added.
 * Besides the arguments listed, every hook may also take ``args`` (the plugin's own typed config,
-  see :func:`plugin_args`) and ``handle`` (the :class:`koordfw.Handle` of the running engine, defined
-  in ``koordfw.core.framework``: clock, cluster, registry, waiting pods, actions).
+  see :func:`plugin_args`) and ``handle``: the plugin's own :class:`koordfw.Handle` in the scheduling
+  engines (clock, read-only cluster view, waiting pods, queue, nominator, seeded RNG, event recorder,
+  PluginsRunner, bind/evict; see ``koordfw.core.handle``) or :class:`koordfw.AgentHandle` in the node
+  agent (node state, clock, filesystem roots, ``apply``).
 * Implementations may be plain functions or ``async``; returned awaitables are awaited.
 * Plugins run in the order the profile gives (Kubernetes' default-then-enabled merge), never in
   pluggy's registration order. Each call has a per-plugin timeout (``pluginTimeoutSeconds``).
-* An exception (or a timeout) in a plugin becomes an ``Error`` status naming the plugin: the cycle of
-  that pod fails, the process and the other pods go on.
-* "first result" hooks stop at the first implementation that returns something other than ``None``,
-  judged after awaiting.
+* An exception (or a timeout) in a plugin becomes an ``Error`` status naming the plugin: in a scheduling
+  or binding cycle the cycle of that pod fails, the process and the other pods go on; in the other loops
+  the plugin is logged and skipped. docs/hooks.md says, per hook, which plugins are called and when the
+  kernel stops early.
+* The "first result" specs (``firstresult=True``: ``plugin_args``, ``queue_sort``) give one value, not one
+  per plugin: ``plugin_args`` is each plugin's own, called by the registry when it loads the plugin, and
+  only the first ``queue_sort`` plugin of the profile is called.
+* docs/hooks.md lists these hooks, section by section (:func:`_section`), with their signatures and
+  docstrings; ``tests/test_hooks_doc.py`` checks it against this module.
 
-Pods are :class:`koordfw.core.model.Pod`; nodes passed to scheduling hooks are
-:class:`koordfw.core.cluster.NodeView` (``.name``, ``.labels``, ``.annotations``, ``.allocatable``,
-``.requested``, ``.pods``, ``.index``). Batches of nodes are :class:`koordfw.core.cluster.NodeBatch`:
-iterable NodeViews plus ``.idx`` (numpy indices into the cluster's per-node columns).
+Parameters are annotated with the public types: pods are :class:`koordfw.Pod`; nodes passed to
+scheduling hooks are :class:`koordfw.NodeView` (``.name``, ``.labels``, ``.annotations``,
+``.allocatable``, ``.requested``, ``.pods``, ``.index``); batches of nodes are :class:`koordfw.NodeBatch`:
+iterable NodeViews plus ``.idx`` (numpy indices into the cluster's per-node columns); ``state`` is the
+pod's :class:`koordfw.CycleState`, read and written with typed :class:`koordfw.StateKey` s.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import pluggy
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .core.cluster import NodeBatch, NodeView
+    from .core.handle import AgentHandle, ClusterView, Handle
+    from .core.model import Pod
+    from .core.nodestate import ContainerState, NodeState, PodState
+    from .core.state import CycleState
+    from .core.status import Status
 
 PROJECT = "koordfw"
 
@@ -72,7 +91,7 @@ def plugin_args() -> type | None:
 
 
 @hookspec
-def startup(args: Any, handle: Any) -> None:
+def startup(args: Any, handle: Handle | AgentHandle) -> None:
     """Called once when an engine starts, before any other hook of the plugin.
 
     Use it to build caches from ``handle.cluster``. Return value ignored. May be async. Not required to
@@ -81,7 +100,7 @@ def startup(args: Any, handle: Any) -> None:
 
 
 @hookspec
-def shutdown(args: Any, handle: Any) -> None:
+def shutdown(args: Any, handle: Handle | AgentHandle) -> None:
     """Called once when an engine stops (also on SIGTERM for the node agent).
 
     Node-side plugins restore what they throttled here. Return value ignored. May be async; must be
@@ -90,7 +109,7 @@ def shutdown(args: Any, handle: Any) -> None:
 
 
 @hookspec
-def report(args: Any, handle: Any) -> dict | None:
+def report(args: Any, handle: Handle | AgentHandle) -> dict | None:
     """Contribute extra top-level sections to ``koordfw simulate``'s output after a run.
 
     Return a mapping merged into the JSON/YAML output (e.g. ``{"quotas": [...]}``), or ``None``.
@@ -105,7 +124,7 @@ _section("Scheduling cycle")
 
 
 @hookspec(firstresult=True)
-def queue_sort(pod: Any, args: Any, handle: Any) -> Any:
+def queue_sort(pod: Pod, args: Any, handle: Handle) -> Any:
     """Return the sort key of a pod in the active queue (smaller key = scheduled first).
 
     Exactly one queue_sort plugin is called: the first enabled in the profile (``priority_sort`` by
@@ -118,7 +137,7 @@ def queue_sort(pod: Any, args: Any, handle: Any) -> Any:
 
 
 @hookspec
-def pre_enqueue(pod: Any, args: Any, handle: Any) -> Any:
+def pre_enqueue(pod: Pod, args: Any, handle: Handle) -> Any:
     """Gate a pod before it enters the active queue.
 
     Return ``None`` to admit it, or a reason string / ``Status`` to hold it in the unschedulable pool
@@ -128,7 +147,7 @@ def pre_enqueue(pod: Any, args: Any, handle: Any) -> Any:
 
 
 @hookspec
-def pre_filter(pod: Any, state: Any, args: Any, handle: Any) -> Any:
+def pre_filter(pod: Pod, state: CycleState, args: Any, handle: Handle) -> Any:
     """Run once per scheduling cycle, before filtering.
 
     ``state`` is the cycle's :class:`CycleState` (a dict shared by the plugins of this cycle). Return
@@ -139,7 +158,7 @@ def pre_filter(pod: Any, state: Any, args: Any, handle: Any) -> Any:
 
 
 @hookspec
-def filter(pod: Any, nodes: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
+def filter(pod: Pod, nodes: NodeBatch, node: NodeView, state: CycleState, args: Any, handle: Handle) -> Any:
     """Reject nodes that cannot run the pod.
 
     Batch form (take ``nodes``): called once per cycle with the candidate ``NodeBatch``. Return ``None``
@@ -154,7 +173,7 @@ def filter(pod: Any, nodes: Any, node: Any, state: Any, args: Any, handle: Any) 
 
 
 @hookspec
-def post_filter(pod: Any, state: Any, statuses: Any, args: Any, handle: Any) -> Any:
+def post_filter(pod: Pod, state: CycleState, statuses: Mapping[str, Status], args: Any, handle: Handle) -> Any:
     """Called when no node passed filtering (typically preemption).
 
     ``statuses`` maps node name → the rejecting ``Status``. Return ``None`` (nothing done), a
@@ -165,13 +184,13 @@ def post_filter(pod: Any, state: Any, statuses: Any, args: Any, handle: Any) -> 
 
 
 @hookspec
-def pre_score(pod: Any, nodes: Any, state: Any, args: Any, handle: Any) -> Any:
+def pre_score(pod: Pod, nodes: NodeBatch, state: CycleState, args: Any, handle: Handle) -> Any:
     """Called once before scoring with the feasible nodes. Return ``None``, or ``Status.skip()`` to
     disable this plugin's ``score`` for the cycle, or a rejection/error status. May be async."""
 
 
 @hookspec
-def score(pod: Any, nodes: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
+def score(pod: Pod, nodes: NodeBatch, node: NodeView, state: CycleState, args: Any, handle: Handle) -> Any:
     """Score feasible nodes. Higher is better; weights come from the profile.
 
     Batch form (take ``nodes``): return ``None`` (no opinion), a mapping ``{node name: int}`` or a
@@ -181,7 +200,7 @@ def score(pod: Any, nodes: Any, node: Any, state: Any, args: Any, handle: Any) -
 
 
 @hookspec
-def normalize_score(pod: Any, nodes: Any, scores: Any, state: Any, args: Any, handle: Any) -> Any:
+def normalize_score(pod: Pod, nodes: NodeBatch, scores: np.ndarray, state: CycleState, args: Any, handle: Handle) -> Any:
     """Rescale this plugin's own raw scores (``scores``: an int64 numpy array aligned with ``nodes``).
 
     Return the new array (or modify in place and return ``None``). The kernel checks the result lies
@@ -190,7 +209,7 @@ def normalize_score(pod: Any, nodes: Any, scores: Any, state: Any, args: Any, ha
 
 
 @hookspec
-def reserve(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
+def reserve(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Handle) -> Any:
     """Claim node-local resources for the pod on the chosen node (e.g. exact CPUs or GPUs).
 
     Return ``None`` for success or a ``Status`` to fail; on any failure of this or a later step,
@@ -199,13 +218,13 @@ def reserve(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
 
 
 @hookspec
-def unreserve(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> None:
+def unreserve(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Handle) -> None:
     """Release what ``reserve`` claimed. Must be idempotent and may be called even when this plugin's
     reserve was not (Kubernetes' contract). Return value ignored. May be async."""
 
 
 @hookspec
-def permit(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
+def permit(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Handle) -> Any:
     """Approve, deny or delay the binding of a reserved pod.
 
     Return ``None`` (allow), ``Status.wait(timeout_seconds)`` (the pod waits, keeping its reservation,
@@ -221,20 +240,20 @@ _section("Binding cycle")
 
 
 @hookspec
-def pre_bind(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
+def pre_bind(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Handle) -> Any:
     """Prepare the binding. Return ``None``, a mapping of **annotations** to set on the pod (the
     engine writes them: in memory, or as a patch before the Binding on a live cluster), or a failure
     ``Status``. All pre_bind plugins must succeed. May be async. Must be idempotent."""
 
 
 @hookspec
-def bind(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> Any:
+def bind(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Handle) -> Any:
     """Bind the pod. Return ``None`` or ``Status.skip()`` to let the next bind plugin do it, ``True``
     or a success status when bound, or a failure status. May be async."""
 
 
 @hookspec
-def post_bind(pod: Any, node: Any, state: Any, args: Any, handle: Any) -> None:
+def post_bind(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Handle) -> None:
     """Called after a successful bind, for bookkeeping (e.g. record a gang's bound members, drop a
     reservation now carried by the pod's annotations). Return value ignored; an exception is logged
     and does not undo the binding. May be async."""
@@ -247,14 +266,14 @@ _section("Node QoS loop (node agent)")
 
 
 @hookspec
-def collect(node_state: Any, args: Any, handle: Any) -> dict | None:
+def collect(node_state: NodeState, args: Any, handle: AgentHandle) -> dict | None:
     """Gather metrics for this round. ``node_state`` is the agent's
     :class:`koordfw.core.nodestate.NodeState`. Return a mapping merged into ``node_state.metrics`` or
     ``None``. May be async. Must tolerate vanished cgroups."""
 
 
 @hookspec
-def qos_plan(node_state: Any, args: Any, handle: Any) -> list | None:
+def qos_plan(node_state: NodeState, args: Any, handle: AgentHandle) -> list | None:
     """Compute the desired node-local knobs for a node state.
 
     Return a list of :class:`koordfw.core.nodestate.FileWrite` (path relative to the filesystem root,
@@ -265,7 +284,7 @@ def qos_plan(node_state: Any, args: Any, handle: Any) -> list | None:
 
 @hookspec
 def runtime_hook(
-    event: str, pod: Any, container: Any, node_state: Any, args: Any, handle: Any
+    event: str, pod: PodState, container: ContainerState | None, node_state: NodeState, args: Any, handle: AgentHandle
 ) -> list | None:
     """Called when a pod or container starts on the node (``event`` = "pod_start" / "container_start")
     so plugins can set its knobs before the next round. Returns FileWrites like ``qos_plan``. May be
@@ -279,7 +298,7 @@ _section("Descheduling loop")
 
 
 @hookspec
-def deschedule(cluster: Any, args: Any, handle: Any) -> list | None:
+def deschedule(cluster: ClusterView, args: Any, handle: Handle) -> list | None:
     """Propose evictions or migrations for a cluster snapshot.
 
     Return a list of :class:`koordfw.core.model.Migration` or ``None``. The engine executes them
@@ -295,7 +314,7 @@ _section("Node resources")
 
 @hookspec
 def node_resources(
-    node: Any, pods: Any, metric: Any, now: float, args: Any, handle: Any
+    node: NodeView, pods: list[Pod], metric: dict[str, Any] | None, now: float, args: Any, handle: Handle
 ) -> dict | None:
     """Compute extended allocatable for a node (e.g. ``kubernetes.io/batch-cpu``).
 

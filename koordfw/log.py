@@ -8,9 +8,10 @@ from collections.abc import Hashable
 from typing import Any
 
 import structlog
+from structlog.typing import EventDict, WrappedLogger
 
 
-def add_plugin_name(logger, method, event_dict):
+def add_plugin_name(logger: WrappedLogger, method: str, event_dict: EventDict) -> EventDict:
     """Name the plugin on every record logged while one of its hooks runs."""
     from .core.caller import CURRENT_PLUGIN
 

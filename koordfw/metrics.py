@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -18,7 +19,7 @@ _callers: weakref.WeakSet[Any] = weakref.WeakSet()
 class _PluginDurations:
     """Per-plugin time, read from the hook callers on scrape (no cost on the hot path)."""
 
-    def collect(self):  # noqa: D401 - prometheus collector protocol
+    def collect(self) -> Iterator[CounterMetricFamily]:  # noqa: D401 - prometheus collector protocol
         calls = CounterMetricFamily("koordfw_plugin_calls", "Plugin hook calls", labels=["plugin", "hook"])
         secs = CounterMetricFamily("koordfw_plugin_duration_seconds", "Time spent in plugin bodies",
                                    labels=["plugin", "hook"])

@@ -326,13 +326,12 @@ def test_handle_run_pre_filters_then_filters():
 
 
 async def test_every_node_removed_fails_the_pod_instead_of_crashing():
+    from koordfw import SchedulerEvents
     from koordfw.core.clock import VirtualClock
     from koordfw.core.cluster import ClusterState
-    from koordfw.core.schedule_one import Scheduler
     from koordfw.core.model import make_node, make_pod
+    from koordfw.core.schedule_one import Scheduler
     from koordfw.engines.embedded import build_registry
-
-    from koordfw import SchedulerEvents
 
     class Failures(SchedulerEvents):
         def __init__(self):

@@ -234,8 +234,9 @@ def read_proc_stat(proc_root: str | os.PathLike[str] = "/proc") -> int | None:
     first = v.splitlines()[0].split()
     if not first or first[0] != "cpu":
         return None
-    vals = [_uint(x) for x in first[1:]]
-    if len(vals) < 4 or None in vals:
+    fields = [_uint(x) for x in first[1:]]
+    vals = [x for x in fields if x is not None]
+    if len(vals) < 4 or len(vals) < len(fields):
         return None
     # user nice system idle iowait irq softirq steal (guest time is already inside user/nice)
     busy = sum(vals[:8]) - vals[3] - (vals[4] if len(vals) > 4 else 0)
@@ -273,10 +274,12 @@ def read_cpu_topology(sys_root: str | os.PathLike[str] = "/sys") -> tuple[CPUInf
                      and i < MAX_CPUS)
     node_of: dict[int, int] = {}
     for n in (Path(sys_root) / "devices/system/node").glob("node[0-9]*"):
-        cl = read_value(n / "cpulist")
         node_id = _uint(n.name[4:], 4)
+        if node_id is None:
+            continue
+        cl = read_value(n / "cpulist")
         try:
-            cpus = parse_cpuset(cl) if cl and node_id is not None else []
+            cpus = parse_cpuset(cl) if cl else []
         except ValueError:
             cpus = []
         for c in cpus:

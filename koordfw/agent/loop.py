@@ -17,6 +17,10 @@ write the executor refuses or fails fails only itself; a round that fails as a w
 gone, a bug) is logged and the next round runs after ``interval`` as usual, so the loop never dies of
 its input. ``interval`` is a finite number of seconds in :data:`MIN_INTERVAL`..:data:`MAX_INTERVAL`
 (``ValueError`` otherwise), so the loop's clock can neither stop (NaN, infinity) nor spin (0).
+Every time the agent reads (the CPU rates, the wait between rounds, ``handle.now()``) comes from its
+injectable :class:`~koordfw.core.clock.Clock`, the engines' wall clock by default; with a
+:class:`~koordfw.core.clock.VirtualClock` the loop runs a round each time the clock is advanced past
+the next one, without sleeping.
 When the long-running loop stops (SIGTERM/SIGINT, cancellation) every plugin's ``shutdown`` runs,
 shielded from cancellation, with ``handle.node_state`` freshly collected and ``handle.apply`` to write
 its restores. ``--once`` runs one round and leaves its writes in place.
@@ -40,10 +44,12 @@ import structlog
 from prometheus_client import Counter, Histogram
 
 from ..core.caller import HookCaller, PluginFailure
+from ..core.clock import Clock, RealClock
 from ..core.events import EventLog
 from ..core.model import Node, Pod
 from ..core.nodestate import KOORD_QOS_OF_KUBE, ContainerState, FileWrite, NodeState, PodState
-from ..core.plugins import Registry
+from ..core.plugins import Impl, Registry
+from ..core.status import Status
 from ..metrics import REGISTRY, track_caller
 from .cgroups import POD_FILES, QOS_FILES, CgroupLayout, UsageTracker, read_cpu_topology, read_meminfo, read_proc_stat
 from .executor import Executor, WriteResult
@@ -103,7 +109,7 @@ class AgentPluginHandle:
         return self._a.clock
 
     def now(self) -> float:
-        return time.time()
+        return float(self._a.clock.now())
 
     @property
     def node_state(self) -> NodeState | None:
@@ -173,7 +179,7 @@ class Agent:
 
     def __init__(self, registry: Registry, layout: CgroupLayout, executor: Executor, *, interval: float = 1.0,
                  node_name: str | None = None, pods_from: str | os.PathLike[str] | None = None,
-                 proc_root: str = "/proc", sys_root: str = "/sys", clock: Any = time.monotonic) -> None:
+                 proc_root: str = "/proc", sys_root: str = "/sys", clock: Clock | None = None) -> None:
         self.registry = registry
         self.layout = layout
         self.executor = executor
@@ -182,7 +188,7 @@ class Agent:
         self.pod_source = PodSource(pods_from)
         self.proc_root = proc_root
         self.sys_root = sys_root
-        self.clock = clock  # monotonic seconds; injectable so tests get exact rates
+        self.clock: Clock = clock if clock is not None else RealClock()  # the engines' clock; tests inject one
         self.recorder = EventLog()
         self._handles: dict[str, AgentPluginHandle] = {}
         registry.bind(self.handle_for)
@@ -215,7 +221,7 @@ class Agent:
 
     # -- collect ---------------------------------------------------------------------------------
     def collect_state(self) -> NodeState:
-        now = self.clock()
+        now = self.clock.now()
         lay = self.layout
         self.pod_source.refresh(self.node_name)
         found = lay.discover()
@@ -247,11 +253,11 @@ class Agent:
         busy = self.usage.rate_milli("node", now, read_proc_stat(self.proc_root))
         if busy is not None:
             node_usage["cpu"] = busy
-        mem = read_meminfo(self.proc_root)
+        meminfo = read_meminfo(self.proc_root)
         capacity = {"cpu": len(self.topology) * 1000 or (os.cpu_count() or 1) * 1000}
-        if mem is not None:
-            capacity["memory"] = mem[0]
-            node_usage["memory"] = mem[1]
+        if meminfo is not None:
+            capacity["memory"] = meminfo[0]
+            node_usage["memory"] = meminfo[1]
         node = self.pod_source.node
         allocatable = dict(capacity)
         labels: Mapping[str, str] = {}
@@ -278,6 +284,7 @@ class Agent:
 
     async def _call(self, point: str, only: set[str] | None = None, **kw: Any) -> list[tuple[str, Any]]:
         out = []
+        results: list[tuple[Impl, Any, Status | None]]
         if only is not None:
             results = []
             for impl in self.caller.impls(point):
@@ -356,7 +363,7 @@ class Agent:
         if once:
             # CPU usage is a rate: prime the counters so the single round reports it
             self.collect_state()
-            await anyio.sleep(min(self.interval, 0.5))
+            await self.clock.sleep(min(self.interval, 0.5))
             await self.run_once()
             return
         try:
@@ -364,14 +371,19 @@ class Agent:
                 if handle_signals:
                     tg.start_soon(self._wait_signal, tg.cancel_scope)
                 while True:
-                    start = time.monotonic()
+                    start = self.clock.now()
                     try:
                         await self.run_once()
                     except OSError as e:  # e.g. the cgroup root went away; try again next round
                         log.error("round failed", error=str(e))
                     except Exception as e:  # noqa: BLE001 - a round's bug must not stop the node's QoS loop
                         log.exception("round failed", error=f"{type(e).__name__}: {e}")
-                    await anyio.sleep(max(0.0, self.interval - (time.monotonic() - start)))
+                    # at most one interval, should the wall clock step back
+                    delay = min(self.interval, self.interval - (self.clock.now() - start))
+                    if delay > 0:
+                        await self.clock.sleep(delay)
+                    else:  # the round took the whole interval: the next one runs now
+                        await anyio.sleep(0)
         finally:
             await self.shutdown()
 

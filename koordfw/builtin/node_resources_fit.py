@@ -36,7 +36,7 @@ class Args:
     ignored_resources: list[str] = attrs.field(factory=list)
 
 
-_REASONS = {}
+_REASONS: dict[tuple[str, ...], Status] = {}
 
 
 @hookimpl

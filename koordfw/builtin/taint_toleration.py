@@ -4,8 +4,9 @@ number of intolerable PreferNoSchedule taints (fewer is better, normalised in re
 import numpy as np
 
 from koordfw import Status, hookimpl, normalize
+from koordfw.core.model import Taint
 
-_REASONS = {}
+_REASONS: dict[Taint, Status] = {}
 
 
 def _reason(taint):

@@ -1,20 +1,12 @@
-"""Options shared by the commands that load plugins."""
+"""Helpers shared by koordfw's own commands; the plugin options come from the public command API."""
 
 from __future__ import annotations
 
 import argparse
 
+from ..command_api import add_plugin_options, registry_from_args
 
-def add_plugin_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", metavar="FILE", help="profile YAML (plugins, weights, pluginConfig)")
-    p.add_argument("--disable", metavar="NAME", action="append", default=[], help="disable a plugin (repeatable)")
-    p.add_argument("--strict-plugins", action="store_true", help="a plugin that fails to load is fatal")
-
-
-def registry_from_args(args: argparse.Namespace):
-    from ..engines.embedded import build_registry
-
-    return build_registry(args.profile, disable=args.disable, strict=args.strict_plugins)
+__all__ = ["DAY", "add_plugin_options", "number", "registry_from_args"]
 
 
 def number(kind: type, lo: float, hi: float, *, above: bool = False):

@@ -17,9 +17,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..command_api import Commands
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+
+def register(sub: Commands) -> None:
+    p = sub.add(
         "agent", help="run the node QoS agent (collect → plan → apply on cgroups), or print a plan",
         description="Run the node agent: every --interval seconds, collect node and pod usage from the kubelet's "
                     "cgroup tree, ask the node QoS plugins (qos_plan) for the cgroup values they want, and write "
@@ -48,18 +50,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="serve Prometheus /metrics there (default off; loopback only)")
     p.add_argument("--metrics-allow-remote", action="store_true", help="allow a non-loopback --metrics-listen")
     p.set_defaults(func=run)
-    sp = p.add_subparsers(dest="agent_command", metavar="SUBCOMMAND")
-    pl = sp.add_parser("plan", help="print the writes the QoS plugins would make for a node state file",
-                       description="Read a node state (JSON or YAML) and print, as JSON, the cgroup/resctrl "
-                                   "writes the enabled QoS plugins would make: {\"writes\": [{path, value, "
-                                   "plugin, fs}]}, paths relative to the filesystem root. Touches nothing.")
+    sp = Commands.nested(p, dest="agent_command", metavar="SUBCOMMAND")
+    pl = sp.add("plan", help="print the writes the QoS plugins would make for a node state file",
+                description="Read a node state (JSON or YAML) and print, as JSON, the cgroup/resctrl "
+                            "writes the enabled QoS plugins would make: {\"writes\": [{path, value, "
+                            "plugin, fs}]}, paths relative to the filesystem root. Touches nothing.")
     pl.add_argument("--state", required=True, metavar="FILE")
     pl.add_argument("--config", dest="plan_config", metavar="FILE",
                     help="profile YAML; the state's `config` is merged over its pluginConfig")
     pl.add_argument("--all", action="store_true",
                     help="also list writes that would not change the current value given in `cgroups`")
     pl.set_defaults(func=run_plan)
-    # plugin packages add node-side sub-commands (e.g. gpu_share's `agent devices`) through this group
+    # plugin packages add node-side sub-commands (e.g. gpu_share's `agent devices`) through this group; each
+    # entry point is a register(Commands) called with these sub-commands
     from importlib import metadata
 
     for ep in sorted(metadata.entry_points(group="koordfw.agent_commands"), key=lambda e: e.name):

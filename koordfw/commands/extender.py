@@ -7,14 +7,15 @@ import signal
 import ssl
 import sys
 
+from ..command_api import Commands
 from ._common import DAY, add_plugin_options, number, registry_from_args
 from .scheduler import split_address
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("extender", help="serve the kube-scheduler extender protocol (filter/prioritize/bind/preempt)",
-                       description="Answer kube-scheduler's extender calls with the installed plugins. With "
-                                   "--kubeconfig or --in-cluster it keeps a cluster cache like the scheduler's.")
+def register(sub: Commands) -> None:
+    p = sub.add("extender", help="serve the kube-scheduler extender protocol (filter/prioritize/bind/preempt)",
+                description="Answer kube-scheduler's extender calls with the installed plugins. With "
+                            "--kubeconfig or --in-cluster it keeps a cluster cache like the scheduler's.")
     p.add_argument("--listen", default="127.0.0.1:8888", help="address to listen on (default 127.0.0.1:8888)")
     p.add_argument("--url-prefix", default="", help="path prefix of the verbs (default none: POST /filter)")
     g = p.add_mutually_exclusive_group()

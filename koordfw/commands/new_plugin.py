@@ -7,6 +7,7 @@ import keyword
 import re
 from pathlib import Path
 
+from ..command_api import Commands
 from ..core.errors import KoordfwError
 
 PYPROJECT = '''[build-system]
@@ -62,8 +63,8 @@ def test_{name}_steers_pods():
 '''
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("new-plugin", help="write a new plugin package")
+def register(sub: Commands) -> None:
+    p = sub.add("new-plugin", help="write a new plugin package")
     p.add_argument("name", help="plugin name (a Python identifier, e.g. my_policy)")
     p.add_argument("dir", nargs="?", help="target directory (default: ./NAME)")
     p.set_defaults(func=run)

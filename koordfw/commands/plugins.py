@@ -6,11 +6,12 @@ import argparse
 import json
 import sys
 
+from ..command_api import Commands
 from ._common import add_plugin_options, registry_from_args
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plugins", help="list installed plugins and the hooks they implement")
+def register(sub: Commands) -> None:
+    p = sub.add("plugins", help="list installed plugins and the hooks they implement")
     add_plugin_options(p)
     p.add_argument("--output", "-o", choices=("table", "json"), default="table")
     p.set_defaults(func=run)

@@ -6,6 +6,7 @@ import argparse
 import signal
 import sys
 
+from ..command_api import Commands
 from ._common import DAY, add_plugin_options, number, registry_from_args
 
 
@@ -28,10 +29,10 @@ async def make_client(args: argparse.Namespace, *, qps: float | None = None, bur
     return await KubeClient.from_kubeconfig(args.kubeconfig, context=args.context, **kw)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("scheduler", help="run as a secondary scheduler on a Kubernetes cluster",
-                       description="Watch every pod and node of a cluster and schedule the pods whose "
-                                   "spec.schedulerName is --scheduler-name with the installed plugins.")
+def register(sub: Commands) -> None:
+    p = sub.add("scheduler", help="run as a secondary scheduler on a Kubernetes cluster",
+                description="Watch every pod and node of a cluster and schedule the pods whose "
+                            "spec.schedulerName is --scheduler-name with the installed plugins.")
     add_connection_options(p)
     p.add_argument("--scheduler-name", help="schedulerName to serve (default: the profile's, koordfw-scheduler)")
     add_plugin_options(p)

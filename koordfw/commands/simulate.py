@@ -6,14 +6,15 @@ import argparse
 import json
 import sys
 
+from ..command_api import Commands
 from ..core.errors import ConfigError
 from ._common import add_plugin_options, registry_from_args
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("simulate", help="schedule manifests in the embedded in-memory cluster",
-                       description="Load nodes, pods and other objects from YAML/JSON files or directories, "
-                                   "schedule every pending pod and print placements and node utilisation.")
+def register(sub: Commands) -> None:
+    p = sub.add("simulate", help="schedule manifests in the embedded in-memory cluster",
+                description="Load nodes, pods and other objects from YAML/JSON files or directories, "
+                            "schedule every pending pod and print placements and node utilisation.")
     p.add_argument("paths", nargs="+", metavar="PATH")
     add_plugin_options(p)
     p.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table")

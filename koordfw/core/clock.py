@@ -8,9 +8,12 @@ import itertools
 import math
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 def _finite(t: float, what: str) -> float:
@@ -27,7 +30,7 @@ class TimerHandle:
 
     def __init__(self, when: float, callback: Callable[[], None]) -> None:
         self.when, self.callback, self.cancelled = when, callback, False
-        self._loop_handle = None
+        self._loop_handle: asyncio.TimerHandle | None = None
 
     def cancel(self) -> None:
         self.cancelled = True

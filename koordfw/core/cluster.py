@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 import attrs
 import numpy as np
@@ -74,7 +74,13 @@ class NodeBatch(Sequence[NodeView]):
     def __len__(self) -> int:
         return len(self.idx)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> NodeView: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> NodeBatch: ...
+
+    def __getitem__(self, i: int | slice) -> NodeView | NodeBatch:
         if isinstance(i, slice):
             return NodeBatch(self.cluster, self.idx[i])
         return self.cluster.views[int(self.idx[i])]

@@ -132,6 +132,9 @@ class Handle(PluginsRunner, Protocol):
     @property
     def args(self) -> Any:
         """This plugin's typed args (what its ``plugin_args`` declared, from the profile)."""
+    def plugin_args(self, name: str) -> Any:
+        """The typed args of another plugin of this profile (None if it is not loaded or takes none),
+        for a package that uses that plugin's model through its ``api`` module."""
     @property
     def clock(self) -> Clock:
         """The engine's clock (virtual in the embedded cluster)."""

@@ -7,7 +7,6 @@ instantiated once per registry, so stateful plugins get fresh state per schedule
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 from collections.abc import Callable
@@ -26,19 +25,29 @@ log = structlog.get_logger("koordfw.plugins")
 
 ENTRY_POINT_GROUP = "koordfw"
 
-#: built-in plugins in their default order (also declared as entry points in koordfw's pyproject)
-BUILTINS: dict[str, str] = {
-    "priority_sort": "koordfw.builtin.priority_sort",
-    "node_unschedulable": "koordfw.builtin.node_unschedulable",
-    "node_selector": "koordfw.builtin.node_selector",
-    "taint_toleration": "koordfw.builtin.taint_toleration:TaintToleration",
-    "node_resources_fit": "koordfw.builtin.node_resources_fit",
-    "default_preemption": "koordfw.builtin.default_preemption",
-    "default_binder": "koordfw.builtin.default_binder",
-}
+#: the distribution whose own ``koordfw`` entry points are the built-in plugins
+BUILTIN_DISTRIBUTION = "koordfw"
+
+#: The default order of the built-ins, by name: their order in koordfw's pyproject.toml, which the
+#: installed metadata does not keep (hatchling writes entry_points.txt sorted by name). What the built-ins
+#: are and where they live comes from those entry points alone; one missing here loads after these.
+BUILTIN_ORDER: tuple[str, ...] = ("priority_sort", "node_unschedulable", "node_selector", "taint_toleration",
+                                  "node_resources_fit", "default_preemption", "default_binder")
 
 #: hooks whose implementations may come in a per-node form (``node`` instead of ``nodes``)
 PER_NODE_HOOKS = ("filter", "score")
+
+
+def builtin_entry_points() -> list[metadata.EntryPoint]:
+    """koordfw's own ``koordfw`` entry points (the built-in plugins), in :data:`BUILTIN_ORDER`."""
+    try:
+        dist = metadata.distribution(BUILTIN_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        raise PluginLoadError(f"the {BUILTIN_DISTRIBUTION} distribution is not installed, so its built-in "
+                              f"plugins (its {ENTRY_POINT_GROUP!r} entry points) cannot be found; "
+                              f"install it (pip install -e .)") from None
+    rank = {name: i for i, name in enumerate(BUILTIN_ORDER)}
+    return sorted(dist.entry_points.select(group=ENTRY_POINT_GROUP), key=lambda e: rank.get(e.name, len(rank)))
 
 
 def create_plugin_manager() -> pluggy.PluginManager:
@@ -207,38 +216,29 @@ class Registry:
         if autoload is None:
             autoload = os.environ.get("KOORDFW_DISABLE_PLUGIN_AUTOLOAD", "") not in ("1", "true", "yes")
         seen: set[str] = set()
-        eps = sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
-        by_name = {e.name: e for e in eps}
-        # Built-ins always load (they are koordfw's own); they come first, in their default order.
-        for name, module in BUILTINS.items():
-            seen.add(name)
-            if name in disable:
-                continue
-            ep = by_name.get(name)
-            self._load_one(name, ep, module, strict, builtin=True)
+        # Built-ins always load (they are koordfw's own entry points); they come first, in their default order.
+        for ep in builtin_entry_points():
+            seen.add(ep.name)
+            if ep.name not in disable:
+                self._load_one(ep, strict, builtin=True)
         if autoload:
-            for ep in eps:
+            for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
                 if ep.name in seen or ep.name in disable or (only is not None and ep.name not in only):
                     continue
                 seen.add(ep.name)
-                self._load_one(ep.name, ep, None, strict, builtin=False)
+                self._load_one(ep, strict, builtin=False)
         for name, obj in (extra or {}).items():
             if name not in disable:
                 self.register(name, obj, distribution="in-process")
         self.configure()
         return self
 
-    def _load_one(self, name: str, ep: metadata.EntryPoint | None, module: str | None, strict: bool,
-                  builtin: bool) -> None:
-        dist = (ep.dist.name if ep is not None and ep.dist is not None else "koordfw")
-        version = (ep.dist.version if ep is not None and ep.dist is not None else "")
+    def _load_one(self, ep: metadata.EntryPoint, strict: bool, builtin: bool) -> None:
+        name = ep.name
+        dist = ep.dist.name if ep.dist is not None else ""
+        version = ep.dist.version if ep.dist is not None else ""
         try:
-            if ep is not None:
-                obj = ep.load()
-            else:
-                mod, _, attr = (module or "").partition(":")
-                obj = importlib.import_module(mod)
-                obj = getattr(obj, attr) if attr else obj
+            obj = ep.load()
             self.register(name, obj, distribution=dist, version=version, builtin=builtin)
         except ConfigError:
             raise

@@ -48,8 +48,9 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook(float, _finite_float)
     conv.register_structure_hook(bool, _strict_bool)  # else bool, an int subclass, would take the int hook
 
+    # dict[str, Any]: mypy matches **overrides against the named _cattrs_* flags as well as **kwargs
     def factory(cls: type) -> Any:
-        overrides = {f.name: override(rename=camel(f.name)) for f in attrs.fields(cls)}
+        overrides: dict[str, Any] = {f.name: override(rename=camel(f.name)) for f in attrs.fields(cls)}
         return make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True, **overrides)
 
     conv.register_structure_hook_factory(attrs.has, factory)
@@ -57,7 +58,7 @@ def make_converter() -> cattrs.Converter:
     def unstructure_factory(cls: type) -> Any:
         from cattrs.gen import make_dict_unstructure_fn
 
-        overrides = {f.name: override(rename=camel(f.name)) for f in attrs.fields(cls)}
+        overrides: dict[str, Any] = {f.name: override(rename=camel(f.name)) for f in attrs.fields(cls)}
         return make_dict_unstructure_fn(cls, conv, **overrides)
 
     conv.register_unstructure_hook_factory(attrs.has, unstructure_factory)
@@ -182,7 +183,7 @@ def _point_name(key: str) -> str:
 
 
 def _names(items: Any, where: str, source: str) -> list[tuple[str, int]]:
-    out = []
+    out: list[tuple[str, int]] = []
     if items is None:
         return out
     if not isinstance(items, list):

@@ -71,6 +71,9 @@ class SchedulerHandle:
     def args(self) -> Any:
         return self._s.registry.args.get(self.plugin_name)
 
+    def plugin_args(self, name: str) -> Any:
+        return self._s.registry.args.get(name)
+
     @property
     def clock(self) -> Clock:
         return self._s.clock

@@ -98,10 +98,10 @@ class SimulationResult:
                           "allocatable": {k: format_quantity(k, x) for k, x in row["allocatable"].items()},
                           "requested": {k: format_quantity(k, x) for k, x in row["requested"].items()},
                           "pods": row["pods"]})
-        bound = sum(1 for p in pods if p["phase"] == "Bound")
+        n_bound = sum(1 for p in pods if p["phase"] == "Bound")
         scheduled = len(e.bind_events)
         out = {"pods": pods, "nodes": nodes,
-               "summary": {"bound": bound, "pending": len(pods) - bound, "seconds": round(self.seconds, 6),
+               "summary": {"bound": n_bound, "pending": len(pods) - n_bound, "seconds": round(self.seconds, 6),
                            "pods_per_second": round(scheduled / self.seconds, 1) if self.seconds > 0 else 0.0}}
         if self.migrations:
             out["migrations"] = [attrs.asdict(m) for m in self.migrations]
@@ -124,7 +124,7 @@ class EmbeddedEngine(SchedulerEvents):
     keeps what a run reports (per-pod results, bind order, cycle timings, attempts)."""
 
     def __init__(self, registry: Registry, cluster: ClusterState, *, seed: int = 0,
-                 start_time: float | None = None) -> None:
+                 start_time: float | None = None, inline_binding: bool = True) -> None:
         self.clock = VirtualClock(start_time if start_time is not None else time.time())
         self.cluster = cluster
         self.results: dict[str, PodResult] = {}
@@ -137,7 +137,10 @@ class EmbeddedEngine(SchedulerEvents):
         #: uid → progress when its last attempt failed
         self._tried_at: dict[str, int] = {}
         self.max_attempts = 0
-        self.scheduler = Scheduler(registry, cluster, self.clock, engine=self, seed=seed, inline_binding=True)
+        #: binding cycles run inline (the default: memory binds need no task), or as tasks of the caller's
+        #: task group when it drives ``scheduler.schedule_next`` itself
+        self.scheduler = Scheduler(registry, cluster, self.clock, engine=self, seed=seed,
+                                   inline_binding=inline_binding)
 
     @property
     def progress(self) -> int:
@@ -292,16 +295,24 @@ class EmbeddedEngine(SchedulerEvents):
                 candidates.append(d)
         return min(candidates) if candidates else None
 
+    async def deschedule_plans(self) -> tuple[dict[str, list[Migration]], list[str]]:
+        """Run every plugin's ``deschedule`` once: (plugin → the migrations it planned, each named after
+        its plugin unless it named one; one error message per plugin that failed). Nothing is applied."""
+        plans: dict[str, list[Migration]] = {}
+        errors: list[str] = []
+        for impl, res, st in await self.scheduler.caller.call_safe("deschedule", cluster=self.cluster):
+            if st is not None:
+                log.error("deschedule failed", plugin=impl.plugin, error=st.message)
+                errors.append(f"{impl.plugin}: {st.message}")
+                continue
+            plans[impl.plugin] = [m if m.plugin else attrs.evolve(m, plugin=impl.plugin) for m in res or []]
+        return plans, errors
+
     async def deschedule(self) -> list[Migration]:
         """Run the descheduling plugins once and apply their plan in memory; evicted pods are rescheduled."""
         s = self.scheduler
-        plan: list[Migration] = []
-        for impl, res, st in await s.caller.call_safe("deschedule", cluster=self.cluster):
-            if st is not None:
-                log.error("deschedule failed", plugin=impl.plugin, error=st.message)
-                continue
-            for m in res or []:
-                plan.append(m if m.plugin else attrs.evolve(m, plugin=impl.plugin))
+        plans, _ = await self.deschedule_plans()
+        plan = [m for ms in plans.values() for m in ms]
         for m in plan:
             pod = self.cluster.pod_by_key(m.pod)
             if pod is None or pod.node_name != m.from_node:

@@ -181,7 +181,7 @@ class _Watcher:
 
     def __init__(self, rt: ResourceType, terms: list, namespace: str | None) -> None:
         self.rt, self.terms, self.namespace = rt, terms, namespace
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.queue: asyncio.Queue[dict | None] = asyncio.Queue()  # None ends the stream
         self.closed = False
         self.abrupt = False  # end with a cut connection instead of a clean end of stream
 
@@ -332,7 +332,7 @@ class FakeApiServer:
             return {"type": "MODIFIED", "object": obj}
         if cur_ok:
             return {"type": "ADDED", "object": obj}
-        if old_ok:
+        if old_ok and old is not None:  # (old_ok implies old is not None)
             # the object stopped matching: the watch says DELETED, carrying the *old* object at the new RV
             gone = copy.deepcopy(old)
             gone["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
@@ -679,8 +679,8 @@ class FakeApiServer:
     async def _stream(self, request: web.Request, resp: web.StreamResponse, w: _Watcher, initial: list[dict],
                       bookmarks: bool, timeout: float, rt: ResourceType) -> web.StreamResponse:
         await resp.prepare(request)
-        for ev in initial:
-            await resp.write(json.dumps(ev).encode() + b"\n")
+        for first in initial:
+            await resp.write(json.dumps(first).encode() + b"\n")
         if w.closed:
             await resp.write_eof()
             return resp

@@ -7,8 +7,7 @@ import json
 import pytest
 
 from koordfw.cli import main
-
-from .conftest import FakeNode
+from koordfw.testing.cgroups import FakeNode
 
 STATE = {
     "cgroupVersion": 1,

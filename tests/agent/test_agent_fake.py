@@ -10,9 +10,11 @@ import pytest
 from koordfw.agent.cgroups import CgroupLayout, detect_version
 from koordfw.agent.executor import Executor
 from koordfw.agent.loop import Agent
+from koordfw.core.clock import VirtualClock
 from koordfw.core.nodestate import FileWrite
+from koordfw.testing.cgroups import FakeNode
 
-from .conftest import Clock, FakeNode, make_registry
+from .agent_testkit import make_registry
 
 ENABLED = {"be_suppress": {"enable": True, "cpuSuppressPolicy": "cfsQuota"}}
 
@@ -21,13 +23,13 @@ def make_agent(node: FakeNode, config=None, pods_from=None, clock=None, dry_run=
     layout = CgroupLayout(node.root, detect_version(node.root), node.driver, node.kubepods)
     return Agent(make_registry(config or ENABLED), layout, Executor({"cgroup": node.root}, dry_run=dry_run),
                  interval=1.0, node_name="n1", pods_from=pods_from, proc_root=str(node.proc),
-                 sys_root=str(node.sys), clock=clock or Clock())
+                 sys_root=str(node.sys), clock=clock or VirtualClock(100.0))
 
 
 async def two_rounds(node, agent, clock, usages, node_busy_s):
     """Round 1 takes the first samples; round 2 sees 1 s of the given usage (cores per pod dir)."""
     await agent.run_once()
-    clock.t += 1.0
+    clock.advance(1.0)
     for rel, cores in usages.items():
         node.set_usage(rel, int(cores * 1e9))
     node.set_proc_stat(int(node_busy_s * 1e9))
@@ -54,7 +56,7 @@ async def test_round_throttles_be_quota(tmp_path, version):
     node = FakeNode(tmp_path, version=version)
     ls = node.add_pod("ls1", "burstable")
     be = node.add_pod("be1", "besteffort")
-    clock = Clock()
+    clock = VirtualClock(100.0)
     agent = make_agent(node, clock=clock)
     results = await two_rounds(node, agent, clock, {ls: 3.0, be: 2.0}, node_busy_s=6.0)
     ns = agent.node_state
@@ -69,7 +71,7 @@ async def test_round_throttles_be_quota(tmp_path, version):
     if version == 1:
         assert node.read("cpu", node.qos("besteffort"), "cpu.idle") == "1"
     # a third round with the same usage writes nothing
-    clock.t += 1.0
+    clock.advance(1.0)
     node.set_usage(ls, int(6e9))
     node.set_usage(be, int(4e9))
     node.set_proc_stat(int(12e9))
@@ -91,7 +93,7 @@ kind: Node
 metadata: {name: n1, annotations: {node.koordinator.sh/reservation: '{"resources": {"cpu": "2"}}'}}
 status: {capacity: {cpu: "8"}, allocatable: {cpu: "7"}}
 """)
-    clock = Clock()
+    clock = VirtualClock(100.0)
     agent = make_agent(fake_node, pods_from=d, clock=clock)
     await two_rounds(fake_node, agent, clock, {ls: 4.0}, node_busy_s=4.5)
     ns = agent.node_state
@@ -105,7 +107,7 @@ status: {capacity: {cpu: "8"}, allocatable: {cpu: "7"}}
 async def test_shutdown_restores(fake_node):
     ls = fake_node.add_pod("ls1", "burstable")
     be = fake_node.add_pod("be1", "besteffort")
-    clock = Clock()
+    clock = VirtualClock(100.0)
     agent = make_agent(fake_node, {"be_suppress": {"enable": True}}, clock=clock)  # cpuset policy
     await two_rounds(fake_node, agent, clock, {ls: 5.0, be: 1.0}, node_busy_s=6.5)
     assert fake_node.read("cpuset", fake_node.qos("besteffort"), "cpuset.cpus") == "0,4"
@@ -133,7 +135,7 @@ async def test_run_loop_restores_when_cancelled(fake_node):
             tg.start_soon(lambda: agent.run(handle_signals=False))
             while agent.rounds < 1:
                 await anyio.sleep(0.01)
-            agent.clock.t += 1
+            agent.clock.advance(1)  # also ends the loop's wait for its next round
             fake_node.set_proc_stat(int(1e9))
             while fake_node.read("cpu", be_dir, "cpu.cfs_quota_us") == "-1":
                 await anyio.sleep(0.01)

@@ -21,7 +21,7 @@ from koordfw.agent.executor import Executor
 from koordfw.agent.loop import Agent
 from koordfw.testing.cgroups import make_real_cgroup, remove_real_cgroups
 
-from .conftest import make_registry
+from .agent_testkit import make_registry
 
 ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("cpu", "cpuacct", "cpuset")

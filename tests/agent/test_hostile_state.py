@@ -147,7 +147,7 @@ def test_agent_time_flags(tmp_path, flag, value):
 def test_agent_interval_is_bounded(fake_node, value):
     from koordfw.agent.cgroups import CgroupLayout
 
-    from .conftest import make_registry
+    from .agent_testkit import make_registry
 
     with pytest.raises(ValueError, match="interval"):
         Agent(make_registry(), CgroupLayout(fake_node.root, 1), Executor({"cgroup": fake_node.root}),
@@ -259,7 +259,7 @@ async def test_loop_goes_on_after_a_failing_round(fake_node, monkeypatch):
     """A round that raises (a bug, not an OSError) is logged; the loop runs the next one."""
     from koordfw.agent.cgroups import CgroupLayout
 
-    from .conftest import make_registry
+    from .agent_testkit import make_registry
 
     agent = Agent(make_registry(), CgroupLayout(fake_node.root, 1), Executor({"cgroup": fake_node.root}),
                   interval=0.01, proc_root=str(fake_node.proc), sys_root=str(fake_node.sys))

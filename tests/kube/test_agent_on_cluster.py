@@ -8,7 +8,7 @@ import sys
 
 import anyio
 import yaml
-from conftest import node, pod
+from kube_testkit import node, pod
 
 from koordfw.testing.cgroups import FakeNode
 

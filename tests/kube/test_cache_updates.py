@@ -1,7 +1,7 @@
 """The cluster feeder against kube-scheduler's cache rules: pod updates and node deletion."""
 
 import anyio
-from conftest import SCHED, node, pod
+from kube_testkit import SCHED, node, pod
 
 from koordfw.core.clock import VirtualClock
 from koordfw.core.cluster import ClusterState

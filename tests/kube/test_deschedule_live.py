@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from conftest import SCHED, node, pdb, pod
-from test_scheduler_e2e import running, wait_for
+from kube_testkit import SCHED, node, pdb, pod, running, wait_for
 
 from koordfw import Migration, hookimpl
 from koordfw.engines.embedded import build_registry

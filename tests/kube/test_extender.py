@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 import aiohttp
 import anyio
 import pytest
-from conftest import node, pod
+from kube_testkit import node, pod
 
 from koordfw import hookimpl
 from koordfw.core.status import Status

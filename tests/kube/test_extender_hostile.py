@@ -28,9 +28,9 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pytest
-from conftest import node, pod
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kube_testkit import node, pod
 
 from koordfw.engines.embedded import build_registry
 from koordfw.engines.kube.client import KubeClient
@@ -165,7 +165,7 @@ def good_filter_works(servers: Servers, mode: str) -> bool:
 # -- well-formed bodies and the hostile catalog ---------------------------------------------------
 
 def unshared(n: dict) -> dict:
-    """A Node manifest whose capacity and allocatable are two objects (conftest's share one)."""
+    """A Node manifest whose capacity and allocatable are two objects (kube_testkit's share one)."""
     n["status"]["allocatable"] = dict(n["status"]["capacity"])
     return n
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from conftest import node, pod
+from kube_testkit import node, pod
 
 from koordfw.engines.kube.client import ApiError, KubeClient
 from koordfw.engines.kube.node import NodeMetricPublisher, NodePodSource

@@ -7,7 +7,7 @@ import datetime as dt
 
 import anyio
 import pytest
-from conftest import node, pdb, pod
+from kube_testkit import node, pdb, pod
 
 from koordfw.engines.kube.client import ApiError, KubeClient
 from koordfw.testing.fake_apiserver import FakeApiServer

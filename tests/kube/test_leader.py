@@ -6,7 +6,7 @@ import time
 
 import anyio
 import pytest
-from test_scheduler_e2e import wait_for
+from kube_testkit import wait_for
 
 from koordfw.engines.kube.client import KubeClient
 from koordfw.engines.kube.leader import LeaderElector, _micro

@@ -5,8 +5,7 @@ from __future__ import annotations
 import types
 
 import pytest
-from conftest import node, pod
-from test_scheduler_e2e import running, wait_for
+from kube_testkit import node, pod, running, wait_for
 
 from koordfw.core.model import make_pod
 from koordfw.engines.embedded import build_registry

@@ -7,11 +7,10 @@ once or carries PodScheduled=False with a reason: none lost, none bound twice.
 from __future__ import annotations
 
 from collections import Counter
-from contextlib import asynccontextmanager
 
 import anyio
 import pytest
-from conftest import SCHED, node, pod
+from kube_testkit import SCHED, node, pod, running, wait_for
 
 from koordfw import hookimpl
 from koordfw.engines.embedded import build_registry
@@ -27,22 +26,6 @@ class CpusetAnnotator:
     @hookimpl
     def pre_bind(self, pod, node):
         return {"scheduling.koordinator.sh/resource-status": f'{{"node":"{node.name}"}}'}
-
-
-@asynccontextmanager
-async def running(engine: KubeSchedulerEngine):
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(engine.run)
-        with anyio.fail_after(10):
-            await engine.started.wait()
-        yield engine
-        engine.stop()
-
-
-async def wait_for(pred, timeout: float = 15.0, what: str = "condition") -> None:
-    with anyio.fail_after(timeout):
-        while not pred():
-            await anyio.sleep(0.02)
 
 
 def ours(api: FakeApiServer) -> list[dict]:

@@ -178,9 +178,9 @@ class ClusterFeeder:
         else:
             self.cluster.add_node(node)
             # pods that named this node before it arrived are accounted now
-            for e in list(self.cluster.pods.values()):
-                if e.pod.node_name == name and e.node_index < 0 and not e.pod.is_terminal:
-                    self.cluster.add_pod(e.pod)
+            for entry in list(self.cluster.pods.values()):
+                if entry.pod.node_name == name and entry.node_index < 0 and not entry.pod.is_terminal:
+                    self.cluster.add_pod(entry.pod)
         await self.s.cluster_event("NodeUpdate" if known else "NodeAdd")
         self._wake()
 

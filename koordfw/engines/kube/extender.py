@@ -198,7 +198,7 @@ def check_types(obj: dict, table: tuple[tuple[tuple[str, ...], type], ...], pref
     for path, want in table:
         level: list[tuple[str, Any]] = [(prefix, obj)]
         for key in path:
-            nxt = []
+            nxt: list[tuple[str, Any]] = []
             for where, v in level:
                 if key == "*" and isinstance(v, list):
                     nxt.extend((f"{where}[{i}]", c) for i, c in enumerate(v))
@@ -417,7 +417,8 @@ class Extender:
             kept, failed = await self._feasible(s, pod, names, CycleState())
         except PluginFailure as f:
             return self._filter_reply(full, [], {}, {}, f.status.message or "plugin error")
-        soft, hard = {}, {}
+        soft: dict[str, str] = {}
+        hard: dict[str, str] = {}
         for n, st in failed.items():
             msg = st.message or f"rejected by {st.plugin}"
             (hard if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE else soft)[n] = msg
@@ -457,7 +458,7 @@ class Extender:
         ns = "default" if ns is None or ns == "" else _name(ns, "PodNamespace", label=True)
         if uid is not None and not isinstance(uid, str):
             raise BadRequest(f"field PodUID: expected a string, got {_kind(uid)} {_short(uid)}")
-        if self.binder is None:
+        if self.binder is None or self.client is None:  # (both or neither)
             return {"Error": "bind needs an API client: start the extender with --kubeconfig or --in-cluster"}
         try:
             if self.stateful and self.binds_with_state:
@@ -479,6 +480,7 @@ class Extender:
     async def _bind_with_state(self, name: str, ns: str, uid: str | None, node: str) -> dict:
         """Read the pod, run reserve and pre_bind for it on ``node`` in the cache, then bind with the
         annotations pre_bind wrote (merge-patched before the Binding, as the secondary scheduler does)."""
+        assert self.client is not None and self.binder is not None  # bind checked
         cur = await self.client.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
         if uid and (cur.get("metadata") or {}).get("uid") != uid:
             return {"Error": f"pod {ns}/{name} was recreated (uid {(cur.get('metadata') or {}).get('uid')})"}

@@ -20,7 +20,7 @@ import anyio
 import structlog
 
 from ...core.errors import KoordfwError
-from ...core.model import Pod, pod_from_manifest
+from ...core.model import Node, Pod, pod_from_manifest
 from ...core.quantity import format_quantity
 from ...extension import SLO_GROUP_VERSION
 from .client import ApiError, KubeClient
@@ -159,7 +159,7 @@ class ClusterPodSource:
 
     def __init__(self, client: KubeClient, node_name: str, *, watch_timeout: int = 300) -> None:
         self.source = NodePodSource(client, node_name, watch_timeout=watch_timeout)
-        self.node = None
+        self.node: Node | None = None
         self._node_reflector = Reflector(client, "/api/v1/nodes", self._on_node, name=f"node@{node_name}",
                                          field_selector=f"metadata.name={node_name}", watch_timeout=watch_timeout)
 

@@ -116,11 +116,11 @@ class Reflector:
             old = self.store.pop(k)
             await self.handler("DELETED", old, old)
         for k, obj in fresh.items():
-            old = self.store.get(k)
-            if old is not None and _rv(old) == _rv(obj):
+            prev = self.store.get(k)
+            if prev is not None and _rv(prev) == _rv(obj):
                 continue
             self.store[k] = obj
-            await self.handler("MODIFIED" if old is not None else "ADDED", obj, old)
+            await self.handler("MODIFIED" if prev is not None else "ADDED", obj, prev)
 
     def _strip(self, obj: dict) -> None:
         if self.strip_managed_fields:

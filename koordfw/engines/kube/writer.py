@@ -37,7 +37,7 @@ class Writer:
                  max_events: int = 10_000) -> None:
         self.client, self.event_client = client, event_client or client
         self.controller, self.instance = controller, instance
-        self._status: OrderedDict[str, tuple[Pod, str, str]] = OrderedDict()
+        self._status: OrderedDict[str, tuple[Pod, str, str, str | None]] = OrderedDict()
         self._events: list[dict] = []
         self._last_failure_note: dict[str, str] = {}
         self._wake = anyio.Event()

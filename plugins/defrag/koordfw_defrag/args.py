@@ -8,13 +8,16 @@ strategies. Every strategy is off until configured, so an installed plugin chang
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import attrs
 
 from koordfw import parse_duration
 
 DEFAULT_POOL = "__default_node_pool__"
+
+_T = TypeVar("_T")
 
 def duration_seconds(value: Any) -> float:
     """A Go duration ("1m", "90s", "1m30s") or a number of seconds → seconds; negative is invalid."""
@@ -39,15 +42,12 @@ def _percent_map(value: Any) -> dict[str, float]:
     return out
 
 
-def _named(convert, name: str):
-    """``convert`` with its error messages prefixed by the field's camelCase name."""
-    def run(value: Any):
-        try:
-            return convert(value)
-        except ValueError as e:
-            raise ValueError(f"{name}: {e}") from None
-    run.__name__ = f"{convert.__name__}_{name}"
-    return run
+def _named(convert: Callable[[Any], _T], name: str, value: Any) -> _T:
+    """``convert(value)`` with its error messages prefixed by the field's camelCase name."""
+    try:
+        return convert(value)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
 
 
 def _weights(value: Any) -> dict[str, int]:
@@ -61,6 +61,31 @@ def _weights(value: Any) -> dict[str, int]:
             raise ValueError(f"{k}: expected an integer weight in [0, {INT_MAX}], got {str(v)[:40]}")
         out[str(k)] = v
     return out
+
+
+# the fields' converters: named functions, the only kind mypy's attrs plugin can type
+def _timeout(value: Any) -> float:
+    return _named(duration_seconds, "timeout", value)
+
+
+def _low_thresholds(value: Any) -> dict[str, float]:
+    return _named(_percent_map, "lowThresholds", value)
+
+
+def _high_thresholds(value: Any) -> dict[str, float]:
+    return _named(_percent_map, "highThresholds", value)
+
+
+def _prod_low_thresholds(value: Any) -> dict[str, float]:
+    return _named(_percent_map, "prodLowThresholds", value)
+
+
+def _prod_high_thresholds(value: Any) -> dict[str, float]:
+    return _named(_percent_map, "prodHighThresholds", value)
+
+
+def _resource_weights(value: Any) -> dict[str, int]:
+    return _named(_weights, "resourceWeights", value)
 
 
 def _camel(name: str) -> str:
@@ -95,7 +120,7 @@ class AnomalyCondition:
     threshold in a row (1 = at once); ``consecutiveNormalities`` normal rounds reset it, and so does no
     observation for ``timeout``."""
 
-    timeout: Any = attrs.field(default="1m", converter=_named(duration_seconds, "timeout"))
+    timeout: Any = attrs.field(default="1m", converter=_timeout)
     consecutive_abnormalities: int = attrs.field(default=5, validator=_non_negative)
     consecutive_normalities: int = attrs.field(default=3, validator=_non_negative)
 
@@ -123,11 +148,11 @@ class NodePool:
     name: str = ""
     node_selector: dict = attrs.field(factory=dict)
     use_deviation_thresholds: bool = False
-    low_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "lowThresholds"))
-    high_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "highThresholds"))
-    prod_low_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "prodLowThresholds"))
-    prod_high_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "prodHighThresholds"))
-    resource_weights: dict = attrs.field(factory=dict, converter=_named(_weights, "resourceWeights"))
+    low_thresholds: dict = attrs.field(factory=dict, converter=_low_thresholds)
+    high_thresholds: dict = attrs.field(factory=dict, converter=_high_thresholds)
+    prod_low_thresholds: dict = attrs.field(factory=dict, converter=_prod_low_thresholds)
+    prod_high_thresholds: dict = attrs.field(factory=dict, converter=_prod_high_thresholds)
+    resource_weights: dict = attrs.field(factory=dict, converter=_resource_weights)
     anomaly_condition: AnomalyCondition | None = None
 
     @property
@@ -152,11 +177,11 @@ class LowNodeLoadArgs:
     node_selector: dict = attrs.field(factory=dict)
     pod_selectors: list[PodSelector] = attrs.field(factory=list)
     use_deviation_thresholds: bool = False
-    low_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "lowThresholds"))
-    high_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "highThresholds"))
-    prod_low_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "prodLowThresholds"))
-    prod_high_thresholds: dict = attrs.field(factory=dict, converter=_named(_percent_map, "prodHighThresholds"))
-    resource_weights: dict = attrs.field(factory=dict, converter=_named(_weights, "resourceWeights"))
+    low_thresholds: dict = attrs.field(factory=dict, converter=_low_thresholds)
+    high_thresholds: dict = attrs.field(factory=dict, converter=_high_thresholds)
+    prod_low_thresholds: dict = attrs.field(factory=dict, converter=_prod_low_thresholds)
+    prod_high_thresholds: dict = attrs.field(factory=dict, converter=_prod_high_thresholds)
+    resource_weights: dict = attrs.field(factory=dict, converter=_resource_weights)
     anomaly_condition: AnomalyCondition = attrs.field(factory=AnomalyCondition)
     node_pools: list[NodePool] = attrs.field(factory=list)
 

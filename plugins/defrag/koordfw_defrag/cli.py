@@ -11,16 +11,14 @@ import argparse
 import json
 import sys
 
-from koordfw import ConfigError
+from koordfw import Commands, ConfigError, add_plugin_options
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    from koordfw.commands._common import add_plugin_options
-
-    p = sub.add_parser("deschedule", help="plan a descheduling round (LowNodeLoad, GPU/CPU defrag) on a snapshot",
-                       description="Load nodes, bound pods, NodeMetrics, PDBs... from YAML/JSON files or "
-                                   "directories and print the migrations the descheduling plugins plan, with "
-                                   "the metrics before and after. Nothing is evicted.")
+def register(sub: Commands) -> None:
+    p = sub.add("deschedule", help="plan a descheduling round (LowNodeLoad, GPU/CPU defrag) on a snapshot",
+                description="Load nodes, bound pods, NodeMetrics, PDBs... from YAML/JSON files or "
+                            "directories and print the migrations the descheduling plugins plan, with "
+                            "the metrics before and after. Nothing is evicted.")
     p.add_argument("paths", nargs="+", metavar="PATH")
     add_plugin_options(p)
     p.add_argument("--output", "-o", choices=("table", "json"), default="table")
@@ -30,27 +28,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 async def plan_snapshot(manifests, registry) -> dict:
     """Run every plugin's ``deschedule`` hook once on the snapshot; the defrag plugin's plan is shown
     even in dry-run mode."""
-    import attrs
 
-    from koordfw.engines.embedded import EmbeddedEngine
+    from koordfw import EmbeddedEngine
 
     cluster = manifests.to_cluster()
     engine = EmbeddedEngine(registry, cluster, start_time=manifests.newest_timestamp())
     s = engine.scheduler
     await s.startup()
     await engine.refresh_node_resources()
-    migrations = []
-    errors = []
-    for impl, res, st in await s.caller.call_safe("deschedule", cluster=cluster):
-        if st is not None:
-            errors.append(f"{impl.plugin}: {st.message}")
-            continue
-        if impl.plugin == "defrag":
-            continue
-        migrations += [m if m.plugin else attrs.evolve(m, plugin=impl.plugin) for m in res or []]
+    planned, errors = await engine.deschedule_plans()
+    # defrag's own plan comes from its last result below, with its before/after figures
+    migrations = [m for name, ms in planned.items() if name != "defrag" for m in ms]
     out: dict = {"migrations": [], "before": {}, "after": {}}
-    info = registry.plugins.get("defrag")
-    last = getattr(getattr(info, "obj", None), "last", None)
+    last = getattr(registry.plugin("defrag"), "last", None)
     if last is not None:
         migrations = list(last.migrations) + migrations
         out["before"], out["after"] = last.before, last.after
@@ -69,8 +59,7 @@ async def plan_snapshot(manifests, registry) -> dict:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from koordfw import load_manifests
-    from koordfw.commands._common import registry_from_args
+    from koordfw import load_manifests, registry_from_args
 
     manifests = load_manifests(args.paths)
     registry = registry_from_args(args)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from koordfw_gpu_share import frag
+from koordfw_gpu_share import api
 
 from koordfw.extension import RESOURCE_GPU
 
@@ -37,7 +37,7 @@ def build(cluster: Any, args: CpuDefragArgs) -> tuple[SlotModel, list[MovablePod
     live = cluster.live_mask
     keys = [(int(e.pod.requests.get("memory", 0)), int(e.pod.requests.get("cpu", 0)), 1, "")
             for e in cluster.pods.values() if e.pod.requests.get("cpu", 0) > 0 and not _holds_gpu(e.pod)]
-    w = frag.typical_pods(keys, (), args.popularity_threshold)
+    w = api.typical_pods(keys, (), args.popularity_threshold)
     total = np.where(live, cluster.allocatable[:n, ci], 0)[:, None].astype(np.int64)
     cpu_free = np.maximum(free[:, ci], 0)[:, None].astype(np.int64)
     model = SlotModel(names=[v.name for v in cluster.views], total=total, core_free=cpu_free.copy(),

@@ -3,7 +3,7 @@
 The model is the FGD paper's: each node has device slots (GPUs; for CPU, one slot holding the free
 milli-cores) with a free amount per slot, a secondary resource (CPU for GPUs, memory for CPU) and a
 device model. ``F(node)`` is the expected free slot amount the target workload M cannot use
-(:func:`koordfw_gpu_share.frag.node_frag`, or for GPUs its capacity-aware variant). A move of pod p
+(:func:`koordfw_gpu_share.api.node_frag`, or for GPUs its capacity-aware variant). A move of pod p
 from s to t changes the total by
 ``gain = [F(s) − F(s − p)] − [F(t + p) − F(t)]``; each step takes the move with the largest gain
 (insertion costs are kept per pod shape for every node, so a step costs O(shapes × nodes)), places
@@ -21,8 +21,7 @@ from typing import Any
 
 import attrs
 import numpy as np
-from koordfw_gpu_share import frag
-from koordfw_gpu_share.plugin import sub_select
+from koordfw_gpu_share import api
 
 from .plan import PlanBuilder
 
@@ -54,18 +53,18 @@ class SlotModel:
     mem_free: np.ndarray
     side_left: np.ndarray
     model: np.ndarray
-    workload: frag.Workload
+    workload: api.Workload
     extra_free: dict[str, np.ndarray] = attrs.field(factory=dict)
     #: F per node, ``measure(side_left, left, model, workload)``: the paper's (default) or gpu_share's
-    #: capacity-aware :func:`koordfw_gpu_share.frag.node_frag_capacity`, which also gets each node's
+    #: capacity-aware :func:`koordfw_gpu_share.api.node_frag_capacity`, which also gets each node's
     #: free memory (``extra_free["memory"]``) as ``mem_left``
-    measure: Callable[..., np.ndarray] = frag.node_frag
+    measure: Callable[..., np.ndarray] = api.node_frag
 
     def fragment(self, side_left: np.ndarray, left: np.ndarray, idx: np.ndarray | slice,
                  mem_left: np.ndarray | None) -> np.ndarray:
         """F of node states (``idx`` selects the nodes' models; ``mem_left`` their free memory)."""
-        if self.measure is frag.node_frag_capacity:
-            return frag.node_frag_capacity(side_left, left, self.model[idx], self.workload, mem_left=mem_left)
+        if self.measure is api.node_frag_capacity:
+            return api.node_frag_capacity(side_left, left, self.model[idx], self.workload, mem_left=mem_left)
         return self.measure(side_left, left, self.model[idx], self.workload)
 
     def mem_left(self, idx: np.ndarray | slice) -> np.ndarray | None:
@@ -94,7 +93,7 @@ def place_slots(core_free: np.ndarray, mem_free: np.ndarray, total: np.ndarray, 
         sel[np.arange(len(j)), j] = True
         sel &= fit
         return ok, sel
-    return ok, sub_select(left, fit, count)
+    return ok, api.sub_select(left, fit, count)
 
 
 class Descent:

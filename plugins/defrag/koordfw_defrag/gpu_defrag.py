@@ -1,9 +1,10 @@
 """``gpu_defrag``: migrations that lower GPU fragmentation (the FGD paper's measure, from gpu_share).
 
-The GPU inventory and the target workload M come from the running gpu_share plugin when it is loaded
-(so the plan sees exactly what the scheduler reserved); otherwise an inventory is rebuilt from the
+The GPU inventory comes from gpu_share's public API (:mod:`koordfw_gpu_share.api`): it is built from the
 ``Device`` objects / allocatable and the pods' ``scheduling.koordinator.sh/device-allocated``
-annotations, and M is learnt from the cluster's pods with the paper's 95 % cut.
+annotations, kept in an :class:`~koordfw_gpu_share.api.InventoryCache` between rounds. The target
+workload M is gpu_share's as its args configure it (``typicalPods``, else learnt from the cluster's pods
+with its ``popularityThreshold``, 95 % when gpu_share is not loaded).
 """
 
 from __future__ import annotations
@@ -11,10 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from koordfw_gpu_share import frag
-from koordfw_gpu_share.inventory import Inventory
-from koordfw_gpu_share.plugin import pod_tag
-from koordfw_gpu_share.requests import InvalidGpuRequest, pod_gpu_request
+from koordfw_gpu_share import api
 
 from .args import GpuDefragArgs
 from .fragengine import Descent, MovablePod, SlotModel
@@ -25,44 +23,31 @@ log = structlog.get_logger("koordfw.defrag")
 PLUGIN = "gpu_defrag"
 
 
-def gpu_state(cluster: Any, handle: Any) -> tuple[Inventory, frag.Workload]:
-    """The GPU inventory (allocations included) and the target workload M."""
-    info = handle.registry.plugins.get("gpu_share") if handle is not None else None
-    obj = getattr(info, "obj", None)
-    if obj is not None and hasattr(obj, "sync") and hasattr(obj, "target_workload"):
-        inv = obj.sync(cluster)
-        return inv, obj.target_workload(handle.plugin_args("gpu_share"))
-    inv = Inventory(cluster)
-    inv.reconcile(pod_tag)
-    keys = []
-    for e in cluster.pods.values():
-        try:
-            req = pod_gpu_request(e.pod)
-        except InvalidGpuRequest:
-            continue
-        keys.append((int(e.pod.requests.get("cpu", 0)), req.milli if req else 0, req.count if req else 0,
-                     req.spec if req else ""))
-    return inv, frag.typical_pods(keys, inv.models)
+def gpu_state(cluster: Any, handle: Any, cache: api.InventoryCache | None = None) -> tuple[api.Inventory, api.Workload]:
+    """The GPU inventory (allocations included) and the target workload M. ``cache`` keeps the
+    inventory between rounds (a fresh one builds it)."""
+    inv = (cache if cache is not None else api.InventoryCache()).inventory(cluster)
+    gargs = handle.plugin_args("gpu_share") if handle is not None else None
+    return inv, api.target_workload(cluster, inv.models, gargs)
 
 
-def memory_by_key(cluster: Any) -> dict[frag.PodKey, int]:
+def memory_by_key(cluster: Any) -> dict[api.PodKey, int]:
     """Mean memory request (bytes) of the cluster's pods per typical-pod key (cpu, milli, num, spec)."""
-    sums: dict[frag.PodKey, list[int]] = {}
+    sums: dict[api.PodKey, list[int]] = {}
     for e in cluster.pods.values():
         try:
-            req = pod_gpu_request(e.pod)
-        except InvalidGpuRequest:
+            key = api.pod_key(e.pod)
+        except api.InvalidGpuRequest:
             continue
-        key = (int(e.pod.requests.get("cpu", 0)), req.milli if req else 0, req.count if req else 0,
-               req.spec if req else "")
         acc = sums.setdefault(key, [0, 0])
         acc[0] += int(e.pod.requests.get("memory", 0))
         acc[1] += 1
     return {k: total // n for k, (total, n) in sums.items()}
 
 
-def build(cluster: Any, handle: Any, args: GpuDefragArgs) -> tuple[SlotModel, list[MovablePod], Inventory]:
-    inv, w = gpu_state(cluster, handle)
+def build(cluster: Any, handle: Any, args: GpuDefragArgs,
+          cache: api.InventoryCache | None = None) -> tuple[SlotModel, list[MovablePod], api.Inventory]:
+    inv, w = gpu_state(cluster, handle, cache)
     if args.measure == "capacity":  # typical pods' memory limits how many of them a node can take too
         w = w.with_memory(memory_by_key(cluster))
     n = cluster.num_nodes
@@ -75,7 +60,7 @@ def build(cluster: Any, handle: Any, args: GpuDefragArgs) -> tuple[SlotModel, li
                       mem_free=inv.mem_free.copy(), side_left=free[:, ci].copy(), model=inv.model.copy(),
                       workload=w, extra_free={"memory": free[:, mi].copy(),
                                               "pods": free[:, cluster.resource_index("pods")].copy()},
-                      measure=frag.node_frag_capacity if args.measure == "capacity" else frag.node_frag)
+                      measure=api.node_frag_capacity if args.measure == "capacity" else api.node_frag)
     pods = []
     for uid, e in cluster.pods.items():
         if e.node_index < 0 or not live[e.node_index] or cluster.is_assumed(uid):
@@ -85,8 +70,8 @@ def build(cluster: Any, handle: Any, args: GpuDefragArgs) -> tuple[SlotModel, li
             continue
         a = inv.allocs.get(uid)
         try:
-            req = pod_gpu_request(p)
-        except InvalidGpuRequest:
+            req = api.pod_gpu_request(p)
+        except api.InvalidGpuRequest:
             continue
         cpu = int(p.requests.get("cpu", 0))
         extra = {"memory": int(p.requests.get("memory", 0)), "pods": 1}
@@ -105,20 +90,21 @@ def metrics(model: SlotModel) -> dict:
     """GPU state for the plan's before/after: fragmentation by the paper's measure (comparable with
     gpu_share's replay), and by the capacity-aware one when the descent uses it."""
     left = model.left
-    f = frag.node_frag(model.side_left, left, model.model, model.workload)
+    f = api.node_frag(model.side_left, left, model.model, model.workload)
     total = int((model.total > 0).sum())
     out = {"gpus": total, "idleGpuMilli": int(left.sum()), "wholeFreeGpus": int(((left >= 1000) & (model.total > 0)).sum()),
            "fragmentedGpuMilli": round(float(f.sum()), 1),
            "fragmentedGpuPct": round(100.0 * float(f.sum()) / (1000 * total), 4) if total else 0.0}
-    if model.measure is not frag.node_frag:
+    if model.measure is not api.node_frag:
         out["capacityFragmentedGpuMilli"] = round(float(model.frag_of().sum()), 1)
     return out
 
 
 async def defragment(builder: PlanBuilder, args: GpuDefragArgs, handle: Any, notes: list[str],
-                     before: dict, after: dict) -> int:
-    """Plan GPU defragmentation moves into ``builder``; fills the ``gpu`` metrics before and after."""
-    model, pods, _ = build(builder.cluster, handle, args)
+                     before: dict, after: dict, cache: api.InventoryCache | None = None) -> int:
+    """Plan GPU defragmentation moves into ``builder``; fills the ``gpu`` metrics before and after.
+    ``cache`` keeps the GPU inventory between rounds."""
+    model, pods, _ = build(builder.cluster, handle, args, cache)
     if not model.total.any():
         notes.append(f"{PLUGIN}: no node has GPUs")
         return 0

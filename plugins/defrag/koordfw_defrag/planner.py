@@ -11,19 +11,22 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from koordfw_gpu_share.api import InventoryCache
+
 from .args import Args
 from .low_node_load import AnomalyTracker, balance
 from .plan import PlanBuilder, PlanResult
 
 
 async def plan(cluster: Any, args: Args, handle: Any, *, tracker: AnomalyTracker | None = None,
-               now: float | None = None) -> PlanResult:
+               now: float | None = None, gpu_inventory: InventoryCache | None = None) -> PlanResult:
     """Plan one round: LowNodeLoad first (hot nodes), then GPU and CPU defragmentation, all within
     the same budgets and reservations.
 
     ``handle`` is the scheduler's Handle (its filters check every target); ``tracker`` keeps the
     consecutive-abnormality counts between rounds (a fresh one = first round); ``now`` defaults to the
-    handle's clock.
+    handle's clock; ``gpu_inventory`` keeps gpu_defrag's GPU inventory between rounds (a fresh one
+    builds it from the cluster).
     """
     from . import cpu_defrag, gpu_defrag
 
@@ -37,7 +40,8 @@ async def plan(cluster: Any, args: Args, handle: Any, *, tracker: AnomalyTracker
         await balance(builder, args.low_node_load, tracker, now, out.notes, pools_before)
         out.before["lowNodeLoad"] = pools_before
     if args.gpu_defrag.enabled:
-        await gpu_defrag.defragment(builder, args.gpu_defrag, handle, out.notes, out.before, out.after)
+        await gpu_defrag.defragment(builder, args.gpu_defrag, handle, out.notes, out.before, out.after,
+                                   gpu_inventory)
     if args.cpu_defrag.enabled:
         await cpu_defrag.defragment(builder, args.cpu_defrag, out.notes, out.before, out.after)
     if args.low_node_load.enabled:
@@ -64,7 +68,7 @@ def _after_low_node_load(builder: PlanBuilder, args: Args, now: float) -> dict:
             if u is not None:
                 usages_all[u.name] = u
     for (key, src), to in moves.items():
-        s, t = usages_all.get(src), usages_all.get(to)
+        s, t = usages_all.get(src), usages_all.get(to) if to is not None else None  # to None: an eviction
         if s is None:
             continue
         pu = s.pod_usage.get(key, {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import structlog
+from koordfw_gpu_share.api import InventoryCache
 
 from koordfw import hookimpl
 
@@ -14,10 +15,12 @@ log = structlog.get_logger("koordfw.defrag")
 
 
 class Defrag:
-    """Per scheduler: keeps LowNodeLoad's abnormality counts across rounds and the last plan."""
+    """Per scheduler: keeps LowNodeLoad's abnormality counts across rounds, the GPU inventory and the
+    last plan."""
 
     def __init__(self) -> None:
         self.tracker = AnomalyTracker()
+        self.gpu_inventory = InventoryCache()
         self.last = None
 
     @staticmethod
@@ -30,7 +33,7 @@ class Defrag:
         a = args
         if not (a.low_node_load.enabled or a.gpu_defrag.enabled or a.cpu_defrag.enabled):
             return None
-        result = await plan(cluster, a, handle, tracker=self.tracker)
+        result = await plan(cluster, a, handle, tracker=self.tracker, gpu_inventory=self.gpu_inventory)
         self.last = result
         for note in result.notes:
             log.info("deschedule", note=note)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import yaml
-from conftest import moves, node, pdb, plan, pod
+from defrag_testkit import moves, node, pdb, plan, pod
 from koordfw_defrag.fragengine import place_slots
 
 from koordfw.cli import main

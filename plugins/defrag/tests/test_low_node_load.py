@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import metric, moves, node, pdb, plan, pod
+from defrag_testkit import metric, moves, node, pdb, plan, pod
 from koordfw_defrag.args import AnomalyCondition, NodePool
 from koordfw_defrag.low_node_load import AnomalyTracker, NodeUsage, classify, pod_sort_key, thresholds
 

@@ -167,7 +167,7 @@ class ElasticQuota:
         if self._tree is not None and key == self._tree_key:
             return self._tree
         sig = (id(cluster), *((k, id(o)) for k, o in sorted(objs.items())))
-        if sig != self._quota_sig:
+        if sig != self._quota_sig or self._quotas is None:  # (_quotas is None only while _quota_sig is)
             self._quotas = build_quotas(o for _, o in sorted(objs.items()))
             self._quota_sig = sig
             self._pod_quota.clear()

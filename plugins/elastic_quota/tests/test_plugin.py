@@ -1,7 +1,7 @@
 """The hooks in the embedded scheduler: admission, preemption of borrowers only, the revoker, the report."""
 
 import pytest
-from helpers import NAME, PREEMPTIBLE, eq
+from elastic_quota_testkit import NAME, PREEMPTIBLE, eq
 from koordfw_elastic_quota import Args, ElasticQuota
 
 from koordfw.core.clock import VirtualClock

@@ -1,7 +1,7 @@
 """The quota tree: validation of objects, request aggregation, runtime per level (nested, scaled mins)."""
 
 import pytest
-from helpers import eq
+from elastic_quota_testkit import eq
 from koordfw_elastic_quota import DEFAULT, QuotaTree, build_quotas
 
 

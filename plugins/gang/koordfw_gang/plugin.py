@@ -141,7 +141,7 @@ class Coscheduling:
     def _init(self, g: Gang, handle: Any, args: CoschedulingArgs) -> Gang:
         """(Re)initialise a gang's spec: from its PodGroup (re-read when the object changes) or from
         the first member whose annotations define it."""
-        kw = {"default_timeout": args.timeout_seconds, "default_match_policy": args.default_match_policy}
+        timeout, match_policy = args.timeout_seconds, args.default_match_policy
         if g.gang_id in self._crd:
             pg = handle.cluster.get_object("PodGroup", g.gang_id)
             if pg is None:
@@ -149,7 +149,8 @@ class Coscheduling:
                 self._pg_seen.pop(g.gang_id, None)
             elif self._pg_seen.get(g.gang_id) != id(pg):
                 try:
-                    g.spec, g.error = spec_from_pod_group(g.gang_id, pg, **kw), ""
+                    g.spec, g.error = spec_from_pod_group(g.gang_id, pg, default_timeout=timeout,
+                                                       default_match_policy=match_policy), ""
                 except GangDefinitionError as e:
                     g.spec, g.error = None, f"Gang \"{g.gang_id}\" has not initialized: {e}"
                 self._pg_seen[g.gang_id] = id(pg)
@@ -158,7 +159,7 @@ class Coscheduling:
             first_error = ""
             for pod in g.children.values():
                 try:
-                    g.spec = spec_from_pod(pod, **kw)
+                    g.spec = spec_from_pod(pod, default_timeout=timeout, default_match_policy=match_policy)
                     break
                 except GangDefinitionError as e:
                     first_error = first_error or str(e)

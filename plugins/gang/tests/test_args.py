@@ -1,7 +1,7 @@
 """Plugin args: Koordinator's CoschedulingArgs names, defaults and clear errors."""
 
 import pytest
-from conftest import cluster, gang_pods
+from gang_testkit import cluster, gang_pods
 
 from koordfw import ConfigError, build_registry
 from koordfw.testing import schedule

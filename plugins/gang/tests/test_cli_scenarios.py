@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import yaml
-from conftest import gang_pods
+from gang_testkit import gang_pods
 
 from koordfw.cli import main
 

@@ -4,12 +4,12 @@ and gang group, Strict vs NonStrict, timeouts, once-satisfied, PodGroups, contig
 from __future__ import annotations
 
 import pytest
-from conftest import cluster, gang_ann, gang_pods, pod
+from gang_testkit import cluster, gang_ann, gang_pods, pod
 
 from koordfw import hookimpl
 from koordfw.testing import schedule
 
-START = 1793491200.0  # T0 of conftest.ts
+START = 1793491200.0  # T0 of gang_testkit.ts
 
 BIND_GROUP = "internal.scheduling.koordinator.sh/bind-gang-group-id"
 BIND_COUNT = "internal.scheduling.koordinator.sh/bind-gang-member-count"

@@ -1,7 +1,8 @@
 """koordfw gpu_share: Koordinator fractional GPU scheduling, FGD and the FGD paper's baselines.
 
 Modules: ``requests`` (Koordinator request validation), ``inventory`` (per-node GPU columns),
-``frag`` (the fragmentation measure and target workload, public), ``plugin`` (the scheduler plugin),
+``api`` (what other packages may import, and the only module they import), ``frag`` (the fragmentation
+measure and target workload), ``plugin`` (the scheduler plugin),
 ``policies`` (the placement policies registered by name: the product's; :class:`Policy`, ``register``),
 ``baselines`` (the FGD paper's baselines and ``fgdcap``), ``lp`` (fgdlp's configuration packing),
 ``replay`` (``koordfw replay openb``), ``agent_devices`` (the NVML Device reporter).

@@ -13,6 +13,7 @@ import socket
 import sys
 from typing import Any
 
+from koordfw import Commands
 from koordfw.extension import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, SCHEDULING_GROUP_VERSION
 
 
@@ -61,10 +62,10 @@ def build_device(node_name: str, nvml: Any | None = None) -> dict:
             pass
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("devices", help="print this node's Koordinator Device object from NVML",
-                       description="Build the scheduling.koordinator.sh/v1alpha1 Device object of this node's "
-                                   "GPUs from NVML. Exits 1 on a machine without NVML or GPUs.")
+def register(sub: Commands) -> None:
+    p = sub.add("devices", help="print this node's Koordinator Device object from NVML",
+                description="Build the scheduling.koordinator.sh/v1alpha1 Device object of this node's "
+                            "GPUs from NVML. Exits 1 on a machine without NVML or GPUs.")
     p.add_argument("--node-name", default=None, help="Device name (default: the host name)")
     p.add_argument("--output", "-o", choices=("yaml", "json"), default="yaml")
     p.set_defaults(func=run)

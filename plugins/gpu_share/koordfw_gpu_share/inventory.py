@@ -97,7 +97,7 @@ def _device_list(obj: Any, node: str) -> list[tuple[int, bool, int, int, int]]:
     devs = spec.get("devices") or []
     if not isinstance(devs, list):
         raise InventoryError(f"{ctx}: spec.devices must be a list")
-    out = []
+    out: list[tuple[int, bool, int, int, int]] = []
     seen: dict[int, int] = {}
     for i, d in enumerate(devs):
         where = f"{ctx}: spec.devices[{i}]"

@@ -36,7 +36,7 @@ from . import (
 from .inventory import DEVICE_ALLOCATED, MAX_GPUS_PER_NODE, MILLI, Alloc, Inventory
 from .policies import CHOICE as _CHOICE
 from .policies import POLICIES, Policy, pod_tag, sub_select  # noqa: F401  (pod_tag, sub_select: public)
-from .requests import GpuRequest, InvalidGpuRequest, pod_gpu_request
+from .requests import GpuRequest, InvalidGpuRequest, pod_gpu_request, pod_key
 
 _REQ: StateKey[GpuRequest | None] = StateKey("gpu_share/request")
 _ALLOC: StateKey[Alloc] = StateKey("gpu_share/alloc")
@@ -118,6 +118,12 @@ class Args:
     lp_cpu_margin: float = attrs.field(default=1.5, validator=_number(0))
 
 
+def typical_weights(pods: list[TypicalPod]) -> list[tuple[frag.PodKey, float]]:
+    """``args.typical_pods`` as ``[(key, p)]`` with the weights normalised to sum to 1."""
+    tot = sum(t.weight for t in pods) or 1.0
+    return [((t.milli_cpu, t.milli_gpu, t.gpu_number, t.gpu_spec), t.weight / tot) for t in pods]
+
+
 class GpuShare:
     """Stateful per scheduler: the GPU inventory, allocations, FGD caches and the learnt workload."""
 
@@ -158,9 +164,7 @@ class GpuShare:
         self.rng = np.random.default_rng(args.seed)
         if args.typical_pods:
             self._fixed_workload = True
-            tot = sum(t.weight for t in args.typical_pods) or 1.0
-            self._weighted = [((t.milli_cpu, t.milli_gpu, t.gpu_number, t.gpu_spec), t.weight / tot)
-                              for t in args.typical_pods]
+            self._weighted = typical_weights(args.typical_pods)
         self.sync(handle.cluster)
         for e in handle.cluster.pods.values():
             self._observe(e.pod)
@@ -191,7 +195,7 @@ class GpuShare:
         """Bring the inventory up to date with the cluster (nodes, Devices, departed or annotated pods)."""
         devs = cluster.objects_of("Device")
         key = (id(cluster), cluster.num_nodes, cluster.labels_generation, tuple(id(o) for o in devs.values()))
-        if key != self._inv_key:
+        if key != self._inv_key or self.inv is None:  # (inv is None only while _inv_key is)
             old = self.inv
             self.inv = Inventory(cluster, self._warned)
             if old is not None:  # keep what we reserved on nodes that still exist
@@ -211,7 +215,9 @@ class GpuShare:
         return self.inv
 
     def node_version(self, cluster, idx) -> np.ndarray:
-        return cluster.node_version[idx] + self.inv.version[idx]
+        inv = self.inv
+        assert inv is not None  # sync built it
+        return cluster.node_version[idx] + inv.version[idx]
 
     def cpu_left(self, cluster, idx) -> np.ndarray:
         c = cluster.resource_index("cpu")
@@ -221,11 +227,9 @@ class GpuShare:
         if self._fixed_workload or pod.uid in self._seen:
             return
         try:
-            req = pod_gpu_request(pod)
+            key = pod_key(pod)
         except InvalidGpuRequest:
             return
-        key = (int(pod.requests.get("cpu", 0)), req.milli if req else 0, req.count if req else 0,
-               req.spec if req else "")
         self._seen[pod.uid] = key
         self._since_refresh += 1
 
@@ -315,7 +319,9 @@ class GpuShare:
 
     # -- device choice ---------------------------------------------------------------------------
     def choose_slots(self, cluster, i: int, pod, req, args, choice: tuple | None = None) -> list[int]:
-        fit = self.inv.fit_devices(np.array([i]), req.core, req.memory_ratio, req.memory_bytes)[0]
+        inv = self.inv
+        assert inv is not None  # sync built it
+        fit = inv.fit_devices(np.array([i]), req.core, req.memory_ratio, req.memory_bytes)[0]
         cand = np.flatnonzero(fit)
         if len(cand) < req.count:
             return []

@@ -21,7 +21,7 @@ import numpy as np
 from koordfw import StateKey, normalize
 
 from . import frag
-from .inventory import MILLI
+from .inventory import MILLI, Inventory
 
 if TYPE_CHECKING:
     from .plugin import GpuShare
@@ -70,6 +70,13 @@ class Policy:
     def __init__(self, g: GpuShare) -> None:
         self.g = g
 
+    @property
+    def inv(self) -> Inventory:
+        """The plugin's inventory: the hooks that call a policy run after ``GpuShare.sync`` built it."""
+        inv = self.g.inv
+        assert inv is not None
+        return inv
+
     def score(self, cluster, idx: np.ndarray, pod, req, args, state) -> np.ndarray:
         """Scores (int, 0–100) of the feasible nodes ``idx``; ``req`` is None for a pod without GPUs."""
         raise NotImplementedError
@@ -81,12 +88,12 @@ class Policy:
         least-sufficient fitting slots (the paper's ``NodeResource.Sub``)."""
         if sharing(req):
             return self.choose_shared(cluster, i, pod, req, args, fit, cand, choice)
-        sel = sub_select(self.g.inv.left[i][None, :], fit[None, :], req.count)[0]
+        sel = sub_select(self.inv.left[i][None, :], fit[None, :], req.count)[0]
         return np.flatnonzero(sel).tolist()
 
     def choose_shared(self, cluster, i: int, pod, req, args, fit, cand, choice) -> list[int]:
         """Best fit: the fitting GPU with the least left, first by index."""
-        left = self.g.inv.left[i]
+        left = self.inv.left[i]
         return [int(cand[np.argmin(left[cand])])]
 
     def reserved(self, i: int, slots: list[int], req, choice: tuple | None) -> tuple | None:
@@ -176,7 +183,7 @@ class Fgd(Policy):
         g = self.g
         w = g.target_workload(args)
         cpu = int(pod.requests.get("cpu", 0))
-        key = (cpu, req.core, req.memory_ratio, req.memory_bytes, req.count, req.spec) if req else (cpu,)
+        key: tuple[Any, ...] = (cpu, req.core, req.memory_ratio, req.memory_bytes, req.count, req.spec) if req else (cpu,)
         key += (fresh_only, self.name)
         n = cluster.num_nodes
         c = g._cache.get(key)
@@ -195,7 +202,7 @@ class Fgd(Policy):
     def compute(self, cluster, idx, cpu, req, w, cpu_bias: int = 0, fresh_only: bool = False):
         """Per node: the FGD score and the best slot (shared pods; else -1) under the policy's measure.
         ``fresh_only``: a shared pod is judged on unused GPUs only (a node without one scores 0, slot -1)."""
-        inv = self.g.inv
+        inv = self.inv
         measure = self.measure
         left = inv.left[idx]
         cpu_left = self.g.cpu_left(cluster, idx) + cpu_bias

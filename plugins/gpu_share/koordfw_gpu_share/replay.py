@@ -24,11 +24,11 @@ from typing import Any
 import attrs
 import numpy as np
 
-from koordfw import ClusterState, ConfigError, Scheduler, VirtualClock, make_node, make_pod
+from koordfw import ClusterState, Commands, ConfigError, EmbeddedEngine, make_node, make_pod
 from koordfw.extension import RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO
 
 from . import frag
-from .plugin import POLICIES
+from .plugin import POLICIES, GpuShare
 from .requests import GPU_MODEL_LABEL, NVIDIA_GPU
 
 TUNE_RATIO = 1.3
@@ -119,7 +119,7 @@ def _pod(r) -> Any:
             req[RESOURCE_GPU_MEMORY_RATIO] = str(milli // 10)
         else:
             req[NVIDIA_GPU] = str(num)
-    extra = {}
+    extra: dict[str, Any] = {}
     if spec:
         extra["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": GPU_MODEL_LABEL, "operator": "In", "values": spec.split("|")}]}]}}}
@@ -208,25 +208,27 @@ def prepare_trace(nodes_csv, pods_csv, seed: int) -> Trace:
 
 async def start_replay(trace: Trace, policy: str, seed: int, tie_break: str = "first") -> tuple:
     """The scheduler of one run with every pod added and queued in arrival order:
-    ``(scheduler, cluster, gpu_share plugin object, registry, pods)``."""
+    ``(scheduler, cluster, gpu_share plugin object, registry, pods)``. The plugin object is made here and
+    loaded in-process (with the built-ins, no other plugin), so the replay reads its state directly."""
     from koordfw import build_registry
 
     if policy not in POLICIES:
         raise ConfigError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
-    registry = build_registry(profile_for(policy, seed, trace.workload, tie_break, trace.shares), only=["gpu_share"])
-    if "gpu_share" not in registry.plugins:
-        raise ConfigError("the gpu_share plugin is not installed (pip install plugins/gpu_share)")
+    plugin = GpuShare()
+    registry = build_registry(profile_for(policy, seed, trace.workload, tie_break, trace.shares),
+                              plugins={"gpu_share": plugin}, only=())
     cluster = ClusterState()
     for r in trace.nodes:
         cluster.add_node(_node(r))
-    sched = Scheduler(registry, cluster, VirtualClock(0.0), seed=seed)
+    # binding cycles as tasks of the replay's own task group (the replay drives schedule_next itself)
+    sched = EmbeddedEngine(registry, cluster, seed=seed, start_time=0.0, inline_binding=False).scheduler
     pods = [_pod(r) for r in trace.pods]
     for p in pods:
         cluster.add_pod(p)
     await sched.startup()
     for p in pods:
         await sched.enqueue(p)
-    return sched, cluster, registry.plugins["gpu_share"].obj, registry, pods
+    return sched, cluster, plugin, registry, pods
 
 
 async def replay_async(nodes_csv, pods_csv, policy: str, seed: int, tie_break: str = "first",
@@ -318,12 +320,12 @@ def summarize(runs: list[dict]) -> dict:
             for p, rs in by.items()}
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("replay", help="replay published traces through the scheduler")
-    rsub = p.add_subparsers(dest="trace", metavar="TRACE")
-    o = rsub.add_parser("openb", help="the Alibaba GPU trace with the FGD paper's protocol",
-                        description="Replay the Alibaba cluster-trace-gpu-v2023 (openb) pods on its GPU nodes "
-                                    "through the scheduler with the gpu_share plugin, as the FGD paper does.")
+def register(sub: Commands) -> None:
+    p = sub.add("replay", help="replay published traces through the scheduler")
+    rsub = Commands.nested(p, dest="trace", metavar="TRACE")
+    o = rsub.add("openb", help="the Alibaba GPU trace with the FGD paper's protocol",
+                 description="Replay the Alibaba cluster-trace-gpu-v2023 (openb) pods on its GPU nodes "
+                             "through the scheduler with the gpu_share plugin, as the FGD paper does.")
     o.add_argument("--nodes", required=True, metavar="NODES.csv")
     o.add_argument("--pods", required=True, metavar="PODS.csv")
     o.add_argument("--policy", action="append", metavar="NAME",
@@ -336,7 +338,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--output", "-o", choices=("table", "json"), default="table")
     o.add_argument("--plot", metavar="FILE.png", help="plot unallocated GPU %% against arrived %% (needs matplotlib)")
     o.set_defaults(func=run)
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+
+    def usage(_args: argparse.Namespace) -> int:  # ``koordfw replay`` without a trace
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=usage)
 
 
 def run(args: argparse.Namespace) -> int:

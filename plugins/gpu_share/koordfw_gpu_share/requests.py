@@ -118,15 +118,15 @@ def normalize_request(requests: Mapping[str, int], spec: str = "") -> GpuRequest
         _pct_check(RESOURCE_GPU, present[RESOURCE_GPU])
         core = ratio = present[RESOURCE_GPU]
     if shared:
-        for name, v in ((RESOURCE_GPU_CORE, core), (RESOURCE_GPU_MEMORY_RATIO, ratio)):
-            if v is not None and v % shared != 0:
-                raise InvalidGpuRequest(f"{name}={v} must be a multiple of {RESOURCE_GPU_SHARED}={shared}")
+        for name, pct in ((RESOURCE_GPU_CORE, core), (RESOURCE_GPU_MEMORY_RATIO, ratio)):
+            if pct is not None and pct % shared != 0:
+                raise InvalidGpuRequest(f"{name}={pct} must be a multiple of {RESOURCE_GPU_SHARED}={shared}")
         if core is not None and core // shared > 100:
             raise InvalidGpuRequest(f"{RESOURCE_GPU_CORE}={core} over {RESOURCE_GPU_SHARED}={shared} exceeds 100 per GPU")
     elif combo in (frozenset({RESOURCE_GPU_MEMORY_RATIO}), frozenset({RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO})):
-        for name, v in ((RESOURCE_GPU_CORE, core), (RESOURCE_GPU_MEMORY_RATIO, ratio)):
-            if v is not None:
-                _pct_check(name, v)
+        for name, pct in ((RESOURCE_GPU_CORE, core), (RESOURCE_GPU_MEMORY_RATIO, ratio)):
+            if pct is not None:
+                _pct_check(name, pct)
     # step 3: per-GPU request and count
     count = 1
     if shared > 0:
@@ -193,3 +193,11 @@ def pod_gpu_request(pod: Any) -> GpuRequest | None:
         return normalize_request(pod.requests, gpu_model_spec(pod))
     except InvalidGpuRequest as e:
         raise InvalidGpuRequest(f"pod {pod.namespace}/{pod.name}: {e}") from None
+
+
+def pod_key(pod: Any) -> tuple[int, int, int, str]:
+    """The pod's typical-pod key for the FGD target workload: ``(cpu milli, per-GPU milli, GPU count,
+    model spec)``, zeros and '' without a GPU request. Raises :class:`InvalidGpuRequest`."""
+    req = pod_gpu_request(pod)
+    return (int(pod.requests.get("cpu", 0)), req.milli if req else 0, req.count if req else 0,
+            req.spec if req else "")

@@ -7,6 +7,7 @@ import types
 
 import numpy as np
 import pytest
+from gpu_share_testkit import gpu_cluster
 from koordfw_gpu_share import frag
 from koordfw_gpu_share.agent_devices import NoGpu, build_device
 from koordfw_gpu_share.plugin import INSUFFICIENT as INSUFFICIENT_TEXT
@@ -140,15 +141,6 @@ def test_typical_pods_threshold_and_order():
     assert w.keys == ((1, 500, 1, ""), (2, 0, 0, "")) and w.p.tolist() == pytest.approx([6 / 9, 3 / 9])
 
 
-def _cluster(gpus=2):
-    b = ClusterBuilder()
-    for n in ("n1", "n2"):
-        b.node(n, cpu="32", memory="128Gi", labels={"node.koordinator.sh/gpu-model": "T4"},
-               **{"nvidia.com__gpu": str(gpus), "koordinator.sh__gpu-core": str(100 * gpus),
-                  "koordinator.sh__gpu-memory-ratio": str(100 * gpus), "koordinator.sh__gpu-memory": f"{16 * gpus}Gi"})
-    return b
-
-
 def _half(b, name, pct=50, **kw):
     return b.pod(name, cpu="1", requests={"koordinator.sh/gpu-core": str(pct), "koordinator.sh/gpu-memory-ratio": str(pct)}, **kw)
 
@@ -159,7 +151,7 @@ def _placed(res):
 
 
 def test_annotation_format_memory_from_ratio():
-    b = _half(_cluster(), "p")
+    b = _half(gpu_cluster(), "p")
     out = _placed(schedule(b, only=["gpu_share"], profile={"pluginConfig": {"gpu_share": {"policy": "binpack"}}}))
     _, ann = out["p"]
     assert ann == {"gpu": [{"minor": 0, "resources": {"koordinator.sh/gpu-core": "50",
@@ -170,7 +162,7 @@ def test_annotation_format_memory_from_ratio():
 @pytest.mark.parametrize("policy, same_gpu", [("binpack", True), ("spread", False), ("bestfit", True), ("fgd", True),
                                               ("fgdcap", True)])
 def test_device_choice_per_policy(policy, same_gpu):
-    b = _cluster()
+    b = gpu_cluster()
     _half(b, "a", 30)
     _half(b, "b", 30)
     out = _placed(schedule(b, only=["gpu_share"], profile={
@@ -183,7 +175,7 @@ def test_device_choice_per_policy(policy, same_gpu):
 
 
 def test_rebuild_from_annotated_pods_and_no_double_allocation():
-    b = _cluster(gpus=1)
+    b = gpu_cluster(gpus=1)
     held = json.dumps({"gpu": [{"minor": 0, "resources": {"koordinator.sh/gpu-core": "80",
                                                           "koordinator.sh/gpu-memory-ratio": "80"}}]})
     b.pod("old", cpu="1", node="n1", annotations={ANN: held},
@@ -194,13 +186,13 @@ def test_rebuild_from_annotated_pods_and_no_double_allocation():
 
 
 def test_invalid_request_is_rejected_with_reason():
-    b = _cluster().pod("bad", requests={"koordinator.sh/gpu": "150"})
+    b = gpu_cluster().pod("bad", requests={"koordinator.sh/gpu": "150"})
     pods = {p["name"]: p for p in schedule(b, only=["gpu_share"]).to_dict()["pods"]}
     assert pods["bad"]["node"] is None and "multiple of 100" in pods["bad"]["reason"]
 
 
 def test_non_gpu_pods_unchanged_by_default():
-    b = _cluster().pod("web", cpu="2").pod("web2", cpu="2")
+    b = gpu_cluster().pod("web", cpu="2").pod("web2", cpu="2")
     with_p = {p["name"]: p["node"] for p in schedule(b, only=["gpu_share"], seed=3).to_dict()["pods"]}
     without = {p["name"]: p["node"] for p in schedule(b, only=[], seed=3).to_dict()["pods"]}
     assert with_p == without
@@ -218,7 +210,7 @@ def test_unhealthy_device_is_never_used():
 
 
 def test_bad_device_object_rejects_only_its_node_with_the_reason():
-    b = _cluster()
+    b = gpu_cluster()
     b.obj({"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device", "metadata": {"name": "n1"},
            "spec": {"devices": "not a list"}})
     _half(b, "a", 50)

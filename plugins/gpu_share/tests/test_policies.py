@@ -5,11 +5,11 @@ import json
 
 import numpy as np
 import pytest
+from gpu_share_testkit import gpu_cluster
 from koordfw_gpu_share import POLICIES, baselines, policies
 from koordfw_gpu_share.inventory import Alloc
 from koordfw_gpu_share.plugin import Args, GpuShare
 from koordfw_gpu_share.requests import pod_gpu_request
-from test_gpu_share import _cluster
 
 from koordfw import ConfigError, make_node, make_pod
 from koordfw.core.cluster import ClusterState
@@ -49,7 +49,7 @@ def test_register_refuses_a_duplicate_name():
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_every_policy_places_shares_whole_gpus_and_cpu_pods(policy):
-    b = _cluster()
+    b = gpu_cluster()
     b.pod("share", cpu="1", requests={"koordinator.sh/gpu-core": "40", "koordinator.sh/gpu-memory-ratio": "40"})
     b.pod("whole", cpu="1", requests={"nvidia.com/gpu": "2"})
     b.pod("cpu", cpu="2")

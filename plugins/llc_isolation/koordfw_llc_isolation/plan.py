@@ -205,7 +205,7 @@ def _percent(obj: Any, where: str) -> int | None:
     return obj
 
 
-def _per_cache(items: Any, where: str, ids: Iterable[int]) -> list[tuple[int, dict]]:
+def _per_cache(items: Any, where: str, ids: Iterable[int]) -> list[tuple[int, Mapping[str, Any]]]:
     if items is None:
         return []
     if not isinstance(items, list):

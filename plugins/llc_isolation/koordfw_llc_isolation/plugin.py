@@ -155,11 +155,13 @@ class LLCIsolation:
         """Lift the throttles: every class group this plugin manages gets all ways and unthrottled
         bandwidth again. Groups and task placement stay (a restarted agent finds them); pod-level
         groups stay too, they are the pods' own request."""
-        if not args.any_enabled or self.support is None or not self.support.supported:
+        info = self.support.info if self.support is not None else None  # None: not supported
+        root = self._support_root  # set with self.support
+        if not args.any_enabled or info is None or root is None:
             return
         if not isinstance(handle, AgentHandle):
             return
-        writes = restore_writes(self.support.info, self._support_root, args)
+        writes = restore_writes(info, root, args)
         if writes:
             await handle.apply(writes)
 
@@ -175,7 +177,7 @@ class LLCIsolation:
             proc = _root(handle, "proc", "/proc")
             self.support = detect(root, cpuinfo=Path(proc) / "cpuinfo")
             self._support_root = root
-            if self.support.supported:
+            if self.support.info is not None:  # supported
                 self._say("resctrl detected", "info", root=root, **self.support.info.to_wire())
             else:
                 # a warning only when something is configured: with the defaults (and in the scheduler,
@@ -203,6 +205,7 @@ class LLCIsolation:
         if not support.supported:
             return None
         root = self._support_root
+        assert root is not None  # _probe set it
         out: dict[str, Any] = {}
         groups: dict[str, GroupState] = {}
         for g in list_groups(root):
@@ -232,7 +235,7 @@ class LLCIsolation:
             except (ResctrlError, TypeError, ValueError, OverflowError) as e:
                 self._say(f"llc_isolation idle: bad resctrl info in the node state: {e}")
                 return None
-        elif self.support is not None and self.support.supported:
+        elif self.support is not None and self.support.info is not None:  # supported
             info = self.support.info
         else:
             reason = self.support.reason if self.support is not None else (

@@ -291,7 +291,7 @@ class _Columns:
                     prod += self._vec(usage)
             if self.args.prod_usage_include_sys:
                 prod += self._vec(info.system_usage)
-            self.est_prod[i] = self._estimate(cluster, info, prod, pods, now, prod_only=True, base_vec=prod)
+            self.est_prod[i] = self._estimate(cluster, info, None, pods, now, prod_only=True, base_vec=prod)
 
     def _estimate(self, cluster: Any, info: MetricInfo, base: Mapping[str, int] | None, pods: list, now: float, *,
                   prod_only: bool, base_vec: np.ndarray | None = None) -> np.ndarray:

@@ -1,0 +1,54 @@
+"""The public command API: how a package adds ``koordfw`` subcommands (issue 17, one front door per concept).
+
+An entry point of the group ``koordfw.commands`` (a top-level ``koordfw NAME``) or
+``koordfw.agent_commands`` (``koordfw agent NAME``) names a function ``register(commands: Commands)``.
+It adds its parser with :meth:`Commands.add`, sets ``func`` (``args -> int``, the exit status) with
+``set_defaults``, and builds the plugin registry of the run with :func:`registry_from_args` after
+:func:`add_plugin_options`. The command runs the embedded engine with :class:`koordfw.EmbeddedEngine`
+or :func:`koordfw.simulate`, and the agent's planner with :func:`koordfw.plan_writes`; all of these are
+exported by ``koordfw``, so no command imports ``koordfw.commands``, ``koordfw.engines`` or
+``koordfw.agent``. A :class:`~koordfw.KoordfwError` raised by ``func`` prints one ``koordfw: error:``
+line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .core.plugins import Registry
+
+
+class Commands:
+    """The subcommands of one ``koordfw`` command (``koordfw`` itself, ``koordfw agent``, or a command's
+    own, see :meth:`nested`). Wraps argparse's sub-parser action, which stays out of the contract."""
+
+    def __init__(self, subparsers: argparse._SubParsersAction) -> None:
+        self._sub = subparsers
+
+    def add(self, name: str, *, help: str, description: str | None = None) -> argparse.ArgumentParser:
+        """Add the subcommand ``name``: its parser, to add arguments to and ``set_defaults(func=...)``.
+        ``help`` is its line in the parent's list, ``description`` the text of its ``--help``."""
+        return self._sub.add_parser(name, help=help, description=description)
+
+    @classmethod
+    def nested(cls, parser: argparse.ArgumentParser, *, dest: str, metavar: str = "COMMAND") -> Commands:
+        """Subcommands under ``parser`` (as ``koordfw replay openb``); the chosen name is ``args.<dest>``."""
+        return cls(parser.add_subparsers(dest=dest, metavar=metavar))
+
+
+def add_plugin_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a command that loads plugins: ``--profile FILE``, ``--disable NAME`` (repeatable),
+    ``--strict-plugins``; :func:`registry_from_args` reads them."""
+    parser.add_argument("--profile", metavar="FILE", help="profile YAML (plugins, weights, pluginConfig)")
+    parser.add_argument("--disable", metavar="NAME", action="append", default=[], help="disable a plugin (repeatable)")
+    parser.add_argument("--strict-plugins", action="store_true", help="a plugin that fails to load is fatal")
+
+
+def registry_from_args(args: argparse.Namespace) -> Registry:
+    """The plugins of the run, loaded and configured from :func:`add_plugin_options`' options (as
+    :func:`koordfw.build_registry`); plugins that failed to load are in ``registry.errors``."""
+    from .engines.embedded import build_registry
+
+    return build_registry(args.profile, disable=args.disable, strict=args.strict_plugins)

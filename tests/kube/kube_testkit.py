@@ -1,0 +1,53 @@
+"""Builders for the Kubernetes engine tests: object factories (nodes, pods, PDBs) and the helpers that run a
+live engine and wait for a condition. The fixtures (fake API server, client, registry) are in conftest.py."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+import anyio
+
+from koordfw.engines.kube.engine import KubeSchedulerEngine
+
+SCHED = "koordfw-scheduler"
+
+
+def node(name: str, cpu: str = "4", memory: str = "16Gi", pods: str = "110", labels: dict | None = None) -> dict:
+    alloc = {"cpu": cpu, "memory": memory, "pods": pods}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}},
+            "spec": {}, "status": {"capacity": alloc, "allocatable": alloc}}
+
+
+def pdb(name: str, labels: dict, disruptions_allowed: int, ns: str = "default") -> dict:
+    """A PodDisruptionBudget over pods with ``labels``, its status already computed."""
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": {"matchLabels": labels}}, "status": {"disruptionsAllowed": disruptions_allowed}}
+
+
+def pod(name: str, cpu: str = "100m", memory: str = "128Mi", *, ns: str = "default", scheduler: str = SCHED,
+        node_name: str | None = None, labels: dict | None = None, annotations: dict | None = None,
+        **spec) -> dict:
+    s = {"schedulerName": scheduler,
+         "containers": [{"name": "app", "image": "x", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}
+    if node_name:
+        s["nodeName"] = node_name
+    s.update(spec)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": labels or {}, "annotations": annotations or {}},
+            "spec": s}
+
+
+@asynccontextmanager
+async def running(engine: KubeSchedulerEngine):
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        with anyio.fail_after(10):
+            await engine.started.wait()
+        yield engine
+        engine.stop()
+
+
+async def wait_for(pred, timeout: float = 15.0, what: str = "condition") -> None:
+    with anyio.fail_after(timeout):
+        while not pred():
+            await anyio.sleep(0.02)
