@@ -20,11 +20,13 @@ install: $(STAMP)
 simulate: install
 	$(BIN)/koordfw simulate examples/colocation
 
-# ruff (rules in pyproject.toml) and the import contracts (tool.importlinter: the core imports no engine,
-# plugins reach no engine, agent or command)
+# ruff (rules in pyproject.toml), the import contracts (tool.importlinter: the core imports no engine,
+# plugins reach no engine, agent or command) and mypy over koordfw and every plugin (tool.mypy: the public
+# API and the core have every def annotated)
 lint: install
 	$(BIN)/ruff check koordfw plugins tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 # one pytest process over every suite (tests/ and each plugin's tests/): --import-mode=importlib in pyproject.toml
 # names each test module by its path, so plugin test folders may share module names (test_args.py, conftest.py)

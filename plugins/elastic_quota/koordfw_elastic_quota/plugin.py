@@ -269,7 +269,7 @@ class ElasticQuota:
         return None
 
     @hookimpl
-    async def post_filter(self, pod, state, statuses, args, handle):
+    async def post_filter(self, pod: Any, state: Any, statuses: Any, args: Args, handle: Any) -> PostFilterResult | None:
         cluster = handle.cluster
         tree = self.tree(cluster, args)
         if tree is None or pod.preemption_policy == "Never":
@@ -329,7 +329,7 @@ class ElasticQuota:
         return victims or None
 
     @hookimpl
-    def deschedule(self, cluster, args, handle):
+    def deschedule(self, cluster: Any, args: Args, handle: Any) -> list[Migration] | None:
         """The over-use revoke controller; returns evictions (``to`` None) of borrowed pods."""
         if not (args.monitor_all_quotas and args.enable_runtime_quota):
             return None
