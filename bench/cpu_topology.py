@@ -70,10 +70,10 @@ async def _run(nodes: int, pods: int, lsr_share: float, seed: int, enabled: bool
     cpusets = sum(1 for e in cluster.pods.values()
                   if "scheduling.koordinator.sh/resource-status" in e.pod.annotations)
     plugin_seconds = sum(sec for (plugin, _), (_, sec) in s.caller.durations.items() if plugin == "cpu_topology")
-    return {"enabled": enabled, "nodes": nodes, "pods": pods, "bound": len(s.bind_events), "cpusets": cpusets,
+    return {"enabled": enabled, "nodes": nodes, "pods": pods, "bound": len(engine.bind_events), "cpusets": cpusets,
             "seconds": round(wall, 3), "pods_per_second": round(pods / wall, 1),
             "plugin_share_pct": round(100 * plugin_seconds / wall, 1),
-            "p99_ms": round(float(np.percentile(np.array(s.cycle_seconds), 99)) * 1000, 3)}
+            "p99_ms": round(float(np.percentile(np.array(engine.cycle_seconds), 99)) * 1000, 3)}
 
 
 def main(argv: list[str] | None = None) -> int:

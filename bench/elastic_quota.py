@@ -60,7 +60,7 @@ def run(nodes: int, pods: int, nq: int, with_quotas: bool) -> tuple[float, int]:
         engine = EmbeddedEngine(registry, cluster, start_time=0.0)
         t0 = time.perf_counter()
         await engine.run()
-        return time.perf_counter() - t0, len(engine.scheduler.bind_events)
+        return time.perf_counter() - t0, len(engine.bind_events)
 
     return anyio.run(go)
 

@@ -66,16 +66,17 @@ def main() -> None:
     rows = result.extra["gangs"]
     satisfied = [r for r in rows if r["phase"] == "Satisfied"]
     partly_strict = [r["gang"] for r in rows if r["phase"] == "PartlyBound" and r["mode"] == "Strict"]
-    bound = len(result.scheduler.bind_events)
+    bound = len(result.engine.bind_events)
     demand = sum(int(p.requests.get("cpu", 0)) for p in manifests.pods) / 1000
     print(f"cluster: {a.nodes} nodes x 16 CPU; {a.gangs} gangs, {len(manifests.pods)} pods, "
           f"CPU demand {demand:.0f} of {16 * a.nodes}")
     print(f"unsatisfiable by construction: {sum(k != 'ok' for k in kinds.values())} gangs "
           f"({sum(k == 'short' for k in kinds.values())} short of members, "
           f"{sum(k == 'nowhere' for k in kinds.values())} fit no node)")
-    print(f"gangs completed: {len(satisfied)}   pods bound: {bound}   attempts: "
-          f"{sum(result.scheduler.attempt_counts.values())}   virtual time: "
-          f"{result.scheduler.clock.now() - T0.timestamp():.0f} s")
+    attempts = sum(result.engine.attempt_counts.values())
+    print(f"gangs completed: {len(satisfied)}   pods bound: {bound}   attempts: {attempts} "
+          f"({attempts / max(bound, 1):.2f} per bound pod)   virtual time: "
+          f"{result.engine.clock.now() - T0.timestamp():.0f} s")
     print(f"wall time: {wall:.2f} s   gangs completed/s: {len(satisfied) / wall:.1f}   pods/s: {bound / wall:.0f}")
     print(f"Strict gangs partly bound: {len(partly_strict)} -> {'OK' if not partly_strict else 'FAIL ' + str(partly_strict)}")
     still_waiting = sum(r["waiting"] for r in rows)

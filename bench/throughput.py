@@ -66,12 +66,12 @@ async def _run(nodes: int, pods: int, seed: int) -> dict:
     t0 = time.perf_counter()
     await engine.run()
     wall = time.perf_counter() - t0
-    cycles = np.array(s.cycle_seconds)
+    cycles = np.array(engine.cycle_seconds)
     # binding runs inline in the embedded engine, so bind-cycle plugins are inside the cycle time too
     plugin_in_cycle = sum(sec for (plugin, hook), (_, sec) in s.caller.durations.items()
                           if hook not in ("startup", "shutdown", "node_resources"))
     cycle_total = float(cycles.sum())
-    bound = len(s.bind_events)
+    bound = len(engine.bind_events)
     return {
         "nodes": nodes, "pods": pods, "bound": bound, "seconds": round(wall, 3),
         "pods_per_second": round(pods / wall, 1),

@@ -18,6 +18,18 @@ from .core.cluster import ClusterState, NodeBatch, NodeView
 from .core.errors import ConfigError, KoordfwError, ManifestError, PluginLoadError
 from .core.events import SchedulerEvents
 from .core.handle import AgentHandle, ClusterView, EventRecorder, Handle, PluginsRunner, WaitingPodView
+from .core.hints import (
+    ASSIGNED_POD_ADD,
+    ASSIGNED_POD_DELETE,
+    NODE_ADD,
+    NODE_DELETE,
+    NODE_UPDATE,
+    POD_ADD,
+    POD_DELETE,
+    ClusterEvent,
+    ClusterEventWithHint,
+    QueueingHint,
+)
 from .core.manifests import (
     Manifests,
     NodeMetricStatus,
@@ -55,13 +67,16 @@ from .hookspecs import hookimpl, hookspec
 from .log import warn_once
 
 if TYPE_CHECKING:
-    from .engines.embedded import EmbeddedEngine
+    from .core.plugins import Registry
+    from .engines.embedded import EmbeddedEngine, SimulationResult
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ASSIGNED_POD_ADD", "ASSIGNED_POD_DELETE", "NODE_ADD", "NODE_DELETE", "NODE_UPDATE", "POD_ADD", "POD_DELETE",
     "add_plugin_options", "AgentHandle", "build_registry", "canonical", "CFS_PERIOD_US", "ClusterState", "ClusterView",
-    "Code", "Commands", "ConfigError", "CPUInfo", "CycleState", "EmbeddedEngine", "EventRecorder", "field_list",
+    "ClusterEvent", "ClusterEventWithHint", "Code", "Commands", "ConfigError", "CPUInfo", "CycleState",
+    "EmbeddedEngine", "EventRecorder", "field_list",
     "field_mapping", "FileWrite", "fit_error", "format_cpuset", "format_quantity",
     "FS_RESCTRL", "Handle", "hookimpl", "hookspec", "InputError", "KoordfwError", "load_manifests",
     "load_objects", "load_profile", "load_yaml", "load_yaml_all", "loads_json", "make_node", "make_pod",
@@ -69,7 +84,7 @@ __all__ = [
     "NodeMetricStatus", "NodeState", "NodeView", "normalize", "parse_cpuset", "parse_duration",
     "parse_quantity", "parse_reservation", "parse_time", "plan_writes", "PluginFailure", "PluginLoadError", "Pod",
     "PodMetric", "PodState",
-    "PostFilterResult", "PreFilterResult", "Profile", "Reservation", "profile_from_dict", "QuantityError",
+    "PostFilterResult", "PreFilterResult", "Profile", "QueueingHint", "Reservation", "profile_from_dict", "QuantityError",
     "raw_allocatable", "read_node_metric", "registry_from_args", "resource_map", "Scheduler", "SchedulerEvents",
     "selector_matches", "shorten", "simulate", "StateKey", "Status", "VirtualClock", "WaitingPodView", "warn_once",
     "NodeStatuses", "PluginsRunner",
@@ -86,21 +101,21 @@ def normalize(scores: Any, reverse: bool = False, max_priority: int = 100) -> _n
     return max_priority - out if reverse else out
 
 
-def simulate(*a: Any, **kw: Any):
+def simulate(*a: Any, **kw: Any) -> SimulationResult:
     """Schedule manifests in the embedded cluster; see :func:`koordfw.engines.embedded.simulate`."""
     from .engines.embedded import simulate as _simulate
 
     return _simulate(*a, **kw)
 
 
-def build_registry(*a: Any, **kw: Any):
+def build_registry(*a: Any, **kw: Any) -> Registry:
     """Load and configure plugins; see :func:`koordfw.engines.embedded.build_registry`."""
     from .engines.embedded import build_registry as _build
 
     return _build(*a, **kw)
 
 
-def plan_writes(*a: Any, **kw: Any):
+def plan_writes(*a: Any, **kw: Any) -> list[dict[str, str]]:
     """The cgroup/resctrl writes the node QoS plugins want for a NodeState, as ``koordfw agent plan``
     prints them; see :func:`koordfw.commands.agent.plan_writes`."""
     from .commands.agent import plan_writes as _plan

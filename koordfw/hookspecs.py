@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from .core.cluster import NodeBatch, NodeView
     from .core.handle import AgentHandle, ClusterView, Handle
+    from .core.hints import ClusterEventWithHint
     from .core.model import Pod
     from .core.nodestate import ContainerState, NodeState, PodState
     from .core.state import CycleState
@@ -137,11 +138,28 @@ def queue_sort(pod: Pod, args: Any, handle: Handle) -> Any:
 
 
 @hookspec
+def events_to_register(args: Any, handle: Handle) -> list[ClusterEventWithHint] | None:
+    """Declare the cluster events that can make a pod this plugin rejected schedulable (kube's
+    ``EnqueueExtensions.EventsToRegister``), each with a queueing hint.
+
+    Return a list of :class:`koordfw.ClusterEventWithHint`: a :class:`koordfw.ClusterEvent` (``Pod``,
+    ``AssignedPod``, ``Node`` or another object kind; ``Add``, ``Update``, ``Delete``; ``*`` for any) and
+    ``hint(pod, old, new)`` returning :attr:`koordfw.QueueingHint.QUEUE` or ``QUEUE_SKIP`` (``None``:
+    always Queue). A pod in the unschedulable pool moves on an event only when a plugin that rejected it
+    registered the event and its hint says Queue. Return ``None`` (or do not implement the hook) to get the
+    default: pods leaving, nodes added or updated, and any change of another object. Called once, after
+    ``startup``. Hints run on every matching event for every pod this plugin rejected: keep them cheap and
+    pure. May be async.
+    """
+
+
+@hookspec
 def pre_enqueue(pod: Pod, args: Any, handle: Handle) -> Any:
     """Gate a pod before it enters the active queue.
 
     Return ``None`` to admit it, or a reason string / ``Status`` to hold it in the unschedulable pool
-    (it is re-checked when the cluster changes). Runs when a pod is added and whenever it would be
+    (it is re-checked on the cluster events this plugin's ``events_to_register`` accepts, on every event
+    without it). Runs when a pod is added and whenever it would be
     moved back to the active queue. May be async. Must be idempotent.
     """
 

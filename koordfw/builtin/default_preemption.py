@@ -109,6 +109,10 @@ async def post_filter(pod, state, statuses, args, handle):
     num = len(names) * args.min_candidate_nodes_percentage // 100
     num = min(max(num, args.min_candidate_nodes_absolute), len(names))
     offset = int(handle.rng.integers(len(names)))
+    if not any(p.priority < pod.priority for p in handle.cluster.all_pods() if p.node_name):
+        # no running pod of lower priority anywhere: no node has victims (what the search below
+        # would find; the offset is drawn first, so the random stream is the same)
+        return Status.unschedulable("preemption: no node where evicting lower-priority pods helps")
     found = []
     for k in range(len(names)):
         name = names[(offset + k) % len(names)]

@@ -9,7 +9,16 @@ across resources), each over ``resources`` with weights (default cpu and memory,
 import attrs
 import numpy as np
 
-from koordfw import Status, hookimpl
+from koordfw import (
+    ASSIGNED_POD_DELETE,
+    NODE_ADD,
+    NODE_UPDATE,
+    POD_DELETE,
+    ClusterEventWithHint,
+    QueueingHint,
+    Status,
+    hookimpl,
+)
 
 _STRATEGIES = {"leastallocated": "LeastAllocated", "least_allocated": "LeastAllocated",
                "mostallocated": "MostAllocated", "most_allocated": "MostAllocated",
@@ -51,6 +60,43 @@ def _needed(pod, cluster, args):
         skip = {cluster.resource_index(r) for r in args.ignored_resources}
         need = np.array([i for i in need.tolist() if i not in skip], dtype=np.int64)
     return vec, need
+
+
+def fits_on(pod, cluster, args, node_name):
+    """Do the pod's requests fit what is free on ``node_name`` now (nominated pods not counted)?"""
+    i = cluster.node_index(node_name)
+    if i is None:
+        return False
+    vec, need = _needed(pod, cluster, args)
+    if len(need) == 0:
+        return True
+    return bool((cluster.allocatable[i, need] - cluster.requested[i, need] >= vec[need]).all())
+
+
+@hookimpl
+def events_to_register(args, handle):
+    """kube's NodeResourcesFit hints: a pod leaving a node, or a node added or changed, helps a pod it
+    rejected only if that node now has room for it (the other nodes did not change); an unassigned pod
+    leaving frees room only if it was nominated somewhere."""
+    Q, SKIP = QueueingHint.QUEUE, QueueingHint.QUEUE_SKIP
+
+    def after_assigned_pod_deleted(pod, old, new):
+        if old is None or not old.node_name:
+            return Q
+        return Q if fits_on(pod, handle.cluster, args, old.node_name) else SKIP
+
+    def after_pod_deleted(pod, old, new):
+        return Q if old is None or old.nominated_node_name else SKIP
+
+    def after_node_change(pod, old, new):
+        if new is None:
+            return Q
+        return Q if fits_on(pod, handle.cluster, args, new.name) else SKIP
+
+    return [ClusterEventWithHint(ASSIGNED_POD_DELETE, after_assigned_pod_deleted),
+            ClusterEventWithHint(POD_DELETE, after_pod_deleted),
+            ClusterEventWithHint(NODE_ADD, after_node_change),
+            ClusterEventWithHint(NODE_UPDATE, after_node_change)]
 
 
 @hookimpl

@@ -7,7 +7,7 @@ terms, normalised to 0..100. Pods with nothing to check are skipped at pre_filte
 
 import numpy as np
 
-from koordfw import Status, hookimpl, normalize
+from koordfw import NODE_ADD, NODE_UPDATE, ClusterEventWithHint, QueueingHint, Status, hookimpl, normalize
 
 REASON = Status.unresolvable("node(s) didn't match Pod's node affinity/selector")
 
@@ -57,6 +57,27 @@ def required_terms(pod):
 def preferred_terms(pod):
     na = (pod.affinity or {}).get("nodeAffinity") or {}
     return na.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+
+
+def node_matches(pod, node):
+    """Does ``node`` (a Node or NodeView) satisfy the pod's node selector and required terms?"""
+    labels = node.labels
+    if any(labels.get(k) != v for k, v in pod.node_selector.items()):
+        return False
+    terms = required_terms(pod)
+    return not terms or any(term_matches(t, node) for t in terms)
+
+
+def _after_node_change(pod, old, new):
+    """kube's isSchedulableAfterNodeChange: only a node the pod's selector and affinity accept helps."""
+    if new is None or node_matches(pod, new):
+        return QueueingHint.QUEUE
+    return QueueingHint.QUEUE_SKIP
+
+
+@hookimpl
+def events_to_register():
+    return [ClusterEventWithHint(NODE_ADD, _after_node_change), ClusterEventWithHint(NODE_UPDATE, _after_node_change)]
 
 
 @hookimpl

@@ -1,11 +1,23 @@
 """node_unschedulable: nodes with ``spec.unschedulable`` reject pods that do not tolerate
 ``node.kubernetes.io/unschedulable:NoSchedule`` (kube's NodeUnschedulable)."""
 
-from koordfw import Status, hookimpl
+from koordfw import NODE_ADD, NODE_UPDATE, ClusterEventWithHint, QueueingHint, Status, hookimpl
 from koordfw.core.model import Taint
 
 REASON = Status.unresolvable("node(s) were unschedulable")
 _TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+
+
+def _after_node_change(pod, old, new):
+    """A node added or changed helps only if it is schedulable (or the pod tolerates that it is not)."""
+    if new is None or not new.unschedulable or any(t.tolerates(_TAINT) for t in pod.tolerations):
+        return QueueingHint.QUEUE
+    return QueueingHint.QUEUE_SKIP
+
+
+@hookimpl
+def events_to_register():
+    return [ClusterEventWithHint(NODE_ADD, _after_node_change), ClusterEventWithHint(NODE_UPDATE, _after_node_change)]
 
 
 @hookimpl

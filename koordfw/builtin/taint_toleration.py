@@ -3,7 +3,7 @@ number of intolerable PreferNoSchedule taints (fewer is better, normalised in re
 
 import numpy as np
 
-from koordfw import Status, hookimpl, normalize
+from koordfw import NODE_ADD, NODE_UPDATE, ClusterEventWithHint, QueueingHint, Status, hookimpl, normalize
 from koordfw.core.model import Taint
 
 _REASONS: dict[Taint, Status] = {}
@@ -14,6 +14,17 @@ def _reason(taint):
     if st is None:
         st = _REASONS[taint] = Status.unresolvable(f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}")
     return st
+
+
+def _after_node_change(pod, old, new):
+    """kube's TaintToleration hint: a node added or changed helps only if the pod tolerates its
+    NoSchedule/NoExecute taints."""
+    if new is None:
+        return QueueingHint.QUEUE
+    for t in new.taints:
+        if t.effect in ("NoSchedule", "NoExecute") and not any(tol.tolerates(t) for tol in pod.tolerations):
+            return QueueingHint.QUEUE_SKIP
+    return QueueingHint.QUEUE
 
 
 class TaintToleration:
@@ -32,6 +43,11 @@ class TaintToleration:
                                      dtype=bool, count=len(views))
             self._key = key
         return self._hard, self._soft
+
+    @hookimpl
+    def events_to_register(self):
+        return [ClusterEventWithHint(NODE_ADD, _after_node_change),
+                ClusterEventWithHint(NODE_UPDATE, _after_node_change)]
 
     @hookimpl
     def filter(self, pod, nodes):

@@ -61,6 +61,10 @@ async def _finish(coro: Any, timeout: float) -> Any:
         return await _resume(coro, yielded)
 
 
+#: result types that are never awaitable (checked by exact type: subclasses take the full check)
+_PLAIN: frozenset[type] = frozenset((bool, int, float, str, tuple, list, dict, set, frozenset, Status))
+
+
 class PluginFailure(Exception):
     """Raised by ``HookCaller.call`` when a plugin raised or timed out."""
 
@@ -112,6 +116,8 @@ class HookCaller:
                     return await anyio.to_thread.run_sync(functools.partial(impl.fn, **kwargs),
                                                           abandon_on_cancel=True)
             res = impl.fn(**kwargs)
+            if res is None or type(res) in _PLAIN:  # most hooks: no awaitable check needed
+                return res
             if inspect.iscoroutine(res):
                 return await _finish(res, impl.timeout)
             if inspect.isawaitable(res):
@@ -141,7 +147,7 @@ class HookCaller:
 
     async def call_safe(self, point: str, **kw: Any) -> list[tuple[Impl, Any, Status | None]]:
         """Call every implementation; a failing plugin is logged and reported, the others still run."""
-        out = []
+        out: list[tuple[Impl, Any, Status | None]] = []
         for impl in self.impls(point):
             try:
                 out.append((impl, await self.call(impl, **kw), None))

@@ -157,7 +157,7 @@ class Registry:
                 if not isinstance(fn, (staticmethod, classmethod)):
                     raise PluginLoadError(f"plugin {name!r} ({where}): plugin_args of a class plugin must be a "
                                           "@staticmethod or @classmethod (it is called before the plugin is constructed)")
-                info.args_cls = obj.plugin_args()
+                info.args_cls = getattr(obj, "plugin_args")()  # noqa: B009 - a hookimpl found by name
         else:
             try:
                 self.pm.register(obj, name=name)

@@ -1,9 +1,10 @@
 """The scheduling queue: active (a heap ordered by ``queue_sort``), backoff and unschedulable pools.
 
 As in kube-scheduler: a pod that failed with an error backs off (initial 1 s, doubling, max 10 s);
-a pod that did not fit waits in the unschedulable pool until a cluster event that may help (a pod
-left, a node was added or changed) or 5 minutes pass, then goes to backoff or active. Pods rejected by
-``pre_enqueue`` are held (gated) and re-checked on every cluster event.
+a pod that did not fit waits in the unschedulable pool until a cluster event that the plugins which
+rejected it say may help (their queueing hints, ``koordfw.core.hints``; the scheduler decides) or 5
+minutes pass, then goes to backoff or active. Pods rejected by ``pre_enqueue`` are held (gated) and
+re-checked on the events their gating plugin's hints accept (on every event for a plugin without hints).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ class QueuedPodInfo:
     attempts: int = 0
     backoff_until: float = 0.0
     unschedulable_since: float = 0.0
-    #: cluster.free_generation at the last failed attempt (used to know if a retry could help)
-    failed_generation: int = -1
+    #: the scheduler's assume sequence at the last failed attempt: a reservation assumed after it and
+    #: released again cannot have helped the pod (the cluster is as the attempt saw it)
+    failed_seq: int = -1
     gated: bool = False
     gate_reason: str = ""
     #: the queue's move-request counter when this pod was popped
@@ -70,7 +72,7 @@ class SchedulingQueue:
         self._to_active(info)
         return info
 
-    def add_gated(self, pod: Pod, now: float, reason: str) -> QueuedPodInfo:
+    def add_gated(self, pod: Pod, now: float, reason: str, plugins: tuple[str, ...] = ()) -> QueuedPodInfo:
         info = self.infos.get(pod.uid)
         if info is None:
             arrival = pod.creation_timestamp if pod.creation_timestamp is not None else now
@@ -79,6 +81,7 @@ class SchedulingQueue:
         info.pod = pod
         self._discard(pod.uid)
         info.gated, info.gate_reason = True, reason
+        info.plugins = plugins
         info.unschedulable_since = now
         self.unschedulable.add(pod.uid)
         self.gated.add(pod.uid)
@@ -124,14 +127,14 @@ class SchedulingQueue:
         d = self.initial_backoff * (2 ** min(max(0, info.attempts - 1), 30))
         return min(d, self.max_backoff)
 
-    def failed(self, uid: str, now: float, *, unschedulable: bool, generation: int,
+    def failed(self, uid: str, now: float, *, unschedulable: bool, seq: int = -1,
                plugins: tuple[str, ...] = ()) -> None:
         """Requeue after a failed attempt: unschedulable pool for rejections, backoff for errors."""
         info = self.infos.get(uid)
         if info is None:
             return
         self.in_flight.discard(uid)
-        info.failed_generation = generation
+        info.failed_seq = seq
         info.plugins = plugins
         info.backoff_until = now + self.backoff_duration(info)
         self._discard(uid)

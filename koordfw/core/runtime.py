@@ -32,6 +32,7 @@ import structlog
 from .caller import HookCaller, PluginFailure
 from .clock import Clock, TimerHandle
 from .cluster import ClusterState, NodeBatch, NodeView
+from .hints import ClusterEventWithHint
 from .model import Pod
 from .nominator import Nominator
 from .plugins import Impl, Registry
@@ -59,7 +60,7 @@ class NodeStatuses(Mapping[str, Status]):
         self._chunks.append((idx, statuses))
         self._dict = None
 
-    def update(self, other: NodeStatuses) -> None:  # type: ignore[override]
+    def update(self, other: NodeStatuses) -> None:
         self._chunks.extend(other._chunks)
         self._dict = None
 
@@ -208,6 +209,28 @@ class Framework:
             if not st.ok:
                 return st
         return Status.success()
+
+    async def events_to_register(self) -> dict[str, list[ClusterEventWithHint]]:
+        """Every plugin's queueing-hint registrations (kube's EnqueueExtensions), by plugin; plugins
+        that do not implement ``events_to_register`` are absent (they get the default events)."""
+        out: dict[str, list[ClusterEventWithHint]] = {}
+        for impl in self.caller.impls("events_to_register"):
+            try:
+                res = await self.caller.call(impl)
+            except PluginFailure as f:
+                log.error("events_to_register failed; the plugin gets the default events", plugin=impl.plugin,
+                          error=f.status.message)
+                continue
+            if res is None:
+                continue
+            regs = list(res)
+            bad = [r for r in regs if not isinstance(r, ClusterEventWithHint)]
+            if bad:
+                log.error("events_to_register returned something other than ClusterEventWithHint; the plugin "
+                          "gets the default events", plugin=impl.plugin, got=type(bad[0]).__name__)
+                continue
+            out[impl.plugin] = regs
+        return out
 
     # -- filtering --------------------------------------------------------------------------------
     async def run_pre_filter(self, pod: Pod, state: CycleState) -> tuple[Status, frozenset[str] | None]:

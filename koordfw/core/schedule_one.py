@@ -25,6 +25,16 @@ from .clock import Clock
 from .cluster import ClusterState, NodeView
 from .errors import PluginLoadError
 from .events import EventLog, SchedulerEvents
+from .hints import (
+    ASSIGNED_POD_ADD,
+    ASSIGNED_POD_DELETE,
+    POD_ADD,
+    POD_DELETE,
+    ClusterEvent,
+    ClusterEventWithHint,
+    QueueingHint,
+    in_default,
+)
 from .model import Pod
 from .nominator import Nominator
 from .plugins import Registry
@@ -41,8 +51,6 @@ MIN_FEASIBLE_PERCENTAGE = 5
 #: the per-node rejections of the cycle's filter search (what post_filter plugins are given)
 FILTERED_STATUSES: StateKey[NodeStatuses] = StateKey("koordfw/filtered_statuses")
 
-#: cluster events that may free or add capacity (kube's ClusterEvent: Pod/Delete, Node/Add, ...)
-FREEING_EVENTS = frozenset(("PodDelete", "NodeAdd", "NodeUpdate", "AssignedPodDelete", "ObjectChange"))
 
 
 def num_feasible_nodes_to_find(num_all: int, percentage: int = 0) -> int:
@@ -160,12 +168,17 @@ class Scheduler:
     ``engine`` (a :class:`SchedulerEvents`), which also binds and evicts."""
 
     def __init__(self, registry: Registry, cluster: ClusterState, clock: Clock, *,
-                 engine: SchedulerEvents | None = None, seed: int = 0, inline_binding: bool = False) -> None:
+                 engine: SchedulerEvents | None = None, seed: int = 0, inline_binding: bool = False,
+                 events_complete: bool = False) -> None:
         self.registry, self.cluster, self.clock = registry, cluster, clock
         self.engine: SchedulerEvents = engine if engine is not None else SchedulerEvents()
         #: run binding cycles of pods not waiting at permit inline (the embedded cluster binds in
         #: memory, so a task per pod would only add overhead); live engines bind concurrently
         self.inline_binding = inline_binding
+        #: every cluster change reaches the scheduler as an event (the embedded cluster): the 5-minute
+        #: flush of the unschedulable pool, the live queue's safety net for missed events, then skips
+        #: pods whose rejecting plugins all declare queueing hints (only an event can help them)
+        self.events_complete = events_complete
         self.profile = registry.profile
         self.rng = np.random.default_rng(seed)
         self.recorder = EventLog()
@@ -175,7 +188,14 @@ class Scheduler:
         self.framework = Framework(registry, cluster, self.nominator, self.handle_for)
         self.caller = self.framework.caller
         self.waiting_pods: dict[str, WaitingPod] = {}
+        #: plugin → its registered events (plugins without ``events_to_register`` are absent)
+        self.hints: dict[str, list[ClusterEventWithHint]] = {}
+        #: hint calls and the moves they allowed or saved, by event (``str(ClusterEvent)``)
+        self.hint_counts: dict[str, list[int]] = {}
         self.next_start_node_index = 0
+        #: bumped on every assume; uid → the value when that pod was assumed (until bound or forgotten)
+        self.assume_seq = 0
+        self._assumed_at: dict[str, int] = {}
         self.in_flight_binds = 0
         self.queue = SchedulingQueue(self._sort_key, initial_backoff=self.profile.pod_initial_backoff_seconds,
                                      max_backoff=self.profile.pod_max_backoff_seconds,
@@ -185,6 +205,11 @@ class Scheduler:
         self.metrics = _metrics.scheduler_metrics()
         _metrics.track_caller(self.caller)
         self._attempts = {r: self.metrics.attempts.labels(result=r) for r in ("scheduled", "unschedulable", "error")}
+
+    def hinted(self, info: QueuedPodInfo) -> bool:
+        """Did plugins that all declare queueing hints reject this pod (so only an event they accept
+        can help it)?"""
+        return bool(info.plugins) and all(p in self.hints for p in info.plugins)
 
     def handle_for(self, plugin: str) -> SchedulerHandle:
         """The handle of ``plugin`` (one per plugin and scheduler)."""
@@ -214,7 +239,7 @@ class Scheduler:
         if st.ok:
             self.queue.add(pod, now)
         else:
-            self.queue.add_gated(pod, now, st.message)
+            self.queue.add_gated(pod, now, st.message, plugins=(st.plugin,) if st.plugin else ())
             self.engine.pod_gated(pod, st)
 
     async def add_pod(self, pod: Pod) -> None:
@@ -223,10 +248,10 @@ class Scheduler:
         if pod.node_name or pod.is_terminal or pod.deletion_timestamp is not None:
             if not pod.node_name:
                 self.engine.pod_removed(pod.uid)
-            await self.cluster_event("PodAdd")
+            await self.cluster_event(ASSIGNED_POD_ADD if pod.node_name else POD_ADD, None, pod)
             return
         await self.enqueue(pod)
-        await self.cluster_event("PodAdd")
+        await self.cluster_event(POD_ADD, None, pod)
 
     async def remove_pod(self, uid: str) -> None:
         wp = self.waiting_pods.get(uid)
@@ -235,29 +260,76 @@ class Scheduler:
         info = self.queue.info(uid)
         if info is not None and uid not in self.queue.in_flight:
             self.queue.done(uid)
-        self.cluster.remove_pod(uid)
+        old = self.cluster.remove_pod(uid)
         self.engine.pod_removed(uid)
         if self.nominator:
             self.nominator.forget(uid)
-        await self.cluster_event("PodDelete")
+        await self.cluster_event(ASSIGNED_POD_DELETE if old is not None and old.node_name else POD_DELETE, old, None)
 
-    async def cluster_event(self, kind: str) -> None:
-        """Move pods that a cluster change may help: gated pods re-run pre_enqueue on any event;
-        unschedulable pods move on events that free or add capacity."""
+    async def cluster_event(self, event: ClusterEvent, old: Any = None, new: Any = None, *,
+                            assumed_seq: int = -1) -> None:
+        """Move the pods a cluster change may help (kube's MoveAllToActiveOrBackoffQueue with queueing
+        hints): gated pods re-run pre_enqueue on any event; an unschedulable pod moves when one of the
+        plugins that rejected it registered the event and its hint says Queue (plugins without
+        registrations: the events of :data:`~koordfw.core.hints.DEFAULT_EVENTS` and object changes)."""
         now = self.clock.now()
-        frees = kind in FREEING_EVENTS
-        if frees:
-            self.queue.move_requests += 1
-        for uid in list(self.queue.unschedulable if frees else self.queue.gated):
-            info = self.queue.infos[uid]
+        default = in_default(event)
+        # per plugin, its registrations that match this event (once per event, not per pod)
+        matched = {p: [r for r in regs if r.event.matches(event)] for p, regs in self.hints.items()}
+        registered = any(matched.values())
+        q = self.queue
+        if default or registered:
+            q.move_requests += 1
+            pool = q.unschedulable
+        else:
+            pool = q.gated
+        for uid in list(pool):
+            info = q.infos[uid]
             if info.gated:
+                # kube's PreEnqueue with hints: the gating plugin's hints decide whether to re-check; a
+                # plugin without them re-checks on every event
+                if self.hinted(info) and not self._may_help(info, matched, event, old, new, default):
+                    continue
                 st = await self.framework.run_pre_enqueue(info.pod)
                 if st.ok:
-                    self.queue.move_to_active_or_backoff(info, now)
+                    q.move_to_active_or_backoff(info, now)
                 else:
-                    info.gate_reason = st.message
-            elif frees:
-                self.queue.move_to_active_or_backoff(info, now)
+                    info.gate_reason, info.plugins = st.message, (st.plugin,) if st.plugin else ()
+            elif assumed_seq > info.failed_seq >= 0:
+                continue  # a reservation taken after this pod failed, now released: the pod's view again
+            elif self._may_help(info, matched, event, old, new, default):
+                q.move_to_active_or_backoff(info, now)
+
+    def _may_help(self, info: QueuedPodInfo, matched: dict[str, list[ClusterEventWithHint]], event: ClusterEvent,
+                  old: Any, new: Any, default: bool) -> bool:
+        """Is ``event`` one that a plugin which rejected the pod says may make it schedulable?
+        ``matched``: each hinted plugin's registrations that match the event."""
+        rejectors = info.plugins
+        if not rejectors:
+            return default
+        counts = None
+        for p in rejectors:
+            regs = matched.get(p)
+            if regs is None:
+                if default:
+                    return True
+                continue
+            for r in regs:
+                if r.hint is None:
+                    return True
+                if counts is None:
+                    counts = self.hint_counts.setdefault(str(event), [0, 0])
+                try:
+                    verdict = r.hint(info.pod, old, new)
+                except Exception as e:  # kube: a hint that fails counts as Queue
+                    log.error("queueing hint raised", plugin=p, cluster_event=str(event), error=f"{type(e).__name__}: {e}")
+                    verdict = QueueingHint.QUEUE
+                if verdict is not QueueingHint.QUEUE_SKIP:
+                    counts[0] += 1
+                    return True
+        if counts is not None:
+            counts[1] += 1
+        return False
 
     def activate(self, uids: Iterable[str]) -> None:
         """kube's ``PriorityQueue.Activate``: straight to the active queue, skipping any backoff."""
@@ -275,6 +347,9 @@ class Scheduler:
         now = self.clock.now()
         self.queue.flush_backoff(now)
         for info in self.queue.flush_unschedulable_leftover(now):
+            if self.events_complete and self.hinted(info):
+                info.unschedulable_since = now
+                continue
             if info.gated:
                 st = await self.framework.run_pre_enqueue(info.pod)
                 if not st.ok:
@@ -287,6 +362,7 @@ class Scheduler:
         for impl, _, st in await self.caller.call_safe("startup"):
             if st is not None:  # the caller logged the cause (with a traceback when it is a plugin bug)
                 raise PluginLoadError(f"plugin {impl.plugin} failed at startup: {st.message}")
+        self.hints = await self.framework.events_to_register()
 
     async def shutdown(self) -> None:
         await self.caller.call_safe("shutdown")
@@ -317,7 +393,7 @@ class Scheduler:
             await self._cycle_failed(pod, status, state, run_post_filter=status.is_rejection)
             return
         # assume + reserve; like kube's assume, an assumed pod is no longer counted as nominated
-        self.cluster.assume(pod, node.name)
+        self._assume(pod, node.name)
         if self.nominator:
             self.nominator.nominate(pod, None)
         st = await fw.run_reserve(pod, node, state)
@@ -419,9 +495,16 @@ class Scheduler:
         feasible = np.concatenate(feasible_parts) if feasible_parts else np.zeros(0, dtype=np.int64)
         return feasible, statuses, n
 
-    async def _unreserve_and_forget(self, pod: Pod, node: NodeView, state: CycleState) -> None:
+    def _assume(self, pod: Pod, node_name: str) -> None:
+        self.cluster.assume(pod, node_name)
+        self.assume_seq += 1
+        self._assumed_at[pod.uid] = self.assume_seq
+
+    async def _unreserve_and_forget(self, pod: Pod, node: NodeView, state: CycleState) -> int:
+        """unreserve, then forget the assumed pod; returns the assume sequence it had (-1: unknown)."""
         await self.framework.run_unreserve(pod, node, state)
         self.cluster.forget(pod)
+        return self._assumed_at.pop(pod.uid, -1)
 
     # -- binding cycle ----------------------------------------------------------------------------
     async def _binding_cycle(self, pod: Pod, node: NodeView, state: CycleState, wp: WaitingPod | None) -> None:
@@ -442,11 +525,12 @@ class Scheduler:
             self._record_bound(pod, node.name, state)
             await fw.run_post_bind(pod, node, state)
             if self.queue.gated:
-                await self.cluster_event("AssignedPodAdd")
+                await self.cluster_event(ASSIGNED_POD_ADD, None, self.cluster.pod(pod.uid) or pod)
         finally:
             self.in_flight_binds -= 1
 
     def _record_bound(self, pod: Pod, node_name: str, state: CycleState) -> None:
+        self._assumed_at.pop(pod.uid, None)
         if self.nominator:
             self.nominator.nominate(pod, None)
         self.queue.done(pod.uid)
@@ -454,8 +538,10 @@ class Scheduler:
         self.engine.pod_bound(pod, node_name, state)
 
     async def _binding_failed(self, pod: Pod, node: NodeView, state: CycleState, st: Status) -> None:
-        await self._unreserve_and_forget(pod, node, state)
-        await self.cluster_event("AssignedPodDelete")
+        seq = await self._unreserve_and_forget(pod, node, state)
+        # the reservation it held is released: an assigned pod leaving, for the other pods' hints; pods
+        # that failed before it was taken are skipped (their attempt saw the cluster without it)
+        await self.cluster_event(ASSIGNED_POD_DELETE, attrs.evolve(pod, node_name=node.name), None, assumed_seq=seq)
         await self._cycle_failed(pod, st, state, run_post_filter=False)
 
     async def _cycle_failed(self, pod: Pod, st: Status, state: CycleState, *, run_post_filter: bool) -> None:
@@ -474,8 +560,7 @@ class Scheduler:
                     info.pod = nominated
         unsched = st.is_rejection
         self._attempts["unschedulable" if unsched else "error"].inc()
-        self.queue.failed(pod.uid, self.clock.now(), unschedulable=unsched,
-                          generation=self.cluster.free_generation,
+        self.queue.failed(pod.uid, self.clock.now(), unschedulable=unsched, seq=self.assume_seq,
                           plugins=tuple(p for p in (st.plugin or "").split(",") if p))
         await self.engine.pod_unschedulable(pod, st)
 
@@ -508,7 +593,7 @@ class Scheduler:
         if not st.ok:
             return st, state
         node = self.cluster.views[i]
-        self.cluster.assume(pod, node_name)
+        self._assume(pod, node_name)
         st = await fw.run_reserve(pod, node, state)
         if st.ok:
             st = await fw.run_pre_bind(pod, node, state)

@@ -53,7 +53,7 @@ class CycleState:
     def __getitem__(self, key: StateKey[T]) -> T:
         _check(key)
         try:
-            return self._data[key]  # type: ignore[no-any-return]
+            return self._data[key]
         except KeyError:
             raise KeyError(f"{key.name} is not in the cycle state") from None
 

@@ -25,6 +25,7 @@ from ..core.caller import PluginFailure
 from ..core.clock import VirtualClock
 from ..core.cluster import ClusterState
 from ..core.events import SchedulerEvents
+from ..core.hints import ASSIGNED_POD_DELETE
 from ..core.manifests import Manifests, load_manifests
 from ..core.model import Migration, Pod
 from ..core.plugins import Registry
@@ -140,7 +141,7 @@ class EmbeddedEngine(SchedulerEvents):
         #: binding cycles run inline (the default: memory binds need no task), or as tasks of the caller's
         #: task group when it drives ``scheduler.schedule_next`` itself
         self.scheduler = Scheduler(registry, cluster, self.clock, engine=self, seed=seed,
-                                   inline_binding=inline_binding)
+                                   inline_binding=inline_binding, events_complete=True)
 
     @property
     def progress(self) -> int:
@@ -198,7 +199,7 @@ class EmbeddedEngine(SchedulerEvents):
         self.results[pod.uid] = PodResult(reason=reason, evicted=reason)
         self.cluster.add_pod(fresh)
         await s.enqueue(fresh)
-        await s.cluster_event("PodDelete")
+        await s.cluster_event(ASSIGNED_POD_DELETE, cur, None)
         return True
 
     async def refresh_node_resources(self) -> None:
@@ -285,7 +286,10 @@ class EmbeddedEngine(SchedulerEvents):
                 info = q.infos[u]
                 if u in q.backoff:
                     candidates.append(info.backoff_until)
-                elif info.gated:
+                elif info.gated or s.hinted(info):
+                    # gated pods wait for pre_enqueue to admit them; a pod whose rejecting plugins all
+                    # declare queueing hints waits for an event they accept: in memory every change is an
+                    # event, so the 5-minute flush (the live queue's safety net) has nothing to find
                     continue
                 else:
                     candidates.append(max(info.backoff_until, info.unschedulable_since + q.max_unschedulable))

@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 
 from ...core.errors import KoordfwError
+from ...core.hints import NODE_ADD, NODE_DELETE, NODE_UPDATE, ClusterEvent
 from ...core.model import node_from_manifest, pod_from_manifest
 from ...core.schedule_one import Scheduler
 
@@ -130,7 +131,7 @@ class ClusterFeeder:
             # kube's PriorityQueue.Update: an updated unschedulable pod moves to the backoff queue while
             # its backoff lasts, else to the active queue; a gated one passes pre_enqueue first
             if info.gated:
-                st = await s.run_pre_enqueue(pod)
+                st = await s.framework.run_pre_enqueue(pod)
                 if not st.ok:
                     info.gate_reason = st.message
                     return
@@ -159,9 +160,11 @@ class ClusterFeeder:
         try:
             if etype == "DELETED":
                 self._node_sigs.pop(name, None)
-                if self.cluster.node(name) is not None:
+                view = self.cluster.node(name)
+                if view is not None:
+                    gone = view.node
                     self.cluster.remove_node(name)
-                    await self.s.cluster_event("NodeDelete")
+                    await self.s.cluster_event(NODE_DELETE, gone, None)
                 return
             sig = _node_sig(obj)
             if self._node_sigs.get(name) == sig and self.cluster.node(name) is not None:
@@ -172,7 +175,9 @@ class ClusterFeeder:
             self.bad_objects += 1
             log.error("ignoring a node the model cannot read", node=name, error=str(e))
             return
-        known = self.cluster.node_index(name) is not None
+        prev = self.cluster.node(name)
+        before = prev.node if prev is not None else None
+        known = prev is not None
         if known:
             self.cluster.update_node(node)
         else:
@@ -181,7 +186,7 @@ class ClusterFeeder:
             for entry in list(self.cluster.pods.values()):
                 if entry.pod.node_name == name and entry.node_index < 0 and not entry.pod.is_terminal:
                     self.cluster.add_pod(entry.pod)
-        await self.s.cluster_event("NodeUpdate" if known else "NodeAdd")
+        await self.s.cluster_event(NODE_UPDATE if known else NODE_ADD, before, node)
         self._wake()
 
     # -- other kinds --------------------------------------------------------------------------------
@@ -196,6 +201,7 @@ class ClusterFeeder:
             now = time.monotonic()
             if now - self._last_object_event >= self.object_event_interval:
                 self._last_object_event = now
-                await self.s.cluster_event("ObjectChange")
+                action = "Delete" if etype == "DELETED" else "Add" if old is None else "Update"
+                await self.s.cluster_event(ClusterEvent(kind, action), old, None if etype == "DELETED" else obj)
                 self._wake()
         return handle

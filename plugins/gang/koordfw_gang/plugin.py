@@ -21,8 +21,22 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import numpy as np
 
-from koordfw import StateKey, Status, fit_error, hookimpl
+from koordfw import (
+    ASSIGNED_POD_DELETE,
+    NODE_ADD,
+    NODE_UPDATE,
+    POD_ADD,
+    POD_DELETE,
+    ClusterEvent,
+    ClusterEventWithHint,
+    QueueingHint,
+    StateKey,
+    Status,
+    fit_error,
+    hookimpl,
+)
 
 from .gang import (
     ANNOTATION_BIND_GANG_GROUP_ID,
@@ -101,6 +115,10 @@ class Coscheduling:
         self._active_group: str | None = None
         self._deferred: dict[str, None] = {}
         self._binding: dict[str, tuple[str, int]] = {}
+        self._demand_cache: dict[tuple[Any, ...], bool] = {}
+        self._room_key: tuple[int, int] | None = None
+        self._room: np.ndarray | None = None
+        self._lowest: tuple[int, int] | None = None
 
     # -- configuration / lifecycle -----------------------------------------------------------------
     @staticmethod
@@ -112,6 +130,121 @@ class Coscheduling:
     def startup(self, handle):
         for pod in handle.cluster.all_pods():
             self._track(pod, handle)
+
+    @hookimpl
+    def events_to_register(self, handle):
+        """What can make a pod this plugin rejected (its gang group could not be placed, or is not
+        complete) schedulable: room freed or added (pods leaving, nodes added or changed), a member of
+        its gang arriving or leaving, and its PodGroup changing. The rest of the gang's own life (a round
+        ending, a member deferred) re-activates pods explicitly."""
+
+        def same_gang(pod: Any, old: Any, new: Any) -> QueueingHint:
+            other = new if new is not None else old
+            if other is None or gang_id_of(other) == gang_id_of(pod):
+                return QueueingHint.QUEUE
+            return QueueingHint.QUEUE_SKIP
+
+        def room_on(pod: Any, node_name: str | None) -> QueueingHint:
+            # the gang failed because a member found no room: only room that this member could use
+            # helps it (room elsewhere did not change; nodes' other properties are not the gang's concern),
+            # and only once the cluster could hold what the gang group still needs
+            if not self._demand_may_fit(pod, handle):
+                return QueueingHint.QUEUE_SKIP
+            cluster = handle.cluster
+            i = cluster.node_index(node_name) if node_name else None
+            if i is None:
+                return QueueingHint.QUEUE_SKIP if node_name else QueueingHint.QUEUE
+            vec = cluster.request_vector(pod)
+            need = np.flatnonzero(vec)
+            free = cluster.allocatable[i, need] - cluster.requested[i, need]
+            return QueueingHint.QUEUE if bool((free >= vec[need]).all()) else QueueingHint.QUEUE_SKIP
+
+        def assigned_pod_left(pod: Any, old: Any, new: Any) -> QueueingHint:
+            return room_on(pod, old.node_name if old is not None else None)
+
+        def node_changed(pod: Any, old: Any, new: Any) -> QueueingHint:
+            return room_on(pod, new.name if new is not None else None)
+
+        def member_left_or_room(pod: Any, old: Any, new: Any) -> QueueingHint:
+            # an unassigned pod leaving frees nothing, unless it is of this gang or held a nomination
+            if old is None or old.nominated_node_name:
+                return QueueingHint.QUEUE
+            return same_gang(pod, old, new)
+
+        def its_pod_group(pod: Any, old: Any, new: Any) -> QueueingHint:
+            obj = new if new is not None else old
+            meta = (obj or {}).get("metadata") or {}
+            key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+            return QueueingHint.QUEUE if obj is None or key == gang_id_of(pod) else QueueingHint.QUEUE_SKIP
+
+        return [ClusterEventWithHint(ASSIGNED_POD_DELETE, assigned_pod_left), ClusterEventWithHint(NODE_ADD, node_changed),
+                ClusterEventWithHint(NODE_UPDATE, node_changed), ClusterEventWithHint(POD_ADD, same_gang),
+                ClusterEventWithHint(POD_DELETE, member_left_or_room),
+                ClusterEventWithHint(ClusterEvent("PodGroup", "*"), its_pod_group)]
+
+    def _demand_may_fit(self, pod: Any, handle: Any) -> bool:
+        """A necessary condition for the pod's gang group to be placed: as many members as it still
+        needs (min-available minus those reserved or bound) fit in the free room node by node, each
+        counted at the size of the gang's smallest pending member; pods of lower priority count as
+        room (preemption could free it)."""
+        g = self._gangs.get(self._pod_gang.get(pod.uid) or "")
+        if g is None or g.spec is None:
+            return True
+        cluster = handle.cluster
+        key = (cluster.generation, g.spec.group_id, pod.priority)
+        hit = self._demand_cache.get(key)
+        if hit is not None:
+            return hit
+        missing = 0
+        smallest: np.ndarray | None = None
+        for gid in g.spec.groups:
+            m = self._gangs.get(gid)
+            if m is None or m.spec is None or m.passes_once_satisfied:
+                continue
+            short = m.spec.min_member - len(m.waiting) - len(m.bound)
+            if short <= 0:
+                continue
+            missing += short
+            for u, p in m.children.items():
+                if u not in m.waiting and u not in m.bound:
+                    v = cluster.request_vector(p)
+                    smallest = v if smallest is None else np.minimum(smallest[: len(v)], v[: len(smallest)])
+        ok = True
+        if missing and smallest is not None and smallest.any():
+            free = self._free_room(cluster, pod.priority)
+            k = min(free.shape[1], len(smallest))
+            need = smallest[:k]
+            cols = np.flatnonzero(need)
+            fits_per_node = (free[:, cols] // need[cols]).min(axis=1)
+            ok = int(fits_per_node.sum()) >= missing
+        if len(self._demand_cache) > 4096:
+            self._demand_cache.clear()
+        self._demand_cache[key] = ok
+        return ok
+
+    def _lowest_priority(self, cluster: Any) -> int:
+        """The lowest priority of any pod in the cluster (rescanned when the number of pods changes)."""
+        n = len(cluster.pods)
+        if self._lowest is None or self._lowest[0] != n:
+            self._lowest = (n, min((e.pod.priority for e in cluster.pods.values()), default=0))
+        return self._lowest[1]
+
+    def _free_room(self, cluster: Any, priority: int) -> np.ndarray:
+        """Free room per live node (rows) and resource, plus the requests of pods of lower priority."""
+        key = (cluster.generation, priority)
+        if self._room_key == key and self._room is not None:
+            return self._room
+        room = np.clip(cluster.allocatable - cluster.requested, 0, None)
+        if self._lowest_priority(cluster) < priority:
+            for e in cluster.pods.values():
+                if e.node_index >= 0 and e.pod.priority < priority:
+                    v = cluster.request_vector(e.pod)
+                    k = min(len(v), room.shape[1])
+                    room[e.node_index, :k] += v[:k]
+        if cluster.has_removed_nodes:
+            room = room[cluster.live_mask]
+        self._room_key, self._room = key, room
+        return room
 
     # -- the gang cache --------------------------------------------------------------------------------
     def _track(self, pod: Any, handle: Any) -> Gang | None:
@@ -334,6 +467,12 @@ class Coscheduling:
                 # re-placing the same members would only fail and release again (a livelock)
                 state[_SKIP_POST_FILTER] = True
                 return Status.unschedulable(r.failed or f"gangGroup {group_id} failed and nothing has changed since")
+            if (r is not None and r.fail_key is not None and g.spec.mode == MODE_STRICT
+                    and not self._demand_may_fit(pod, handle)):
+                # a Strict group failed before, and the room left cannot hold it now either (a necessary
+                # condition; post_filter still runs, so the group gives back what it holds)
+                return Status.unschedulable(f"gangGroup {group_id} cannot be placed: the room left, node by node, "
+                                            f"holds fewer members than it still needs")
             r = self._rounds[group_id] = Round(group_id, self._pending_members(g, handle, args))
         self._active_group = group_id
         r.attempted.add(pod.uid)

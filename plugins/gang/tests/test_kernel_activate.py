@@ -20,7 +20,7 @@ async def test_activate_moves_a_backing_off_pod_to_active():
     await s.enqueue(pod)
     info = s.queue.pop()
     # an unschedulable attempt: the pod now backs off for 1 s
-    s.queue.failed(pod.uid, s.clock.now(), unschedulable=True, generation=0)
+    s.queue.failed(pod.uid, s.clock.now(), unschedulable=True)
     assert info.backoff_until > s.clock.now()
     s.handle_for("gang").activate([pod.uid])
     assert pod.uid in s.queue.active
