@@ -42,7 +42,7 @@ from .core.manifests import (
     read_node_metric,
     resource_map,
 )
-from .core.model import Migration, Node, Pod, make_node, make_pod, parse_time, raw_allocatable, selector_matches
+from .core.model import Migration, Node, Pod, Taint, make_node, make_pod, parse_time, raw_allocatable, selector_matches
 from .core.nodestate import (
     CFS_PERIOD_US,
     FS_RESCTRL,
@@ -86,7 +86,7 @@ __all__ = [
     "PodMetric", "PodState",
     "PostFilterResult", "PreFilterResult", "Profile", "QueueingHint", "Reservation", "profile_from_dict", "QuantityError",
     "raw_allocatable", "read_node_metric", "registry_from_args", "resource_map", "Scheduler", "SchedulerEvents",
-    "selector_matches", "shorten", "simulate", "StateKey", "Status", "VirtualClock", "WaitingPodView", "warn_once",
+    "selector_matches", "shorten", "simulate", "StateKey", "Status", "Taint", "VirtualClock", "WaitingPodView", "warn_once",
     "NodeStatuses", "PluginsRunner",
 ]
 

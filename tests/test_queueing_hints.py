@@ -35,6 +35,15 @@ async def try_all(engine: EmbeddedEngine) -> None:
             pass
 
 
+async def started_with_tried(engine: EmbeddedEngine, *pods) -> None:
+    """Start the scheduler, queue ``pods`` and try each once."""
+    await engine.scheduler.startup()
+    for p in pods:
+        engine.cluster.add_pod(p)
+        await engine.scheduler.enqueue(p)
+    await try_all(engine)
+
+
 class NeedsWideNode:
     """Rejects nodes not labelled ``wide``; a new node helps only pods that want one (``wants: wide``)."""
 
@@ -60,13 +69,9 @@ def test_hook_events_to_register_moves_only_the_pods_its_hint_queues():
 
     async def run():
         s = eng.scheduler
-        await s.startup()
         a = make_pod("a", requests={"cpu": "1"}, labels={"wants": "wide"})
         b = make_pod("b", requests={"cpu": "1"})
-        for p in (a, b):
-            eng.cluster.add_pod(p)
-            await s.enqueue(p)
-        await try_all(eng)
+        await started_with_tried(eng, a, b)
         assert set(s.queue.unschedulable) == {a.uid, b.uid}
         node = make_node("n1", allocatable=ALLOC, labels={"wide": "1"})
         eng.cluster.add_node(node)
@@ -84,11 +89,8 @@ def test_hook_events_to_register_an_event_it_did_not_register_moves_nothing():
 
     async def run():
         s = eng.scheduler
-        await s.startup()
         a = make_pod("a", requests={"cpu": "1"}, labels={"wants": "wide"})
-        eng.cluster.add_pod(a)
-        await s.enqueue(a)
-        await try_all(eng)
+        await started_with_tried(eng, a)
         # a pod leaving a node frees room, but the only plugin that rejected a did not register that
         await s.cluster_event(ASSIGNED_POD_DELETE, make_pod("gone", node_name="n0"), None)
         assert a.uid in s.queue.unschedulable
@@ -106,11 +108,8 @@ def test_hook_events_to_register_without_it_a_plugin_gets_the_default_events():
 
     async def run():
         s = eng.scheduler
-        await s.startup()
         a = make_pod("a", requests={"cpu": "1"})
-        eng.cluster.add_pod(a)
-        await s.enqueue(a)
-        await try_all(eng)
+        await started_with_tried(eng, a)
         assert "full" not in s.hints
         await s.cluster_event(ASSIGNED_POD_DELETE, make_pod("gone", node_name="n0"), None)
         assert a.uid not in s.queue.unschedulable
@@ -131,11 +130,8 @@ def test_hook_events_to_register_a_hint_that_raises_counts_as_queue():
 
     async def run():
         s = eng.scheduler
-        await s.startup()
         a = make_pod("a", requests={"cpu": "1"})
-        eng.cluster.add_pod(a)
-        await s.enqueue(a)
-        await try_all(eng)
+        await started_with_tried(eng, a)
         await s.cluster_event(NODE_ADD, None, make_node("n1", allocatable=ALLOC))
         assert a.uid not in s.queue.unschedulable
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import attrs
 
-from koordfw import PostFilterResult, Status, hookimpl, selector_matches
-from koordfw.core.status import Code
+from koordfw import Code, PostFilterResult, Status, hookimpl, selector_matches
 
 
 @attrs.define

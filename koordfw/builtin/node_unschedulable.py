@@ -1,8 +1,7 @@
 """node_unschedulable: nodes with ``spec.unschedulable`` reject pods that do not tolerate
 ``node.kubernetes.io/unschedulable:NoSchedule`` (kube's NodeUnschedulable)."""
 
-from koordfw import NODE_ADD, NODE_UPDATE, ClusterEventWithHint, QueueingHint, Status, hookimpl
-from koordfw.core.model import Taint
+from koordfw import NODE_ADD, NODE_UPDATE, ClusterEventWithHint, QueueingHint, Status, Taint, hookimpl
 
 REASON = Status.unresolvable("node(s) were unschedulable")
 _TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")

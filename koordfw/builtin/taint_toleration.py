@@ -3,8 +3,7 @@ number of intolerable PreferNoSchedule taints (fewer is better, normalised in re
 
 import numpy as np
 
-from koordfw import NODE_ADD, NODE_UPDATE, ClusterEventWithHint, QueueingHint, Status, hookimpl, normalize
-from koordfw.core.model import Taint
+from koordfw import NODE_ADD, NODE_UPDATE, ClusterEventWithHint, QueueingHint, Status, Taint, hookimpl, normalize
 
 _REASONS: dict[Taint, Status] = {}
 
