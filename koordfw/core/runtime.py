@@ -264,7 +264,7 @@ class Framework:
         """The filters over node indices ``idx`` (all of them), nominated pods counted:
         (Error status if a plugin failed, else success; feasible indices; node name → rejection)."""
         try:
-            ok, statuses = await self.filter_nodes(pod, state, idx)
+            ok, statuses = await self._filter_nodes(pod, state, idx)
         except PluginFailure as f:
             return f.status, np.zeros(0, dtype=np.int64), NodeStatuses(self.cluster)
         return Status.success(), ok, statuses
@@ -278,9 +278,9 @@ class Framework:
             return st
         return statuses.get(node_name, Status.unschedulable("rejected"))
 
-    async def filter_nodes(self, pod: Pod, state: CycleState, sub: np.ndarray) -> tuple[np.ndarray, NodeStatuses]:
-        """The filters over ``sub`` with nominated pods counted; raises :class:`PluginFailure` (the
-        cycle's own search calls this chunk by chunk and turns the failure into its status)."""
+    async def _filter_nodes(self, pod: Pod, state: CycleState, sub: np.ndarray) -> tuple[np.ndarray, NodeStatuses]:
+        """The filters over ``sub`` with nominated pods counted; raises :class:`PluginFailure`, which
+        :meth:`run_filters` turns into its status."""
         if self.nominator:
             with self.nominator.counted(pod, sub):
                 return await self._run_filter_plugins(pod, state, sub)
@@ -423,12 +423,12 @@ class Framework:
         """pre_score, score, normalize_score (validated to [0, 100]) and weights over ``feasible`` node
         indices: (status, weighted totals aligned with ``feasible``, the highest total possible)."""
         try:
-            total, top = await self.score_nodes(pod, state, feasible)
+            total, top = await self._score_nodes(pod, state, feasible)
         except PluginFailure as f:
             return f.status, np.zeros(len(feasible), dtype=np.int64), 0
         return Status.success(), total, top
 
-    async def score_nodes(self, pod: Pod, state: CycleState, feasible: np.ndarray) -> tuple[np.ndarray, int]:
+    async def _score_nodes(self, pod: Pod, state: CycleState, feasible: np.ndarray) -> tuple[np.ndarray, int]:
         """:meth:`run_score` raising :class:`PluginFailure` instead of returning it."""
         cluster = self.cluster
         caller = self.caller

@@ -404,7 +404,9 @@ class Extender:
         sub = idx[usable]
         if not len(sub):
             return [], failed
-        ok, statuses = await s.framework.filter_nodes(pod, state, sub)
+        st, ok, statuses = await s.framework.run_filters(pod, state, sub)
+        if not st.ok:
+            raise PluginFailure(st)
         failed.update(statuses)
         keep = np.isin(idx, ok) & usable
         return [names[j] for j in np.flatnonzero(keep).tolist()], failed
@@ -445,7 +447,9 @@ class Extender:
         known = idx >= 0
         scores = np.zeros(len(idx), dtype=np.int64)
         if known.any():
-            total, max_total = await s.framework.score_nodes(pod, state, idx[known])
+            st, total, max_total = await s.framework.run_score(pod, state, idx[known])
+            if not st.ok:
+                raise PluginFailure(st)
             if max_total > 0:
                 scores[known] = np.clip(total * MAX_EXTENDER_PRIORITY // max_total, 0, MAX_EXTENDER_PRIORITY)
         return [{"Host": n, "Score": v} for n, v in zip(names, scores.tolist())]
