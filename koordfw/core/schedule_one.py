@@ -53,6 +53,11 @@ FILTERED_STATUSES: StateKey[NodeStatuses] = StateKey("koordfw/filtered_statuses"
 
 
 
+def rejectors(st: Status) -> tuple[str, ...]:
+    """The plugins a failed status names (a fit error names every filter that rejected a node)."""
+    return tuple(p for p in (st.plugin or "").split(",") if p)
+
+
 def num_feasible_nodes_to_find(num_all: int, percentage: int = 0) -> int:
     """kube-scheduler's ``numFeasibleNodesToFind`` (adaptive when ``percentage`` is 0)."""
     if num_all < MIN_FEASIBLE_NODES:
@@ -239,7 +244,7 @@ class Scheduler:
         if st.ok:
             self.queue.add(pod, now)
         else:
-            self.queue.add_gated(pod, now, st.message, plugins=(st.plugin,) if st.plugin else ())
+            self.queue.add_gated(pod, now, st.message, plugins=rejectors(st))
             self.engine.pod_gated(pod, st)
 
     async def add_pod(self, pod: Pod) -> None:
@@ -269,9 +274,11 @@ class Scheduler:
     async def cluster_event(self, event: ClusterEvent, old: Any = None, new: Any = None, *,
                             assumed_seq: int = -1) -> None:
         """Move the pods a cluster change may help (kube's MoveAllToActiveOrBackoffQueue with queueing
-        hints): gated pods re-run pre_enqueue on any event; an unschedulable pod moves when one of the
-        plugins that rejected it registered the event and its hint says Queue (plugins without
-        registrations: the events of :data:`~koordfw.core.hints.DEFAULT_EVENTS` and object changes)."""
+        hints): an unschedulable pod moves, and a gated pod re-runs pre_enqueue, when one of the plugins
+        that rejected (or gated) it registered the event and its hint says Queue; plugins without
+        registrations get the events of :data:`~koordfw.core.hints.DEFAULT_EVENTS` and object changes,
+        and a gate of theirs is re-checked on every event. ``assumed_seq``: the event releases a
+        reservation taken at that assume sequence (pods that failed before it are left alone)."""
         now = self.clock.now()
         default = in_default(event)
         # per plugin, its registrations that match this event (once per event, not per pod)
@@ -294,7 +301,7 @@ class Scheduler:
                 if st.ok:
                     q.move_to_active_or_backoff(info, now)
                 else:
-                    info.gate_reason, info.plugins = st.message, (st.plugin,) if st.plugin else ()
+                    info.gate_reason, info.plugins = st.message, rejectors(st)
             elif assumed_seq > info.failed_seq >= 0:
                 continue  # a reservation taken after this pod failed, now released: the pod's view again
             elif self._may_help(info, matched, event, old, new, default):
@@ -304,11 +311,10 @@ class Scheduler:
                   old: Any, new: Any, default: bool) -> bool:
         """Is ``event`` one that a plugin which rejected the pod says may make it schedulable?
         ``matched``: each hinted plugin's registrations that match the event."""
-        rejectors = info.plugins
-        if not rejectors:
+        if not info.plugins:
             return default
         counts = None
-        for p in rejectors:
+        for p in info.plugins:
             regs = matched.get(p)
             if regs is None:
                 if default:
@@ -561,7 +567,7 @@ class Scheduler:
         unsched = st.is_rejection
         self._attempts["unschedulable" if unsched else "error"].inc()
         self.queue.failed(pod.uid, self.clock.now(), unschedulable=unsched, seq=self.assume_seq,
-                          plugins=tuple(p for p in (st.plugin or "").split(",") if p))
+                          plugins=rejectors(st))
         await self.engine.pod_unschedulable(pod, st)
 
     # -- the back half of a cycle, for a pod another scheduler placed ------------------------------
