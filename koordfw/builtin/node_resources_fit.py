@@ -68,9 +68,7 @@ def fits_on(pod, cluster, args, node_name):
     if i is None:
         return False
     vec, need = _needed(pod, cluster, args)
-    if len(need) == 0:
-        return True
-    return bool((cluster.allocatable[i, need] - cluster.requested[i, need] >= vec[need]).all())
+    return cluster.has_room(i, vec, need)
 
 
 @hookimpl

@@ -267,6 +267,15 @@ class ClusterState:
             self._alloc[i, self._res_index[r]] = v
         self._unsched[i] = node.unschedulable
 
+    def has_room(self, i: int, vec: np.ndarray, need: np.ndarray | None = None) -> bool:
+        """Is what node ``i`` has free (allocatable − requested) at least ``vec`` in the columns ``need``
+        (default: every column ``vec`` requests)? Nominated pods are not counted."""
+        if need is None:
+            need = np.flatnonzero(vec)
+        if len(need) == 0:
+            return True
+        return bool((self._alloc[i, need] - self._req[i, need] >= vec[need]).all())
+
     def add_requested(self, i: int, vec: np.ndarray) -> None:
         """Add ``vec`` (a request vector, possibly negative to undo) to node ``i``'s requested row
         without accounting a pod: the nominator's and what-if planners' temporary counting."""

@@ -154,10 +154,8 @@ class Coscheduling:
             i = cluster.node_index(node_name) if node_name else None
             if i is None:
                 return QueueingHint.QUEUE_SKIP if node_name else QueueingHint.QUEUE
-            vec = cluster.request_vector(pod)
-            need = np.flatnonzero(vec)
-            free = cluster.allocatable[i, need] - cluster.requested[i, need]
-            return QueueingHint.QUEUE if bool((free >= vec[need]).all()) else QueueingHint.QUEUE_SKIP
+            fits = cluster.has_room(i, cluster.request_vector(pod))
+            return QueueingHint.QUEUE if fits else QueueingHint.QUEUE_SKIP
 
         def assigned_pod_left(pod: Any, old: Any, new: Any) -> QueueingHint:
             return room_on(pod, old.node_name if old is not None else None)
