@@ -126,7 +126,7 @@ async def defrag_round(sched: Scheduler, registry, state) -> dict:
         fresh = attrs.evolve(cluster.pod_by_key(m.pod), nominated_node_name=m.to)
         cluster.update_pod_object(fresh)
         sched.queue.info(fresh.uid).pod = fresh
-        sched.nominate(fresh, m.to)
+        sched.nominator.nominate(fresh, m.to)
     async with anyio.create_task_group() as tg:
         while await sched.schedule_next(tg):
             pass

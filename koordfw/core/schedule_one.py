@@ -135,7 +135,7 @@ class SchedulerHandle:
         return self._s.nominator.nominated_pods(node_name)
 
     def nominate(self, pod: Pod, node_name: str | None) -> None:
-        self._s.nominate(pod, node_name)
+        self._s.nominator.nominate(pod, node_name)
 
     # -- actions -------------------------------------------------------------------------------------
     async def bind_pod(self, pod: Pod, node_name: str, annotations: Mapping[str, str]) -> Any:
@@ -238,7 +238,7 @@ class Scheduler:
             if self.cluster.pod(pod.uid) is not None:
                 self.cluster.update_pod_object(pod)
             if pod.nominated_node_name:
-                self.nominate(pod, pod.nominated_node_name)
+                self.nominator.nominate(pod, pod.nominated_node_name)
         st = await self.framework.run_pre_enqueue(pod)
         now = self.clock.now()
         if st.ok:
@@ -343,10 +343,6 @@ class Scheduler:
         for uid in uids:
             if uid in q.infos and uid not in q.in_flight and uid not in q.active:
                 q.requeue_now(uid)
-
-    def nominate(self, pod: Pod, node_name: str | None) -> None:
-        """Nominate ``pod`` to ``node_name`` (None clears it), and keep the queued copy in step."""
-        self.nominator.nominate(pod, node_name)
 
     async def flush(self) -> None:
         """Periodic queue maintenance: finished backoffs to active, old unschedulable pods retried."""
@@ -558,7 +554,7 @@ class Scheduler:
             if res is not None:
                 cur = self.cluster.pod(pod.uid) or pod
                 nominated = attrs.evolve(cur, nominated_node_name=res.nominated_node)
-                self.nominate(nominated, res.nominated_node)
+                self.nominator.nominate(nominated, res.nominated_node)
                 if self.cluster.pod(pod.uid) is not None:
                     self.cluster.update_pod_object(nominated)
                 info = self.queue.info(pod.uid)

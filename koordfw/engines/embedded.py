@@ -330,7 +330,7 @@ class EmbeddedEngine(SchedulerEvents):
                     info = s.queue.info(fresh.uid)
                     if info is not None:
                         info.pod = nominated
-                    s.nominate(nominated, m.to)
+                    s.nominator.nominate(nominated, m.to)
         await self.drive()
         return plan
 

@@ -82,7 +82,7 @@ class LiveDescheduler:
         """Drop ``res`` and take its placeholder out of the nominator (only if it is still the one held)."""
         if self.reservations.get(res.victim) is res:
             del self.reservations[res.victim]
-        self.scheduler.nominate(res.placeholder, None)
+        self.scheduler.nominator.nominate(res.placeholder, None)
 
     def replacement_for(self, pod: Pod) -> Pod | None:
         """The engine's ``pod_enqueued``: a recreated pod of an evicted owner, nominated to the target
@@ -107,7 +107,7 @@ class LiveDescheduler:
             self._release(prev)
         placeholder = replace_pod(pod, uid=f"reservation-{pod.uid}", name=f"{pod.name}-reservation", node_name=None,
                                   nominated_node_name=target)
-        self.scheduler.nominate(placeholder, target)
+        self.scheduler.nominator.nominate(placeholder, target)
         res = Reservation(target, placeholder, self.clock() + self.ttl, owner=owner, victim=pod.uid)
         self.reservations[pod.uid] = res
         return res
