@@ -26,7 +26,6 @@ from pathlib import Path
 
 import anyio
 import anyio.lowlevel
-import attrs
 import numpy as np
 from koordfw_defrag import Args, plan
 from koordfw_gpu_share.replay import _node, _pod, bin_curve, parse_seeds, prepare_trace, profile_for
@@ -47,7 +46,6 @@ async def run(policy: str, seed: int, budget_pct: float | None, nodes_csv: Path,
                                              "maxMigratingPercentPerRound": budget_pct / (rounds * cycles)}
         only.append("defrag")
     registry = build_registry(profile, only=only)
-    gpu = registry.plugin("gpu_share")
     gargs = registry.args["gpu_share"]
     cluster = ClusterState()
     for r in trace.nodes:
@@ -56,6 +54,7 @@ async def run(policy: str, seed: int, budget_pct: float | None, nodes_csv: Path,
     # still nominated) while its binding task has not run yet
     engine = EmbeddedEngine(registry, cluster, seed=seed, start_time=0.0)
     sched = engine.scheduler
+    gpu = registry.plugin("gpu_share")  # class plugins are constructed when an engine binds the registry
     await sched.startup()
     pods = [_pod(r) for r in trace.pods]
     milli_of = {p.uid: r[3] * r[4] for p, r in zip(pods, trace.pods)}
@@ -123,10 +122,7 @@ async def defrag_round(sched: Scheduler, registry, state) -> dict:
     for m in result.migrations:
         p = cluster.pod_by_key(m.pod)
         await sched.engine.evict(p, m.reason)
-        fresh = attrs.evolve(cluster.pod_by_key(m.pod), nominated_node_name=m.to)
-        cluster.update_pod_object(fresh)
-        sched.queue.info(fresh.uid).pod = fresh
-        sched.nominator.nominate(fresh, m.to)
+        sched.nominate_pending(cluster.pod_by_key(m.pod), m.to)
     async with anyio.create_task_group() as tg:
         while await sched.schedule_next(tg):
             pass

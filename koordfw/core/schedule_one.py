@@ -344,6 +344,19 @@ class Scheduler:
             if uid in q.infos and uid not in q.in_flight and uid not in q.active:
                 q.requeue_now(uid)
 
+    def nominate_pending(self, pod: Pod, node_name: str) -> Pod:
+        """Nominate a pending pod to ``node_name`` (preemption's PostFilterResult, a migration's target):
+        the nomination goes on its object in the cluster and in the queue, and into the nominator."""
+        cur = self.cluster.pod(pod.uid)
+        nominated = attrs.evolve(cur or pod, nominated_node_name=node_name)
+        if cur is not None:
+            self.cluster.update_pod_object(nominated)
+        info = self.queue.info(pod.uid)
+        if info is not None:
+            info.pod = nominated
+        self.nominator.nominate(nominated, node_name)
+        return nominated
+
     async def flush(self) -> None:
         """Periodic queue maintenance: finished backoffs to active, old unschedulable pods retried."""
         now = self.clock.now()
@@ -552,14 +565,7 @@ class Scheduler:
             statuses = state.get(FILTERED_STATUSES)
             _, res = await self.framework.run_post_filter(pod, state, statuses if statuses is not None else {})
             if res is not None:
-                cur = self.cluster.pod(pod.uid) or pod
-                nominated = attrs.evolve(cur, nominated_node_name=res.nominated_node)
-                self.nominator.nominate(nominated, res.nominated_node)
-                if self.cluster.pod(pod.uid) is not None:
-                    self.cluster.update_pod_object(nominated)
-                info = self.queue.info(pod.uid)
-                if info is not None:
-                    info.pod = nominated
+                self.nominate_pending(pod, res.nominated_node)
         unsched = st.is_rejection
         self._attempts["unschedulable" if unsched else "error"].inc()
         self.queue.failed(pod.uid, self.clock.now(), unschedulable=unsched, seq=self.assume_seq,

@@ -325,12 +325,7 @@ class EmbeddedEngine(SchedulerEvents):
             if m.to:
                 fresh = self.cluster.pod_by_key(m.pod)
                 if fresh is not None:
-                    nominated = attrs.evolve(fresh, nominated_node_name=m.to)
-                    self.cluster.update_pod_object(nominated)
-                    info = s.queue.info(fresh.uid)
-                    if info is not None:
-                        info.pod = nominated
-                    s.nominator.nominate(nominated, m.to)
+                    s.nominate_pending(fresh, m.to)
         await self.drive()
         return plan
 
