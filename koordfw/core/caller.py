@@ -84,6 +84,8 @@ class HookCaller:
         #: (plugin, hook) -> [calls, seconds]
         self.durations: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
         self.plugin_seconds = 0.0
+        #: id(impl) -> (impl, its plugin's handle, its durations entry), made on its first call
+        self._prep: dict[int, tuple[Impl, Any, list[float]]] = {}
 
     def impls(self, point: str) -> list[Impl]:
         return self.registry.impls(point)
@@ -95,12 +97,16 @@ class HookCaller:
             h = self.handles[plugin] = self._handle_for(plugin)
         return h
 
+    def _prepare(self, impl: Impl) -> tuple[Impl, Any, list[float]]:
+        p = self._prep[id(impl)] = (impl, self.handle(impl.plugin), self.durations[(impl.plugin, impl.point)])
+        return p
+
     async def call(self, impl: Impl, **kw: Any) -> Any:
+        p = self._prep.get(id(impl))
+        if p is None or p[0] is not impl:  # the identity check: an id may be reused after an impl is gone
+            p = self._prepare(impl)
         kw["args"] = impl.args
-        h = self.handles.get(impl.plugin)
-        if h is None:
-            h = self.handles[impl.plugin] = self._handle_for(impl.plugin)
-        kw["handle"] = h
+        kw["handle"] = p[1]
         try:
             kwargs = {a: kw[a] for a in impl.argnames}
         except KeyError as e:  # an implementation asked for an argument this call site does not have
@@ -138,9 +144,9 @@ class HookCaller:
                       exc_info=not isinstance(e, KoordfwError))
             raise PluginFailure(Status.error(msg, impl.plugin)) from e
         finally:
-            CURRENT_PLUGIN.reset(token)
             dt = time.perf_counter() - t0
-            d = self.durations[(impl.plugin, impl.point)]
+            CURRENT_PLUGIN.reset(token)
+            d = p[2]
             d[0] += 1
             d[1] += dt
             self.plugin_seconds += dt

@@ -249,13 +249,21 @@ class Node:
     raw: Mapping[str, Any] | None = attrs.field(default=None, repr=False)
 
 
-def replace_pod(pod: Pod, **changes: Any) -> Pod:
-    """``attrs.evolve`` for the scheduler's hot path: same validation-free copy, several times faster
-    (Pod has no converters or validators, so evolve's work is only re-running ``__init__``)."""
-    new = object.__new__(Pod)
-    for name in _POD_FIELDS:
-        object.__setattr__(new, name, changes[name] if name in changes else getattr(pod, name))
-    return new
+def _make_replace_pod() -> Callable[..., Pod]:
+    # straight-line code, one statement per field: half the time of a loop over the field names
+    lines = ["def replace_pod(pod, **changes):", "    new = _new(Pod)"]
+    lines += [f"    _set(new, {name!r}, pod.{name})" for name in _POD_FIELDS]
+    lines += ["    for name, value in changes.items():", "        _set(new, name, value)", "    return new"]
+    ns: dict[str, Any] = {"_new": object.__new__, "_set": object.__setattr__, "Pod": Pod}
+    exec("\n".join(lines), ns)  # noqa: S102 - the source is built above from the Pod class's own fields
+    fn: Callable[..., Pod] = ns["replace_pod"]
+    fn.__doc__ = ("``attrs.evolve`` for the scheduler's hot path: the same validation-free copy, several "
+                  "times faster (Pod has no converters or validators, so evolve's work is only re-running "
+                  "``__init__``).")
+    return fn
+
+
+replace_pod = _make_replace_pod()
 
 
 @attrs.frozen

@@ -53,10 +53,11 @@ class NodeStatuses(Mapping[str, Status]):
 
     def __init__(self, cluster: ClusterState) -> None:
         self._cluster = cluster
-        self._chunks: list[tuple[np.ndarray, list[Status]]] = []
+        self._chunks: list[tuple[np.ndarray, list[Status] | Status]] = []
         self._dict: dict[str, Status] | None = None
 
-    def add(self, idx: np.ndarray, statuses: list[Status]) -> None:
+    def add(self, idx: np.ndarray, statuses: list[Status] | Status) -> None:
+        """Rejections of the nodes ``idx``: one status each, or one status shared by all of them."""
         self._chunks.append((idx, statuses))
         self._dict = None
 
@@ -69,8 +70,12 @@ class NodeStatuses(Mapping[str, Status]):
             views = self._cluster.views
             d: dict[str, Status] = {}
             for idx, sts in self._chunks:
-                for i, st in zip(idx.tolist(), sts):
-                    d[views[i].node.name] = st
+                if isinstance(sts, Status):
+                    for i in idx.tolist():
+                        d[views[i].node.name] = sts
+                else:
+                    for i, st in zip(idx.tolist(), sts):
+                        d[views[i].node.name] = st
             self._dict = d
         return self._dict
 
@@ -292,55 +297,82 @@ class Framework:
         statuses = NodeStatuses(cluster)
         cur = sub
         skip = state.skip_filter
-        caller = self.caller
+        call = self.caller.call
         for impl in self._filter_impls:
             if skip and impl.plugin in skip:
                 continue
-            if len(cur) == 0:
+            n = len(cur)
+            if n == 0:
                 break
             if impl.per_node:
-                views = cluster.views
-                keep = np.ones(len(cur), dtype=bool)
-                for j, gi in enumerate(cur.tolist()):
-                    res = await caller.call(impl, pod=pod, node=views[gi], state=state)
-                    if res is None or res is True:
-                        continue
-                    st = as_status(res, impl.plugin)
-                    if st.ok:
-                        continue
-                    if st.code == Code.ERROR:
-                        raise PluginFailure(st)
-                    keep[j] = False
-                    statuses.add(np.array([gi]), [st])
-                cur = cur[keep]
+                cur = await self._filter_per_node(impl, pod, state, cur, statuses)
                 continue
-            res = await caller.call(impl, pod=pod, nodes=NodeBatch(cluster, cur), state=state)
+            res = await call(impl, pod=pod, nodes=NodeBatch(cluster, cur), state=state)
             if res is None:
+                continue
+            if type(res) is tuple and len(res) == 2 and type(res[0]) is np.ndarray:
+                # the common (mask, reason or reasons) form, without building position lists
+                ok, reason = res
+                if ok.shape != (n,):
+                    raise PluginFailure(Status.error(
+                        f"plugin {impl.plugin} returned a mask of {ok.size} for {n} nodes", impl.plugin))
+                if ok.dtype != np.bool_:
+                    ok = ok != 0
+                if np.count_nonzero(ok) == n:
+                    continue
+                if reason is None or type(reason) is str or isinstance(reason, Status):
+                    statuses.add(cur[~ok], self._shared_status(impl, reason))
+                else:
+                    bad = np.flatnonzero(~ok)
+                    reasons = reason if type(reason) is list else list(reason)
+                    statuses.add(cur[bad], self._statuses(impl, [reasons[j] for j in bad.tolist()]))
+                cur = cur[ok]
                 continue
             rejected, reasons = self._filter_rejections(impl, res, cur)
             if len(rejected) == 0:
                 continue
-            if not isinstance(reasons, list):
-                st = as_status(reasons, impl.plugin)
-                if st.code == Code.ERROR:
-                    raise PluginFailure(st)
-                sts = [st] * len(rejected)
+            if isinstance(reasons, list):
+                statuses.add(cur[rejected], self._statuses(impl, reasons))
             else:
-                memo: dict[int, Status] = {}
-                sts = []
-                for r in reasons:
-                    st0 = memo.get(id(r))
-                    if st0 is None:
-                        st0 = as_status(r, impl.plugin)
-                        if st0.code == Code.ERROR:
-                            raise PluginFailure(st0)
-                        memo[id(r)] = st0
-                    sts.append(st0)
-            statuses.add(cur[rejected], sts)
-            keep = np.ones(len(cur), dtype=bool)
+                statuses.add(cur[rejected], self._shared_status(impl, reasons))
+            keep = np.ones(n, dtype=bool)
             keep[rejected] = False
             cur = cur[keep]
         return cur, statuses
+
+    async def _filter_per_node(self, impl: Impl, pod: Pod, state: CycleState, cur: np.ndarray,
+                               statuses: NodeStatuses) -> np.ndarray:
+        views = self.cluster.views
+        keep = np.ones(len(cur), dtype=bool)
+        for j, gi in enumerate(cur.tolist()):
+            res = await self.caller.call(impl, pod=pod, node=views[gi], state=state)
+            if res is None or res is True:
+                continue
+            st = as_status(res, impl.plugin)
+            if st.ok:
+                continue
+            if st.code == Code.ERROR:
+                raise PluginFailure(st)
+            keep[j] = False
+            statuses.add(np.array([gi]), st)
+        return cur[keep]
+
+    def _shared_status(self, impl: Impl, reason: Any) -> Status:
+        """The rejection status of one reason shared by every node a filter call rejected."""
+        st = as_status(reason or f"node(s) rejected by {impl.plugin}", impl.plugin)
+        if st.code == Code.ERROR:
+            raise PluginFailure(st)
+        return st
+
+    def _statuses(self, impl: Impl, reasons: list[Any]) -> list[Status]:
+        """Per-node rejection statuses (each distinct reason object is converted once)."""
+        conv: dict[int, Status] = {}
+        for r in reasons:
+            if id(r) not in conv:
+                st = conv[id(r)] = as_status(r, impl.plugin)
+                if st.code == Code.ERROR:
+                    raise PluginFailure(st)
+        return [conv[id(r)] for r in reasons]
 
     def _filter_rejections(self, impl: Impl, res: Any, cur: np.ndarray) -> tuple[np.ndarray, Any]:
         """Normalise a batch filter result to (positions rejected in ``cur``, their reasons): a list
@@ -442,11 +474,12 @@ class Framework:
                 state.skip_score.add(impl.plugin)
             elif not st.ok:
                 raise PluginFailure(st if st.code == Code.ERROR else Status.error(st.message, impl.plugin))
-        total = np.zeros(len(feasible), dtype=np.int64)
+        total: np.ndarray | None = None
         max_total = 0
         normalizers = self._normalizers
+        skip = state.skip_score
         for impl in caller.impls("score"):
-            if impl.plugin in state.skip_score:
+            if skip and impl.plugin in skip:
                 continue
             if impl.per_node:
                 vals = []
@@ -463,25 +496,36 @@ class Framework:
                 out = await caller.call(norm, pod=pod, nodes=batch, scores=arr, state=state)
                 if out is not None:
                     arr = self._score_array(norm, out, batch)
-            if len(arr) and (arr.min() < 0 or arr.max() > MAX_NODE_SCORE):
+            # one reduction checks both bounds: a negative int64 viewed as uint64 is above 100
+            if len(arr) and arr.view(np.uint64).max() > MAX_NODE_SCORE:
                 bad = int(arr.max() if arr.max() > MAX_NODE_SCORE else arr.min())
                 raise PluginFailure(Status.error(
                     f"plugin {impl.plugin} returned a score of {bad}, outside [0, {MAX_NODE_SCORE}]", impl.plugin))
-            total += arr * impl.weight
-            max_total += MAX_NODE_SCORE * impl.weight
-        return total, max_total
+            w = impl.weight
+            if total is None:
+                total = arr * w if w != 1 else arr.copy()
+            else:
+                total += arr * w if w != 1 else arr
+            max_total += MAX_NODE_SCORE * w
+        return (total if total is not None else np.zeros(len(feasible), dtype=np.int64)), max_total
 
     def _score_array(self, impl: Impl, res: Any, batch: NodeBatch) -> np.ndarray:
-        if isinstance(res, dict):
-            return np.fromiter((int(res.get(n, 0)) for n in batch.names), dtype=np.int64, count=len(batch))
-        try:
-            arr = np.asarray(res).astype(np.int64, copy=False)
-        except (TypeError, ValueError):
+        """A score result as int64 scores aligned with ``batch``."""
+        n = len(batch.idx)
+        if type(res) is np.ndarray and res.dtype == np.int64:
+            arr = res
+        elif isinstance(res, dict):
+            return np.fromiter((int(res.get(name, 0)) for name in batch.names), dtype=np.int64, count=n)
+        else:
+            try:
+                arr = np.asarray(res).astype(np.int64, copy=False)
+            except (TypeError, ValueError):
+                raise PluginFailure(Status.error(
+                    f"plugin {impl.plugin} returned an unexpected {type(res).__name__} from score",
+                    impl.plugin)) from None
+        if arr.shape != (n,):
             raise PluginFailure(Status.error(
-                f"plugin {impl.plugin} returned an unexpected {type(res).__name__} from score", impl.plugin)) from None
-        if arr.shape != (len(batch),):
-            raise PluginFailure(Status.error(
-                f"plugin {impl.plugin} returned {arr.size} scores for {len(batch)} nodes", impl.plugin))
+                f"plugin {impl.plugin} returned {arr.size} scores for {n} nodes", impl.plugin))
         return arr
 
     # -- reserve / permit -------------------------------------------------------------------------

@@ -198,6 +198,10 @@ class Scheduler:
         #: hint calls and the moves they allowed or saved, by event (``str(ClusterEvent)``)
         self.hint_counts: dict[str, list[int]] = {}
         self.next_start_node_index = 0
+        #: share of filtered nodes that passed, over recent cycles (sizes the filter search's chunks)
+        self._pass_rate = 1.0
+        self._all_idx = np.zeros(0, dtype=np.int64)
+        self._all_key: tuple[int, int] = (-1, 0)
         #: bumped on every assume; uid → the value when that pod was assumed (until bound or forgotten)
         self.assume_seq = 0
         self._assumed_at: dict[str, int] = {}
@@ -451,19 +455,16 @@ class Scheduler:
             if len(idx) == 0:
                 return Status.unresolvable("node(s) didn't satisfy plugin(s) pre_filter node set"), None
         else:
-            idx = np.arange(cluster.num_nodes, dtype=np.int64)
-            if cluster.has_removed_nodes:
-                idx = idx[cluster.live_mask]
+            idx = self._all_nodes()
             if len(idx) == 0:  # every node was removed: kube's "0/0 nodes are available"
                 return Status.unschedulable("no nodes available to schedule pods"), None
         n_all = len(idx)
         start = self.next_start_node_index % n_all
-        order = np.concatenate((idx[start:], idx[:start])) if start else idx
         to_find = num_feasible_nodes_to_find(n_all, self.profile.percentage_of_nodes_to_score)
         if not fw.has_scoring:
             to_find = 1
         try:
-            feasible, statuses, processed = await self._filter_search(pod, state, order, to_find)
+            feasible, statuses, processed = await self._filter_search(pod, state, idx, start, to_find)
         except _Failed as f:
             return f.status, None
         self.next_start_node_index = (start + processed) % max(n_all, 1)
@@ -475,38 +476,70 @@ class Scheduler:
         st, total, _ = await fw.run_score(pod, state, feasible)
         if not st.ok:
             return st, None
-        best = np.flatnonzero(total == total.max())
-        pick = int(best[0]) if len(best) == 1 else int(best[self.rng.integers(len(best))])
+        pick = int(total.argmax())
+        ties = total == total[pick]
+        if np.count_nonzero(ties) > 1:  # kube's selectHost: a seeded random pick among the best
+            best = np.flatnonzero(ties)
+            pick = int(best[self.rng.integers(len(best))])
         return Status.success(), cluster.views[int(feasible[pick])]
 
-    async def _filter_search(self, pod: Pod, state: CycleState, order: np.ndarray,
+    def _all_nodes(self) -> np.ndarray:
+        """The indices of the cluster's live nodes (cached until a node is added, removed or changed)."""
+        cluster = self.cluster
+        key = (cluster.num_nodes, cluster.labels_generation)
+        if self._all_key != key:
+            idx = np.arange(cluster.num_nodes, dtype=np.int64)
+            if cluster.has_removed_nodes:
+                idx = idx[cluster.live_mask]
+            self._all_idx, self._all_key = idx, key
+        return self._all_idx
+
+    async def _filter_search(self, pod: Pod, state: CycleState, idx: np.ndarray, start: int,
                              to_find: int) -> tuple[np.ndarray, NodeStatuses, int]:
-        """Filter ``order`` in chunks until ``to_find`` nodes fit; returns (feasible, statuses, processed)."""
+        """Filter ``idx`` from position ``start`` round-robin, in chunks, until ``to_find`` nodes fit;
+        returns (feasible, statuses, processed).
+
+        The feasible nodes are the first ``to_find`` in that order whatever the chunking; chunks are
+        sized from the share of nodes that passed (recent cycles, then this one) so that one chunk
+        usually suffices. While every node passes, a chunk is exactly the nodes still needed."""
         feasible_parts: list[np.ndarray] = []
         statuses = NodeStatuses(self.cluster)
         found = 0
         pos = 0
-        n = len(order)
-        chunk = max(to_find, 64)
+        n = len(idx)
         fw = self.framework
+        rate = self._pass_rate
         while pos < n and found < to_find:
-            sub = order[pos: pos + chunk]
+            need = to_find - found
+            if pos:  # this cycle's own pass rate, once it has one
+                rate = found / pos
+            chunk = need if rate >= 0.999 else int(need / max(rate, 0.02) * 1.1) + 8
+            end = min(pos + max(chunk, 64), n)
+            a, b = start + pos, start + end
+            if b <= n:
+                sub = idx[a:b]
+            elif a >= n:
+                sub = idx[a - n:b - n]
+            else:
+                sub = np.concatenate((idx[a:], idx[:b - n]))
             st, ok, sts = await fw.run_filters(pod, state, sub)
             if not st.ok:
                 raise _Failed(st)
             statuses.update(sts)
-            need = to_find - found
             if len(ok) >= need:
                 ok = ok[:need]
                 # processed = nodes up to and including the last one taken
-                last = int(np.flatnonzero(sub == ok[-1])[0])
+                last = len(sub) - 1 if len(ok) == len(sub) else int((sub == ok[-1]).argmax())
                 feasible_parts.append(ok)
                 found += len(ok)
+                self._pass_rate = 0.9 * self._pass_rate + 0.1 * (found / (pos + last + 1))
                 # statuses of nodes after the last taken one were not "processed"
                 return np.concatenate(feasible_parts), statuses, pos + last + 1
             feasible_parts.append(ok)
             found += len(ok)
             pos += len(sub)
+        if n:
+            self._pass_rate = 0.9 * self._pass_rate + 0.1 * (found / n)
         feasible = np.concatenate(feasible_parts) if feasible_parts else np.zeros(0, dtype=np.int64)
         return feasible, statuses, n
 

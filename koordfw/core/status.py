@@ -78,7 +78,9 @@ _SUCCESS = Status()
 _SKIP = Status(Code.SKIP)
 
 
-_TAGGED: dict[tuple[Status, str], Status] = {}
+#: id(untagged status), plugin -> (that status, its copy naming the plugin); keyed by identity because
+#: plugins return the same few module-level statuses over and over, and hashing a Status is slow
+_TAGGED: dict[tuple[int, str], tuple[Status, Status]] = {}
 
 
 def as_status(value: object, plugin: str, *, default_code: Code = Code.UNSCHEDULABLE) -> Status:
@@ -89,14 +91,16 @@ def as_status(value: object, plugin: str, *, default_code: Code = Code.UNSCHEDUL
     if value is None or value is True:
         return _SUCCESS
     if isinstance(value, Status):
-        if value.ok or value.plugin:
+        if value.plugin or value.code is Code.SUCCESS:
             return value
-        key = (value, plugin)
-        st = _TAGGED.get(key)
-        if st is None:
-            if len(_TAGGED) > 4096:
-                _TAGGED.clear()
-            st = _TAGGED[key] = attrs.evolve(value, plugin=plugin)
+        key = (id(value), plugin)
+        hit = _TAGGED.get(key)
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        if len(_TAGGED) > 4096:
+            _TAGGED.clear()
+        st = attrs.evolve(value, plugin=plugin)
+        _TAGGED[key] = (value, st)
         return st
     if isinstance(value, str):
         return Status(default_code, (value,), plugin)
