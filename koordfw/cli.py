@@ -12,13 +12,36 @@ from . import __version__
 from .command_api import Commands
 from .core.errors import KoordfwError
 
+#: the levels ``--log-level`` accepts (any case)
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def _log_level(value: str) -> str:
+    level = value.lower()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def add_global_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, default: bool) -> None:
+    """``--log-format`` and ``--log-level``: with their defaults on the top-level parser; without
+    (``argparse.SUPPRESS``) on every subcommand's, so a value given before the subcommand's name is
+    kept unless the subcommand's own arguments give it again (the later one wins)."""
+    parser.add_argument("--log-format", choices=("auto", "console", "json"),
+                        default="auto" if default else argparse.SUPPRESS,
+                        help="log records as console text or JSON lines (default auto: console on a terminal)")
+    parser.add_argument("--log-level", type=_log_level, metavar="LEVEL",
+                        default="warning" if default else argparse.SUPPRESS,
+                        help="debug, info, warning (default), error or critical")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="koordfw", description="Colocation scheduling: kernel plus plugins.")
     parser.add_argument("--version", action="version", version=f"koordfw {__version__}")
-    parser.add_argument("--log-format", choices=("auto", "console", "json"), default="auto")
-    parser.add_argument("--log-level", default="warning", help="debug, info, warning (default), error")
-    sub = Commands.nested(parser, dest="command", metavar="COMMAND")
+    add_global_options(parser, default=True)
+    common = argparse.ArgumentParser(add_help=False)  # only lends its options to every subcommand
+    add_global_options(common.add_argument_group("global options"), default=False)
+    sub = Commands.nested(parser, dest="command", metavar="COMMAND", parents=[common])
     from . import commands
 
     for mod in sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_")):

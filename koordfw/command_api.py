@@ -14,28 +14,48 @@ line and exits 2.
 from __future__ import annotations
 
 import argparse
+import weakref
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .core.plugins import Registry
 
 
+#: the options every (sub)command parser of a parser accepts, by that parser (see :meth:`Commands.nested`)
+_PARENTS: weakref.WeakKeyDictionary[argparse.ArgumentParser, tuple[argparse.ArgumentParser, ...]] = (
+    weakref.WeakKeyDictionary())
+
+
 class Commands:
     """The subcommands of one ``koordfw`` command (``koordfw`` itself, ``koordfw agent``, or a command's
-    own, see :meth:`nested`). Wraps argparse's sub-parser action, which stays out of the contract."""
+    own, see :meth:`nested`). Wraps argparse's sub-parser action, which stays out of the contract.
 
-    def __init__(self, subparsers: argparse._SubParsersAction) -> None:
+    Every parser :meth:`add` makes also accepts the global options (``--log-format``, ``--log-level``),
+    so they may follow the subcommand's name as well as precede it; subcommands of subcommands get them
+    too."""
+
+    def __init__(self, subparsers: argparse._SubParsersAction,
+                 parents: Sequence[argparse.ArgumentParser] = ()) -> None:
         self._sub = subparsers
+        self._parents = tuple(parents)
 
     def add(self, name: str, *, help: str, description: str | None = None) -> argparse.ArgumentParser:
         """Add the subcommand ``name``: its parser, to add arguments to and ``set_defaults(func=...)``.
         ``help`` is its line in the parent's list, ``description`` the text of its ``--help``."""
-        return self._sub.add_parser(name, help=help, description=description)
+        p = self._sub.add_parser(name, help=help, description=description, parents=list(self._parents))
+        if self._parents:
+            _PARENTS[p] = self._parents
+        return p
 
     @classmethod
-    def nested(cls, parser: argparse.ArgumentParser, *, dest: str, metavar: str = "COMMAND") -> Commands:
-        """Subcommands under ``parser`` (as ``koordfw replay openb``); the chosen name is ``args.<dest>``."""
-        return cls(parser.add_subparsers(dest=dest, metavar=metavar))
+    def nested(cls, parser: argparse.ArgumentParser, *, dest: str, metavar: str = "COMMAND",
+               parents: Sequence[argparse.ArgumentParser] | None = None) -> Commands:
+        """Subcommands under ``parser`` (as ``koordfw replay openb``); the chosen name is ``args.<dest>``.
+        Their parsers share ``parents``' options; by default those of ``parser`` itself when
+        :meth:`add` made it (the global options)."""
+        inherited = _PARENTS.get(parser, ()) if parents is None else tuple(parents)
+        return cls(parser.add_subparsers(dest=dest, metavar=metavar), inherited)
 
 
 def add_plugin_options(parser: argparse.ArgumentParser) -> None:
