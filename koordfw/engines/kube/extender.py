@@ -17,7 +17,11 @@ capitalised keys kube-scheduler's decoder expects. Verbs are served at ``<prefix
 
 With an API client the extender keeps the scheduler's cluster cache (reflectors), so stateful plugins
 see real usage; without one it answers from the request alone: non-cache mode only (``Nodes``), with
-no pods on the nodes.
+no pods on the nodes. Until every reflector of the cache has listed once, each verb answers with an
+error the way kube-scheduler reads one (filter and bind: the ``Error`` field, which fails the
+scheduling attempt; prioritize and preempt, whose replies have no such field: HTTP 503, which kube-scheduler
+counts as a failed call: no scores from this extender, no preemption candidates), never "not in the
+cache" for every node; ``/readyz`` is 503 until then.
 
 Bad input is answered, never a traceback, a hang or a dropped connection, and the server serves on:
 
@@ -93,6 +97,11 @@ STATEFUL_HOOKS = ("reserve", "unreserve", "permit", "pre_bind", "post_bind", "no
 
 class BadRequest(Exception):
     """A malformed request: answered 400 with ``{"Error": message}``."""
+
+
+class NotSynced(Exception):
+    """The cluster cache has not synced yet, for a verb whose reply has no ``Error`` field: answered 503
+    with ``{"Error": message}`` (kube-scheduler treats any non-200 reply as the call failing)."""
 
 
 def _kind(value: object) -> str:
@@ -332,6 +341,19 @@ class Extender:
     def plugins_needing_state(self) -> list[str]:
         return sorted({i.plugin for h in STATEFUL_HOOKS for i in self.registry.impls(h)})
 
+    @property
+    def synced(self) -> bool:
+        """Every reflector of the cluster cache has listed once (always true without a cache)."""
+        return all(r.synced.is_set() for r in self.reflectors)
+
+    def not_synced(self) -> str | None:
+        """Why the cache cannot answer yet (it has not synced), or None when it can."""
+        waiting = [r.name for r in self.reflectors if not r.synced.is_set()]
+        if not waiting:
+            return None
+        return (f"the extender's cluster cache has not synced yet (still listing {', '.join(waiting)}); "
+                "kube-scheduler will retry the pod")
+
     # -- the cluster a request is judged against --------------------------------------------------
     async def _target(self, args: dict) -> tuple[Scheduler, list[str], dict[str, dict] | None]:
         """(scheduler, node names, full node objects by name when the request carried them)."""
@@ -415,6 +437,8 @@ class Extender:
     async def filter(self, args: dict) -> dict:
         s, names, full = await self._target(args)
         pod = self._pod(args)
+        if why := self.not_synced():
+            return self._filter_reply(full, [], {}, {}, why)
         try:
             kept, failed = await self._feasible(s, pod, names, CycleState())
         except PluginFailure as f:
@@ -439,6 +463,8 @@ class Extender:
     async def prioritize(self, args: dict) -> list[dict]:
         s, names, _ = await self._target(args)
         pod = self._pod(args)
+        if why := self.not_synced():
+            raise NotSynced(why)
         state = CycleState()
         st, _cands = await s.framework.run_pre_filter(pod, state)
         if st.code == Code.ERROR:
@@ -466,6 +492,8 @@ class Extender:
             return {"Error": "bind needs an API client: start the extender with --kubeconfig or --in-cluster"}
         try:
             if self.stateful and self.binds_with_state:
+                if why := self.not_synced():  # reserve would count against a cache missing pods
+                    return {"Error": why}
                 return await self._bind_with_state(name, ns, uid, node)
             if not uid:  # older senders: learn the UID so the binding still carries the precondition
                 cur = await self.client.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
@@ -513,6 +541,8 @@ class Extender:
         out = _victims(args)
         if not self.stateful:
             return {"NodeNameToMetaVictims": out}  # nothing to judge against: keep kube's candidates
+        if why := self.not_synced():
+            raise NotSynced(why)
         s = self.scheduler
         kept = {}
         for node, v in out.items():
@@ -546,7 +576,7 @@ class ExtenderServer:
         for verb in ("filter", "prioritize", "bind", "preempt"):
             self.app.router.add_post(f"{self.prefix}/{verb}", self._handler(verb))
         self.app.router.add_get(f"{self.prefix}/" if self.prefix else "/", self._info)
-        add_health_routes(self.app, self.info)
+        add_health_routes(self.app, self.info, lambda: self.ext.synced)
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -561,7 +591,7 @@ class ExtenderServer:
                            "requests are refused")
         else:
             out["nodes"] = ext.scheduler.cluster.num_nodes
-            out["synced"] = all(r.synced.is_set() for r in ext.reflectors)
+            out["synced"] = ext.synced
         return out
 
     async def _info(self, _: web.Request) -> web.Response:
@@ -606,6 +636,8 @@ class ExtenderServer:
                 reply = await fn(args)
             except BadRequest as e:
                 return web.json_response({"Error": str(e)}, status=400)
+            except NotSynced as e:
+                return web.json_response({"Error": str(e)}, status=503)
             except PluginFailure as f:
                 msg = f.status.message or "plugin error"
                 if verb == "prioritize":
