@@ -16,6 +16,7 @@ __all__ = [
     "PRIORITY_FREE", "PRIORITY_MID", "PRIORITY_NONE", "PRIORITY_PROD", "QOS_BE", "QOS_CLASSES", "QOS_LS",
     "QOS_LSE", "QOS_LSR", "QOS_NONE", "QOS_SYSTEM", "RESOURCE_GPU", "RESOURCE_GPU_CORE", "RESOURCE_GPU_MEMORY",
     "RESOURCE_GPU_MEMORY_RATIO", "RESOURCE_GPU_SHARED", "SCHEDULING_GROUP_VERSION", "SLO_GROUP_VERSION",
+    "COLOCATION_CONFIG_KEY", "CONFIG_NAMESPACE", "SLO_CTRL_CONFIG_MAP",
 ]
 
 # -- pod labels (apis/extension/constants.go) --------------------------------------------------------
@@ -65,3 +66,8 @@ LABEL_POD_GROUP_DEPRECATED = "pod-group.scheduling.sigs.k8s.io/name"
 # -- CRD API versions (apis/slo/v1alpha1, apis/scheduling/v1alpha1: groupversion_info.go GroupVersion) ---
 SLO_GROUP_VERSION = "slo.koordinator.sh/v1alpha1"  # NodeMetric, NodeSLO
 SCHEDULING_GROUP_VERSION = "scheduling.koordinator.sh/v1alpha1"  # Device, Reservation
+
+# -- koord-manager's configuration (pkg/util/sloconfig/config.go, apis/configuration/slo_controller_config.go) --
+CONFIG_NAMESPACE = "koordinator-system"  # ConfigNameSpace: where slo-controller-config lives by default
+SLO_CTRL_CONFIG_MAP = "slo-controller-config"  # SLOCtrlConfigMap
+COLOCATION_CONFIG_KEY = "colocation-config"  # ColocationConfigKey: the ColocationCfg JSON

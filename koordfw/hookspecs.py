@@ -332,14 +332,22 @@ _section("Node resources")
 
 @hookspec
 def node_resources(
-    node: NodeView, pods: list[Pod], metric: dict[str, Any] | None, now: float, args: Any, handle: Handle
+    node: NodeView, pods: list[Pod], metric: dict[str, Any] | None, now: float, last_update: float | None,
+    colocation: dict[str, Any] | None, args: Any, handle: Handle
 ) -> dict | None:
     """Compute extended allocatable for a node (e.g. ``kubernetes.io/batch-cpu``).
 
     ``pods`` are the pods on the node, ``metric`` the node's NodeMetric object (a dict) or ``None``,
-    ``now`` the engine clock. Return ``{resource name: canonical int}`` (milli for cpu-like, units
-    otherwise), merged over the node's allocatable; ``None`` for no change. A value of ``0`` removes the
-    resource. May be async. Must be idempotent.
+    ``now`` the engine clock (seconds since the epoch). ``last_update`` is when the engine last wrote this
+    node's resources (``koordfw manager``; ``None``: never, and always in ``koordfw simulate``), for
+    Koordinator's ``updateTimeThresholdSeconds``/``resourceDiffThreshold`` rule. ``colocation`` is the
+    cluster's Koordinator ColocationCfg (the JSON object of the ``colocation-config`` key of the
+    ``slo-controller-config`` ConfigMap; ``{}`` when the manager finds no such ConfigMap or key) or
+    ``None`` when the engine has none (``koordfw simulate`` without that ConfigMap): a plugin that
+    reads it takes it over its own args. Return ``{resource name: canonical int}`` (milli for cpu-like,
+    units otherwise), written to (merged over) the node's allocatable and capacity; a value of ``None``
+    removes the resource (Koordinator's reset), and in the embedded engine so does ``0``. Return
+    ``None`` for "no write needed". May be async. Must be idempotent.
     """
 
 

@@ -9,6 +9,7 @@ waiting at permit.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -24,6 +25,7 @@ import structlog
 from ..core.caller import PluginFailure
 from ..core.clock import VirtualClock
 from ..core.cluster import ClusterState
+from ..core.errors import ManifestError
 from ..core.events import SchedulerEvents
 from ..core.hints import ASSIGNED_POD_DELETE
 from ..core.manifests import Manifests, load_manifests
@@ -34,6 +36,7 @@ from ..core.quantity import MAX_CANONICAL, format_quantity
 from ..core.schedule_one import Scheduler
 from ..core.state import CycleState
 from ..core.status import Status
+from ..extension import COLOCATION_CONFIG_KEY, CONFIG_NAMESPACE, SLO_CTRL_CONFIG_MAP
 
 log = structlog.get_logger("koordfw.embedded")
 
@@ -116,8 +119,34 @@ def _bad_amounts(res: Any) -> dict[str, str]:
     if not isinstance(res, dict):
         return {"<result>": type(res).__name__}
     return {str(k)[:60]: repr(v)[:40] for k, v in res.items()
-            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, np.integer))
-            or not 0 <= int(v) <= MAX_CANONICAL}
+            if not isinstance(k, str) or (v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))
+                                                             or not 0 <= int(v) <= MAX_CANONICAL))}
+
+
+def colocation_from_objects(cluster: ClusterState) -> dict[str, Any] | None:
+    """The ColocationCfg of an input's ``slo-controller-config`` ConfigMap (the one in koordinator-system
+    first, else any namespace's): the JSON object of its ``colocation-config`` key, ``{}`` without the key;
+    None without the ConfigMap. A value that is not a JSON object raises ManifestError naming the key."""
+    found = [(ns != CONFIG_NAMESPACE, key, obj) for key, obj in cluster.objects_of("ConfigMap").items()
+             for ns, _, name in [key.rpartition("/")] if name == SLO_CTRL_CONFIG_MAP]
+    if not found:
+        return None
+    _, key, obj = min(found, key=lambda t: (t[0], t[1]))
+    data = obj.get("data") or {}
+    where = f"ConfigMap {key}"
+    if not isinstance(data, dict):
+        raise ManifestError("expected a mapping of strings", obj=where, field="data")
+    raw = data.get(COLOCATION_CONFIG_KEY)
+    if not raw:
+        return {}
+    try:
+        cfg = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError as e:
+        raise ManifestError(f"invalid JSON: {e}", obj=where, field=f"data.{COLOCATION_CONFIG_KEY}") from None
+    if not isinstance(cfg, dict):
+        raise ManifestError("expected a JSON object (Koordinator's ColocationCfg)", obj=where,
+                            field=f"data.{COLOCATION_CONFIG_KEY}")
+    return cfg
 
 
 class EmbeddedEngine(SchedulerEvents):
@@ -142,6 +171,8 @@ class EmbeddedEngine(SchedulerEvents):
         #: task group when it drives ``scheduler.schedule_next`` itself
         self.scheduler = Scheduler(registry, cluster, self.clock, engine=self, seed=seed,
                                    inline_binding=inline_binding, events_complete=True)
+        #: the ColocationCfg the node_resources hooks get: the input's slo-controller-config ConfigMap, if any
+        self.colocation: dict[str, Any] | None = colocation_from_objects(cluster)
 
     @property
     def progress(self) -> int:
@@ -214,7 +245,8 @@ class EmbeddedEngine(SchedulerEvents):
             for impl in impls:
                 try:
                     res = await s.caller.call(impl, node=view, pods=self.cluster.pods_on(view.name),
-                                              metric=self.cluster.node_metric(view.name), now=now)
+                                              metric=self.cluster.node_metric(view.name), now=now,
+                                              last_update=None, colocation=self.colocation)
                 except PluginFailure as f:
                     log.error("node_resources failed", node=view.name, plugin=impl.plugin, error=f.status.message)
                     continue
@@ -224,7 +256,8 @@ class EmbeddedEngine(SchedulerEvents):
                         log.error("node_resources returned invalid amounts", node=view.name, plugin=impl.plugin,
                                   invalid=bad)
                         continue
-                    merged.update({str(k): int(v) for k, v in res.items()})
+                    # None (Koordinator's reset) and 0 both leave none of the resource here
+                    merged.update({str(k): 0 if v is None else int(v) for k, v in res.items()})
             if merged:
                 self.cluster.set_extra_allocatable(view.name, merged)
 

@@ -1,0 +1,143 @@
+"""``koordfw manager``: koord-manager's controllers on a live cluster (issue 18).
+
+The controllers run by the manager are built by :func:`build_controllers`: the node-resources
+controller always; the NodeSLO controller (``koordfw.engines.kube.nodeslo.NodeSLOController``) when
+that module is part of the install; the pod admission webhook server
+(``koordfw.engines.kube.webhook.WebhookServer(host=, port=, cert_file=, key_file=)``) when
+``--webhook-listen`` is given. Each is a ``koordfw.engines.kube.manager.Controller``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import signal
+import sys
+from typing import Any
+
+from ..command_api import Commands
+from ..core.errors import KoordfwError
+from ..extension import CONFIG_NAMESPACE, SLO_CTRL_CONFIG_MAP
+from ._common import DAY, add_plugin_options, number, registry_from_args
+from .scheduler import add_connection_options, make_client, split_address
+
+
+def _address(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return text
+
+
+def register(sub: Commands) -> None:
+    p = sub.add("manager", help="run koord-manager's controllers (node resources) on a Kubernetes cluster",
+                description="Keep node.status' batch (kubernetes.io/batch-cpu, batch-memory) and device "
+                            "(koordinator.sh/gpu-*) resources up to date from NodeMetrics and Devices, "
+                            f"configured by the {SLO_CTRL_CONFIG_MAP} ConfigMap, as Koordinator's koord-manager.")
+    add_connection_options(p)
+    add_plugin_options(p)
+    p.add_argument("--config-namespace", default=CONFIG_NAMESPACE,
+                   help=f"namespace of the {SLO_CTRL_CONFIG_MAP} ConfigMap (default {CONFIG_NAMESPACE})")
+    p.add_argument("--resync-period", type=number(float, 0, DAY, above=True), default=60.0, metavar="SECONDS",
+                   help="recompute every node this often besides on changes (default 60)")
+    p.add_argument("--leader-elect", action="store_true", help="elect a leader on a coordination.k8s.io Lease")
+    p.add_argument("--leader-elect-namespace", default="kube-system")
+    p.add_argument("--leader-elect-name", default="koordfw-manager", help="Lease name (default koordfw-manager)")
+    p.add_argument("--leader-elect-lease-duration", type=number(float, 0, DAY, above=True), default=15.0)
+    p.add_argument("--leader-elect-renew-deadline", type=number(float, 0, DAY, above=True), default=10.0)
+    p.add_argument("--leader-elect-retry-period", type=number(float, 0, DAY, above=True), default=2.0)
+    p.add_argument("--health-address", default="0.0.0.0:10260",
+                   help="serve /healthz, /readyz and /metrics here (default 0.0.0.0:10260; empty = off)")
+    w = p.add_argument_group("pod admission webhook")
+    w.add_argument("--webhook-listen", type=_address, metavar="HOST:PORT",
+                   help="serve the admission webhook here (HTTPS; needs --tls-cert-file and --tls-private-key-file)")
+    w.add_argument("--tls-cert-file", metavar="FILE", help="the webhook's serving certificate (PEM)")
+    w.add_argument("--tls-private-key-file", metavar="FILE", help="the webhook's private key (PEM)")
+    p.set_defaults(func=run)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.webhook_listen and not (args.tls_cert_file and args.tls_private_key_file):
+        raise KoordfwError("--webhook-listen needs --tls-cert-file and --tls-private-key-file")
+    if not args.webhook_listen and (args.tls_cert_file or args.tls_private_key_file):
+        raise KoordfwError("--tls-cert-file and --tls-private-key-file are only used with --webhook-listen")
+    if args.leader_elect and not (args.leader_elect_lease_duration > args.leader_elect_renew_deadline
+                                  > args.leader_elect_retry_period):
+        raise KoordfwError("need --leader-elect-lease-duration > --leader-elect-renew-deadline > "
+                           "--leader-elect-retry-period")
+    if args.webhook_listen and importlib.util.find_spec("koordfw.engines.kube.webhook") is None:
+        raise KoordfwError("--webhook-listen: this koordfw has no webhook server (koordfw.engines.kube.webhook)")
+
+
+def build_controllers(args: argparse.Namespace) -> list[Any]:
+    """The manager's components for these arguments (see the module docstring)."""
+    from ..engines.kube.noderesource import NodeResourceController
+
+    out: list[Any] = [NodeResourceController(resync_period=args.resync_period)]
+    if importlib.util.find_spec("koordfw.engines.kube.nodeslo") is not None:
+        from ..engines.kube import nodeslo  # type: ignore[attr-defined,unused-ignore]
+
+        out.append(nodeslo.NodeSLOController())
+    if args.webhook_listen:
+        from ..engines.kube import webhook  # type: ignore[attr-defined,unused-ignore]
+
+        host, port = split_address(args.webhook_listen, "0.0.0.0")
+        out.append(webhook.WebhookServer(host=host, port=port, cert_file=args.tls_cert_file,
+                                         key_file=args.tls_private_key_file))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import anyio
+
+    _check_args(args)
+    return anyio.run(_main, args)
+
+
+async def _main(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..engines.kube.engine import default_identity
+    from ..engines.kube.health import start_health_server
+    from ..engines.kube.leader import LeaderElector
+    from ..engines.kube.manager import KubeManager
+
+    registry = registry_from_args(args)
+    for e in registry.errors:
+        print(f"koordfw: warning: plugin {e.name!r} failed to load: {e.error}", file=sys.stderr)
+    client = await make_client(args)
+    elector = None
+    if args.leader_elect:
+        elector = LeaderElector(client, namespace=args.leader_elect_namespace, name=args.leader_elect_name,
+                                identity=default_identity(), lease_duration=args.leader_elect_lease_duration,
+                                renew_deadline=args.leader_elect_renew_deadline,
+                                retry_period=args.leader_elect_retry_period)
+    manager = KubeManager(registry, client, controllers=build_controllers(args),
+                          config_namespace=args.config_namespace, leader_elector=elector)
+    runner = None
+    if args.health_address:
+        host, port = split_address(args.health_address)
+        runner, _ = await start_health_server(host, port, manager.health, lambda: manager.started.is_set())
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signal, manager)
+            await manager.run()
+            tg.cancel_scope.cancel()
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        await client.close()
+    if manager.stopped_reason and manager.stopped_reason != "stop requested" \
+            and not manager.stopped_reason.startswith("signal"):
+        print(f"koordfw: error: {manager.stopped_reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _stop_on_signal(manager: Any) -> None:
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for sig in signals:
+            manager.stop(f"signal {sig}")
+            return

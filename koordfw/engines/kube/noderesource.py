@@ -1,0 +1,248 @@
+"""The node-resources controller of ``koordfw manager`` (koord-manager's ``noderesource`` controller).
+
+For every node, on a change of the node, its pods, its NodeMetric or its Device, on a change of the
+``colocation-config`` key of ``slo-controller-config``, and every ``resync_period``, it calls the plugins'
+``node_resources`` hooks and writes what they return into ``Node.status.allocatable`` and
+``.capacity`` through the ``nodes/{name}/status`` subresource (one JSON merge patch per node). The
+policy is the plugins': the batch_resource plugin returns ``kubernetes.io/batch-cpu``/``batch-memory``
+(``None`` values when it resets them on degrade), the gpu_share plugin the device resources from the
+node's Device; a plugin returns ``None`` when Koordinator's rule says the node needs no write
+(``resourceDiffThreshold`` / ``updateTimeThresholdSeconds``, from ``last_update``: the time this
+controller last wrote the node's status).
+
+The configuration, as Koordinator's ``ColocationHandlerForConfigMapEvent``: no ConfigMap, or no
+``colocation-config`` key, is Koordinator's default configuration (``colocation`` = ``{}``); a value
+that is not a JSON object is logged naming the ConfigMap and the key, and the previous configuration
+is kept (none yet: nothing is written until a valid one arrives). Field values are the plugins' to
+check (they log the field and keep their previous configuration).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import structlog
+
+from ...core.caller import PluginFailure
+from ...core.quantity import MAX_CANONICAL, format_quantity
+from ...extension import COLOCATION_CONFIG_KEY, SLO_CTRL_CONFIG_MAP
+from .client import ApiError
+from .manager import ManagerContext
+
+log = structlog.get_logger("koordfw.kube")
+
+
+def bad_amounts(res: Any) -> dict[str, str]:
+    """What a live node_resources result holds that is not ``{resource name: int64 >= 0 or None}``."""
+    if not isinstance(res, dict):
+        return {"<result>": type(res).__name__}
+    return {str(k)[:60]: repr(v)[:40] for k, v in res.items()
+            if not isinstance(k, str) or not k or (v is not None and (
+                isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_CANONICAL))}
+
+
+def status_patch(node: Any, resources: dict[str, int | None]) -> dict[str, dict[str, str | None]] | None:
+    """The merge patch of ``status`` that sets ``resources`` on both allocatable and capacity (``None``
+    deletes), or None when the node already has exactly these values."""
+    alloc: dict[str, str | None] = {}
+    cap: dict[str, str | None] = {}
+    for k, v in sorted(resources.items()):
+        cur_a, cur_c = node.allocatable.get(k), node.capacity.get(k)
+        if v is None:
+            if cur_a is not None:
+                alloc[k] = None
+            if cur_c is not None:
+                cap[k] = None
+            continue
+        if cur_a != v:
+            alloc[k] = format_quantity(k, v)
+        if cur_c != v:
+            cap[k] = format_quantity(k, v)
+    if not alloc and not cap:
+        return None
+    out: dict[str, dict[str, str | None]] = {}
+    if alloc:
+        out["allocatable"] = alloc
+    if cap:
+        out["capacity"] = cap
+    return out
+
+
+class NodeResourceController:
+    """A manager :class:`~koordfw.engines.kube.manager.Controller` (leader only)."""
+
+    name = "noderesource"
+    leader_only = True
+
+    def __init__(self, *, resync_period: float = 60.0) -> None:
+        self.resync_period = resync_period
+        #: node -> ctx.now() of this controller's last successful status write (Koordinator's NodeSyncContext)
+        self.last_update: dict[str, float] = {}
+        #: the last valid ColocationCfg object; None while none has been read
+        self.colocation: dict[str, Any] | None = None
+        self._raw: str | None = None  # the colocation-config text last applied (None: absent)
+        self.dirty: set[str] = set()
+        self._wake = anyio.Event()
+        self._idle = anyio.Event()
+        self.reconciles = 0
+        self.writes = 0
+        self.unchanged = 0  # reconciles where every plugin said "no write needed"
+        self.errors = 0
+        self.config_errors = 0
+        self.ctx: ManagerContext | None = None
+
+    # -- events -------------------------------------------------------------------------------------
+    def _mark(self, *names: str | None) -> None:
+        for n in names:
+            if n:
+                self.dirty.add(n)
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._wake.set()
+
+    def resync(self) -> None:
+        """Mark every node for recomputation now (what the resync period does)."""
+        if self.ctx is not None:
+            self._mark(*(v.name for v in self.ctx.cluster.nodes))
+
+    def on_event(self, kind: str, etype: str, obj: dict, old: dict | None) -> None:
+        meta = obj.get("metadata") or {}
+        if kind in ("Node", "NodeMetric", "Device"):
+            # NodeMetric and Device objects are named like their node (cluster-scoped)
+            self._mark(meta.get("name"))
+        elif kind == "Pod":
+            self._mark((obj.get("spec") or {}).get("nodeName"), ((old or {}).get("spec") or {}).get("nodeName"))
+        elif kind == "ConfigMap" and meta.get("name") == SLO_CTRL_CONFIG_MAP and self.ctx is not None:
+            if self._load_config(self.ctx):
+                self.resync()
+
+    def _load_config(self, ctx: ManagerContext) -> bool:
+        """Read colocation-config from the cached ConfigMap; True when the configuration changed."""
+        raw = None if ctx.slo_config is None else ctx.slo_config.get(COLOCATION_CONFIG_KEY) or None
+        if raw == self._raw and self.colocation is not None:
+            return False
+        where = f"ConfigMap {ctx.config_namespace}/{SLO_CTRL_CONFIG_MAP}, key {COLOCATION_CONFIG_KEY}"
+        if raw is None:
+            cfg: dict[str, Any] = {}  # Koordinator's default ColocationCfg
+        else:
+            try:
+                cfg = json.loads(raw)
+                if not isinstance(cfg, dict):
+                    raise ValueError(f"expected a JSON object, got {type(cfg).__name__}")
+            except ValueError as e:
+                self.config_errors += 1
+                log.error("invalid colocation config; keeping the previous one", config=where, error=str(e))
+                self._raw = raw
+                return False
+        self._raw = raw
+        changed = cfg != self.colocation
+        if changed:
+            log.info("colocation config loaded", config=where, nodeConfigs=len(cfg.get("nodeConfigs") or []))
+        self.colocation = cfg
+        return changed
+
+    # -- running ------------------------------------------------------------------------------------
+    async def run(self, ctx: ManagerContext) -> None:
+        self.ctx = ctx
+        ctx.add_listener(self.on_event)
+        self._load_config(ctx)
+        self.resync()
+        next_resync = anyio.current_time() + self.resync_period
+        while not ctx.stopping.is_set():
+            if not self.dirty:
+                self._idle.set()
+                self._update_status(ctx)
+                with anyio.move_on_after(max(0.0, next_resync - anyio.current_time())):
+                    await self._wake.wait()
+                self._wake = anyio.Event()
+            if anyio.current_time() >= next_resync:
+                next_resync = anyio.current_time() + self.resync_period
+                self.resync()
+            await self.process(ctx)
+
+    async def settled(self) -> None:
+        """Wait until every node marked so far has been reconciled (for tests and benchmarks)."""
+        await self._idle.wait()
+
+    async def process(self, ctx: ManagerContext) -> None:
+        """Reconcile the nodes marked dirty (each once, in name order)."""
+        while self.dirty:
+            batch = sorted(self.dirty)
+            self.dirty.clear()
+            for i, name in enumerate(batch):
+                await self.reconcile(ctx, name)
+                if i % 64 == 63:
+                    await anyio.lowlevel.checkpoint()
+
+    def _update_status(self, ctx: ManagerContext) -> None:
+        ctx.status.setdefault(self.name, {}).update(
+            reconciles=self.reconciles, writes=self.writes, unchanged=self.unchanged, errors=self.errors,
+            configErrors=self.config_errors, config=self.colocation is not None)
+
+    async def compute(self, ctx: ManagerContext, name: str) -> dict[str, int | None] | None:
+        """The merged ``node_resources`` results for one node (None: no plugin asks for a write)."""
+        view = ctx.cluster.node(name)
+        if view is None:
+            self.last_update.pop(name, None)
+            return None
+        caller = ctx.caller
+        now = ctx.now()
+        pods = ctx.cluster.pods_on(name)
+        metric = ctx.cluster.node_metric(name)
+        merged: dict[str, int | None] = {}
+        wanted = False
+        for impl in caller.impls("node_resources"):
+            try:
+                res = await caller.call(impl, node=view, pods=pods, metric=metric, now=now,
+                                        last_update=self.last_update.get(name), colocation=self.colocation)
+            except PluginFailure as f:
+                self.errors += 1
+                log.error("node_resources failed", node=name, plugin=impl.plugin, error=f.status.message)
+                continue
+            if res is None:
+                continue
+            bad = bad_amounts(res)
+            if bad:
+                self.errors += 1
+                log.error("node_resources returned invalid amounts", node=name, plugin=impl.plugin, invalid=bad)
+                continue
+            wanted = True
+            merged.update(res)
+        return merged if wanted else None
+
+    async def reconcile(self, ctx: ManagerContext, name: str) -> bool:
+        """Recompute one node and write its status when a plugin asks; True when a patch was sent."""
+        if self.colocation is None:
+            return False  # Koordinator's IsCfgAvailable: nothing is done without a configuration
+        self.reconciles += 1
+        res = await self.compute(ctx, name)
+        if res is None:
+            self.unchanged += 1
+            return False
+        view = ctx.cluster.node(name)
+        assert view is not None
+        now = ctx.now()
+        patch = status_patch(view.node, res)
+        if patch is None:
+            # Koordinator's Status().Update of an unchanged node: a no-op for the API, but a sync all the same
+            self.last_update[name] = now
+            return False
+        ctx.check_leading(f"patching nodes/{name}/status")
+        try:
+            await ctx.client.request("PATCH", f"/api/v1/nodes/{name}/status", body={"status": patch},
+                                     content_type="application/merge-patch+json")
+        except ApiError as e:
+            self.errors += 1
+            if e.status == 404:
+                self.last_update.pop(name, None)
+                return False
+            log.warning("could not patch node status; retrying at the next resync", node=name, error=str(e))
+            return False
+        self.last_update[name] = now
+        self.writes += 1
+        log.debug("node resources written", node=name, patch=patch)
+        return True
+
+
+__all__ = ["NodeResourceController", "bad_amounts", "status_patch"]
