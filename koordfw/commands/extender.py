@@ -12,12 +12,23 @@ from ._common import DAY, add_plugin_options, number, registry_from_args
 from .scheduler import split_address
 
 
+def _optional_address(text: str) -> str:
+    """``HOST:PORT`` (port 0..65535) or empty (off)."""
+    host, sep, port = text.rpartition(":")
+    if text and (not sep or not port.isdigit() or int(port) > 65535):
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT or empty, got {text!r}")
+    return text
+
+
 def register(sub: Commands) -> None:
     p = sub.add("extender", help="serve the kube-scheduler extender protocol (filter/prioritize/bind/preempt)",
                 description="Answer kube-scheduler's extender calls with the installed plugins. With "
                             "--kubeconfig or --in-cluster it keeps a cluster cache like the scheduler's.")
     p.add_argument("--listen", default="127.0.0.1:8888", help="address to listen on (default 127.0.0.1:8888)")
     p.add_argument("--url-prefix", default="", help="path prefix of the verbs (default none: POST /filter)")
+    p.add_argument("--health-address", type=_optional_address, default="", metavar="HOST:PORT",
+                   help="also serve /healthz, /readyz and /metrics here, e.g. 0.0.0.0:10262 for the kubelet's probes "
+                        "while --listen stays on loopback (default off: they are served on --listen only)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--kubeconfig", metavar="FILE", help="keep a cluster cache from this cluster")
     g.add_argument("--in-cluster", action="store_true", help="keep a cluster cache, using the service account")
@@ -65,6 +76,18 @@ async def _main(args: argparse.Namespace) -> int:
         ctx.load_cert_chain(args.tls_cert_file, args.tls_key_file)
     host, port = split_address(args.listen)
     port = await server.start(host, port, ssl_context=ctx)
+    health = None
+    if args.health_address:
+        from ..engines.kube.health import start_health_server
+
+        try:
+            health_host, health_port = split_address(args.health_address)
+            health, health_port = await start_health_server(health_host, health_port, server.info,
+                                                            lambda: ext.synced)
+        except BaseException:
+            await server.stop()
+            raise
+        print(f"koordfw extender health on http://{health_host}:{health_port}/healthz", file=sys.stderr)
     print(f"koordfw extender listening on {'https' if ctx else 'http'}://{host}:{port}{server.prefix}/", file=sys.stderr)
     try:
         async with anyio.create_task_group() as tg:
@@ -75,6 +98,8 @@ async def _main(args: argparse.Namespace) -> int:
             tg.cancel_scope.cancel()
     finally:
         await server.stop()
+        if health is not None:
+            await health.cleanup()
         if client is not None:
             await client.close()
     return 0

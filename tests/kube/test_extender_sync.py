@@ -96,3 +96,34 @@ async def test_verbs_answer_errors_until_the_cache_has_synced(api):
 async def test_stateless_extender_has_nothing_to_sync():
     ext = Extender(build_registry(None, autoload=False))
     assert ext.synced and ext.not_synced() is None
+
+
+async def test_extender_command_serves_health_on_its_own_address():
+    """``koordfw extender --health-address``: the kubelet's probes get /healthz and /readyz there while the
+    verbs stay on --listen (loopback in deploy/extender)."""
+    import re
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "koordfw", "extender", "--listen", "127.0.0.1:0",
+                             "--health-address", "127.0.0.1:0"], stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        lines = []
+        while not (lines and "listening on" in lines[-1]) and len(lines) < 20:
+            lines.append(proc.stderr.readline())
+        health = re.search(r"health on (http://\S+)/healthz", "".join(lines))
+        verbs = re.search(r"listening on (http://\S+)/", "".join(lines))
+        assert health and verbs, lines
+        async with aiohttp.ClientSession() as http:
+            async with http.get(health.group(1) + "/healthz") as r:
+                assert r.status == 200 and (await r.json())["mode"] == "stateless"
+            async with http.get(health.group(1) + "/readyz") as r:
+                assert r.status == 200
+            async with http.post(health.group(1) + "/filter", json={}) as r:
+                assert r.status in (404, 405)  # only the health routes there
+            async with http.get(verbs.group(1) + "/healthz") as r:
+                assert r.status == 200
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
