@@ -17,7 +17,7 @@ from .core.clock import VirtualClock
 from .core.cluster import ClusterState, NodeBatch, NodeView
 from .core.errors import ConfigError, KoordfwError, ManifestError, PluginLoadError
 from .core.events import SchedulerEvents
-from .core.handle import AgentHandle, ClusterView, EventRecorder, Handle, PluginsRunner, WaitingPodView
+from .core.handle import AdmissionHandle, AgentHandle, ClusterView, EventRecorder, Handle, PluginsRunner, WaitingPodView
 from .core.hints import (
     ASSIGNED_POD_ADD,
     ASSIGNED_POD_DELETE,
@@ -74,7 +74,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ASSIGNED_POD_ADD", "ASSIGNED_POD_DELETE", "NODE_ADD", "NODE_DELETE", "NODE_UPDATE", "POD_ADD", "POD_DELETE",
-    "add_plugin_options", "AgentHandle", "build_registry", "canonical", "CFS_PERIOD_US", "ClusterState", "ClusterView",
+    "add_plugin_options", "AdmissionHandle", "AgentHandle",
+    "build_registry", "canonical", "CFS_PERIOD_US", "ClusterState", "ClusterView",
     "ClusterEvent", "ClusterEventWithHint", "Code", "Commands", "ConfigError", "CPUInfo", "CycleState",
     "EmbeddedEngine", "EventRecorder", "field_list",
     "field_mapping", "FileWrite", "fit_error", "format_cpuset", "format_quantity",

@@ -71,3 +71,20 @@ SCHEDULING_GROUP_VERSION = "scheduling.koordinator.sh/v1alpha1"  # Device, Reser
 CONFIG_NAMESPACE = "koordinator-system"  # ConfigNameSpace: where slo-controller-config lives by default
 SLO_CTRL_CONFIG_MAP = "slo-controller-config"  # SLOCtrlConfigMap
 COLOCATION_CONFIG_KEY = "colocation-config"  # ColocationConfigKey: the ColocationCfg JSON
+
+# -- pod admission: ClusterColocationProfile (apis/config/v1alpha1, apis/extension/cluster_colocation_profile.go,
+# apis/extension/resource.go, apis/extension/priority.go) and kube's namespace label (core/v1 well_known_labels.go)
+CONFIG_GROUP_VERSION = "config.koordinator.sh/v1alpha1"  # ClusterColocationProfile
+KIND_CLUSTER_COLOCATION_PROFILE = "ClusterColocationProfile"
+ANNOTATION_SKIP_UPDATE_RESOURCE = "config.koordinator.sh/skip-update-resources"  # AnnotationSkipUpdateResource
+ANNOTATION_EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"  # AnnotationExtendedResourceSpec
+#: the (min, max, class) ranges of ``spec.priority`` (PriorityProdValueMin ... PriorityFreeValueMax)
+PRIORITY_VALUE_RANGES = ((9000, 9999, PRIORITY_PROD), (7000, 7999, PRIORITY_MID), (5000, 5999, PRIORITY_BATCH),
+                         (3000, 3999, PRIORITY_FREE))
+#: Kubernetes' LabelMetadataName: the API server sets it on every Namespace to the namespace's name
+LABEL_METADATA_NAME = "kubernetes.io/metadata.name"
+SCHEDULING_K8S_GROUP_VERSION = "scheduling.k8s.io/v1"  # PriorityClass
+
+__all__ += ["ANNOTATION_EXTENDED_RESOURCE_SPEC", "ANNOTATION_SKIP_UPDATE_RESOURCE", "CONFIG_GROUP_VERSION",
+            "KIND_CLUSTER_COLOCATION_PROFILE", "LABEL_METADATA_NAME", "PRIORITY_VALUE_RANGES",
+            "SCHEDULING_K8S_GROUP_VERSION"]

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from .core.cluster import NodeBatch, NodeView
-    from .core.handle import AgentHandle, ClusterView, Handle
+    from .core.handle import AdmissionHandle, AgentHandle, ClusterView, Handle
     from .core.hints import ClusterEventWithHint
     from .core.model import Pod
     from .core.nodestate import ContainerState, NodeState, PodState
@@ -348,6 +348,43 @@ def node_resources(
     units otherwise), written to (merged over) the node's allocatable and capacity; a value of ``None``
     removes the resource (Koordinator's reset), and in the embedded engine so does ``0``. Return
     ``None`` for "no write needed". May be async. Must be idempotent.
+    """
+
+
+# ================================================================================================
+# Pod admission (the manager's webhook; ``koordfw simulate`` before scheduling)
+# ================================================================================================
+_section("Pod admission")
+
+
+@hookspec
+def mutate_pod(
+    pod: dict[str, Any], operation: str, namespace: dict[str, Any] | None, args: Any, handle: AdmissionHandle
+) -> dict[str, Any] | None:
+    """Mutate a pod manifest as it is admitted (a mutating admission webhook).
+
+    ``pod`` is the Pod manifest (a JSON dict, ``metadata.namespace`` filled in), ``operation`` the
+    admission operation (``CREATE``, ``UPDATE``, ``DELETE``, ``CONNECT``), ``namespace`` the pod's
+    Namespace object from the engine's cache (``None`` if the cache has none). ``handle`` is an
+    :class:`koordfw.AdmissionHandle` (clock, seeded RNG, read-only cluster objects). Return the mutated
+    manifest (a modified copy, or ``pod`` itself changed in place), or ``None`` for no change; each plugin
+    gets the previous one's result. The engine sends the difference from the original as an RFC 6902
+    JSONPatch. May be async. Must be deterministic given the handle's RNG.
+    """
+
+
+@hookspec
+def validate_pod(
+    pod: dict[str, Any], old: dict[str, Any] | None, operation: str, namespace: dict[str, Any] | None, args: Any,
+    handle: AdmissionHandle,
+) -> Status | str | None:
+    """Accept or reject a pod manifest as it is admitted (a validating admission webhook), after every
+    ``mutate_pod``.
+
+    ``pod`` is the (mutated) manifest, ``old`` the stored pod on ``UPDATE`` (``None`` otherwise),
+    ``operation`` and ``namespace`` as for ``mutate_pod``. Return ``None`` (or a success Status) to allow;
+    a reason string or a non-success :class:`koordfw.Status` rejects the pod with that message, which
+    should name the field (``labels.koordinator.sh/qosClass: ...``). May be async. Must be pure.
     """
 
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .cluster import NodeView, PodEntry
     from .nodestate import FileWrite, NodeState
 
-__all__ = ["AgentHandle", "ClusterView", "EventRecorder", "Handle", "PluginsRunner", "WaitingPodView"]
+__all__ = ["AdmissionHandle", "AgentHandle", "ClusterView", "EventRecorder", "Handle", "PluginsRunner", "WaitingPodView"]
 
 
 @runtime_checkable
@@ -199,3 +199,30 @@ class AgentHandle(Protocol):
     def events(self) -> EventRecorder: ...
     def apply(self, writes: Sequence[FileWrite]) -> Awaitable[Any]:
         """Write cgroup/resctrl files now, outside the plan phase (stamped with this plugin's name)."""
+
+
+@runtime_checkable
+class AdmissionHandle(Protocol):
+    """What a pod admission plugin (``mutate_pod``, ``validate_pod``) gets as ``handle``: in the
+    manager's webhook and in ``koordfw simulate`` before scheduling.
+
+    The objects are the engine's read-only view of the cluster (the webhook's reflector caches; the
+    simulation's input manifests), as manifest dicts that a plugin must not change; which kinds are
+    there is the engine's to say (the manager watches ClusterColocationProfiles, Namespaces and
+    PriorityClasses)."""
+
+    @property
+    def plugin_name(self) -> str: ...
+    @property
+    def args(self) -> Any: ...
+    @property
+    def clock(self) -> Clock: ...
+    def now(self) -> float: ...
+    @property
+    def rng(self) -> np.random.Generator:
+        """The engine's seeded random generator (a ClusterColocationProfile's ``probability`` draws from it)."""
+    def objects(self, api_version: str, kind: str) -> Sequence[Mapping[str, Any]]:
+        """Every cached object of that kind (``"config.koordinator.sh/v1alpha1", "ClusterColocationProfile"``),
+        in name order (namespace, then name, for namespaced kinds)."""
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Mapping[str, Any] | None:
+        """One cached object by name (``namespace`` for namespaced kinds), or None."""

@@ -1,0 +1,193 @@
+"""Pod admission: the ``mutate_pod`` and ``validate_pod`` hooks run the way an admission webhook does.
+
+:class:`Admission` runs every ``mutate_pod`` plugin in profile order, each on the previous result, then
+every ``validate_pod`` plugin on the mutated pod, and computes the RFC 6902 JSONPatch from the original
+manifest to the result. A plugin that raises, times out or returns something else than the hook allows
+gives an error result naming the plugin (the webhook answers it as an error, never as a silent allow).
+The manager's webhook (``koordfw.engines.kube.webhook``) and ``koordfw simulate`` both call it; they differ
+only in where the objects come from (:class:`ObjectStore`: reflector caches or the input manifests).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+import jsonpatch
+import numpy as np
+
+from .caller import HookCaller, PluginFailure
+from .clock import Clock, RealClock
+from .plugins import Registry
+from .status import Code, Status, as_status
+
+__all__ = ["Admission", "AdmissionResult", "ObjectStore", "StaticObjects", "json_patch"]
+
+#: the admission operations of ``admission.k8s.io/v1`` AdmissionRequest
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+class ObjectStore(Protocol):
+    """Where the admission plugins' cluster objects come from (read-only)."""
+
+    def objects(self, api_version: str, kind: str) -> Sequence[Mapping[str, Any]]: ...
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Mapping[str, Any] | None: ...
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+class StaticObjects:
+    """An :class:`ObjectStore` over a fixed set of manifests (``koordfw simulate``, tests), by
+    (apiVersion, kind); a later object with the same name replaces an earlier one."""
+
+    def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
+        self._by_kind: dict[tuple[str, str], dict[tuple[str, str], Mapping[str, Any]]] = {}
+        self._sorted: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        for obj in objects:
+            self.put(obj)
+
+    def put(self, obj: Mapping[str, Any]) -> None:
+        kind = (str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+        self._by_kind.setdefault(kind, {})[_key(obj)] = obj
+        self._sorted.pop(kind, None)
+
+    def objects(self, api_version: str, kind: str) -> Sequence[Mapping[str, Any]]:
+        k = (api_version, kind)
+        out = self._sorted.get(k)
+        if out is None:
+            objs = self._by_kind.get(k, {})
+            out = self._sorted[k] = [objs[key] for key in sorted(objs)]
+        return out
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Mapping[str, Any] | None:
+        return self._by_kind.get((api_version, kind), {}).get((namespace or "", name))
+
+
+def json_patch(original: Any, result: Any) -> list[dict[str, Any]]:
+    """The RFC 6902 operations that turn ``original`` into ``result`` (``jsonpatch.make_patch``)."""
+    return list(jsonpatch.make_patch(original, result).patch)
+
+
+@attrs.frozen
+class AdmissionResult:
+    """The outcome of admitting one pod.
+
+    ``allowed`` False with ``code`` 403 is a rejection (a ``validate_pod`` plugin's reason in ``message``);
+    ``code`` 500 is an error (a plugin failed; ``plugin`` names it). ``pod`` is the mutated manifest and
+    ``patch`` the JSONPatch from the original to it (empty when nothing changed or on failure)."""
+
+    allowed: bool
+    pod: dict[str, Any]
+    patch: list[dict[str, Any]] = attrs.field(factory=list)
+    code: int = 200
+    message: str = ""
+    plugin: str = ""
+
+
+@attrs.define
+class _Handle:
+    """The :class:`koordfw.AdmissionHandle` each admission plugin gets (its own name and args)."""
+
+    plugin_name: str
+    args: Any
+    clock: Clock
+    rng: np.random.Generator
+    store: ObjectStore
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def objects(self, api_version: str, kind: str) -> Sequence[Mapping[str, Any]]:
+        return self.store.objects(api_version, kind)
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Mapping[str, Any] | None:
+        return self.store.get(api_version, kind, name, namespace)
+
+
+class Admission:
+    """Runs the pod admission hooks of a registry against an :class:`ObjectStore`.
+
+    ``seed`` seeds the generator the plugins share (``handle.rng``), so a run of pods is reproducible.
+    """
+
+    def __init__(self, registry: Registry, store: ObjectStore, *, clock: Clock | None = None, seed: int = 0) -> None:
+        self.registry = registry
+        self.store = store
+        self.clock: Clock = clock or RealClock()
+        self.rng = np.random.default_rng(seed)
+        self.caller = HookCaller(registry, self._handle_for)
+
+    def _handle_for(self, plugin: str) -> _Handle:
+        return _Handle(plugin, self.registry.args.get(plugin), self.clock, self.rng, self.store)
+
+    @property
+    def active(self) -> bool:
+        """Does any plugin of the profile implement an admission hook?"""
+        return bool(self.caller.impls("mutate_pod") or self.caller.impls("validate_pod"))
+
+    def namespace_of(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
+        ns = (pod.get("metadata") or {}).get("namespace")
+        obj = self.store.get("v1", "Namespace", str(ns)) if ns else None
+        return dict(obj) if obj is not None else None
+
+    async def mutate(self, pod: dict[str, Any], operation: str) -> AdmissionResult:
+        """Run the ``mutate_pod`` plugins on a copy of ``pod`` (which is left as it is)."""
+        _check_operation(operation)
+        namespace = self.namespace_of(pod)
+        current = copy.deepcopy(pod)
+        for impl in self.caller.impls("mutate_pod"):
+            try:
+                out = await self.caller.call(impl, pod=current, operation=operation,
+                                             namespace=copy.deepcopy(namespace))
+            except PluginFailure as f:
+                return AdmissionResult(False, pod, code=500, message=f.status.message, plugin=impl.plugin)
+            if out is None:
+                continue
+            if not isinstance(out, dict):
+                return AdmissionResult(False, pod, code=500, plugin=impl.plugin,
+                                       message=f"plugin {impl.plugin} returned {type(out).__name__} from mutate_pod, "
+                                               "expected the pod manifest (a dict) or None")
+            current = out
+        return AdmissionResult(True, current, json_patch(pod, current))
+
+    async def validate(self, pod: dict[str, Any], old: dict[str, Any] | None, operation: str) -> AdmissionResult:
+        """Run the ``validate_pod`` plugins; the first rejection (or failure) decides."""
+        _check_operation(operation)
+        namespace = self.namespace_of(pod)
+        for impl in self.caller.impls("validate_pod"):
+            try:
+                out = await self.caller.call(impl, pod=copy.deepcopy(pod), old=copy.deepcopy(old),
+                                             operation=operation, namespace=copy.deepcopy(namespace))
+            except PluginFailure as f:
+                return AdmissionResult(False, pod, code=500, message=f.status.message, plugin=impl.plugin)
+            if isinstance(out, str) and not out:
+                continue
+            st: Status = as_status(out, impl.plugin)
+            if st.code in (Code.SUCCESS, Code.SKIP):
+                continue
+            if st.code is Code.ERROR:
+                return AdmissionResult(False, pod, code=500, message=st.message, plugin=impl.plugin)
+            return AdmissionResult(False, pod, code=403, message=st.message or f"rejected by {impl.plugin}",
+                                   plugin=impl.plugin)
+        return AdmissionResult(True, pod)
+
+    async def admit(self, pod: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None
+                    ) -> AdmissionResult:
+        """Mutate, then validate the mutated pod: what the API server does with both webhooks in place."""
+        mutated = await self.mutate(pod, operation)
+        if not mutated.allowed:
+            return mutated
+        checked = await self.validate(mutated.pod, old, operation)
+        if not checked.allowed:
+            return checked
+        return mutated
+
+
+def _check_operation(operation: str) -> None:
+    if operation not in OPERATIONS:
+        raise ValueError(f"invalid admission operation {operation!r}: expected one of {', '.join(OPERATIONS)}")
