@@ -11,7 +11,21 @@ What it reproduces, from the API server's own behaviour (see docs/kubernetes.md)
   watch sending ``DELETED`` (old object) when an object stops matching and ``ADDED`` when it starts;
 * ``pods/{name}/binding`` with the server's exact 201/400/404/409 answers, ``pods/{name}/status``
   strategic-merge patches (conditions merge on ``type``), events.k8s.io/v1 events, coordination
-  leases with optimistic concurrency, and Koordinator ``NodeMetric`` objects;
+  leases with optimistic concurrency, and Koordinator ``NodeMetric`` and ``NodeSLO`` objects;
+* LIST's ``resourceVersion``/``resourceVersionMatch`` as the apiserver serves them: none is a quorum
+  read of the newest state; ``0`` is served from the watch cache (which ``freeze_watch_cache()`` makes
+  lag behind, as a real one can); ``NotOlderThan`` (and a bare RV without ``limit``) is the newest state
+  once it is at least that RV; ``Exact`` (and a bare RV with ``limit``, etcd's legacy rule) is the state
+  at exactly that RV (410 ``Expired`` once compacted); an RV ahead of the server's (or of a frozen watch
+  cache's) is the 504 "Too large resource version" with the ``ResourceVersionTooLarge`` cause; the
+  options' validation errors are 422 ``Invalid`` on ``ListOptions``, and a resourceVersion with
+  ``continue`` is a 400;
+* bearer-token authentication when ``tokens`` is given: a token must be known and unexpired on
+  ``clock`` (``issue_token``/``revoke_token`` rotate them), else 401 ``Unauthorized``; and RBAC refusals
+  of whole resources (``forbid(plural)``: 403 ``Forbidden`` with the apiserver's message);
+* a PATCH whose body changes ``metadata.uid`` is a 422 (``metadata.uid: field is immutable``, from the
+  update strategy's common-field validation), while a PUT or DELETE whose UID precondition fails is a
+  409 ``Conflict`` (``Precondition failed: UID in precondition: ...``), as the real registry answers;
 * injectable faults: dropped watch streams, 500s (for N requests or for a while), slow replies, a
   binding that succeeds but whose reply is lost;
 * opt-in graceful pod deletion (``graceful_deletes=True``): a DELETE or an eviction of a bound pod sets
@@ -69,7 +83,12 @@ RESOURCES: dict[str, ResourceType] = {r.plural: r for r in (
     ResourceType("/apis/events.k8s.io/v1", "events", "Event", True),
     ResourceType("/apis/coordination.k8s.io/v1", "leases", "Lease", True),
     ResourceType("/apis/slo.koordinator.sh/v1alpha1", "nodemetrics", "NodeMetric", False, ("metadata.name",), True),
+    ResourceType("/apis/slo.koordinator.sh/v1alpha1", "nodeslos", "NodeSLO", False, ("metadata.name",), True),
     ResourceType("/apis/policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", True, has_status=True),
+    ResourceType("/apis/scheduling.koordinator.sh/v1alpha1", "devices", "Device", False, ("metadata.name",), True),
+    # the NodeResourceTopology CRD (noderesourcetopology-api) has no status subresource: zones are top-level
+    ResourceType("/apis/topology.node.k8s.io/v1alpha1", "noderesourcetopologies", "NodeResourceTopology", False,
+                 ("metadata.name",)),
 )}
 
 
@@ -92,6 +111,14 @@ class Fault:
         if self.until is not None and time.monotonic() >= self.until:
             return False
         return self.count is None or self.count > 0
+
+
+_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
+            409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests", 504: "Timeout"}
+
+
+def _reason_for(code: int) -> str:
+    return _REASONS.get(code, "InternalError" if code >= 500 else "BadRequest")
 
 
 def _status(code: int, reason: str, message: str, details: dict | None = None) -> web.Response:
@@ -191,10 +218,12 @@ class FakeApiServer:
 
     def __init__(self, *, history: int = 10_000, expired_form: str = "event", bookmark_interval: float = 1.0,
                  host: str = "127.0.0.1", port: int = 0, graceful_deletes: bool = False,
-                 grace_scale: float = 1.0) -> None:
+                 grace_scale: float = 1.0, tokens: dict[str, float | None] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         """``graceful_deletes`` turns on the real server's two-step pod deletion (off: a DELETE or an
         eviction removes the pod at once, as the fake always did); ``grace_scale`` multiplies every
-        grace period into real seconds (0.01 turns the default 30 s into 0.3 s)."""
+        grace period into real seconds (0.01 turns the default 30 s into 0.3 s). ``tokens`` turns on
+        authentication: bearer token → expiry on ``clock`` (None: never expires)."""
         if expired_form not in ("event", "http"):
             raise ValueError("expired_form must be 'event' or 'http'")
         if grace_scale < 0:
@@ -220,6 +249,17 @@ class FakeApiServer:
         self.requests: list[tuple[str, str]] = []
         self._runner: web.AppRunner | None = None
         self.url = ""
+        #: bearer token → expiry on ``clock`` (None: no expiry); None: no authentication at all
+        self.tokens: dict[str, float | None] | None = None if tokens is None else dict(tokens)
+        self.clock = clock
+        #: the Authorization tokens the server refused (401), in order
+        self.rejected_tokens: list[str] = []
+        #: plurals whose every request is refused with 403 (``forbid``), with the user named in the message
+        self.forbidden: dict[str, str] = {}
+        #: the watch cache's resourceVersion while frozen (``freeze_watch_cache``); None: it is current
+        self.watch_cache_rv: int | None = None
+        #: the query of every LIST (not watch) request, in order, as (plural, {param: value})
+        self.list_queries: list[tuple[str, dict[str, str]]] = []
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def start(self) -> FakeApiServer:
@@ -249,6 +289,102 @@ class FakeApiServer:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.stop()
+
+    # -- authentication and authorization --------------------------------------------------------------
+    def issue_token(self, token: str, expires_at: float | None = None) -> None:
+        """Make ``token`` valid until ``expires_at`` on the server's clock (None: no expiry); turns
+        authentication on if it was off."""
+        if self.tokens is None:
+            self.tokens = {}
+        self.tokens[token] = expires_at
+
+    def revoke_token(self, token: str) -> None:
+        if self.tokens is not None:
+            self.tokens.pop(token, None)
+
+    def _authenticated(self, request: web.Request) -> bool:
+        if self.tokens is None:
+            return True
+        auth = request.headers.get("Authorization", "")
+        if not auth.startswith("Bearer "):
+            self.rejected_tokens.append("")
+            return False
+        token = auth[len("Bearer "):]
+        if token in self.tokens:
+            exp = self.tokens[token]
+            if exp is None or self.clock() < exp:
+                return True
+        self.rejected_tokens.append(token)
+        return False
+
+    def forbid(self, plural: str, user: str = "system:serviceaccount:koordfw-system:koordfw-scheduler") -> None:
+        """Refuse every request on ``plural`` with the apiserver's RBAC 403 (until ``allow``)."""
+        if plural not in RESOURCES:
+            raise ValueError(f"the fake API server does not serve {plural!r}")
+        self.forbidden[plural] = user
+
+    def allow(self, plural: str) -> None:
+        self.forbidden.pop(plural, None)
+
+    def _forbidden(self, request: web.Request) -> web.Response | None:
+        if not self.forbidden:
+            return None
+        parts = [p for p in request.path.split("/") if p]
+        rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+        ns = None
+        if len(rest) > 2 and rest[0] == "namespaces":
+            ns, rest = rest[1], rest[2:]
+        if not rest or rest[0] not in self.forbidden or rest[0] not in RESOURCES:
+            return None
+        rt = RESOURCES[rest[0]]
+        group = "" if rt.prefix == "/api/v1" else rt.prefix.split("/")[2]
+        m = request.method
+        named = len(rest) > 1
+        verb = {"GET": ("watch" if request.query.get("watch") in ("1", "true") else "get" if named else "list"),
+                "POST": "create", "PUT": "update", "PATCH": "patch",
+                "DELETE": "delete" if named else "deletecollection"}.get(m, m.lower())
+        resource = rt.plural if group == "" else f"{rt.plural}.{group}"
+        if named:
+            resource = f'{resource} "{rest[1]}"'
+        where = f'in the namespace "{ns}"' if ns else "at the cluster scope"
+        noun = rt.plural + (f"/{rest[2]}" if len(rest) > 2 else "")
+        msg = (f'{resource} is forbidden: User "{self.forbidden[rt.plural]}" cannot {verb} resource "{noun}" '
+               f'in API group "{group}" {where}')
+        details: dict[str, Any] = {"kind": rt.plural} | ({"group": group} if group else {})
+        if named:
+            details["name"] = rest[1]
+        return _status(403, "Forbidden", msg, details)
+
+    # -- the watch cache ----------------------------------------------------------------------------
+    def freeze_watch_cache(self) -> int:
+        """Stop the watch cache at the current resourceVersion (returned): LISTs with
+        ``resourceVersion=0`` see the state as of then, and a NotOlderThan LIST for a newer RV answers
+        "Too large resource version" (the cache cannot catch up); ``thaw_watch_cache`` lets it catch up."""
+        self.watch_cache_rv = self.rv
+        return self.rv
+
+    def thaw_watch_cache(self) -> None:
+        self.watch_cache_rv = None
+
+    def state_at(self, plural: str, rv: int) -> dict[str, dict]:
+        """The objects of ``plural`` as they were at ``rv`` (undoing the history after it); raises the
+        410 ``Expired`` answer when ``rv`` is older than the compacted history."""
+        if rv < self.compacted_rv:
+            raise _ApiError(410, "Expired", "The resourceVersion for the provided list is too old.")
+        rt = RESOURCES[plural]
+        state = dict(self.objects[plural])
+        for at, pl, etype, obj, old in reversed(self.history):
+            if at <= rv:
+                break
+            if pl != plural:
+                continue
+            meta = obj["metadata"]
+            key = self._key(rt, meta.get("namespace"), meta["name"])
+            if etype == "ADDED":
+                state.pop(key, None)
+            elif old is not None:
+                state[key] = old
+        return state
 
     def kubeconfig(self) -> dict:
         """A kubeconfig document pointing at this server (no auth)."""
@@ -297,6 +433,11 @@ class FakeApiServer:
     @web.middleware
     async def _fault_middleware(self, request: web.Request, handler: Callable) -> web.StreamResponse:
         self.requests.append((request.method, request.path))
+        if not self._authenticated(request):
+            return _status(401, "Unauthorized", "Unauthorized")
+        refused = self._forbidden(request)
+        if refused is not None:
+            return refused
         for f in self.faults:
             if f.matches(request.method, request.path):
                 if f.count is not None:
@@ -304,8 +445,7 @@ class FakeApiServer:
                 if f.delay:
                     await asyncio.sleep(f.delay)
                 if f.status:
-                    return _status(f.status, "InternalError" if f.status >= 500 else "BadRequest",
-                                   f"injected fault: HTTP {f.status}")
+                    return _status(f.status, _reason_for(f.status), f"injected fault: HTTP {f.status}")
         return await handler(request)
 
     # -- storage ------------------------------------------------------------------------------------
@@ -557,8 +697,16 @@ class FakeApiServer:
             return web.json_response(obj)
         if cur is None:
             raise _ApiError(404, "NotFound", f'{rt.plural} "{name}" not found', {"name": name, "kind": rt.plural})
+        if m == "PATCH" and request.content_type == "application/json-patch+json":
+            return web.json_response(self.replace(rt.plural, _json_patched(rt, cur, sub, await _json_ops(request))))
         body = await _json_body(request)
         if m == "PUT":
+            # the update handler turns a body's uid into a storage precondition (409 on a mismatch)
+            put_uid = (body.get("metadata") or {}).get("uid")
+            if put_uid and put_uid != cur["metadata"]["uid"]:
+                raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.plural} "{name}": '
+                                f"Precondition failed: UID in precondition: {put_uid}, "
+                                f"UID in object meta: {cur['metadata']['uid']}", {"name": name, "kind": rt.plural})
             want = (body.get("metadata") or {}).get("resourceVersion")
             if want and want != cur["metadata"]["resourceVersion"]:
                 raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.plural} "{name}": the object '
@@ -577,11 +725,21 @@ class FakeApiServer:
             return web.json_response(self.replace(rt.plural, new))
         if m == "PATCH":
             ctype = request.content_type
+            # a patch has no preconditions: a uid in its body is merged into the object, and the update
+            # strategy's common-field validation (ValidateObjectMetaUpdate) refuses the change
             want_uid = (body.get("metadata") or {}).get("uid")
             if want_uid and want_uid != cur["metadata"]["uid"]:
-                raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.plural} "{name}": '
-                                f"Precondition failed: UID in precondition: {want_uid}, "
-                                f"UID in object meta: {cur['metadata']['uid']}")
+                group = "" if rt.prefix == "/api/v1" else rt.prefix.split("/")[2]
+                raise _ApiError(422, "Invalid", f'{rt.kind}{"." + group if group else ""} "{name}" is invalid: '
+                                f'metadata.uid: Invalid value: "{want_uid}": field is immutable',
+                                {"name": name, **({"group": group} if group else {}), "kind": rt.kind, "causes": [
+                                    {"reason": "FieldValueInvalid", "message": f'Invalid value: "{want_uid}": '
+                                     "field is immutable", "field": "metadata.uid"}]})
+            want_rv = (body.get("metadata") or {}).get("resourceVersion")
+            if want_rv and want_rv != cur["metadata"]["resourceVersion"]:
+                raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.plural} "{name}": the object '
+                                "has been modified; please apply your changes to the latest version and try again",
+                                {"name": name, "kind": rt.plural})
             if sub == "status":
                 body = {"status": body.get("status", {})}
             elif rt.has_status:
@@ -596,15 +754,81 @@ class FakeApiServer:
             return web.json_response(self.replace(rt.plural, new))
         raise _ApiError(405, "MethodNotAllowed", f"method {m} not allowed")
 
+    def _list_options_invalid(self, q: Any) -> None:
+        """metainternalversion's ValidateListOptions for a LIST: 422 Invalid on ListOptions."""
+        match, rv, cont = q.get("resourceVersionMatch", ""), q.get("resourceVersion", ""), q.get("continue", "")
+        errs: list[tuple[str, str]] = []  # (cause reason, error body)
+        if match:
+            if not rv:
+                errs.append(("FieldValueForbidden",
+                             "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"))
+            if cont:
+                errs.append(("FieldValueForbidden",
+                             "Forbidden: resourceVersionMatch is forbidden when continue is provided"))
+            if match not in ("Exact", "NotOlderThan"):
+                errs.append(("FieldValueNotSupported",
+                             f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""'))
+            if match == "Exact" and rv == "0":
+                errs.append(("FieldValueForbidden",
+                             'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"'))
+        if not errs:
+            return
+        bodies = [f"resourceVersionMatch: {b}" for _, b in errs]
+        agg = bodies[0] if len(bodies) == 1 else "[" + ", ".join(bodies) + "]"
+        raise _ApiError(422, "Invalid", f'ListOptions.meta.k8s.io "" is invalid: {agg}',
+                        {"group": "meta.k8s.io", "kind": "ListOptions",
+                         "causes": [{"reason": r, "message": b, "field": "resourceVersionMatch"} for r, b in errs]})
+
+    def _too_large(self, want: int, current: int) -> _ApiError:
+        return _ApiError(504, "Timeout", f"Timeout: Too large resource version: {want}, current: {current}",
+                         {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                          "retryAfterSeconds": 1})
+
+    def _list_state(self, rt: ResourceType, q: Any, limit: int) -> tuple[int, dict[str, dict]]:
+        """The resourceVersion and objects a LIST without ``continue`` is served at (see the module doc)."""
+        rv_s, match = q.get("resourceVersion", ""), q.get("resourceVersionMatch", "")
+        if not rv_s:
+            return self.rv, self.objects[rt.plural]  # quorum read
+        try:
+            want = int(rv_s)
+            if want < 0:
+                raise ValueError
+        except ValueError:
+            raise _ApiError(400, "BadRequest", f"invalid resource version: {rv_s!r}") from None
+        cache = self.watch_cache_rv
+        if cache is not None and cache < self.compacted_rv:
+            cache = self.watch_cache_rv = None  # the history it needs is gone: it caught up meanwhile
+        if want == 0:  # any version: the watch cache
+            return (self.rv, self.objects[rt.plural]) if cache is None else (cache, self.state_at(rt.plural, cache))
+        if match == "Exact" or (not match and limit):  # etcd's legacy rule: an RV with a limit is exact
+            if want > self.rv:
+                raise self._too_large(want, self.rv)
+            return want, self.state_at(rt.plural, want)
+        # NotOlderThan (and a bare RV without limit): the watch cache once it has reached ``want``
+        if cache is not None:
+            if want > cache:
+                raise self._too_large(want, cache)
+            return cache, self.state_at(rt.plural, cache)
+        if want > self.rv:
+            raise self._too_large(want, self.rv)
+        return self.rv, self.objects[rt.plural]
+
     def _list(self, request: web.Request, rt: ResourceType, ns: str | None) -> web.Response:
         q = request.query
+        self.list_queries.append((rt.plural, dict(q)))
+        self._list_options_invalid(q)
         try:
             terms = parse_field_selector(q.get("fieldSelector", ""), rt.fields)
         except ValueError as e:
             raise _ApiError(400, "BadRequest", str(e)) from None
-        limit = int(q.get("limit") or 0)
+        try:
+            limit = int(q.get("limit") or 0)
+        except ValueError:
+            raise _ApiError(400, "BadRequest", f"invalid limit {q.get('limit')!r}") from None
         cont = q.get("continue")
         if cont:
+            if q.get("resourceVersion") not in (None, "", "0"):
+                raise _ApiError(400, "BadRequest", "specifying resource version is not allowed when using continue")
             try:
                 tok = json.loads(base64.urlsafe_b64decode(cont.encode()))
                 snap_id, offset = str(tok["s"]), int(tok["o"])
@@ -616,9 +840,8 @@ class FakeApiServer:
                                 "consistent list result. You can start a new list without the continue parameter.")
             rv, items = snap
         else:
-            rv = self.rv
-            items = [copy.deepcopy(o) for k, o in sorted(self.objects[rt.plural].items())
-                     if _matches(o, terms, ns)]
+            rv, state = self._list_state(rt, q, limit)
+            items = [copy.deepcopy(o) for k, o in sorted(state.items()) if _matches(o, terms, ns)]
             offset = 0
             snap_id = ""
         page = items[offset: offset + limit] if limit else items[offset:]
@@ -803,6 +1026,116 @@ class _ApiError(Exception):
     def __init__(self, code: int, reason: str, message: str, details: dict | None = None) -> None:
         super().__init__(message)
         self.code, self.reason, self.message, self.details = code, reason, message, details
+
+
+async def _json_ops(request: web.Request) -> list:
+    """An RFC 6902 JSON patch body (a list of operations); undecodable is the apiserver's 400."""
+    try:
+        ops = await request.json()
+    except ValueError as e:
+        raise _ApiError(400, "BadRequest", f"the body of the request could not be decoded: {e}") from None
+    if not isinstance(ops, list) or not all(isinstance(op, dict) for op in ops):
+        raise _ApiError(400, "BadRequest", "json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+    return ops
+
+
+def _pointer(path: Any) -> list[str]:
+    if not isinstance(path, str) or (path and not path.startswith("/")):
+        raise ValueError(f"invalid JSON pointer {path!r}")
+    return [t.replace("~1", "/").replace("~0", "~") for t in path.split("/")[1:]]
+
+
+def _json_patch(doc: Any, ops: list[dict]) -> Any:
+    """Apply RFC 6902 operations (add, remove, replace, move, copy, test) to a copy of ``doc``;
+    ValueError says which operation failed."""
+    doc = copy.deepcopy(doc)
+
+    def parent(tokens: list[str], op: dict) -> tuple[Any, str]:
+        cur = doc
+        for t in tokens[:-1]:
+            if isinstance(cur, dict) and t in cur:
+                cur = cur[t]
+            elif isinstance(cur, list) and t.isdigit() and int(t) < len(cur):
+                cur = cur[int(t)]
+            else:
+                raise ValueError(f"{op['op']} operation does not apply: doc is missing path: {op.get('path')}")
+        return cur, tokens[-1]
+
+    def get(tokens: list[str], op: dict) -> Any:
+        if not tokens:
+            return doc
+        c, k = parent(tokens, op)
+        if isinstance(c, dict) and k in c:
+            return c[k]
+        if isinstance(c, list) and k.isdigit() and int(k) < len(c):
+            return c[int(k)]
+        raise ValueError(f"{op['op']} operation does not apply: doc is missing path: {op.get('path')}")
+
+    def remove(tokens: list[str], op: dict) -> Any:
+        get(tokens, op)
+        c, k = parent(tokens, op)
+        return c.pop(k) if isinstance(c, dict) else c.pop(int(k))
+
+    def add(tokens: list[str], value: Any, op: dict) -> None:
+        nonlocal doc
+        if not tokens:
+            doc = value
+            return
+        c, k = parent(tokens, op)
+        if isinstance(c, dict):
+            c[k] = value
+        elif isinstance(c, list) and (k == "-" or (k.isdigit() and int(k) <= len(c))):
+            c.insert(len(c) if k == "-" else int(k), value)
+        else:
+            raise ValueError(f"add operation does not apply: doc is missing path: {op.get('path')}")
+
+    for op in ops:
+        kind = op.get("op")
+        tokens = _pointer(op.get("path"))
+        if kind in ("add", "replace", "test") and "value" not in op:
+            raise ValueError(f"{kind} operation has no value")
+        if kind == "add":
+            add(tokens, copy.deepcopy(op["value"]), op)
+        elif kind == "remove":
+            remove(tokens, op)
+        elif kind == "replace":
+            remove(tokens, op)
+            add(tokens, copy.deepcopy(op["value"]), op)
+        elif kind in ("move", "copy"):
+            src = _pointer(op.get("from"))
+            value = remove(src, op) if kind == "move" else copy.deepcopy(get(src, op))
+            add(tokens, value, op)
+        elif kind == "test":
+            if get(tokens, op) != op["value"]:
+                raise ValueError(f"testing value {op.get('path')} failed")
+        else:
+            raise ValueError(f"unexpected kind: {kind}")
+    return doc
+
+
+def _json_patched(rt: ResourceType, cur: dict, sub: str | None, ops: list[dict]) -> dict:
+    """The object after a JSON patch: through ``/status`` only its status changes, through the main
+    resource everything but its status (the update strategies' PrepareForUpdate); a patch that does not
+    apply is the apiserver's 422."""
+    try:
+        patched = _json_patch(cur, ops)
+    except ValueError as e:
+        raise _ApiError(422, "Invalid", str(e)) from None
+    if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
+        raise _ApiError(422, "Invalid", "the patched object is not a Kubernetes object")
+    if sub == "status":
+        new = copy.deepcopy(cur)
+        new["status"] = patched.get("status")
+        return new
+    if patched["metadata"].get("uid", cur["metadata"].get("uid")) != cur["metadata"].get("uid"):
+        raise _ApiError(422, "Invalid", f'{rt.kind} "{cur["metadata"].get("name")}" is invalid: metadata.uid: '
+                        f'Invalid value: "{patched["metadata"].get("uid")}": field is immutable')
+    if rt.has_status:
+        patched["status"] = copy.deepcopy(cur.get("status"))
+    for k in ("uid", "name", "namespace", "resourceVersion", "creationTimestamp"):
+        if k in cur["metadata"]:
+            patched["metadata"][k] = cur["metadata"][k]
+    return patched
 
 
 async def _json_body(request: web.Request) -> dict:

@@ -167,14 +167,17 @@ async def test_reflector_pages_strips_managed_fields_and_synthesises_deletes(api
     assert "p0" not in {o["metadata"]["name"] for o in r.store.values()}
 
 
-async def test_optional_reflector_stops_quietly_on_404(client):
+async def test_optional_reflector_on_404_is_synced_and_absent(client):
     async def handler(*a):
         raise AssertionError("no events expected")
 
     r = Reflector(client, "/apis/example.com/v1/widgets", handler, optional=True)
-    with anyio.fail_after(3):
-        await r.run()
-    assert r.synced.is_set() and not r.available
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(r.run)
+        with anyio.fail_after(3):
+            await r.synced.wait()
+        tg.cancel_scope.cancel()
+    assert not r.available and r.unavailable_reason == "not served (404)" and r.probes == 1
 
 
 def test_token_bucket_burst_then_rate():

@@ -1,7 +1,10 @@
 """Binding a pod through ``pods/{name}/binding`` and reconciling the server's 409s.
 
 * The Binding carries the pod's UID, so a recreated pod of the same name is never bound by mistake.
-* Annotations that pre_bind plugins wrote are merge-patched onto the pod first (404 → the pod is gone).
+* Annotations that pre_bind plugins wrote travel in the Binding's ``metadata.annotations``: the API
+  server copies them onto the pod in the same write that sets ``spec.nodeName`` (BindingREST's
+  ``setPodNodeAndMetadata``), so no reader ever sees the pod bound without them or annotated but not
+  bound, and a failed binding leaves no annotations behind.
 * Transport errors, 429 and 5xx are retried a few times with backoff; a retry after a lost reply
   comes back as a 409 and is reconciled like any other 409.
 * A 409 is reconciled by reading the pod: already on our node → done; bound elsewhere, recreated
@@ -10,6 +13,8 @@
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import anyio
 import structlog
@@ -29,20 +34,22 @@ class BindGated(Exception):
 
 
 class KubeBinder:
-    def __init__(self, client: KubeClient, *, attempts: int = 4, backoff: float = 0.2) -> None:
+    def __init__(self, client: KubeClient, *, attempts: int = 4, backoff: float = 0.2,
+                 check: Callable[[str], None] | None = None) -> None:
+        """``check(what)`` runs before every request that writes (each attempt of a binding) and raises
+        to refuse it (the engine's leadership check raises NotLeading)."""
         self.client, self.attempts, self.backoff = client, attempts, backoff
+        self.check = check
         self.bound = 0
         self.conflicts_resolved = 0
         self.retries = 0
 
     async def __call__(self, pod: Pod, node_name: str, annotations: dict) -> bool:
         base = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+        meta: dict = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
         if annotations:
-            await self._retrying(lambda: self.client.request(
-                "PATCH", base, body={"metadata": {"uid": pod.uid, "annotations": dict(annotations)}},
-                content_type="application/merge-patch+json"), pod, node_name)
-        body = {"apiVersion": "v1", "kind": "Binding",
-                "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            meta["annotations"] = {str(k): str(v) for k, v in annotations.items()}
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}}
         await self._retrying(lambda: self.client.request("POST", base + "/binding", body=body), pod, node_name)
         self.bound += 1
@@ -51,6 +58,8 @@ class KubeBinder:
     async def _retrying(self, call, pod: Pod, node_name: str) -> None:
         delay = self.backoff
         for attempt in range(self.attempts):
+            if self.check is not None:
+                self.check(f"binding {pod.key}")
             try:
                 await call()
                 return

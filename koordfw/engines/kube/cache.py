@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from ...core.errors import KoordfwError
 from ...core.hints import NODE_ADD, NODE_DELETE, NODE_UPDATE, ClusterEvent
-from ...core.model import node_from_manifest, pod_from_manifest
+from ...core.model import Pod, node_from_manifest, pod_from_manifest
 from ...core.schedule_one import Scheduler
 
 log = structlog.get_logger("koordfw.kube")
@@ -54,6 +55,14 @@ class ClusterFeeder:
         self._last_object_event = 0.0
         self.bad_objects = 0
         self.wakeup: Any = None  # an anyio.Event set when pods become active
+        #: called with an assigned pod of ours that still carries status.nominatedNodeName (its
+        #: nomination ended with the binding; the engine's writer clears it)
+        self.nomination_ended: Callable[[Pod], None] | None = None
+
+    def _bound(self, pod: Pod) -> None:
+        if (self.nomination_ended is not None and pod.nominated_node_name and self.scheduler_name is not None
+                and pod.scheduler_name == self.scheduler_name):
+            self.nomination_ended(pod)
 
     def _wake(self) -> None:
         if self.wakeup is not None:
@@ -95,6 +104,7 @@ class ClusterFeeder:
             if info is not None:
                 s.queue.done(uid)  # bound by someone else (or by us, before a restart)
             await s.add_pod(pod)
+            self._bound(pod)
             return
         if self.cluster.is_assumed(uid):
             # bound by us, and this older unassigned copy was written before the binding (e.g. our
@@ -149,6 +159,7 @@ class ClusterFeeder:
             return
         if pod.node_name:
             self.cluster.add_pod(pod)
+            self._bound(pod)
             return
         if pod.deletion_timestamp is not None or pod.is_terminal:
             self.cluster.remove_pod(uid)

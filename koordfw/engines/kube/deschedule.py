@@ -66,8 +66,11 @@ class Outcome:
 class LiveDescheduler:
     def __init__(self, scheduler: Scheduler, client: KubeClient, *, interval: float = 60.0, dry_run: bool = True,
                  max_evictions_per_minute: int = 10, reservation_ttl: float = 300.0,
-                 clock: Any = time.monotonic) -> None:
+                 clock: Any = time.monotonic, leading: Any = None) -> None:
+        """``leading()`` (None: always) is asked before every eviction: a replica that is not the leader
+        evicts nothing."""
         self.scheduler, self.client = scheduler, client
+        self.leading = leading
         self.interval, self.dry_run = interval, dry_run
         self.max_per_minute = max_evictions_per_minute
         self.ttl = reservation_ttl
@@ -157,6 +160,9 @@ class LiveDescheduler:
                 continue
             if not self._rate_ok():
                 out.append(Outcome(m, "skipped: eviction rate limit"))
+                continue
+            if self.leading is not None and not self.leading():
+                out.append(Outcome(m, "skipped: not the leader"))
                 continue
             res = self._reserve(pod, m.to) if m.to else None
             try:

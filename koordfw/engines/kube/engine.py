@@ -32,16 +32,15 @@ from ...extension import SCHEDULING_GROUP_VERSION, SLO_GROUP_VERSION
 from .binder import BindDropped, BindGated, KubeBinder
 from .cache import ClusterFeeder
 from .client import ApiError, KubeClient
-from .leader import LeaderElector
+from .health import api_health, unhealthy_reason
+from .leader import LeaderElector, NotLeading
 from .reflector import Reflector
 from .writer import Writer
 from .writer import _now as _now_iso
 
 log = structlog.get_logger("koordfw.kube")
 
-
-class NotLeading(Exception):
-    """An API write was refused because this replica no longer holds the leader lease."""
+__all__ = ["KubeSchedulerEngine", "NotLeading", "build_cache", "default_identity"]
 
 #: kube-scheduler's informer selector: all non-terminal pods
 NON_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
@@ -85,19 +84,28 @@ class KubeSchedulerEngine(SchedulerEvents):
                  leader_elector: LeaderElector | None = None, max_in_flight_binds: int | None = None,
                  objects: dict[str, str] | None = None, watch_timeout: int = 300,
                  flush_interval: float = 1.0, deschedule_interval: float = 0.0, deschedule_dry_run: bool = True,
-                 max_evictions_per_minute: int = 10, reservation_ttl: float = 300.0) -> None:
+                 max_evictions_per_minute: int = 10, reservation_ttl: float = 300.0,
+                 unhealthy_after: float = 120.0) -> None:
+        """``unhealthy_after``: ``/healthz`` fails once the API has been unreachable (or the caches
+        unsynced since the start) for longer than this many seconds, timed on ``client.clock``."""
         self.client = client
         self.scheduler_name = scheduler_name or registry.profile.scheduler_name
         self.identity = identity or default_identity()
-        self.binder = KubeBinder(client)
+        self.binder = KubeBinder(client, check=self._check_leading)
+        self.unhealthy_after = unhealthy_after
+        self._run_started: float | None = None
+        #: pods whose nomination the kernel held when they last failed (written to the API)
+        self._nominated: set[str] = set()
         self.scheduler, self.feeder, self.reflectors = build_cache(
             registry, client, scheduler_name=self.scheduler_name, seed=seed, objects=objects,
             watch_timeout=watch_timeout, engine=self)
         self.preempted = 0
         self.attempt_counts: Counter[str] = Counter()
         self.cluster = self.scheduler.cluster
-        self.writer = Writer(client, event_client, controller=self.scheduler_name, instance=self.identity)
         self.elector = leader_elector
+        self.writer = Writer(client, event_client, controller=self.scheduler_name, instance=self.identity,
+                             leading=self.may_write)
+        self.feeder.nomination_ended = self.writer.clear_nomination
         qps = client.limiter.qps
         self.max_in_flight = max_in_flight_binds or max(16, int(qps * 2) if qps > 0 else 256)
         self.flush_interval = flush_interval
@@ -115,7 +123,7 @@ class KubeSchedulerEngine(SchedulerEvents):
             self.descheduler = LiveDescheduler(self.scheduler, client, interval=deschedule_interval,
                                                dry_run=deschedule_dry_run,
                                                max_evictions_per_minute=max_evictions_per_minute,
-                                               reservation_ttl=reservation_ttl)
+                                               reservation_ttl=reservation_ttl, leading=self.may_write)
 
     # -- SchedulerEvents ------------------------------------------------------------------------------
     def pod_enqueued(self, pod: Pod) -> Pod | None:
@@ -125,6 +133,7 @@ class KubeSchedulerEngine(SchedulerEvents):
         self.attempt_counts[pod.uid] += 1
 
     def pod_bound(self, pod: Pod, node_name: str, state: CycleState) -> None:
+        self._nominated.discard(pod.uid)
         self.writer.scheduled(pod, node_name)
         self.feeder.resync(pod.uid)
 
@@ -140,6 +149,7 @@ class KubeSchedulerEngine(SchedulerEvents):
         if uid in self.dropped or self.cluster.pod(uid) is None and uid not in self.feeder.gated:
             # deleted, recreated, terminating or bound elsewhere: forget it, write nothing
             self.dropped.discard(uid)
+            self._nominated.discard(uid)
             self.scheduler.queue.done(uid)
             self.writer.forget(uid)
             self.feeder.resync(uid)
@@ -150,9 +160,23 @@ class KubeSchedulerEngine(SchedulerEvents):
             self.cluster.remove_pod(uid)
             return
         reason = "Unschedulable" if st.is_rejection else "SchedulerError"
-        info = self.scheduler.queue.info(uid)
-        nominated = info.pod.nominated_node_name if info is not None else None
+        nominated = self._kernel_nomination(uid)
+        if nominated is not None:
+            self._nominated.add(uid)
+        elif uid in self._nominated:
+            # the kernel dropped the nomination it held (the pod was assumed, then reserve, permit or
+            # binding failed): clear it on the pod, as kube-scheduler's clearNominatedNode does
+            self._nominated.discard(uid)
+            nominated = ""
         self.writer.unschedulable(pod, reason, st.message or f"rejected by {st.plugin}", nominated)
+
+    def _kernel_nomination(self, uid: str) -> str | None:
+        """The node the kernel's nominator holds ``uid`` on, if any."""
+        for pods in self.scheduler.nominator.by_node_index().values():
+            for p in pods:
+                if p.uid == uid:
+                    return p.nominated_node_name
+        return None
 
     async def _preempt_victim(self, pod: Pod, reason: str) -> bool:
         """kube-scheduler's PrepareCandidate for one victim: a victim of ours waiting at permit is
@@ -187,6 +211,10 @@ class KubeSchedulerEngine(SchedulerEvents):
         log.info("preempted", pod=pod.key, reason=reason)
         return True
 
+    def may_write(self) -> bool:
+        """Whether this replica may write to the API now: no election, or it leads."""
+        return self.elector is None or self.elector.is_leader
+
     def _check_leading(self, what: str) -> None:
         """Refuse an API write once leadership is lost: another replica may be scheduling already
         (kube-scheduler exits at that instant; here the binds in flight fail and requeue while the
@@ -218,6 +246,7 @@ class KubeSchedulerEngine(SchedulerEvents):
 
     async def run(self) -> None:
         """Run until ``stop()``: in-flight binds finish, queued status patches and events are written."""
+        self._run_started = self.client.clock()
         await self.scheduler.startup()
         try:
             async with anyio.create_task_group() as bg:
@@ -291,7 +320,15 @@ class KubeSchedulerEngine(SchedulerEvents):
 
     # -- reporting ----------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
+        absent = sorted(r.name for r in self.reflectors if not r.available)
         return {"synced": all(r.synced.is_set() for r in self.reflectors), "scheduling": self.started.is_set(),
                 "leader": None if self.elector is None else self.elector.is_leader,
                 "nodes": self.cluster.num_nodes, "queued": len(self.scheduler.queue),
-                "bound": self.binder.bound, "inFlightBinds": self.scheduler.in_flight_binds}
+                "bound": self.binder.bound, "inFlightBinds": self.scheduler.in_flight_binds,
+                "absentKinds": absent, **api_health(self.client)}
+
+    def unhealthy_reason(self) -> str | None:
+        """Why ``/healthz`` should fail now, or None (see ``health.unhealthy_reason``)."""
+        unsynced = [r.name for r in self.reflectors if not r.synced.is_set()]
+        return unhealthy_reason(self.client, unsynced=unsynced, started_at=self._run_started,
+                                after=self.unhealthy_after)

@@ -1,19 +1,60 @@
-"""``/healthz`` and ``/metrics`` (Prometheus text format) for the long-running modes."""
+"""``/healthz``, ``/readyz`` and ``/metrics`` (Prometheus text format) for the long-running modes.
+
+``/healthz`` answers 500 with ``{"status": "unhealthy", "reason": ...}`` when the process should be
+restarted: its caches have not synced within ``unhealthy_after`` seconds of the start, or the API has
+been unreachable (every round trip failing: transport errors, 401, 429, 5xx) for longer than that, as
+the client records it. Otherwise 200 with ``{"status": "ok", ...}``. Both carry the details.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ...metrics import REGISTRY
 
+if TYPE_CHECKING:
+    from .client import KubeClient
+
+
+#: the default of ``--unhealthy-after-seconds``
+DEFAULT_UNHEALTHY_AFTER = 120.0
+
+
+def api_health(client: KubeClient) -> dict[str, Any]:
+    """What the client knows about reaching the API, in seconds ago on its clock (None: never/not)."""
+    now = client.clock()
+    return {"apiLastSuccessSecondsAgo": None if client.last_success is None else round(now - client.last_success, 3),
+            "apiUnreachableForSeconds": None if client.unreachable_since is None
+            else round(now - client.unreachable_since, 3)}
+
+
+def unhealthy_reason(client: KubeClient, *, unsynced: Sequence[str] = (), started_at: float | None = None,
+                     after: float = DEFAULT_UNHEALTHY_AFTER) -> str | None:
+    """Why the process is unhealthy, or None: the API unreachable for longer than ``after`` seconds, or
+    caches (``unsynced`` names them) still unsynced ``after`` seconds past ``started_at`` (both on the
+    client's clock)."""
+    now = client.clock()
+    if client.unreachable_since is not None and now - client.unreachable_since > after:
+        return (f"the API has been unreachable for {now - client.unreachable_since:.0f}s "
+                f"(more than {after:g}s)")
+    if unsynced and started_at is not None and now - started_at > after:
+        return f"caches not synced {now - started_at:.0f}s after the start (more than {after:g}s): " + \
+            ", ".join(sorted(unsynced))
+    return None
+
 
 def add_health_routes(app: web.Application, health: Callable[[], dict[str, Any]],
-                      ready: Callable[[], bool] | None = None) -> None:
+                      ready: Callable[[], bool] | None = None,
+                      check: Callable[[], str | None] | None = None) -> None:
+    """``check()`` returns why the process is unhealthy (``/healthz`` then answers 500), or None."""
     async def healthz(_: web.Request) -> web.Response:
+        reason = check() if check is not None else None
+        if reason:
+            return web.json_response({"status": "unhealthy", "reason": reason, **health()}, status=500)
         return web.json_response({"status": "ok", **health()})
 
     async def readyz(_: web.Request) -> web.Response:
@@ -29,10 +70,11 @@ def add_health_routes(app: web.Application, health: Callable[[], dict[str, Any]]
 
 
 async def start_health_server(host: str, port: int, health: Callable[[], dict[str, Any]],
-                              ready: Callable[[], bool] | None = None) -> tuple[web.AppRunner, int]:
+                              ready: Callable[[], bool] | None = None,
+                              check: Callable[[], str | None] | None = None) -> tuple[web.AppRunner, int]:
     """Serve the health routes; returns the runner (``await runner.cleanup()`` to stop) and the port."""
     app = web.Application()
-    add_health_routes(app, health, ready)
+    add_health_routes(app, health, ready, check)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

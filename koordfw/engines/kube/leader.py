@@ -34,6 +34,10 @@ log = structlog.get_logger("koordfw.kube")
 _RECORD_FIELDS = ("holderIdentity", "leaseDurationSeconds", "acquireTime", "renewTime", "leaseTransitions")
 
 
+class NotLeading(Exception):
+    """An API write was refused because this replica no longer holds the leader lease."""
+
+
 def _micro(ts: float) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 

@@ -1,10 +1,21 @@
 """A reflector: LIST (paged) then WATCH from the list's resourceVersion, as client-go's.
 
+* Which state a LIST asks for follows client-go's ``relistResourceVersion``: the first LIST sends
+  ``resourceVersion=0`` (served from the apiserver's watch cache, possibly a little stale: the watch
+  that follows catches up); a relist sends the last resourceVersion seen with
+  ``resourceVersionMatch=NotOlderThan`` (never older than what the store already holds); after a LIST
+  answered 410 Gone or "Too large resource version" (504 with the ``ResourceVersionTooLarge`` cause)
+  the next one sends no resourceVersion at all, a quorum read of the newest state. Continuation pages
+  carry only ``continue``.
 * Bookmarks are requested; every event and bookmark advances the resourceVersion to resume from.
-* A 410 (an HTTP status, or an ``ERROR`` event with code 410) means the history is gone: re-list,
-  diff against the store, synthesise ``DELETED`` for what vanished, and watch again.
+* A 410 on the watch (an HTTP status, or an ``ERROR`` event with code 410) means the history is gone:
+  re-list (from the last resourceVersion, NotOlderThan), diff against the store, synthesise ``DELETED``
+  for what vanished, and watch again.
 * A dropped or timed-out stream resumes from the last resourceVersion seen; other errors back off
   (exponential, capped) and retry.
+* An ``optional`` kind (a CRD that may not be installed, a kind RBAC may not grant) answering 404 or
+  403 is treated as absent: logged once, the store emptied (DELETED for what it held), the reflector
+  counted as synced, and the LIST re-probed every ``probe_interval`` seconds until it is served.
 
 The handler gets ``(type, obj, old)`` with type ADDED, MODIFIED or DELETED; ``old`` is the stored copy
 (None for ADDED). Objects are keyed by ``metadata.uid`` (recreated objects are distinct).
@@ -40,15 +51,22 @@ class Reflector:
     def __init__(self, client: KubeClient, path: str, handler: Handler, *, field_selector: str = "",
                  page_size: int = 500, watch_timeout: int = 300, name: str = "",
                  initial_backoff: float = 0.2, max_backoff: float = 10.0, strip_managed_fields: bool = True,
-                 optional: bool = False) -> None:
+                 optional: bool = False, probe_interval: float = 60.0) -> None:
         self.client, self.path, self.handler = client, path, handler
         self.field_selector, self.page_size, self.watch_timeout = field_selector, page_size, watch_timeout
         self.name = name or path
         self.initial_backoff, self.max_backoff = initial_backoff, max_backoff
         self.strip_managed_fields = strip_managed_fields
-        self.optional = optional  # a 404 on LIST (CRD not installed) ends the reflector quietly
+        self.optional = optional  # a 404/403 (CRD not installed, kind not granted): absent, re-probed
+        self.probe_interval = probe_interval
         self.store: dict[str, dict] = {}
         self.resource_version = ""
+        #: the last LIST answered 410 or "too large": the next one is a quorum read (client-go's
+        #: isLastSyncResourceVersionUnavailable)
+        self.rv_unavailable = False
+        #: why the kind is absent ("" while it is served)
+        self.unavailable_reason = ""
+        self.probes = 0
         self.synced = anyio.Event()
         self.relists = 0
         self.watches = 0
@@ -73,25 +91,58 @@ class Reflector:
                 need_list = True
             except ApiError as e:
                 self.errors += 1
-                if e.status == 410:
-                    log.info("resourceVersion expired; re-listing", reflector=self.name)
+                if e.status == 410 or e.too_large_resource_version:
+                    if need_list:
+                        # the LIST itself: its resourceVersion is gone or ahead of the server's, so the
+                        # next one is a quorum read
+                        self.rv_unavailable = True
+                    log.info("resourceVersion unavailable; re-listing", reflector=self.name, error=str(e),
+                             quorum=need_list)
                     need_list = True
                     continue
-                if e.status == 404 and need_list and self.optional:
-                    log.info("resource not served; not watching it", reflector=self.name)
-                    self.available = False
-                    self.synced.set()
-                    return
+                if e.status in (403, 404) and self.optional:
+                    await self._absent(e)
+                    need_list = True
+                    await anyio.sleep(self.probe_interval)
+                    continue
                 log.warning("API error; backing off", reflector=self.name, error=str(e), seconds=round(backoff, 2))
                 await anyio.sleep(backoff * (0.5 + self._rng.random()))
                 backoff = min(backoff * 2, self.max_backoff)
+
+    async def _absent(self, e: ApiError) -> None:
+        """The kind is not served (404) or not granted (403): like its absence, logged once."""
+        self.probes += 1
+        reason = "not served (404)" if e.status == 404 else f"forbidden (403): {e.message}"
+        if self.available or reason != self.unavailable_reason:
+            log.info("resource unavailable; treating it as absent and re-probing",
+                     reflector=self.name, reason=reason, every=self.probe_interval)
+        self.available = False
+        self.unavailable_reason = reason
+        if self.store:
+            await self._replace([])
+        self.resource_version = ""
+        self.synced.set()
+
+    def list_params(self) -> dict[str, Any]:
+        """resourceVersion / resourceVersionMatch of the next LIST's first page (client-go's
+        relistResourceVersion, with NotOlderThan spelled out for a relist)."""
+        if self.rv_unavailable:
+            return {}
+        if not self.resource_version:
+            return {"resourceVersion": "0"}
+        return {"resourceVersion": self.resource_version, "resourceVersionMatch": "NotOlderThan"}
 
     async def _list(self) -> None:
         items: list[dict] = []
         cont = None
         rv = ""
+        first = self.list_params()
         while True:
-            params = {"limit": self.page_size, "fieldSelector": self.field_selector or None, "continue": cont}
+            params: dict[str, Any] = {"limit": self.page_size, "fieldSelector": self.field_selector or None}
+            if cont:
+                params["continue"] = cont
+            else:
+                params.update(first)
             page = await self.client.request("GET", self.path, params=params, timeout=60)
             meta = page.get("metadata") or {}
             if not rv:
@@ -101,6 +152,10 @@ class Reflector:
             if not cont:
                 break
         self.relists += 1
+        self.rv_unavailable = False
+        if not self.available:
+            log.info("resource served again", reflector=self.name)
+            self.available, self.unavailable_reason = True, ""
         await self._replace(items)
         self.resource_version = rv
         self.synced.set()

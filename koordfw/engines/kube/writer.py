@@ -5,6 +5,15 @@ scheduling cycle. Status patches are coalesced per pod (only the newest reason i
 at all when the pod already carries it); events use their own client (kube-scheduler gives its event
 recorder a separate clientset, so events do not eat the binding QPS) and a repeated identical
 FailedScheduling for a pod is not re-sent.
+
+``status.nominatedNodeName`` follows the kernel's nominator as kube-scheduler's ``updatePod`` does: a
+failed pod's patch writes the node preemption nominated it to, and clears a nomination the pod carries
+when the kernel no longer nominates it (``nominated=""``); a nomination that ended because the pod is
+bound is cleared by ``clear_nomination`` (servers with ClearingNominatedNodeNameAfterBinding clear it
+at binding, and then nothing is written).
+
+Every write first asks ``leading()``: a replica that is not (or no longer) the leader writes nothing,
+and what it had queued is dropped (the new leader writes its own).
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from __future__ import annotations
 import datetime as _dt
 import secrets
 from collections import OrderedDict
+from collections.abc import Callable
 
 import anyio
 import structlog
@@ -34,10 +44,14 @@ def _now() -> str:
 
 class Writer:
     def __init__(self, client: KubeClient, event_client: KubeClient | None, *, controller: str, instance: str,
-                 max_events: int = 10_000) -> None:
+                 max_events: int = 10_000, leading: Callable[[], bool] | None = None) -> None:
         self.client, self.event_client = client, event_client or client
         self.controller, self.instance = controller, instance
+        self.leading = leading
+        #: uid → (pod, reason, message, nominated); reason "" is a nomination clear only
         self._status: OrderedDict[str, tuple[Pod, str, str, str | None]] = OrderedDict()
+        self.not_leading_dropped = 0
+        self.nominations_cleared = 0
         self._events: list[dict] = []
         self._last_failure_note: dict[str, str] = {}
         self._wake = anyio.Event()
@@ -48,14 +62,32 @@ class Writer:
 
     # -- queueing -----------------------------------------------------------------------------------
     def unschedulable(self, pod: Pod, reason: str, message: str, nominated: str | None = None) -> None:
-        """Queue a PodScheduled=False patch (with ``status.nominatedNodeName`` when preemption picked a
-        node for the pod, as kube-scheduler writes it) and a FailedScheduling event."""
+        """Queue a PodScheduled=False patch and a FailedScheduling event. ``nominated``: a node name is
+        written as ``status.nominatedNodeName`` (preemption picked it), ``""`` clears the one the pod
+        carries (its nomination was dropped), None leaves it as it is."""
         self._status[pod.uid] = (pod, reason, message, nominated)
         self._status.move_to_end(pod.uid)
         if self._last_failure_note.get(pod.uid) != message:
             self._last_failure_note[pod.uid] = message
             self.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
         self._wake.set()
+
+    def clear_nomination(self, pod: Pod) -> None:
+        """Queue clearing ``status.nominatedNodeName`` of a pod whose nomination ended (it is bound);
+        nothing is written when ``pod`` (the newest object seen) carries none."""
+        if not ((pod.raw or {}).get("status") or {}).get("nominatedNodeName"):
+            return
+        if pod.uid in self._status:
+            return  # a queued patch for this pod is newer than this request
+        self._status[pod.uid] = (pod, "", "", "")
+        self._wake.set()
+
+    def _may_write(self, what: str) -> bool:
+        if self.leading is None or self.leading():
+            return True
+        self.not_leading_dropped += 1
+        log.info("not the leader; not writing", what=what)
+        return False
 
     def scheduled(self, pod: Pod, node: str) -> None:
         self._status.pop(pod.uid, None)
@@ -119,20 +151,30 @@ class Writer:
     async def _write_one_status(self) -> None:
         uid, (pod, reason, message, nominated) = self._status.popitem(last=False)
         status = (pod.raw or {}).get("status") or {}
-        conds = status.get("conditions") or []
-        for c in conds:
-            if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == reason \
-                    and c.get("message") == message and (nominated is None or status.get("nominatedNodeName") == nominated):
+        have = status.get("nominatedNodeName") or ""
+        nnn_ok = nominated is None or have == nominated
+        body: dict = {"status": {}}
+        if reason:
+            conds = status.get("conditions") or []
+            if nnn_ok and any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                              and c.get("reason") == reason and c.get("message") == message for c in conds):
                 return  # already there
-        body: dict = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": reason,
-                                                 "message": message, "lastProbeTime": None,
-                                                 "lastTransitionTime": _now()}]}}
-        if nominated is not None:
-            body["status"]["nominatedNodeName"] = nominated
+            body["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": reason,
+                                             "message": message, "lastProbeTime": None,
+                                             "lastTransitionTime": _now()}]
+        elif nnn_ok:
+            return
+        if not nnn_ok:
+            # "" clears it: null deletes the field in a strategic merge patch
+            body["status"]["nominatedNodeName"] = nominated or None
+        if not self._may_write(f"status of {pod.key}"):
+            return
         try:
             await self.client.request("PATCH", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status",
                                       body=body, content_type="application/strategic-merge-patch+json")
             self.status_patches += 1
+            if "nominatedNodeName" in body["status"] and not nominated:
+                self.nominations_cleared += 1
         except ApiError as e:
             if e.status == 404:
                 return
@@ -143,6 +185,8 @@ class Writer:
 
     async def _write_one_event(self) -> None:
         ev = self._events.pop(0)
+        if not self._may_write(f"event {ev['reason']}"):
+            return
         try:
             await self.event_client.request("POST", f"/apis/events.k8s.io/v1/namespaces/{ev['metadata']['namespace']}/events",
                                             body=ev)
