@@ -7,7 +7,13 @@ Pods are found from the kubelet's cgroup layout under the ``cpu`` controller (v1
   ``kubepods/besteffort/pod<uid>``; containers are the sub-directories of a pod dir;
 * systemd driver: ``kubepods.slice/kubepods-pod<uid>.slice``,
   ``kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`` (``-`` in the uid
-  written as ``_``), ...; containers are the ``*.scope`` sub-directories.
+  written as ``_``), ...; containers are the ``*.scope`` sub-directories
+  (``cri-containerd-<id>.scope``, ``docker-<id>.scope``, ``crio-<id>.scope``).
+
+The driver is detected as Koordinator's koordlet does from the cgroup names
+(``GetCgroupDriverFromCgroupName``, pkg/koordlet/util/system/cgroup_driver_linux.go): systemd when the
+cpu controller's root holds ``kubepods.slice``, else cgroupfs when it holds ``kubepods``
+(:func:`detect_driver`, :func:`resolve_driver`).
 
 Usage is read as counters (v1 ``cpuacct.usage`` in ns, v2 ``cpu.stat`` ``usage_usec``; ``/proc/stat``
 for the node) and turned into milli-cores by :class:`UsageTracker` from two samples.
@@ -27,6 +33,11 @@ import attrs
 from ..core.model import BEST_EFFORT, BURSTABLE, GUARANTEED
 from ..core.nodestate import MAX_CPUS, CPUInfo, NodeState, parse_cpuset
 
+#: the kubelet's top-level pod cgroup per cgroup driver (Koordinator's KubeRootNameSystemd/-Cgroupfs)
+KUBEPODS = {"systemd": "kubepods.slice", "cgroupfs": "kubepods"}
+#: the container runtimes of a container ID (``<runtime>://<id>``) → the systemd scope's name prefix
+#: (Koordinator's cgroupPathFormatterInSystemd.ContainerDirFn)
+SCOPE_PREFIXES = {"containerd": "cri-containerd-", "docker": "docker-", "cri-o": "crio-", "pouch": "pouch-"}
 _POD_CGROUPFS = re.compile(r"^pod([0-9a-zA-Z_-]+)$")
 _POD_SYSTEMD = re.compile(r"^kubepods(?:-(burstable|besteffort))?-pod([0-9a-zA-Z_]+)\.slice$")
 
@@ -60,6 +71,45 @@ def detect_version(root: str | os.PathLike[str]) -> int:
     if (r / "cpu").is_dir() or (r / "cpu,cpuacct").is_dir():
         return 1
     raise FileNotFoundError(f"{r}: neither a cgroup v2 root (cgroup.controllers) nor a v1 root (cpu/)")
+
+
+def detect_driver(root: str | os.PathLike[str], version: int) -> str:
+    """The kubelet's cgroup driver from the cgroup names under the cpu controller's root (the unified
+    root on v2): ``systemd`` when ``kubepods.slice`` is there (looked for first, as Koordinator does),
+    else ``cgroupfs`` when ``kubepods`` is. Raises FileNotFoundError naming both paths when neither is."""
+    base = CgroupLayout(Path(root), version).controller_root("cpu")
+    for driver in ("systemd", "cgroupfs"):
+        if (base / KUBEPODS[driver]).is_dir():
+            return driver
+    raise FileNotFoundError(f"cannot tell the kubelet's cgroup driver: neither {base / KUBEPODS['systemd']} "
+                            f"(systemd) nor {base / KUBEPODS['cgroupfs']} (cgroupfs) exists; pass --cgroup-driver "
+                            "(and --kubepods when the kubelet has another --cgroup-root)")
+
+
+def resolve_driver(root: str | os.PathLike[str], version: int, driver: str = "auto",
+                   kubepods: str | None = None) -> tuple[str, str]:
+    """(driver, kubepods dir) for ``--cgroup-driver`` ``auto|systemd|cgroupfs`` and ``--kubepods``. With
+    ``auto`` a given kubepods dir decides (``*.slice`` is systemd's naming), else :func:`detect_driver`."""
+    if driver == "auto":
+        if kubepods:
+            driver = "systemd" if kubepods.rstrip("/").endswith(".slice") else "cgroupfs"
+        else:
+            driver = detect_driver(root, version)
+    elif driver not in KUBEPODS:
+        raise ValueError(f"unknown cgroup driver {driver!r}: expected auto, systemd or cgroupfs")
+    return driver, kubepods or KUBEPODS[driver]
+
+
+def container_dir_name(driver: str, container_id: str) -> str:
+    """The cgroup dir name of a container from its status' ``containerID`` (``containerd://<id>``):
+    systemd ``cri-containerd-<id>.scope`` (``docker-``, ``crio-``, ``pouch-``), cgroupfs ``<id>``."""
+    runtime, sep, cid = container_id.partition("://")
+    if not sep or not cid:
+        raise ValueError(f"container ID {container_id!r}: expected <runtime>://<id>")
+    if runtime not in SCOPE_PREFIXES:
+        raise ValueError(f"container ID {container_id!r}: unknown runtime {runtime!r} "
+                         f"(expected {', '.join(SCOPE_PREFIXES)})")
+    return f"{SCOPE_PREFIXES[runtime]}{cid}.scope" if driver == "systemd" else cid
 
 
 #: the most bytes :func:`read_value` reads of a file
@@ -114,6 +164,16 @@ class CgroupLayout:
     def path(self, controller: str, rel_dir: str, filename: str = "") -> Path:
         p = self.controller_root(controller) / rel_dir.strip("/")
         return p / filename if filename else p
+
+    def pod_dir(self, uid: str, kube_qos: str) -> str:
+        """The kubelet's cgroup dir of a pod (relative to a controller's root) for this driver, e.g.
+        ``kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<uid with _>.slice``."""
+        return NodeState(cgroup_version=self.version, cgroup_driver=self.driver,
+                         kubepods=self.kubepods).pod_dir(uid, kube_qos)
+
+    def container_dir(self, uid: str, kube_qos: str, container_id: str) -> str:
+        """The cgroup dir of a container of that pod from its ``containerID`` (see :func:`container_dir_name`)."""
+        return f"{self.pod_dir(uid, kube_qos)}/{container_dir_name(self.driver, container_id)}"
 
     def rel(self, controller: str, rel_dir: str, filename: str) -> str:
         """The path of a file relative to the cgroup root (the executor's and NodeState's form)."""
@@ -196,8 +256,11 @@ class CgroupLayout:
 
 
 def _container_id(name: str) -> str:
-    # systemd scopes: cri-containerd-<id>.scope, docker-<id>.scope, crio-<id>.scope
+    # systemd scopes: cri-containerd-<id>.scope, docker-<id>.scope, crio-<id>.scope, pouch-<id>.scope
     if name.endswith(".scope"):
+        for prefix in SCOPE_PREFIXES.values():
+            if name.startswith(prefix):
+                return name[len(prefix):-6]
         return name[:-6].rsplit("-", 1)[-1]
     return name
 
@@ -301,5 +364,5 @@ def monotonic() -> float:
     return time.monotonic()
 
 
-__all__ = ["CgroupLayout", "DiscoveredPod", "NodeState", "UsageTracker", "detect_version", "read_cpu_topology",
-           "read_meminfo", "read_proc_stat"]
+__all__ = ["KUBEPODS", "CgroupLayout", "DiscoveredPod", "NodeState", "UsageTracker", "container_dir_name",
+           "detect_driver", "detect_version", "read_cpu_topology", "read_meminfo", "read_proc_stat", "resolve_driver"]

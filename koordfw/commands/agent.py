@@ -31,7 +31,9 @@ def register(sub: Commands) -> None:
     p.add_argument("--resctrl-root", default="/sys/fs/resctrl", help="resctrl mount (default /sys/fs/resctrl)")
     p.add_argument("--kubepods", default=None,
                    help="the kubepods dir under each controller (default kubepods; kubepods.slice with systemd)")
-    p.add_argument("--cgroup-driver", choices=("cgroupfs", "systemd"), default="cgroupfs")
+    p.add_argument("--cgroup-driver", choices=("auto", "systemd", "cgroupfs"), default="auto",
+                   help="the kubelet's cgroup driver (default auto: systemd when the cpu cgroup root holds "
+                        "kubepods.slice, cgroupfs when it holds kubepods, as Koordinator's koordlet detects it)")
     p.add_argument("--cgroup-version", type=int, choices=(1, 2), default=None, help="default: detected")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between rounds (default 1)")
     p.add_argument("--config", metavar="FILE", help="profile YAML with the plugins' pluginConfig")
@@ -251,7 +253,7 @@ def run_plan(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from ..agent.cgroups import CgroupLayout, detect_version
+    from ..agent.cgroups import CgroupLayout, detect_version, resolve_driver
     from ..agent.executor import Executor
     from ..agent.loop import MAX_INTERVAL, MIN_INTERVAL, Agent
     from ..core.errors import ConfigError
@@ -270,8 +272,11 @@ def run(args: argparse.Namespace) -> int:
         version = args.cgroup_version or detect_version(args.cgroup_root)
     except FileNotFoundError as e:
         raise ConfigError(str(e)) from None
-    kubepods = args.kubepods or ("kubepods.slice" if args.cgroup_driver == "systemd" else "kubepods")
-    layout = CgroupLayout(Path(args.cgroup_root), version, args.cgroup_driver, kubepods)
+    try:
+        driver, kubepods = resolve_driver(args.cgroup_root, version, args.cgroup_driver, args.kubepods)
+    except FileNotFoundError as e:
+        raise ConfigError(str(e)) from None
+    layout = CgroupLayout(Path(args.cgroup_root), version, driver, kubepods)
     registry = _load_registry(args.config, args.disable)
     executor = Executor({"cgroup": args.cgroup_root, "resctrl": args.resctrl_root}, dry_run=args.dry_run,
                         cgroup_version=version)
