@@ -88,3 +88,15 @@ SCHEDULING_K8S_GROUP_VERSION = "scheduling.k8s.io/v1"  # PriorityClass
 __all__ += ["ANNOTATION_EXTENDED_RESOURCE_SPEC", "ANNOTATION_SKIP_UPDATE_RESOURCE", "CONFIG_GROUP_VERSION",
             "KIND_CLUSTER_COLOCATION_PROFILE", "LABEL_METADATA_NAME", "PRIORITY_VALUE_RANGES",
             "SCHEDULING_K8S_GROUP_VERSION"]
+
+# -- slo-controller-config's NodeSLO keys (apis/configuration/slo_controller_config.go) and the node's
+# bandwidth annotation (apis/extension/node_qos.go AnnotationNodeBandwidth), read by the NodeSLO controller
+RESOURCE_THRESHOLD_CONFIG_KEY = "resource-threshold-config"  # ResourceThresholdConfigKey
+RESOURCE_QOS_CONFIG_KEY = "resource-qos-config"  # ResourceQOSConfigKey
+CPU_BURST_CONFIG_KEY = "cpu-burst-config"  # CPUBurstConfigKey
+SYSTEM_CONFIG_KEY = "system-config"  # SystemConfigKey
+HOST_APPLICATION_CONFIG_KEY = "host-application-config"  # HostApplicationConfigKey
+ANNOTATION_NODE_BANDWIDTH = "node.koordinator.sh/network-bandwidth"  # AnnotationNodeBandwidth
+
+__all__ += ["ANNOTATION_NODE_BANDWIDTH", "CPU_BURST_CONFIG_KEY", "HOST_APPLICATION_CONFIG_KEY",
+            "RESOURCE_QOS_CONFIG_KEY", "RESOURCE_THRESHOLD_CONFIG_KEY", "SYSTEM_CONFIG_KEY"]
