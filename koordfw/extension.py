@@ -16,7 +16,8 @@ __all__ = [
     "PRIORITY_FREE", "PRIORITY_MID", "PRIORITY_NONE", "PRIORITY_PROD", "QOS_BE", "QOS_CLASSES", "QOS_LS",
     "QOS_LSE", "QOS_LSR", "QOS_NONE", "QOS_SYSTEM", "RESOURCE_GPU", "RESOURCE_GPU_CORE", "RESOURCE_GPU_MEMORY",
     "RESOURCE_GPU_MEMORY_RATIO", "RESOURCE_GPU_SHARED", "SCHEDULING_GROUP_VERSION", "SLO_GROUP_VERSION",
-    "COLOCATION_CONFIG_KEY", "CONFIG_NAMESPACE", "SLO_CTRL_CONFIG_MAP",
+    "COLOCATION_CONFIG_KEY", "CONFIG_NAMESPACE", "SLO_CTRL_CONFIG_MAP", "GPU_VENDOR_NVIDIA", "LABEL_GPU_VENDOR",
+    "RESOURCE_HUAWEI_NPU_CORE", "RESOURCE_HUAWEI_NPU_CPU", "RESOURCE_HUAWEI_NPU_DVPP",
 ]
 
 # -- pod labels (apis/extension/constants.go) --------------------------------------------------------
@@ -53,6 +54,11 @@ RESOURCE_GPU_CORE = "koordinator.sh/gpu-core"
 RESOURCE_GPU_MEMORY = "koordinator.sh/gpu-memory"
 RESOURCE_GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
 RESOURCE_GPU_SHARED = "koordinator.sh/gpu.shared"
+RESOURCE_HUAWEI_NPU_CORE = "huawei.com/npu-core"
+RESOURCE_HUAWEI_NPU_CPU = "huawei.com/npu-cpu"
+RESOURCE_HUAWEI_NPU_DVPP = "huawei.com/npu-dvpp"
+LABEL_GPU_VENDOR = "node.koordinator.sh/gpu-vendor"  # NodeDomainPrefix + "/gpu-vendor", on Devices and nodes
+GPU_VENDOR_NVIDIA = "nvidia"
 
 # -- gangs (apis/extension/coscheduling.go; the PodGroup labels are scheduler-plugins' apis/scheduling) --
 ANNOTATION_GANG_PREFIX = "gang.scheduling.koordinator.sh"

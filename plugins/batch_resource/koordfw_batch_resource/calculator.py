@@ -81,7 +81,10 @@ class BatchResult:
     by_max_usage_request: Res = attrs.field(factory=_zero)
 
     @property
-    def resources(self) -> dict[str, int]:
+    def resources(self) -> dict[str, int | None]:
+        """What the node gets: the amounts, or ``None`` (removed) when degraded, as Koordinator's Reset."""
+        if self.degraded:
+            return {BATCH_CPU: None, BATCH_MEMORY: None}
         return {BATCH_CPU: self.batch_cpu, BATCH_MEMORY: self.batch_memory}
 
 
@@ -130,7 +133,7 @@ def degrade_reason(strategy: ColocationStrategy, metric: NodeMetricInfo | None, 
         return "no NodeMetric"
     if metric.update_time is None:
         return "NodeMetric has no status.updateTime"
-    if now - metric.update_time >= strategy.degrade_time_minutes * 60:
+    if now > metric.update_time + strategy.degrade_time_minutes * 60:  # Go's now.After(updateTime + degrade)
         return f"NodeMetric older than degradeTimeMinutes ({strategy.degrade_time_minutes})"
     return ""
 
@@ -199,17 +202,18 @@ def calculate(strategy: ColocationStrategy, node: Any, pods: Iterable[Any], metr
                        by_usage=by_usage, by_request=by_request, by_max_usage_request=by_max)
 
 
-def needs_sync(old: Mapping[str, int], new: Mapping[str, int], *, last_update: float | None, now: float,
-               strategy: ColocationStrategy) -> bool:
-    """Koordinator's ``isResourceDiff`` + ``updateTimeThresholdSeconds``: should a live engine rewrite
-    node.status? Yes when the last write is older than the threshold, or when a resource appeared,
-    vanished, or moved by more than ``resourceDiffThreshold`` of its old value."""
-    if last_update is None or now - last_update >= strategy.update_time_threshold_seconds:
+def needs_sync(old: Mapping[str, int | None], new: Mapping[str, int | None], *, last_update: float | None,
+               now: float, strategy: ColocationStrategy) -> bool:
+    """Koordinator's ``isCommonNodeNeedSync`` + the plugin's ``NeedSync`` (``util.IsResourceDiff``): should a
+    live engine rewrite node.status? Yes when it never wrote it, or its last write is more than
+    ``updateTimeThresholdSeconds`` old, or when a resource appears, vanishes (absent or ``None``), or moves by
+    more than ``resourceDiffThreshold`` of its old value."""
+    if last_update is None or now - last_update > strategy.update_time_threshold_seconds:
         return True
     for r in set(old) | set(new):
-        a, b = old.get(r, 0), new.get(r, 0)
-        if (a == 0) != (b == 0):
+        a, b = old.get(r), new.get(r)
+        if (a is None) != (b is None):
             return True
-        if a and abs(b - a) > a * strategy.resource_diff_threshold:
+        if a is not None and b is not None and abs(b - a) > a * strategy.resource_diff_threshold:
             return True
     return False

@@ -1,23 +1,28 @@
 """The ``batch_resource`` plugin: a ``node_resources`` hook publishing batch-cpu / batch-memory.
 
-A node without a NodeMetric object is left alone (the hook returns ``None``): nothing is known about
-its usage, and a cluster snapshot may already carry the slo-controller's values in node.status. A node
-whose NodeMetric is too old (``degradeTimeMinutes``) or lacks ``status.updateTime``, or whose strategy
-disables colocation, gets both resources reset to 0 (removed), as Koordinator degrades them.
+Without a cluster ColocationCfg (``colocation`` None: ``koordfw simulate`` without slo-controller-config)
+the strategy is the plugin's args, and a node without a NodeMetric object is left alone (nothing is
+known about its usage, and a snapshot may carry the slo-controller's values in node.status already).
+With one (``koordfw manager``, or an input holding the ConfigMap) the strategy is that configuration
+over Koordinator's defaults (``enable`` false), as koord-manager's: a node without a NodeMetric, with one
+older than ``degradeTimeMinutes`` or lacking ``status.updateTime``, or whose colocation is disabled
+gets both resources reset (removed from allocatable and capacity: ``None``), as Koordinator's Reset.
+The hook returns ``None`` when Koordinator's sync rule (:func:`needs_sync`) says no write is needed.
 """
-
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import attrs
 import structlog
 
 from koordfw import ManifestError, format_quantity, hookimpl, warn_once
-from koordfw.extension import BATCH_CPU, BATCH_MEMORY
+from koordfw.extension import BATCH_CPU, BATCH_MEMORY, COLOCATION_CONFIG_KEY
 
-from .calculator import BatchResult, calculate
+from .calculator import BatchResult, calculate, needs_sync
 from .metric import parse_node_metric
-from .strategy import ColocationStrategy, strategy_for_node
+from .strategy import ColocationStrategy, from_colocation_config, strategy_for_node
 
 log = structlog.get_logger("koordfw.batch_resource")
 
@@ -28,6 +33,9 @@ class BatchResource:
         self.results: dict[str, BatchResult] = {}
         #: bad annotations, labels and NodeMetrics already reported
         self.warned: set = set()
+        #: the last valid cluster ColocationCfg (from the engine's ``colocation``) and the text it came from
+        self._colocation: ColocationStrategy | None = None
+        self._colocation_key: str | None = None
 
     @staticmethod
     @hookimpl
@@ -35,22 +43,54 @@ class BatchResource:
         return ColocationStrategy
 
     @hookimpl
-    def node_resources(self, node: Any, pods: Any, metric: Any, now: float, args: ColocationStrategy) -> dict | None:
-        if metric is None:
-            return None
+    def node_resources(self, node: Any, pods: Any, metric: Any, now: float, last_update: float | None,
+                       colocation: dict | None, args: ColocationStrategy) -> dict | None:
         n = getattr(node, "node", node)  # a NodeView or a bare Node
-        strategy = strategy_for_node(args, n.name, n.labels, n.annotations, self.warned)
-        try:
-            info = parse_node_metric(metric)
-        except ManifestError as e:
-            # Koordinator degrades a node without a usable NodeMetric: its batch resources are reset
-            warn_once(log, self.warned, (n.name, "NodeMetric", str(e)),
-                      "invalid NodeMetric: the node's batch resources are reset", node=n.name, error=str(e))
-            result = BatchResult(node=n.name, degraded=f"invalid NodeMetric ({e})")
+        if colocation is None:
+            # no cluster configuration (koordfw simulate without slo-controller-config): the args, and a
+            # node without NodeMetric keeps whatever node.status says
+            if metric is None:
+                return None
+            strategy = strategy_for_node(args, n.name, n.labels, n.annotations, self.warned)
         else:
-            result = calculate(strategy, n, pods, info, now, self.warned)
+            base = self._cluster_strategy(colocation)
+            if base is None:
+                return None  # no valid configuration yet: Koordinator does nothing (IsCfgAvailable)
+            strategy = strategy_for_node(base, n.name, n.labels, n.annotations, self.warned)
+            if not base.enable:
+                # isColocationCfgDisabled: the cluster switch wins over any node's strategy
+                strategy = attrs.evolve(strategy, enable=False)
+        if metric is None:
+            result = BatchResult(node=n.name, degraded="colocation disabled" if not strategy.enable
+                                 else "no NodeMetric")
+        else:
+            try:
+                info = parse_node_metric(metric)
+            except ManifestError as e:
+                # Koordinator degrades a node without a usable NodeMetric: its batch resources are reset
+                warn_once(log, self.warned, (n.name, "NodeMetric", str(e)),
+                          "invalid NodeMetric: the node's batch resources are reset", node=n.name, error=str(e))
+                result = BatchResult(node=n.name, degraded=f"invalid NodeMetric ({e})")
+            else:
+                result = calculate(strategy, n, pods, info, now, self.warned)
         self.results[n.name] = result
-        return result.resources
+        new = result.resources
+        old = {r: n.allocatable.get(r) for r in new}
+        if not needs_sync(old, new, last_update=last_update, now=now, strategy=strategy):
+            return None
+        return new
+
+    def _cluster_strategy(self, colocation: dict) -> ColocationStrategy | None:
+        """The ColocationCfg as a strategy, parsed once per distinct value; an invalid one is logged naming
+        the field and the previous valid one is kept (None before any)."""
+        key = json.dumps(colocation, sort_keys=True, default=str)
+        if key != self._colocation_key:
+            self._colocation_key = key
+            try:
+                self._colocation = from_colocation_config(colocation, f"{COLOCATION_CONFIG_KEY}", self.warned)
+            except ValueError as e:
+                log.error("invalid colocation config; keeping the previous one", error=str(e))
+        return self._colocation
 
     @hookimpl
     def report(self) -> dict | None:

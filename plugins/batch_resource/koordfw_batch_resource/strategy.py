@@ -188,3 +188,56 @@ def strategy_for_node(base: ColocationStrategy, name: str, labels: Mapping[str, 
         s = attrs.evolve(s, cpu_reclaim_threshold_percent=s.cpu_reclaim_threshold_percent if cpu is None else cpu,
                          memory_reclaim_threshold_percent=s.memory_reclaim_threshold_percent if mem is None else mem)
     return s
+
+
+#: Koordinator's ``sloconfig.DefaultColocationStrategy`` for the fields modelled here: the plugin's
+#: defaults but ``enable`` false
+KOORDINATOR_DEFAULTS = ColocationStrategy(enable=False)
+
+#: ``IsColocationStrategyValid``: these must be > 0 when set (the others >= 0, as the field validators say)
+_POSITIVE = ("degrade_time_minutes", "update_time_threshold_seconds", "resource_diff_threshold")
+
+
+def _check_valid(s: ColocationStrategy, where: str) -> None:
+    for name in _POSITIVE:
+        if getattr(s, name) <= 0:
+            raise ValueError(f"{where}: {_camel(name)}: must be > 0, got {getattr(s, name)!r}")
+
+
+def from_colocation_config(cfg: Mapping[str, Any], where: str, warned: set | None = None) -> ColocationStrategy:
+    """The cluster strategy (with its ``nodeConfigs``) of a Koordinator ColocationCfg object, as
+    ``ColocationHandlerForConfigMapEvent.syncConfig``: Koordinator's defaults merged with the cluster
+    fields; an invalid cluster strategy raises ValueError naming ``where`` and the field (the caller
+    keeps its previous configuration). A ``nodeConfigs`` entry whose strategy is invalid is replaced by the
+    cluster strategy (its selector still matches first), one whose selector is invalid is skipped, each
+    logged naming the entry."""
+    if not isinstance(cfg, Mapping):
+        raise ValueError(f"{where}: expected a JSON object")
+    base = merge(KOORDINATOR_DEFAULTS,
+                 {k: v for k, v in cfg.items() if k in OVERRIDABLE}, where=where)
+    _check_valid(base, where)
+    raw = cfg.get("nodeConfigs") or []
+    if not isinstance(raw, list):
+        raise ValueError(f"{where}: nodeConfigs: expected a list")
+    configs: list[dict] = []
+    for i, nc in enumerate(raw):
+        w = f"{where}: nodeConfigs[{i}]"
+        try:
+            if not isinstance(nc, Mapping) or not isinstance(nc.get("nodeSelector"), Mapping):
+                raise ValueError("nodeSelector: required, a label selector")
+            _check_selector(nc["nodeSelector"], "nodeSelector")
+        except ValueError as e:
+            warn_once(log, warned, (w, str(e)), "skipping an invalid nodeConfigs entry", config=w, error=str(e))
+            continue
+        overrides = {k: v for k, v in nc.items() if k in OVERRIDABLE and v is not None}
+        try:
+            _check_valid(merge(base, overrides, where=w), w)
+        except ValueError as e:
+            warn_once(log, warned, (w, str(e)), "invalid nodeConfigs strategy: the cluster strategy applies",
+                      config=w, error=str(e))
+            overrides = {}
+        entry = {"nodeSelector": dict(nc["nodeSelector"]), **overrides}
+        if isinstance(nc.get("name"), str):
+            entry["name"] = nc["name"]
+        configs.append(entry)
+    return attrs.evolve(base, node_configs=configs)

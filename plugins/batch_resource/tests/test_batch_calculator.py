@@ -136,7 +136,8 @@ CASES = [
          "cpuReclaimThresholdPercent": 70}]}, {"labels": {"pool": "colo"}}, {}, (50000, 37 * G)),
     # degradation
     ("fresh-enough", {}, {}, {"update": NOW - 899}, (40000, 37 * G)),
-    ("degraded-stale", {}, {}, {"update": NOW - 900}, (0, 0)),
+    ("fresh-at-exactly-degrade-minutes", {}, {}, {"update": NOW - 900}, (40000, 37 * G)),
+    ("degraded-stale", {}, {}, {"update": NOW - 901}, (0, 0)),
     ("degraded-custom-minutes", {"degrade_time_minutes": 1}, {}, {"update": NOW - 61}, (0, 0)),
     ("degraded-no-update-time", {}, {}, {"update": None}, (0, 0)),
     ("disabled", {"enable": False}, {}, {}, (0, 0)),
@@ -208,8 +209,18 @@ def test_needs_sync():
     old = {"kubernetes.io/batch-cpu": 10000}
     assert not needs_sync(old, {"kubernetes.io/batch-cpu": 10500}, last_update=NOW - 10, now=NOW, strategy=s)
     assert needs_sync(old, {"kubernetes.io/batch-cpu": 11500}, last_update=NOW - 10, now=NOW, strategy=s)
-    assert needs_sync(old, {"kubernetes.io/batch-cpu": 10000}, last_update=NOW - 300, now=NOW, strategy=s)
+    # Koordinator: Since(lastUpdate) > updateTimeThresholdSeconds, strictly
+    assert not needs_sync(old, {"kubernetes.io/batch-cpu": 10000}, last_update=NOW - 300, now=NOW, strategy=s)
+    assert needs_sync(old, {"kubernetes.io/batch-cpu": 10000}, last_update=NOW - 301, now=NOW, strategy=s)
+    assert needs_sync(old, {"kubernetes.io/batch-cpu": 10000}, last_update=None, now=NOW, strategy=s)
+    # IsResourceDiff: |new - old| > old * threshold (10 % of 10000 = 1000 is not more than 1000)
+    assert not needs_sync(old, {"kubernetes.io/batch-cpu": 11000}, last_update=NOW - 10, now=NOW, strategy=s)
+    assert not needs_sync(old, {"kubernetes.io/batch-cpu": 9000}, last_update=NOW - 10, now=NOW, strategy=s)
     assert needs_sync(old, {"kubernetes.io/batch-cpu": 0}, last_update=NOW - 10, now=NOW, strategy=s)
+    # a reset (None) or a new resource is a change; a reset of an absent one is not
+    assert needs_sync(old, {"kubernetes.io/batch-cpu": None}, last_update=NOW - 10, now=NOW, strategy=s)
+    assert needs_sync({}, {"kubernetes.io/batch-cpu": 0}, last_update=NOW - 10, now=NOW, strategy=s)
+    assert not needs_sync({}, {"kubernetes.io/batch-cpu": None}, last_update=NOW - 10, now=NOW, strategy=s)
 
 
 def test_profile_keys_are_koordinators():

@@ -33,6 +33,7 @@ from . import (
     frag,
     lp,
 )
+from . import node_resources as node_res
 from .inventory import DEVICE_ALLOCATED, MAX_GPUS_PER_NODE, MILLI, Alloc, Inventory
 from .policies import CHOICE as _CHOICE
 from .policies import POLICIES, Policy, pod_tag, sub_select  # noqa: F401  (pod_tag, sub_select: public)
@@ -158,6 +159,28 @@ class GpuShare:
     @hookimpl
     def plugin_args():
         return Args
+
+    # -- node resources (koordfw manager; simulate for nodes without device allocatable) ---------------
+    @hookimpl
+    def node_resources(self, node, now, last_update, colocation, handle):
+        """The node's device resources from its Device (see :mod:`.node_resources`). Without a colocation
+        configuration (``koordfw simulate`` without slo-controller-config) only a node that has none of
+        these resources in its allocatable gets them derived; otherwise the node's strategy decides."""
+        n = getattr(node, "node", node)
+        device = handle.cluster.get_object("Device", n.name)
+        if colocation is None:
+            if device is None or any(r in n.allocatable for r in node_res.RESOURCE_NAMES):
+                return None
+            res = node_res.device_resources(device, self._warned)
+            return {k: v for k, v in res.items() if v is not None} or None
+        strategy = node_res.node_strategy(colocation, n.labels, n.annotations)
+        if not strategy["enable"]:
+            return None
+        res = node_res.device_resources(device, self._warned)
+        old = {r: n.allocatable.get(r) for r in res}
+        if not node_res.needs_sync(old, res, last_update=last_update, now=now, strategy=strategy):
+            return None
+        return res
 
     @hookimpl
     def startup(self, args, handle):
