@@ -517,3 +517,80 @@ def test_self_contained_check_finds_what_is_missing():
     foreign = [("x", {"kind": "RoleBinding", "metadata": {"name": "b", "namespace": "kube-system"},
                       "roleRef": {"kind": "Role", "name": "not-here"}, "subjects": []})]
     assert unresolved(foreign) == ["x: Role kube-system/not-here is neither defined here nor built in"]
+
+
+# -- RBAC: a cache whose kinds the service account may not list never syncs ----------------------------
+#: rules of the bootstrap ClusterRoles the manifests bind (a subset of
+#: plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go: what the caches and binders here need)
+BUILTIN_RULES: dict[str, list[dict]] = {
+    "system:kube-scheduler": [
+        {"apiGroups": [""], "resources": ["nodes", "namespaces"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["bindings", "pods/binding"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list", "watch"]},
+    ],
+    "system:volume-scheduler": [],
+}
+
+
+def api_resource(path: str) -> tuple[str, str]:
+    """(apiGroup, resource) of a collection path: /api/v1/pods, /apis/<group>/<version>/<resource>."""
+    parts = path.strip("/").split("/")
+    return ("", parts[2]) if parts[0] == "api" else (parts[1], parts[3])
+
+
+def cluster_rules(docs, namespace: str, sa: str) -> list[dict]:
+    """The rules bound cluster-wide (ClusterRoleBindings) to a service account."""
+    roles = {name: o.get("rules") or [] for (_, name), o in objects("ClusterRole", docs).items()}
+    rules: list[dict] = []
+    for b in objects("ClusterRoleBinding", docs).values():
+        if any(s.get("kind") == "ServiceAccount" and s["name"] == sa and s.get("namespace") == namespace
+               for s in b.get("subjects") or []):
+            rules += roles.get(b["roleRef"]["name"]) or BUILTIN_RULES.get(b["roleRef"]["name"], [])
+    return rules
+
+
+def may(rules: list[dict], verb: str, group: str, resource: str) -> bool:
+    return any((group in r.get("apiGroups", []) or "*" in r.get("apiGroups", []))
+               and (resource in r.get("resources", []) or "*" in r.get("resources", []))
+               and (verb in r.get("verbs", []) or "*" in r.get("verbs", [])) and not r.get("resourceNames")
+               for r in rules)
+
+
+def cache_kinds() -> list[tuple[str, str]]:
+    """What the scheduler's and the extender's cluster cache lists and watches (their real reflectors)."""
+    from koordfw.engines.embedded import build_registry
+    from koordfw.engines.kube.engine import build_cache
+
+    _, _, reflectors = build_cache(build_registry(None, autoload=False), None, scheduler_name=None)  # type: ignore[arg-type]
+    return [api_resource(r.path) for r in reflectors]
+
+
+CACHED = [(where, doc, spec, c) for where, doc, spec, c in CONTAINERS
+          if is_koordfw_image(c["image"]) and argv(c)[1:2] in (["scheduler"], ["extender"])]
+
+
+@pytest.mark.parametrize("where,doc,spec,c", CACHED, ids=[w for w, *_ in CACHED])
+def test_cache_kinds_are_listable(where, doc, spec, c):
+    args = parse_koordfw(where, argv(c))
+    if not (args.in_cluster or args.kubeconfig):
+        pytest.skip("no cluster cache")
+    ns = (doc.get("metadata") or {}).get("namespace", "default")
+    sa = spec.get("serviceAccountName") or "default"
+    rules = cluster_rules(DOCS, ns, sa)
+    missing = [f"{verb} {g or 'core'}/{r}" for g, r in cache_kinds() for verb in ("list", "watch")
+               if not may(rules, verb, g, r)]
+    assert not missing, f"{where}: service account {ns}/{sa} may not {missing}: its cache would never sync"
+    for verb, r in (("create", "pods/binding"), ("patch", "pods")):  # the Binding; pre_bind's annotations
+        assert may(rules, verb, "", r), f"{where}: service account {ns}/{sa} may not {verb} {r}"
+
+
+def test_rbac_model_sees_a_missing_rule():
+    docs = [(w, d) for w, d in DOCS if w.startswith("extender/")]
+    rules = cluster_rules(docs, "koordfw-system", "koordfw-extended-scheduler")
+    assert may(rules, "watch", "slo.koordinator.sh", "nodemetrics") and may(rules, "list", "", "nodes")
+    assert not may([r for r in rules if "slo.koordinator.sh" not in r.get("apiGroups", [])], "watch",
+                   "slo.koordinator.sh", "nodemetrics")
+    assert not may(cluster_rules(docs, "koordfw-system", "someone-else"), "list", "", "pods")
+    assert ("topology.node.k8s.io", "noderesourcetopologies") in cache_kinds()
