@@ -594,3 +594,19 @@ def test_rbac_model_sees_a_missing_rule():
                    "slo.koordinator.sh", "nodemetrics")
     assert not may(cluster_rules(docs, "koordfw-system", "someone-else"), "list", "", "pods")
     assert ("topology.node.k8s.io", "noderesourcetopologies") in cache_kinds()
+
+
+def test_the_image_installs_every_plugin_package_after_its_dependencies():
+    import tomllib
+
+    line = next(ln for ln in (DEPLOY / "Dockerfile").read_text().splitlines() if ln.startswith("ARG PLUGINS="))
+    chosen = line.split("=", 1)[1].strip('"').split()
+    root = DEPLOY.parent / "plugins"
+    packages = {p.parent.name: tomllib.loads(p.read_text())["project"] for p in root.glob("*/pyproject.toml")}
+    assert sorted(chosen) == sorted(packages), "deploy/Dockerfile's default PLUGINS should list every plugin package"
+    by_dist = {proj["name"].replace("_", "-"): name for name, proj in packages.items()}
+    for i, name in enumerate(chosen):
+        for dep in packages[name].get("dependencies", []):
+            dist = re.split(r"[<>=!~ \[;]", dep, maxsplit=1)[0].replace("_", "-")
+            if dist in by_dist:
+                assert by_dist[dist] in chosen[:i], f"{name} needs {dist} installed before it"
