@@ -48,6 +48,24 @@ ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
 ANNOTATION_NODE_SYSTEM_QOS_RESOURCE = "node.koordinator.sh/system-qos-resource"
 ANNOTATION_NODE_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"  # node_resource_amplification.go
 
+# -- what the node agent reports on the NodeResourceTopology (apis/extension/numa_aware.go,
+# cpu_normalization.go, constants.go; koordlet's states_noderesourcetopology.go writes them) ---------------
+ANNOTATION_NODE_CPU_TOPOLOGY = "node.koordinator.sh/cpu-topology"  # AnnotationNodeCPUTopology
+ANNOTATION_NODE_CPU_ALLOCS = "node.koordinator.sh/pod-cpu-allocs"  # AnnotationNodeCPUAllocs
+ANNOTATION_NODE_CPU_SHARED_POOLS = "node.koordinator.sh/cpu-shared-pools"  # AnnotationNodeCPUSharedPools
+ANNOTATION_NODE_BE_CPU_SHARED_POOLS = "node.koordinator.sh/be-cpu-shared-pools"  # AnnotationNodeBECPUSharedPools
+ANNOTATION_KUBELET_CPU_MANAGER_POLICY = "kubelet.koordinator.sh/cpu-manager-policy"  # AnnotationKubeletCPUManagerPolicy
+ANNOTATION_CPU_BASIC_INFO = "node.koordinator.sh/cpu-basic-info"  # AnnotationCPUBasicInfo
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"  # LabelManagedBy
+#: the NodeResourceTopology CRD (k8stopologyawareschedwg/noderesourcetopology-api)
+TOPOLOGY_GROUP_VERSION = "topology.node.k8s.io/v1alpha1"
+
+# -- the Device object's labels (apis/extension/device_share.go) --------------------------------------
+LABEL_GPU_VENDOR = "node.koordinator.sh/gpu-vendor"
+LABEL_GPU_MODEL = "node.koordinator.sh/gpu-model"
+LABEL_GPU_DRIVER_VERSION = "node.koordinator.sh/gpu-driver-version"
+GPU_VENDOR_NVIDIA = "nvidia"
+
 # -- GPU resources (apis/extension/device_share.go) ------------------------------------------------------
 RESOURCE_GPU = "koordinator.sh/gpu"
 RESOURCE_GPU_CORE = "koordinator.sh/gpu-core"
@@ -106,3 +124,8 @@ ANNOTATION_NODE_BANDWIDTH = "node.koordinator.sh/network-bandwidth"  # Annotatio
 
 __all__ += ["ANNOTATION_NODE_BANDWIDTH", "CPU_BURST_CONFIG_KEY", "HOST_APPLICATION_CONFIG_KEY",
             "RESOURCE_QOS_CONFIG_KEY", "RESOURCE_THRESHOLD_CONFIG_KEY", "SYSTEM_CONFIG_KEY"]
+
+__all__ += ["ANNOTATION_CPU_BASIC_INFO", "ANNOTATION_KUBELET_CPU_MANAGER_POLICY", "ANNOTATION_NODE_BE_CPU_SHARED_POOLS",
+            "ANNOTATION_NODE_CPU_ALLOCS", "ANNOTATION_NODE_CPU_SHARED_POOLS", "ANNOTATION_NODE_CPU_TOPOLOGY",
+            "GPU_VENDOR_NVIDIA", "LABEL_GPU_DRIVER_VERSION", "LABEL_GPU_MODEL", "LABEL_GPU_VENDOR", "LABEL_MANAGED_BY",
+            "TOPOLOGY_GROUP_VERSION"]

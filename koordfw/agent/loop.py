@@ -34,7 +34,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ from ..core.caller import HookCaller, PluginFailure
 from ..core.clock import Clock, RealClock
 from ..core.events import EventLog
 from ..core.model import Node, Pod
-from ..core.nodestate import KOORD_QOS_OF_KUBE, ContainerState, FileWrite, NodeState, PodState
+from ..core.nodestate import KOORD_QOS_OF_KUBE, ContainerState, FileWrite, HostApp, NodeState, PodState
 from ..core.plugins import Impl, Registry
 from ..core.status import Status
 from ..metrics import REGISTRY, track_caller
@@ -202,6 +202,14 @@ class Agent:
         self.rounds = 0
         self.last_results: list[WriteResult] = []
         self.cpu_seconds = 0.0  # process CPU spent inside rounds (the agent's own cost)
+        #: host applications to measure (their usage lands in ``NodeState.host_apps``); the NodeSLO's
+        #: ``hostApplications`` on a cluster
+        self.host_apps: tuple[HostApp, ...] = ()
+        #: annotations the agent itself reports for its node (e.g. the kubelet CPU manager policy of the
+        #: NodeResourceTopology), seen by plugins under the Node's own annotations
+        self.extra_annotations: Mapping[str, str] = {}
+        #: called with each round's node state after the plugins' ``collect`` (e.g. the NodeMetric's samples)
+        self.on_collect: list[Callable[[NodeState], Any]] = []
 
     def handle_for(self, plugin: str) -> AgentPluginHandle:
         """The handle of ``plugin`` (one per plugin)."""
@@ -248,6 +256,18 @@ class Agent:
                                  usage=usage))
             dirs.append(d.cgroup_dir)
             dirs.extend(cdir for _, cdir in d.containers)
+        apps = []
+        for a in self.host_apps:
+            key = f"hostapp:{a.name}"
+            keys.add(key)
+            app_usage: dict[str, int] = {}
+            cpu = self.usage.rate_milli(key, now, lay.cpu_usage_ns(a.cgroup_path))
+            if cpu is not None:
+                app_usage["cpu"] = cpu
+            mem = lay.memory_usage(a.cgroup_path)
+            if mem is not None:
+                app_usage["memory"] = mem
+            apps.append(attrs.evolve(a, usage=app_usage))
         self.usage.forget_except(keys)
         node_usage: dict[str, int] = {}
         busy = self.usage.rate_milli("node", now, read_proc_stat(self.proc_root))
@@ -266,6 +286,8 @@ class Agent:
             capacity.update({k: v for k, v in node.capacity.items() if k in ("cpu", "memory")})
             allocatable = {**capacity, **{k: v for k, v in node.allocatable.items() if k in ("cpu", "memory")}}
             labels, annotations = node.labels, node.annotations
+        if self.extra_annotations:
+            annotations = {**self.extra_annotations, **annotations}
         proto = NodeState(cgroup_version=lay.version, cgroup_driver=lay.driver, kubepods=lay.kubepods)
         qos_dirs = [lay.kubepods, proto.qos_dir("burstable"), proto.qos_dir("besteffort")]
         cgroups = lay.read_files(qos_dirs, QOS_FILES[lay.version])
@@ -274,7 +296,7 @@ class Agent:
         return NodeState(name=self.node_name, cgroup_version=lay.version, cgroup_driver=lay.driver,
                          kubepods=lay.kubepods, capacity=capacity, allocatable=allocatable, usage=node_usage,
                          labels=labels, annotations=annotations, cpu_topology=self.topology, pods=tuple(pods),
-                         cgroups=cgroups, config=dict(profile.plugin_config), metrics={})
+                         host_apps=tuple(apps), cgroups=cgroups, config=dict(profile.plugin_config), metrics={})
 
     # -- one round -------------------------------------------------------------------------------
     def node_plugins(self) -> set[str]:
@@ -321,6 +343,11 @@ class Agent:
         for _plugin, res in await self._call("collect", node_state=ns):
             if isinstance(res, Mapping):
                 ns.metrics.update(res)
+        for cb in self.on_collect:
+            try:
+                cb(ns)
+            except Exception as e:  # noqa: BLE001 - a reporter's bug must not stop the QoS round
+                log.exception("collect callback failed", error=f"{type(e).__name__}: {e}")
         writes: list[FileWrite] = []
         for p in ns.pods:
             if p.uid not in self._seen:

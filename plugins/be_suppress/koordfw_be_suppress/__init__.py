@@ -20,6 +20,7 @@ import structlog
 from koordfw import CFS_PERIOD_US, AgentHandle, CPUInfo, FileWrite, NodeState, format_cpuset, hookimpl, loads_json, warn_once
 from koordfw import parse_cpuset as _parse_cpuset
 from koordfw.extension import (
+    ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
     ANNOTATION_NODE_RESERVATION,
     ANNOTATION_NODE_SYSTEM_QOS_RESOURCE,
     ANNOTATION_RESOURCE_STATUS,
@@ -37,7 +38,6 @@ BE_MIN_QUOTA = 2000  # µs, beMinQuota
 BE_MIN_CPUSET_CORES = 2  # beMinCPUSetCores
 SUPPRESS_BYPASS_QUOTA_DELTA_RATIO = 0.01
 BE_MAX_INCREASE_CPU_PERCENT = 0.1
-ANNOTATION_KUBELET_CPU_MANAGER_POLICY = "kubelet.koordinator.sh/cpu-manager-policy"
 
 
 def _camel(name: str) -> str:

@@ -23,6 +23,8 @@ import structlog
 
 from koordfw import StateKey, Status, hookimpl, loads_json
 from koordfw.extension import (
+    ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
+    ANNOTATION_NODE_CPU_ALLOCS,
     ANNOTATION_NODE_RESERVATION,
     ANNOTATION_RESOURCE_STATUS,
     LABEL_POD_QOS,
@@ -51,8 +53,6 @@ NAME = "cpu_topology"
 STATE_KEY: StateKey[PodCPUState] = StateKey("cpu_topology")
 
 ANNOTATION_RESOURCE_SPEC = "scheduling.koordinator.sh/resource-spec"
-ANNOTATION_KUBELET_CPU_MANAGER_POLICY = "node.koordinator.sh/kubelet-cpu-manager-policy"
-ANNOTATION_POD_CPU_ALLOCS = "node.koordinator.sh/pod-cpu-allocs"
 LABEL_CPU_BIND_POLICY = "node.koordinator.sh/cpu-bind-policy"
 LABEL_NUMA_ALLOCATE_STRATEGY = "node.koordinator.sh/numa-allocate-strategy"
 NRT_KIND = "NodeResourceTopology"
@@ -296,16 +296,16 @@ class CPUTopologyPlugin:
                     opts = obj.get("options") or {}
                     if obj.get("policy") == "static" and isinstance(opts, dict) and opts.get("full-pcpus-only") == "true":
                         kubelet_full_pcpus_only = True
-                raw = a.get(ANNOTATION_POD_CPU_ALLOCS)
+                raw = a.get(ANNOTATION_NODE_CPU_ALLOCS)
                 if raw:
                     try:
                         allocs = loads_json(raw)
                     except ValueError as e:
-                        raise ValueError(f"{src}: {ANNOTATION_POD_CPU_ALLOCS}: {e}") from None
+                        raise ValueError(f"{src}: {ANNOTATION_NODE_CPU_ALLOCS}: {e}") from None
                     for i, entry in enumerate(allocs if isinstance(allocs, list) else []):
                         # kubelet-managed guaranteed pods keep their CPUs out of Koordinator's hands
                         if isinstance(entry, dict) and entry.get("managedByKubelet") and entry.get("uid"):
-                            reserved |= _cpus_field(entry.get("cpuset"), src, f"{ANNOTATION_POD_CPU_ALLOCS}[{i}].cpuset")
+                            reserved |= _cpus_field(entry.get("cpuset"), src, f"{ANNOTATION_NODE_CPU_ALLOCS}[{i}].cpuset")
         except ValueError as e:
             st.error = f"{ERR_INVALID_CPU_TOPOLOGY}: {e}"
         st.reserved = frozenset(reserved)

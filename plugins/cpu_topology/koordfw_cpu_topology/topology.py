@@ -12,10 +12,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from koordfw import loads_json
+from koordfw.extension import ANNOTATION_NODE_CPU_TOPOLOGY as ANNOTATION_CPU_TOPOLOGY
 
 from .cpuset import MAX_CPUS
-
-ANNOTATION_CPU_TOPOLOGY = "node.koordinator.sh/cpu-topology"
 
 
 class TopologyError(ValueError):
