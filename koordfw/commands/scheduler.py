@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from typing import Any
 
 from ..command_api import Commands
 from ._common import DAY, add_plugin_options, number, registry_from_args
@@ -22,8 +23,9 @@ def add_connection_options(p: argparse.ArgumentParser) -> None:
 async def make_client(args: argparse.Namespace, *, qps: float | None = None, burst: int | None = None):
     from ..engines.kube.client import KubeClient
 
-    kw = {"qps": args.kube_api_qps if qps is None else qps, "burst": args.kube_api_burst if burst is None else burst,
-          "user_agent": f"koordfw/{args.command}"}
+    kw: dict[str, Any] = {"qps": args.kube_api_qps if qps is None else qps,
+                          "burst": args.kube_api_burst if burst is None else burst,
+                          "user_agent": f"koordfw/{args.command}"}
     if args.in_cluster:
         return KubeClient.in_cluster(**kw)
     return await KubeClient.from_kubeconfig(args.kubeconfig, context=args.context, **kw)
@@ -44,6 +46,7 @@ def register(sub: Commands) -> None:
     p.add_argument("--leader-elect-retry-period", type=number(float, 0, DAY, above=True), default=2.0)
     p.add_argument("--health-address", default="0.0.0.0:10259",
                    help="serve /healthz and /metrics here (default 0.0.0.0:10259; empty = off)")
+    add_unhealthy_after_option(p)
     p.add_argument("--seed", type=int, default=0, help="seed for tie-breaking")
     d = p.add_argument_group("descheduling (the deschedule hooks, e.g. the defrag plugin)")
     d.add_argument("--deschedule-interval", type=number(float, 0, DAY), default=0.0, metavar="SECONDS",
@@ -54,6 +57,13 @@ def register(sub: Commands) -> None:
     d.add_argument("--reservation-ttl", type=number(float, 0, DAY, above=True), default=300.0, metavar="SECONDS",
                    help="how long a migration's target stays reserved for the replacement pod (default 300)")
     p.set_defaults(func=run)
+
+
+def add_unhealthy_after_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--unhealthy-after-seconds", type=number(float, 0, DAY, above=True), default=120.0,
+                   metavar="SECONDS",
+                   help="/healthz answers 500 once the API has been unreachable, or the caches unsynced since "
+                        "the start, for longer than SECONDS (default 120)")
 
 
 def split_address(addr: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
@@ -93,11 +103,13 @@ async def _main(args: argparse.Namespace) -> int:
                                  deschedule_interval=args.deschedule_interval,
                                  deschedule_dry_run=not args.deschedule_execute,
                                  max_evictions_per_minute=args.max_evictions_per_minute,
-                                 reservation_ttl=args.reservation_ttl)
+                                 reservation_ttl=args.reservation_ttl,
+                                 unhealthy_after=args.unhealthy_after_seconds)
     runner = None
     if args.health_address:
         host, port = split_address(args.health_address)
-        runner, _ = await start_health_server(host, port, engine.health, lambda: engine.started.is_set())
+        runner, _ = await start_health_server(host, port, engine.health, lambda: engine.started.is_set(),
+                                              engine.unhealthy_reason)
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_stop_on_signal, engine)
