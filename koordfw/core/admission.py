@@ -120,6 +120,8 @@ class Admission:
         self.store = store
         self.clock: Clock = clock or RealClock()
         self.rng = np.random.default_rng(seed)
+        # class plugins not constructed yet (no engine bound the registry) are constructed with this handle
+        registry.bind(self._handle_for)
         self.caller = HookCaller(registry, self._handle_for)
 
     def _handle_for(self, plugin: str) -> _Handle:

@@ -89,7 +89,23 @@ RESOURCES: dict[str, ResourceType] = {r.plural: r for r in (
     # the NodeResourceTopology CRD (noderesourcetopology-api) has no status subresource: zones are top-level
     ResourceType("/apis/topology.node.k8s.io/v1alpha1", "noderesourcetopologies", "NodeResourceTopology", False,
                  ("metadata.name",)),
+    ResourceType("/apis/scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", False, ("metadata.name",)),
+    ResourceType("/apis/config.koordinator.sh/v1alpha1", "clustercolocationprofiles", "ClusterColocationProfile",
+                 False, ("metadata.name",), True),
 )}
+
+
+def _defaults(plural: str, obj: dict) -> None:
+    """The API server's defaulting of the kinds that have one here (pkg/apis/core/v1/defaults.go
+    SetDefaults_Namespace, pkg/apis/scheduling/v1/defaults.go SetDefaults_PriorityClass), on create and
+    update: every named Namespace carries ``kubernetes.io/metadata.name``, a PriorityClass a
+    ``preemptionPolicy``."""
+    if plural == "namespaces" and obj["metadata"].get("name"):
+        labels = obj["metadata"].get("labels")
+        obj["metadata"]["labels"] = {**(labels if isinstance(labels, dict) else {}),
+                                     "kubernetes.io/metadata.name": obj["metadata"]["name"]}
+    elif plural == "priorityclasses":
+        obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
 
 
 @attrs.define
@@ -504,6 +520,7 @@ class FakeApiServer:
         if plural == "pods":
             obj.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
             obj.setdefault("status", {}).setdefault("phase", "Pending")
+        _defaults(plural, obj)
         self.objects[plural][key] = obj
         self._record(plural, "ADDED", obj, None)
         return copy.deepcopy(obj)
@@ -524,6 +541,7 @@ class FakeApiServer:
         new["metadata"]["creationTimestamp"] = old["metadata"].get("creationTimestamp")
         new["metadata"]["resourceVersion"] = self._next_rv()
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
+        _defaults(plural, new)
         self.objects[plural][key] = new
         self._record(plural, "MODIFIED", new, old)
         return copy.deepcopy(new)
