@@ -519,7 +519,8 @@ def test_self_contained_check_finds_what_is_missing():
     assert unresolved(foreign) == ["x: Role kube-system/not-here is neither defined here nor built in"]
 
 
-# -- RBAC: a cache whose kinds the service account may not list never syncs ----------------------------
+# -- RBAC: the cache lists every kind its plugins read (nodes and pods it may not list: it never syncs; ----
+# -- another kind: treated as absent, so the plugins reading it see nothing) --------------------------------
 #: rules of the bootstrap ClusterRoles the manifests bind (a subset of
 #: plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go: what the caches and binders here need)
 BUILTIN_RULES: dict[str, list[dict]] = {
@@ -581,7 +582,7 @@ def test_cache_kinds_are_listable(where, doc, spec, c):
     rules = cluster_rules(DOCS, ns, sa)
     missing = [f"{verb} {g or 'core'}/{r}" for g, r in cache_kinds() for verb in ("list", "watch")
                if not may(rules, verb, g, r)]
-    assert not missing, f"{where}: service account {ns}/{sa} may not {missing}: its cache would never sync"
+    assert not missing, f"{where}: service account {ns}/{sa} may not {missing}: its cache would miss them"
     for verb, r in (("create", "pods/binding"), ("patch", "pods")):  # the Binding; pre_bind's annotations
         assert may(rules, verb, "", r), f"{where}: service account {ns}/{sa} may not {verb} {r}"
 
