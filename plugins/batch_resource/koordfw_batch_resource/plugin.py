@@ -21,7 +21,7 @@ from koordfw import ManifestError, format_quantity, hookimpl, warn_once
 from koordfw.extension import BATCH_CPU, BATCH_MEMORY, COLOCATION_CONFIG_KEY
 
 from .calculator import BatchResult, calculate, needs_sync
-from .metric import parse_node_metric
+from .metric import NodeMetricInfo, parse_node_metric
 from .strategy import ColocationStrategy, from_colocation_config, strategy_for_node
 
 log = structlog.get_logger("koordfw.batch_resource")
@@ -36,6 +36,8 @@ class BatchResource:
         #: the last valid cluster ColocationCfg (from the engine's ``colocation``) and the text it came from
         self._colocation: ColocationStrategy | None = None
         self._colocation_key: str | None = None
+        #: node → (its NodeMetric object, parsed)
+        self._metrics: dict[str, tuple[Any, NodeMetricInfo]] = {}
 
     @staticmethod
     @hookimpl
@@ -65,7 +67,7 @@ class BatchResource:
                                  else "no NodeMetric")
         else:
             try:
-                info = parse_node_metric(metric)
+                info = self._parsed(n.name, metric)
             except ManifestError as e:
                 # Koordinator degrades a node without a usable NodeMetric: its batch resources are reset
                 warn_once(log, self.warned, (n.name, "NodeMetric", str(e)),
@@ -79,6 +81,16 @@ class BatchResource:
         if not needs_sync(old, new, last_update=last_update, now=now, strategy=strategy):
             return None
         return new
+
+    def _parsed(self, node: str, metric: Any) -> NodeMetricInfo:
+        """The NodeMetric parsed once per object: a live cache replaces the object when it changes, so
+        the object itself (held here, so its identity is not reused) is the key."""
+        hit = self._metrics.get(node)
+        if hit is not None and hit[0] is metric:
+            return hit[1]
+        info = parse_node_metric(metric)
+        self._metrics[node] = (metric, info)
+        return info
 
     def _cluster_strategy(self, colocation: dict) -> ColocationStrategy | None:
         """The ColocationCfg as a strategy, parsed once per distinct value; an invalid one is logged naming
