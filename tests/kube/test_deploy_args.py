@@ -289,6 +289,13 @@ def extender_paths(prefix: str) -> frozenset[str]:
     return _routes(ExtenderServer(Extender(build_registry(None, autoload=False)), prefix=prefix).app)
 
 
+def webhook_paths() -> frozenset[str]:
+    """The routes of ``koordfw manager --webhook-listen`` (the admission webhook with its health routes)."""
+    from koordfw.engines.kube.webhook import Webhook
+
+    return _routes(Webhook(None, synced=list).app)  # type: ignore[arg-type]  # routes only, no admission
+
+
 def koordfw_endpoints(args: argparse.Namespace) -> list[Endpoint]:
     """What ``koordfw <command>`` serves given its arguments, with the address parsing of the commands
     themselves. A command's ``--health-address`` serves the health routes (koordfw.engines.kube.health)."""
@@ -301,6 +308,14 @@ def koordfw_endpoints(args: argparse.Namespace) -> list[Endpoint]:
     if args.command == "extender":
         host, port = split_address(args.listen)
         out.append(Endpoint(host, port, "HTTPS" if args.tls_cert_file else "HTTP", extender_paths(args.url_prefix)))
+    if getattr(args, "webhook_listen", None):
+        # koordfw.engines.kube.webhook.Webhook's routes (not built here: its metrics register once per
+        # process): the two admission endpoints and the health routes, over TLS
+        host, port = split_address(args.webhook_listen)
+        out.append(Endpoint(host, port, "HTTPS", health_paths() | {"/mutate-pod", "/validate-pod"}))
+    if args.command == "manager" and args.webhook_listen:
+        host, port = split_address(args.webhook_listen, "0.0.0.0")
+        out.append(Endpoint(host, port, "HTTPS", webhook_paths()))
     if args.command == "agent" and args.metrics_listen:
         from koordfw.agent.metrics_server import parse_listen
 
