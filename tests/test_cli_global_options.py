@@ -98,3 +98,16 @@ def test_main_configures_logging_from_either_side(monkeypatch):
     assert cli.main(["plugins", "--log-level", "debug", "--log-format", "json"]) == 0
     assert cli.main(["--log-level", "info", "plugins"]) == 0
     assert seen == [("json", "debug"), ("auto", "info")]
+
+
+def test_agent_add_on_commands_get_them():
+    """Entry points of koordfw.agent_commands (gpu_share's `agent devices`, when installed)."""
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    agent_sub = next(a for a in sub.choices["agent"]._actions if isinstance(a, argparse._SubParsersAction))
+    extra = sorted(set(agent_sub.choices) - {"plan"})
+    if not extra:
+        pytest.skip("no koordfw.agent_commands entry point installed")
+    for name in extra:
+        args = parser.parse_args(["--log-level", "error", "agent", name, "--log-format", "json"])
+        assert (args.agent_command, args.log_level, args.log_format) == (name, "error", "json")
