@@ -15,6 +15,7 @@ malformed one leaves the previous config in force.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -113,6 +114,12 @@ def _set(target: dict, dotted: str, value: Any) -> None:
     cur[last] = value
 
 
+def _why(e: ConfigError) -> str:
+    """The plugin's own reason in a structuring error, without the profile's framing."""
+    m = re.search(r"invalid (?:value: |type \()(.*?)\)? @ ", str(e))
+    return m.group(1) if m else str(e).split(": ", 1)[-1]
+
+
 def _structure(registry: Registry, plugin: str, raw: Mapping[str, Any], source: str) -> None:
     info = registry.plugins[plugin]
     if info.args_cls is not None:
@@ -153,8 +160,7 @@ def plugin_config_from_nodeslo(obj: Mapping[str, Any], registry: Registry,
         try:  # the row on its own, so that an error names this NodeSLO field
             _structure(registry, row.plugin, candidate, ctx)
         except ConfigError as e:
-            why = str(e).split(": ", 1)[-1]
-            raise NodeSLOError(f"{ctx}: field spec.{row.slo}: {why} (as {row.plugin} arg {row.arg})") from None
+            raise NodeSLOError(f"{ctx}: field spec.{row.slo}: {_why(e)} (as {row.plugin} arg {row.arg})") from None
         merged[row.plugin] = candidate
     for plugin, raw in merged.items():  # the rows together (e.g. catRangeStart < catRangeEnd)
         if plugin in registry.plugins and isinstance(raw, Mapping):
@@ -162,7 +168,7 @@ def plugin_config_from_nodeslo(obj: Mapping[str, Any], registry: Registry,
                 _structure(registry, plugin, raw, ctx)
             except ConfigError as e:
                 fields = sorted(r.slo for r in NODESLO_ARGS if r.plugin == plugin)
-                raise NodeSLOError(f"{ctx}: fields spec.{{{', '.join(fields)}}} together: {e}") from None
+                raise NodeSLOError(f"{ctx}: fields spec.{{{', '.join(fields)}}} together: {_why(e)}") from None
     return merged
 
 

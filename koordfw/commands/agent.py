@@ -4,7 +4,8 @@ Input bounds: the state file is at most :data:`MAX_STATE_BYTES` as JSON and :dat
 YAML, the profile (``--config``, YAML) at most :data:`MAX_YAML_BYTES`, all UTF-8, read with
 :mod:`koordfw.core.safeload` (nesting, YAML aliases and NaN/Infinity refused); ``--interval`` is finite,
 :data:`~koordfw.agent.loop.MIN_INTERVAL`..:data:`~koordfw.agent.loop.MAX_INTERVAL` seconds;
-``--node-metric-interval`` 0 (off) or 1..86400 s.
+``--node-metric-interval``, ``--topology-interval`` and ``--device-interval`` 0 (off) or 1..86400 s; the
+kubelet configuration (``--kubelet-config``) at most 1 MiB of YAML.
 Any bad input exits 2 with one ``koordfw: error: FILE: field F: ...`` line.
 """
 
@@ -45,7 +46,18 @@ def register(sub: Commands) -> None:
                       help="read this node's pods from the API (instead of --pods-from) and publish its NodeMetric")
     kube.add_argument("--in-cluster", action="store_true", help="as --kubeconfig, with the pod's service account")
     p.add_argument("--node-metric-interval", type=float, default=60.0,
-                   help="seconds between NodeMetric updates with --kubeconfig/--in-cluster (default 60; 0 = off)")
+                   help="with --kubeconfig/--in-cluster: 0 turns the NodeMetric off; otherwise the "
+                        "reportIntervalSeconds of a NodeMetric the agent has to create (default 60). The object's "
+                        "spec.metricCollectPolicy then sets the report interval and the aggregation")
+    p.add_argument("--topology-interval", type=float, default=30.0,
+                   help="seconds between NodeResourceTopology checks (written when it changed; default 30; 0 = off)")
+    p.add_argument("--device-interval", type=float, default=60.0,
+                   help="seconds between Device checks from NVML (default 60; 0 = off; no NVML: off)")
+    p.add_argument("--kubelet-config", metavar="FILE",
+                   help="the kubelet's KubeletConfiguration (cpuManagerPolicy, cpuManagerPolicyOptions, "
+                        "reservedSystemCPUs, topologyManagerPolicy/Scope), reported as the CPU manager policy")
+    p.add_argument("--kubelet-root-dir", metavar="DIR", default="/var/lib/kubelet",
+                   help="the kubelet's root dir, for cpu_manager_state with the static policy (default /var/lib/kubelet)")
     p.add_argument("--dry-run", action="store_true", help="log the writes, change nothing")
     p.add_argument("--once", action="store_true", help="run one round and exit (writes stay in place)")
     p.add_argument("--metrics-listen", metavar="HOST:PORT", default=None,
@@ -260,9 +272,13 @@ def run(args: argparse.Namespace) -> int:
 
     if not (math.isfinite(args.interval) and MIN_INTERVAL <= args.interval <= MAX_INTERVAL):
         raise ConfigError(f"--interval: expected {MIN_INTERVAL} to {MAX_INTERVAL} seconds, got {args.interval!r}")
-    nmi = args.node_metric_interval
-    if not (math.isfinite(nmi) and (nmi == 0 or 1 <= nmi <= MAX_INTERVAL)):
-        raise ConfigError(f"--node-metric-interval: expected 0 (off) or 1 to {MAX_INTERVAL} seconds, got {nmi!r}")
+    for flag in ("node_metric_interval", "topology_interval", "device_interval"):
+        v = getattr(args, flag)
+        if not (math.isfinite(v) and (v == 0 or 1 <= v <= MAX_INTERVAL)):
+            raise ConfigError(f"--{flag.replace('_', '-')}: expected 0 (off) or 1 to {MAX_INTERVAL} seconds, got {v!r}")
+    from ..agent.topology import read_kubelet_config
+
+    kubelet = read_kubelet_config(args.kubelet_config)
     listen = None
     if args.metrics_listen:
         from ..agent.metrics_server import parse_listen
@@ -282,6 +298,10 @@ def run(args: argparse.Namespace) -> int:
                         cgroup_version=version)
     agent = Agent(registry, layout, executor, interval=args.interval, node_name=args.node_name,
                   pods_from=args.pods_from)
+    if kubelet.policy:  # the plugins see the CPU manager policy as the NodeResourceTopology reports it
+        from ..agent.topology import kubelet_policy_annotation
+
+        agent.extra_annotations = kubelet_policy_annotation(kubelet)
 
     async def main() -> None:
         runner = None
@@ -298,7 +318,10 @@ def run(args: argparse.Namespace) -> int:
                           else await KubeClient.from_kubeconfig(args.kubeconfig))
                 async with client:
                     await run_agent_on_cluster(agent, client, publish_interval=args.node_metric_interval or None,
-                                               once=args.once)
+                                               once=args.once, topology_interval=args.topology_interval or None,
+                                               device_interval=args.device_interval or None,
+                                               kubelet_config=args.kubelet_config,
+                                               kubelet_root=args.kubelet_root_dir, resctrl_root=args.resctrl_root)
             else:
                 await agent.run(once=args.once)
         finally:

@@ -10,6 +10,7 @@ import anyio
 import yaml
 from kube_testkit import node, pod
 
+from koordfw.agent.topology import read_processors
 from koordfw.testing.cgroups import FakeNode
 
 
@@ -23,6 +24,7 @@ async def test_agent_reads_pods_from_the_api_and_publishes_node_metric(api, tmp_
     for p, level in ((be, "burstable"), (ls, "burstable")):
         rel = fake.add_pod(p["metadata"]["uid"], level)
         fake.set_usage(rel, 5 * 10**9)
+        (fake.ctl("memory", rel) / "memory.usage_in_bytes").write_text(f"{2**30}\n")
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()))
     cfg = tmp_path / "agent.yaml"
@@ -39,5 +41,11 @@ async def test_agent_reads_pods_from_the_api_and_publishes_node_metric(api, tmp_
     assert metric is not None, "the agent published no NodeMetric"
     status = metric["status"]
     assert status["updateTime"] and "cpu" in status["nodeMetric"]["nodeUsage"]["resources"]
-    names = {(m["namespace"], m["name"]) for m in status["podsMetric"]}
-    assert names == {("default", "spark-0"), ("default", "web-0")}
+    names = {(m["namespace"], m["name"], m["qos"]) for m in status["podsMetric"]}
+    assert names == {("default", "spark-0", "BE"), ("default", "web-0", "LS")}
+    # the agent's NodeResourceTopology: this machine's CPUs (the CLI reads the real /sys)
+    nrt = api.get("noderesourcetopologies", "n1")
+    detail = json.loads(nrt["metadata"]["annotations"]["node.koordinator.sh/cpu-topology"])["detail"]
+    assert [d["id"] for d in detail] == sorted(p.cpu for p in read_processors("/sys"))
+    assert nrt["metadata"]["annotations"]["kubelet.koordinator.sh/cpu-manager-policy"] == "{}"  # no --kubelet-config
+    assert api.get("devices", "n1") is None  # no NVML here

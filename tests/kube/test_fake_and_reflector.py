@@ -220,22 +220,30 @@ async def test_node_pod_source_sees_only_its_node(api, client):
 
 
 async def test_node_metric_publisher_creates_then_updates(api, client):
+    from koordfw.agent.nodemetric import NodeMetricReporter
     from koordfw.core.model import pod_from_manifest
+    from koordfw.core.nodestate import NodeState, PodState
 
     pub = NodeMetricPublisher(client, "n1", report_interval=30)
     p = pod_from_manifest(api.create(pod("web", node_name="n1", labels={"koordinator.sh/qosClass": "LS"})))
-    await pub.publish({"cpu": 1500, "memory": 4 * 1024 ** 3}, [(p, {"cpu": 500, "memory": 1024 ** 3})])
+    rep = NodeMetricReporter()
+    rep.observe(NodeState(name="n1", usage={"cpu": 1500, "memory": 4 * 1024 ** 3},
+                          pods=(PodState(uid=p.uid, pod=p, usage={"cpu": 500, "memory": 1024 ** 3}),)), 1000.0)
+    await pub.publish(rep.status(1000.0, [p]))
     nm = api.get("nodemetrics", "n1")
     assert nm["apiVersion"] == "slo.koordinator.sh/v1alpha1" and nm["kind"] == "NodeMetric"
+    # created with the slo-controller's default collect policy, at the agent's report interval
     assert nm["spec"]["metricCollectPolicy"]["reportIntervalSeconds"] == 30
+    assert nm["spec"]["metricCollectPolicy"]["nodeAggregatePolicy"] == {"durations": ["5m0s", "10m0s", "30m0s"]}
     st = nm["status"]
     assert st["nodeMetric"]["nodeUsage"]["resources"] == {"cpu": "1500m", "memory": "4Gi"}
-    assert st["podsMetric"] == [{"namespace": "default", "name": "web",
+    assert st["podsMetric"] == [{"name": "web", "namespace": "default",
                                  "podUsage": {"resources": {"cpu": "500m", "memory": "1Gi"}},
                                  "priority": "koord-prod", "qos": "LS"}]
-    assert st["updateTime"].endswith("Z")
-    await pub.publish({"cpu": 2000, "memory": 1024 ** 3})
-    assert api.get("nodemetrics", "n1")["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "2"
+    assert st["updateTime"] == "1970-01-01T00:16:40Z"
+    rep.observe(NodeState(name="n1", usage={"cpu": 2500, "memory": 1024 ** 3}), 1001.0)
+    await pub.publish(rep.status(1001.0, [p]))
+    assert api.get("nodemetrics", "n1")["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "2"  # the average
     assert pub.published == 2
 
 
