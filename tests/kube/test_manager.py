@@ -121,3 +121,51 @@ def test_command_refuses_bad_flags_with_one_line():
 def test_command_is_registered(flag):
     r = subprocess.run([sys.executable, "-m", "koordfw", "manager", flag], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "--config-namespace" in r.stdout and "--leader-elect" in r.stdout
+
+
+async def test_the_command_writes_batch_resources_and_serves_health(api, tmp_path):
+    """``koordfw manager`` as a process: caches the fake cluster, patches the node's batch resources,
+    answers /healthz and /readyz, and exits 0 on SIGTERM."""
+    import datetime as dt
+    import json
+    import signal
+    import socket
+
+    import aiohttp
+
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    api.create(node("n1", cpu="8", memory="32Gi"))
+    api.create({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric", "metadata": {"name": "n1"},
+                "status": {"updateTime": now, "nodeMetric": {"systemUsage": {"resources": {"cpu": "1", "memory": "1Gi"}},
+                                                             "nodeUsage": {"resources": {"cpu": "1", "memory": "1Gi"}}},
+                           "podsMetric": []}})
+    api.create(config_map({"colocation-config": json.dumps({"enable": True})}))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps(api.kubeconfig()))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "koordfw", "manager", "--kubeconfig", str(kubeconfig),
+                             "--health-address", f"127.0.0.1:{port}", "--log-level", "info"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # 8000m - 40 % margin - 1000m of system usage
+        await wait_for(lambda: api.get("nodes", "n1")["status"]["allocatable"].get("kubernetes.io/batch-cpu")
+                       == "3800", timeout=60, what="batch-cpu written by the command")
+        assert api.get("nodes", "n1")["status"]["capacity"]["kubernetes.io/batch-cpu"] == "3800"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
+                body = await r.json()
+                assert r.status == 200 and body["ready"] and body["config"]
+            async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
+                body = await r.json()
+                assert r.status == 200 and body["controllers"]["noderesource"]["running"]
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            while proc.poll() is None:
+                await anyio.sleep(0.05)
+        assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

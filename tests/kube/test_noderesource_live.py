@@ -274,3 +274,37 @@ async def test_only_the_leader_writes(api, plugins):
                 await wait_for(lambda: batch_of(api, "n1")[0] == str(expected_cpu(pod=1000)))
                 assert b_ctl.writes >= 1
                 b.stop()
+
+
+async def test_fake_nodes_status_takes_every_patch_type_and_changes_only_status(api, client):
+    from koordfw.engines.kube.client import ApiError
+
+    api.create(node("n1", labels={"a": "1"}))
+    path = "/api/v1/nodes/n1/status"
+    ops = [{"op": "add", "path": "/status/allocatable/kubernetes.io~1batch-cpu", "value": "1000"},
+           {"op": "replace", "path": "/metadata/labels/a", "value": "2"}]
+    await client.request("PATCH", path, body=ops, content_type="application/json-patch+json")
+    n = api.get("nodes", "n1")
+    assert n["status"]["allocatable"]["kubernetes.io/batch-cpu"] == "1000" and n["metadata"]["labels"] == {"a": "1"}
+    await client.request("PATCH", path, body={"status": {"capacity": {"kubernetes.io/batch-cpu": "1000"}},
+                                              "spec": {"unschedulable": True}},
+                         content_type="application/strategic-merge-patch+json")
+    n = api.get("nodes", "n1")
+    assert n["status"]["capacity"]["kubernetes.io/batch-cpu"] == "1000" and "unschedulable" not in n["spec"]
+    await client.request("PATCH", path, body={"status": {"capacity": {"kubernetes.io/batch-cpu": None}}},
+                         content_type="application/merge-patch+json")
+    assert "kubernetes.io/batch-cpu" not in api.get("nodes", "n1")["status"]["capacity"]
+    # through the main resource a JSON patch changes everything but the status
+    await client.request("PATCH", "/api/v1/nodes/n1", body=[
+        {"op": "add", "path": "/metadata/labels/b", "value": "x"},
+        {"op": "remove", "path": "/status/allocatable/kubernetes.io~1batch-cpu"}],
+        content_type="application/json-patch+json")
+    n = api.get("nodes", "n1")
+    assert n["metadata"]["labels"] == {"a": "1", "b": "x"} and n["status"]["allocatable"]["kubernetes.io/batch-cpu"]
+    # a test that fails, or a missing path, is the apiserver's 422; a body that is not a patch its 400
+    for body, code in [([{"op": "test", "path": "/metadata/labels/a", "value": "9"}], 422),
+                       ([{"op": "remove", "path": "/status/nope/x"}], 422),
+                       ({"op": "add"}, 400)]:
+        with pytest.raises(ApiError) as e:
+            await client.request("PATCH", path, body=body, content_type="application/json-patch+json")
+        assert e.value.status == code

@@ -48,7 +48,7 @@ from ...core.cluster import ClusterState
 from ...core.plugins import Registry
 from ...extension import CONFIG_NAMESPACE, SCHEDULING_GROUP_VERSION, SLO_CTRL_CONFIG_MAP, SLO_GROUP_VERSION
 from .client import KubeClient
-from .engine import NON_TERMINAL, NotLeading, build_cache
+from .engine import NotLeading, build_cache
 from .leader import LeaderElector
 from .reflector import Reflector
 
@@ -237,4 +237,4 @@ class KubeManager:
                 "controllers": {k: dict(v) for k, v in self.ctx.status.items()}}
 
 
-__all__ = ["NON_TERMINAL", "Controller", "KubeManager", "Listener", "ManagerContext", "NotLeading"]
+__all__ = ["Controller", "KubeManager", "Listener", "ManagerContext", "NotLeading"]
