@@ -55,7 +55,7 @@ def test_agent_daemonset_shape():
     c = ds["spec"]["template"]["spec"]["containers"][0]
     assert c["securityContext"]["privileged"] is True
     mounts = {v["hostPath"]["path"] for v in ds["spec"]["template"]["spec"]["volumes"]}
-    assert {"/sys/fs/cgroup", "/proc"} <= mounts
+    assert {"/sys/fs", "/proc"} <= mounts  # /sys/fs: cgroup and resctrl
     env = {e["name"]: e for e in c["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert "--node-name=$(NODE_NAME)" in c["args"]

@@ -632,3 +632,26 @@ def test_deploy_as_a_whole_references_only_what_it_defines():
     """All of deploy/ applied together: every reference resolves, except Secrets (TLS material is made at
     install time, e.g. by cert-manager or the docs' openssl steps)."""
     assert [m for m in unresolved(DOCS) if ": Secret " not in m] == []
+
+
+def host_mounts(spec: dict, c: dict) -> dict[str, str]:
+    """mountPath → host path of the container's hostPath mounts."""
+    vols = {v["name"]: v for v in spec.get("volumes") or []}
+    return {m["mountPath"].rstrip("/"): vols[m["name"]]["hostPath"]["path"].rstrip("/")
+            for m in c.get("volumeMounts") or [] if "hostPath" in vols.get(m["name"], {})}
+
+
+NODE_ROOTS = [(where, spec, c) for where, _, spec, c in CONTAINERS
+              if is_koordfw_image(c["image"]) and argv(c)[1:2] == ["agent"]]
+
+
+@pytest.mark.parametrize("where,spec,c", NODE_ROOTS, ids=[w for w, *_ in NODE_ROOTS])
+def test_agent_roots_are_the_hosts(where, spec, c):
+    """The agent's filesystem roots (--cgroup-root, --resctrl-root, their defaults included) are the
+    host's: inside a hostPath mount of the same host path, not the container's own /sys."""
+    args = parse_koordfw(where, argv(c))
+    mounts = host_mounts(spec, c)
+    for opt, want in (("cgroup_root", "/sys/fs/cgroup"), ("resctrl_root", "/sys/fs/resctrl")):
+        value = getattr(args, opt).rstrip("/")
+        host = next((h + value[len(m):] for m, h in mounts.items() if value == m or value.startswith(m + "/")), None)
+        assert host == want, f"{where}: --{opt.replace('_', '-')} {value} is {host or 'not a host path'}, not {want}"
