@@ -198,6 +198,7 @@ class KubeSchedulerEngine(SchedulerEvents):
             if e.status == 404:
                 return True  # already gone
             log.warning("could not mark the victim", pod=pod.key, error=str(e))
+        self._check_leading(f"deleting the preemption victim {pod.key}")
         try:
             await self.client.request("DELETE", base, body={"apiVersion": "v1", "kind": "DeleteOptions",
                                                             "preconditions": {"uid": pod.uid}})
