@@ -3,6 +3,7 @@ profile order, each mutation on the previous result, the JSONPatch, failures nam
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
@@ -151,7 +152,34 @@ def test_handle_rng_is_seeded_and_objects_are_in_name_order():
     ({"a": {"b/c": "1", "d~e": 2}}, {"a": {"b/c": "2"}}),
     ({"l": [1, 2, 3]}, {"l": [1, 3, 4]}),
     ({"x": {"y": [{"n": 1}]}}, {"x": {"y": [{"n": 1, "m": 2}]}, "z": None}),
+    ({"a": {"b": 1}}, {"a": {"b": True}}),
+    ({"l": [1, 2]}, {"l": [True, 2, 3]}),
 ])
 def test_json_patch_turns_the_original_into_the_result(original, result):
     ops = json_patch(original, result)
-    assert jsonpatch.apply_patch(original, ops) == result
+    out = jsonpatch.apply_patch(original, ops)
+    assert json.dumps(out) == json.dumps(result)
+
+
+def _random_json(rng, depth: int = 0):
+    kind = rng.integers(6) if depth < 4 else rng.integers(3)
+    if kind == 0:
+        return int(rng.integers(-5, 5))
+    if kind == 1:
+        return ["a", "b/c", "d~e", ""][int(rng.integers(4))]
+    if kind == 2:
+        return None if rng.integers(2) else bool(rng.integers(2))
+    if kind in (3, 4):
+        return {["k", "x/y", "m~n", "z"][int(rng.integers(4))] + str(int(rng.integers(3))): _random_json(rng, depth + 1)
+                for _ in range(int(rng.integers(4)))}
+    return [_random_json(rng, depth + 1) for _ in range(int(rng.integers(4)))]
+
+
+def test_json_patch_round_trips_on_seeded_random_documents():
+    import numpy as np
+
+    rng = np.random.default_rng(18)
+    for _ in range(500):
+        a, b = _random_json(rng), _random_json(rng)
+        assert jsonpatch.apply_patch(a, json_patch(a, b)) == b
+        assert json_patch(a, a) == []

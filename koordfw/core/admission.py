@@ -10,7 +10,6 @@ only in where the objects come from (:class:`ObjectStore`: reflector caches or t
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -68,9 +67,60 @@ class StaticObjects:
         return self._by_kind.get((api_version, kind), {}).get((namespace or "", name))
 
 
-def json_patch(original: Any, result: Any) -> list[dict[str, Any]]:
-    """The RFC 6902 operations that turn ``original`` into ``result`` (``jsonpatch.make_patch``)."""
-    return list(jsonpatch.make_patch(original, result).patch)
+def _pointer(token: str) -> str:
+    return "/" + token.replace("~", "~0").replace("/", "~1")
+
+
+def json_patch(original: Any, result: Any, prefix: str = "") -> list[dict[str, Any]]:
+    """The RFC 6902 operations that turn ``original`` into ``result``.
+
+    Objects, and lists that kept their length, are compared member by member here (an unchanged subtree
+    costs one ``==``); where a list's length changed, ``jsonpatch.make_patch`` diffs it and its operations
+    are re-rooted under the list's path. The
+    operations touch disjoint subtrees, so their order among keys does not matter."""
+    if original == result and _same_types(original, result):
+        return []
+    if isinstance(original, dict) and isinstance(result, dict):
+        ops: list[dict[str, Any]] = [{"op": "remove", "path": prefix + _pointer(k)} for k in original if k not in result]
+        for k, v in result.items():
+            path = prefix + _pointer(k)
+            if k not in original:
+                ops.append({"op": "add", "path": path, "value": _json_copy(v)})
+            else:
+                ops += json_patch(original[k], v, path)
+        return ops
+    if isinstance(original, list) and isinstance(result, list):
+        if len(original) == len(result):  # changed in place (a container's resources): element by element
+            return [op for i, (a, b) in enumerate(zip(original, result)) for op in json_patch(a, b, f"{prefix}/{i}")]
+        ops = []
+        for op in jsonpatch.make_patch(original, result).patch:
+            op = dict(op)
+            op["path"] = prefix + op["path"]
+            if "from" in op:
+                op["from"] = prefix + op["from"]
+            ops.append(op)
+        return ops
+    return [{"op": "replace", "path": prefix, "value": _json_copy(result)}]
+
+
+def _same_types(a: Any, b: Any) -> bool:
+    """For two values Python finds equal: are they the same JSON (``True == 1`` in Python, not in JSON)?"""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return all(_same_types(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return all(_same_types(x, y) for x, y in zip(a, b))
+    return True
+
+
+def _json_copy(value: Any) -> Any:
+    """A deep copy of a JSON value (dicts, lists, scalars): several times faster than ``copy.deepcopy``."""
+    if isinstance(value, dict):
+        return {k: _json_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_copy(v) for v in value]
+    return value
 
 
 @attrs.frozen
@@ -141,11 +191,11 @@ class Admission:
         """Run the ``mutate_pod`` plugins on a copy of ``pod`` (which is left as it is)."""
         _check_operation(operation)
         namespace = self.namespace_of(pod)
-        current = copy.deepcopy(pod)
+        current = _json_copy(pod)
         for impl in self.caller.impls("mutate_pod"):
             try:
                 out = await self.caller.call(impl, pod=current, operation=operation,
-                                             namespace=copy.deepcopy(namespace))
+                                             namespace=_json_copy(namespace))
             except PluginFailure as f:
                 return AdmissionResult(False, pod, code=500, message=f.status.message, plugin=impl.plugin)
             if out is None:
@@ -163,8 +213,8 @@ class Admission:
         namespace = self.namespace_of(pod)
         for impl in self.caller.impls("validate_pod"):
             try:
-                out = await self.caller.call(impl, pod=copy.deepcopy(pod), old=copy.deepcopy(old),
-                                             operation=operation, namespace=copy.deepcopy(namespace))
+                out = await self.caller.call(impl, pod=_json_copy(pod), old=_json_copy(old),
+                                             operation=operation, namespace=_json_copy(namespace))
             except PluginFailure as f:
                 return AdmissionResult(False, pod, code=500, message=f.status.message, plugin=impl.plugin)
             if isinstance(out, str) and not out:

@@ -146,8 +146,21 @@ def _apply(pod: dict[str, Any], profile: ColocationProfile, handle: AdmissionHan
     return pod
 
 
+#: id(profile object) -> (the object, its parse): the engine hands out the same dicts until they change
+_PARSED: dict[int, tuple[Mapping[str, Any], ColocationProfile]] = {}
+
+
 def _profiles(handle: AdmissionHandle) -> list[ColocationProfile]:
-    return [parse_profile(o) for o in handle.objects(CONFIG_GROUP_VERSION, KIND_CLUSTER_COLOCATION_PROFILE)]
+    out = []
+    objs = handle.objects(CONFIG_GROUP_VERSION, KIND_CLUSTER_COLOCATION_PROFILE)
+    if len(_PARSED) > 4 * len(objs) + 64:
+        _PARSED.clear()
+    for o in objs:
+        hit = _PARSED.get(id(o))
+        if hit is None or hit[0] is not o:
+            hit = _PARSED[id(o)] = (o, parse_profile(o))
+        out.append(hit[1])
+    return out
 
 
 def apply_profiles(pod: dict[str, Any], namespace: Mapping[str, Any] | None, profiles: list[ColocationProfile],

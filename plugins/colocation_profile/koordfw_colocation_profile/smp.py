@@ -10,7 +10,6 @@ every other list is replaced. The directives ``$patch: replace``/``delete`` (on 
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 __all__ = ["PatchError", "strategic_merge_pod"]
@@ -40,11 +39,20 @@ _MERGE_LISTS: dict[tuple[str, str], str | None] = {
 _PATCH, _RETAIN, _DELETE_PRIMITIVE, _ORDER = "$patch", "$retainKeys", "$deleteFromPrimitiveList/", "$setElementOrder/"
 
 
+def _copy(value: Any) -> Any:
+    """A deep copy of a JSON value."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
 def strategic_merge_pod(pod: dict[str, Any], patch: Any) -> dict[str, Any]:
     """``pod`` with ``patch`` applied (a new dict; ``pod`` is not changed)."""
     if not isinstance(patch, dict):
         raise PatchError(f"a strategic merge patch of a Pod must be a JSON object, got {type(patch).__name__}")
-    out = _merge_map(copy.deepcopy(pod), patch, "Pod", "")
+    out = _merge_map(_copy(pod), patch, "Pod", "")
     return out if out is not None else {}
 
 
@@ -52,7 +60,7 @@ def _strip(value: Any, struct: str) -> Any:
     """A patch value added where the original has nothing: its directives resolved against nothing."""
     if isinstance(value, dict):
         return _merge_map({}, value, struct, "")
-    return copy.deepcopy(value)
+    return _copy(value)
 
 
 def _merge_map(original: dict[str, Any], patch: dict[str, Any], struct: str, path: str) -> dict[str, Any] | None:
@@ -99,7 +107,7 @@ def _merge_map(original: dict[str, Any], patch: dict[str, Any], struct: str, pat
                 raise PatchError(f"{where}: expected a list in the pod, got {type(current).__name__}")
             original[key] = _merge_list(list(current or []), value, _MERGE_LISTS[(struct, key)], child, where)
         else:
-            original[key] = copy.deepcopy(value)
+            original[key] = _copy(value)
     return original
 
 
@@ -107,7 +115,7 @@ def _merge_list(original: list[Any], patch: list[Any], merge_key: str | None, st
     if any(isinstance(v, dict) and v.get(_PATCH) == "replace" for v in patch):
         return [_strip(v, struct) for v in patch if not (isinstance(v, dict) and _PATCH in v)]
     if merge_key is None:  # a merged list of primitives: the union, in order
-        return original + [copy.deepcopy(v) for v in patch if v not in original]
+        return original + [_copy(v) for v in patch if v not in original]
     out = original
     for i, item in enumerate(patch):
         if not isinstance(item, dict) or merge_key not in item:
