@@ -73,8 +73,8 @@ log = structlog.get_logger("koordfw.kube")
 
 NODESLOS = f"/apis/{SLO_GROUP_VERSION}/nodeslos"
 
-__all__ = ["DEFAULT_SLO_CONFIG", "NODESLOS", "NodeSLOController", "SLOConfig", "canonical_quantity", "parse_slo_config",
-           "render_nodeslo_spec", "render_spec", "selector_matches_strict"]
+__all__ = ["DEFAULT_SLO_CONFIG", "NODESLOS", "NodeSLOController", "SLOConfig", "canonical_quantity",
+           "nodeslo_spec_schema", "parse_slo_config", "render_nodeslo_spec", "render_spec", "selector_matches_strict"]
 
 
 # ================================================================================================
@@ -684,6 +684,42 @@ def render_spec(config: SLOConfig, labels: Mapping[str, str] | None, annotations
     if apps:
         out["hostApplications"] = apps
     return out
+
+
+#: resource.Quantity's pattern in CRD schemas (controller-gen's, from apimachinery's quantity format)
+QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)"
+                    r"|(\.[0-9]+))))?$")
+
+
+def _openapi(t: Any) -> dict:
+    """The structural OpenAPI v3 schema of a Go type, as controller-gen writes it (without descriptions
+    and range validations)."""
+    if isinstance(t, _Ptr):
+        return _openapi(t.elem)
+    if isinstance(t, _Struct):
+        return {"type": "object", "properties": {f.json: _openapi(f.type) for f in t.fields}}
+    if isinstance(t, _Slice):
+        return {"type": "array", "items": _openapi(t.elem)}
+    if isinstance(t, _Map):
+        return {"type": "object", "additionalProperties": _openapi(t.elem)}
+    if isinstance(t, _Int):
+        return {"type": "integer", "format": f"int{t.bits}"}
+    if t.kind in ("bool", "string"):
+        return {"type": "boolean" if t.kind == "bool" else "string"}
+    out: dict[str, Any] = {"anyOf": [{"type": "integer"}, {"type": "string"}]}
+    if t.kind == "quantity":
+        out["pattern"] = QUANTITY_PATTERN
+    out["x-kubernetes-int-or-string"] = True
+    return out
+
+
+def nodeslo_spec_schema() -> dict:
+    """The OpenAPI schema of ``NodeSLO.spec`` as koordfw writes it (every field Koordinator's NodeSLOSpec
+    has; ``extensions`` free-form); deploy/crds/nodeslo.yaml carries it."""
+    props = {field: _openapi(t) for field, t, _d in _STRATEGY_KEYS.values()}
+    props["extensions"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    props["hostApplications"] = _openapi(_Slice(HOST_APPLICATION_SPEC))
+    return {"type": "object", "properties": props}
 
 
 def render_nodeslo_spec(data: Mapping[str, str] | None, labels: Mapping[str, str] | None,
