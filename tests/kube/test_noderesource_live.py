@@ -308,3 +308,15 @@ async def test_fake_nodes_status_takes_every_patch_type_and_changes_only_status(
         with pytest.raises(ApiError) as e:
             await client.request("PATCH", path, body=body, content_type="application/json-patch+json")
         assert e.value.status == code
+
+
+async def test_a_deleted_node_metric_resets_at_once(api, client, plugins):
+    """Koordinator forgets the node's last write when its NodeMetric is deleted: the reset is written at
+    once, without waiting for updateTimeThresholdSeconds."""
+    clock = Clock()
+    seed(api, "n1")
+    api.create(colocation())
+    async with manager(api, client, plugins, clock) as (m, ctl):
+        await wait_for(lambda: batch_of(api, "n1")[0] == str(expected_cpu()))
+        api.delete("nodemetrics", "n1")
+        await wait_for(lambda: batch_of(api, "n1") == (None, None), what="reset after the NodeMetric is gone")

@@ -108,7 +108,15 @@ class NodeResourceController:
 
     def on_event(self, kind: str, etype: str, obj: dict, old: dict | None) -> None:
         meta = obj.get("metadata") or {}
-        if kind in ("Node", "NodeMetric", "Device"):
+        if kind == "NodeMetric":
+            # EnqueueRequestForNodeMetric: an update that leaves the status alone is no reason; a deleted
+            # NodeMetric forgets the node's last write, so the degraded resources are written at once
+            if etype == "MODIFIED" and old is not None and old.get("status") == obj.get("status"):
+                return
+            if etype == "DELETED":
+                self.last_update.pop(meta.get("name", ""), None)
+            self._mark(meta.get("name"))
+        elif kind in ("Node", "Device"):
             # NodeMetric and Device objects are named like their node (cluster-scoped)
             self._mark(meta.get("name"))
         elif kind == "Pod":

@@ -216,7 +216,8 @@ def from_colocation_config(cfg: Mapping[str, Any], where: str, warned: set | Non
     base = merge(KOORDINATOR_DEFAULTS,
                  {k: v for k, v in cfg.items() if k in OVERRIDABLE}, where=where)
     _check_valid(base, where)
-    raw = cfg.get("nodeConfigs") or []
+    raw = cfg.get("nodeConfigs")
+    raw = [] if raw is None else raw
     if not isinstance(raw, list):
         raise ValueError(f"{where}: nodeConfigs: expected a list")
     configs: list[dict] = []
