@@ -82,7 +82,9 @@ async def test_nodeslo_lifecycle(api, client, registry):
         api.update("configmaps", CM, lambda o: o["data"].update({THRESHOLD: "{not json"}), NS)
         await wait_for(lambda: ctl.problems)
         assert THRESHOLD in ctl.problems[0]
-        assert m.health()["controllers"]["nodeslo"]["running"]
+        health = m.health()["controllers"]["nodeslo"]
+        assert health["running"] and health["configErrors"] == 1 and THRESHOLD in health["configProblems"][0]
+        assert health["created"] == 2 and health["writes"] == health["created"] + health["updated"]
         # the node's bandwidth annotation is an input
         api.update("nodes", "n2", lambda o: o["metadata"]["annotations"].update(
             {"node.koordinator.sh/network-bandwidth": "1000M"}))

@@ -784,6 +784,7 @@ class NodeSLOController:
         self._wake = anyio.Event()
         self._failures: dict[str, int] = {}
         self.created = self.updated = self.deleted = self.errors = 0
+        self.reconciles = self.unchanged = self.config_errors = 0
         self.reflector: Reflector | None = None
         self._ctx: _Context | None = None
 
@@ -813,6 +814,7 @@ class NodeSLOController:
             return False
         self._loaded, self._data = True, new_data
         config, self.problems = parse_slo_config(new_data, self.config)
+        self.config_errors += len(self.problems)
         for p in self.problems:
             log.warning(f"{SLO_CTRL_CONFIG_MAP}: configuration problem", problem=p)
         changed = config != self.config
@@ -828,6 +830,7 @@ class NodeSLOController:
             assert self._ctx is not None
             if self.reload_config(self._ctx.slo_config):
                 self._mark_all()
+            self._update_status(self._ctx.status.setdefault(self.name, {}))
 
     async def _on_nodeslo(self, etype: str, obj: dict, old: dict | None) -> None:
         if etype == "MODIFIED" and old is not None and old.get("spec") == obj.get("spec"):
@@ -862,14 +865,20 @@ class NodeSLOController:
                 tg.cancel_scope.cancel()
                 return
             self._mark_all()
+            self._update_status(status)
             while True:
                 await self._wake.wait()
                 self._wake = anyio.Event()
                 batch, self._dirty = list(self._dirty), {}
                 for name in batch:
                     await self._reconcile_one(tg, name)
-                status.update(created=self.created, updated=self.updated, deleted=self.deleted, errors=self.errors,
-                              config_problems=list(self.problems))
+                self._update_status(status)
+
+    def _update_status(self, status: dict[str, Any]) -> None:
+        # the keys the manager's /healthz shows per controller (as the node-resources controller's)
+        status.update(reconciles=self.reconciles, writes=self.created + self.updated + self.deleted,
+                      created=self.created, updated=self.updated, deleted=self.deleted, unchanged=self.unchanged,
+                      errors=self.errors, configErrors=self.config_errors, configProblems=list(self.problems))
 
     async def _reconcile_one(self, tg: TaskGroup, name: str) -> None:
         try:
@@ -892,6 +901,7 @@ class NodeSLOController:
         (``created``, ``updated``, ``deleted``, ``unchanged`` or ``none``)."""
         assert self._ctx is not None
         ctx = self._ctx
+        self.reconciles += 1
         node, slo = self._nodes().get(name), self._slos().get(name)
         if node is None and slo is None:
             return "none"
@@ -919,6 +929,7 @@ class NodeSLOController:
             return "created"
         spec = render_spec(self.config, labels, annotations, slo.get("spec"))
         if slo.get("spec") == spec:
+            self.unchanged += 1
             return "unchanged"
         new = copy.deepcopy(slo)
         new["spec"] = spec
