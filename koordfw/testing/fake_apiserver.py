@@ -24,8 +24,10 @@ What it reproduces, from the API server's own behaviour (see docs/kubernetes.md)
   ``clock`` (``issue_token``/``revoke_token`` rotate them), else 401 ``Unauthorized``; and RBAC refusals
   of whole resources (``forbid(plural)``: 403 ``Forbidden`` with the apiserver's message);
 * a PATCH whose body changes ``metadata.uid`` is a 422 (``metadata.uid: field is immutable``, from the
-  update strategy's common-field validation), while a PUT or DELETE whose UID precondition fails is a
-  409 ``Conflict`` (``Precondition failed: UID in precondition: ...``), as the real registry answers;
+  update strategy's common-field validation: a patch has no preconditions), while a failed UID
+  precondition is a 409 ``Conflict``: for a PUT or a Binding the storage's ``StorageError: invalid
+  object, ... Precondition failed: UID in precondition: ...``, for a DELETE or an eviction
+  ``rest.BeforeDelete``'s ``the UID in the precondition (...) does not match the UID in record (...)``;
 * injectable faults: dropped watch streams, 500s (for N requests or for a while), slow replies, a
   binding that succeeds but whose reply is lost;
 * opt-in graceful pod deletion (``graceful_deletes=True``): a DELETE or an eviction of a bound pod sets
@@ -585,8 +587,7 @@ class FakeApiServer:
         if cur is None:
             raise _ApiError(404, "NotFound", f'{plural} "{name}" not found', {"name": name, "kind": plural})
         if uid and uid != cur["metadata"]["uid"]:
-            raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": Precondition '
-                            f"failed: UID in precondition: {uid}, UID in object meta: {cur['metadata']['uid']}")
+            raise _delete_uid_conflict(rt, name, uid, cur["metadata"]["uid"])
         spec, meta = cur.get("spec") or {}, cur["metadata"]
         graceful = (self.graceful_deletes and plural == "pods" and bool(spec.get("nodeName"))
                     and (cur.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
@@ -722,9 +723,9 @@ class FakeApiServer:
             # the update handler turns a body's uid into a storage precondition (409 on a mismatch)
             put_uid = (body.get("metadata") or {}).get("uid")
             if put_uid and put_uid != cur["metadata"]["uid"]:
-                raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.plural} "{name}": '
-                                f"Precondition failed: UID in precondition: {put_uid}, "
-                                f"UID in object meta: {cur['metadata']['uid']}", {"name": name, "kind": rt.plural})
+                raise _storage_precondition_conflict(rt, ns, name, ".".join(filter(None, (rt.plural, _group(rt)))),
+                                                     f"UID in precondition: {put_uid}, "
+                                                     f"UID in object meta: {cur['metadata']['uid']}")
             want = (body.get("metadata") or {}).get("resourceVersion")
             if want and want != cur["metadata"]["resourceVersion"]:
                 raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.plural} "{name}": the object '
@@ -965,11 +966,12 @@ class FakeApiServer:
         prefix = f'Operation cannot be fulfilled on pods/binding "{name}": '
         pm = pod["metadata"]
         if meta.get("uid") and meta["uid"] != pm["uid"]:
-            raise _ApiError(409, "Conflict", prefix + f"Precondition failed: UID in precondition: {meta['uid']}, "
-                            f"UID in object meta: {pm['uid']}")
+            raise _storage_precondition_conflict(RESOURCES["pods"], ns, name, "pods/binding",
+                                                 f"UID in precondition: {meta['uid']}, UID in object meta: {pm['uid']}")
         if meta.get("resourceVersion") and meta["resourceVersion"] != pm["resourceVersion"]:
-            raise _ApiError(409, "Conflict", prefix + "the object has been modified; please apply your changes "
-                            "to the latest version and try again")
+            raise _storage_precondition_conflict(RESOURCES["pods"], ns, name, "pods/binding",
+                                                 f"ResourceVersion in precondition: {meta['resourceVersion']}, "
+                                                 f"ResourceVersion in object meta: {pm['resourceVersion']}")
         if pm.get("deletionTimestamp"):
             raise _ApiError(409, "Conflict", prefix + f"pod {name} is being deleted, cannot be assigned to a host")
         if pod["spec"].get("nodeName"):
@@ -1011,8 +1013,7 @@ class FakeApiServer:
         opts = body.get("deleteOptions") or {}
         want_uid = (opts.get("preconditions") or {}).get("uid")
         if want_uid and want_uid != pod["metadata"]["uid"]:
-            raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods "{name}": Precondition '
-                            f"failed: UID in precondition: {want_uid}, UID in object meta: {pod['metadata']['uid']}")
+            raise _delete_uid_conflict(RESOURCES["pods"], name, want_uid, pod["metadata"]["uid"])
         from ..core.model import selector_matches
 
         labels = pod["metadata"].get("labels") or {}
@@ -1044,6 +1045,30 @@ class _ApiError(Exception):
     def __init__(self, code: int, reason: str, message: str, details: dict | None = None) -> None:
         super().__init__(message)
         self.code, self.reason, self.message, self.details = code, reason, message, details
+
+
+def _group(rt: ResourceType) -> str:
+    return "" if rt.prefix == "/api/v1" else rt.prefix.split("/")[2]
+
+
+def _storage_precondition_conflict(rt: ResourceType, ns: str | None, name: str, resource: str, what: str) -> _ApiError:
+    """A storage precondition (the UID or resourceVersion an update or a binding carries) that failed:
+    etcd3's Preconditions.Check makes an invalid-object StorageError, which InterpretUpdateError turns
+    into a 409 Conflict quoting it whole."""
+    group = _group(rt)
+    key = "/registry/" + "/".join(p for p in (group, rt.plural, ns, name) if p)
+    return _ApiError(409, "Conflict", f'Operation cannot be fulfilled on {resource} "{name}": StorageError: invalid '
+                     f"object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: "
+                     f"{what}", {"name": name, **({"group": group} if group else {}), "kind": resource})
+
+
+def _delete_uid_conflict(rt: ResourceType, name: str, want: str, have: str) -> _ApiError:
+    """rest.BeforeDelete's early UID precondition check: a 409 whose resource is the object's kind."""
+    group = _group(rt)
+    return _ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.kind}{"." + group if group else ""} '
+                     f'"{name}": the UID in the precondition ({want}) does not match the UID in record ({have}). '
+                     "The object might have been deleted and then recreated",
+                     {"name": name, **({"group": group} if group else {}), "kind": rt.kind})
 
 
 async def _json_ops(request: web.Request) -> list:

@@ -323,11 +323,20 @@ async def test_uid_mismatch_answers(api, client):
     obj["metadata"]["uid"] = "other"
     with pytest.raises(ApiError) as ei:
         await client.request("PUT", path, body=obj)
+    uid = cur["metadata"]["uid"]
     assert ei.value.status == 409 and ei.value.message == (
-        f'Operation cannot be fulfilled on pods "p": Precondition failed: UID in precondition: other, '
-        f'UID in object meta: {cur["metadata"]["uid"]}')
-    # DELETE with a UID precondition: 409 as well
+        'Operation cannot be fulfilled on pods "p": StorageError: invalid object, Code: 4, Key: '
+        f"/registry/pods/default/p, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in "
+        f"precondition: other, UID in object meta: {uid}")
+    # DELETE (and an eviction) with a UID precondition: rest.BeforeDelete's 409, on the kind
     with pytest.raises(ApiError) as ei:
         await client.request("DELETE", path, body={"preconditions": {"uid": "other"}})
-    assert ei.value.status == 409 and "Precondition failed: UID in precondition: other" in ei.value.message
+    assert ei.value.status == 409 and ei.value.message == (
+        f'Operation cannot be fulfilled on Pod "p": the UID in the precondition (other) does not match the UID '
+        f"in record ({uid}). The object might have been deleted and then recreated")
+    with pytest.raises(ApiError) as ei:
+        await client.request("POST", path + "/eviction", body={
+            "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p", "namespace": "default"},
+            "deleteOptions": {"preconditions": {"uid": "other"}}})
+    assert ei.value.status == 409 and "the UID in the precondition (other) does not match" in ei.value.message
     assert api.get("pods", "p", "default") is not None
