@@ -171,8 +171,9 @@ class EmbeddedEngine(SchedulerEvents):
         #: task group when it drives ``scheduler.schedule_next`` itself
         self.scheduler = Scheduler(registry, cluster, self.clock, engine=self, seed=seed,
                                    inline_binding=inline_binding, events_complete=True)
-        #: the ColocationCfg the node_resources hooks get: the input's slo-controller-config ConfigMap, if any
-        self.colocation: dict[str, Any] | None = colocation_from_objects(cluster)
+        #: the ColocationCfg the node_resources hooks got: the slo-controller-config ConfigMap of the cluster
+        #: when they last ran (read then: the cluster may be filled after the engine is made)
+        self.colocation: dict[str, Any] | None = None
 
     @property
     def progress(self) -> int:
@@ -240,6 +241,7 @@ class EmbeddedEngine(SchedulerEvents):
         if not impls:
             return
         now = self.clock.now()
+        self.colocation = colocation_from_objects(self.cluster)
         for view in list(self.cluster.nodes):
             merged: dict[str, int] = {}
             for impl in impls:
