@@ -670,7 +670,7 @@ def render_spec(config: SLOConfig, labels: Mapping[str, str] | None, annotations
             spec["systemStrategy"] = None
     host = config.merged[HOST_APPLICATION_CONFIG_KEY]
     picked = _pick(host.get("nodeConfigs") or [], labels)
-    spec["hostApplications"] = copy.deepcopy((picked or host).get("applications") or [])
+    spec["hostApplications"] = copy.deepcopy((picked if picked is not None else host).get("applications") or [])
     out: dict[str, Any] = {}
     for field, t, _d in _STRATEGY_KEYS.values():
         if spec[field] is not None:
@@ -787,15 +787,23 @@ class NodeSLOController:
         self.reconciles = self.unchanged = self.config_errors = 0
         self.reflector: Reflector | None = None
         self._ctx: _Context | None = None
+        #: the cached nodes and NodeSLOs by name (the reflectors' stores are keyed by uid)
+        self._nodes: dict[str, dict] = {}
+        self._slos: dict[str, dict] = {}
 
     # -- inputs -------------------------------------------------------------------------------------
-    def _nodes(self) -> dict[str, dict]:
-        assert self._ctx is not None
-        return {_meta(n).get("name", ""): n for n in self._ctx.reflectors["Node"].store.values()}
-
-    def _slos(self) -> dict[str, dict]:
-        assert self.reflector is not None
-        return {_meta(o).get("name", ""): o for o in self.reflector.store.values()}
+    @staticmethod
+    def _index(by_name: dict[str, dict], etype: str, obj: dict) -> str:
+        """Keep a name -> object index in step with a reflector's events; returns the name."""
+        meta = _meta(obj)
+        name = meta.get("name", "")
+        if etype == "DELETED":
+            cur = by_name.get(name)
+            if cur is not None and _meta(cur).get("uid") == meta.get("uid"):
+                del by_name[name]
+        else:
+            by_name[name] = obj
+        return name
 
     def _mark(self, name: str) -> None:
         if name:
@@ -803,7 +811,7 @@ class NodeSLOController:
             self._wake.set()
 
     def _mark_all(self) -> None:
-        for name in sorted(set(self._nodes()) | set(self._slos())):
+        for name in sorted(set(self._nodes) | set(self._slos)):
             self._mark(name)
 
     def reload_config(self, data: Mapping[str, str] | None) -> bool:
@@ -823,9 +831,10 @@ class NodeSLOController:
 
     def _on_event(self, kind: str, etype: str, obj: dict, old: dict | None) -> None:
         if kind == "Node":
+            name = self._index(self._nodes, etype, obj)
             if etype == "MODIFIED" and old is not None and _inputs(old) == _inputs(obj):
                 return
-            self._mark(_meta(obj).get("name", ""))
+            self._mark(name)
         elif kind == "ConfigMap":
             assert self._ctx is not None
             if self.reload_config(self._ctx.slo_config):
@@ -833,9 +842,10 @@ class NodeSLOController:
             self._update_status(self._ctx.status.setdefault(self.name, {}))
 
     async def _on_nodeslo(self, etype: str, obj: dict, old: dict | None) -> None:
+        name = self._index(self._slos, etype, obj)
         if etype == "MODIFIED" and old is not None and old.get("spec") == obj.get("spec"):
             return  # GenerationChangedPredicate: status or metadata only
-        self._mark(_meta(obj).get("name", ""))
+        self._mark(name)
 
     # -- running ------------------------------------------------------------------------------------
     async def run(self, ctx: _Context) -> None:
@@ -844,6 +854,9 @@ class NodeSLOController:
         self.reflector = Reflector(ctx.client, NODESLOS, self._on_nodeslo, name="NodeSLO", optional=True,
                                    watch_timeout=self.watch_timeout)
         self.reload_config(ctx.slo_config)
+        self._nodes = {}
+        for n in ctx.reflectors["Node"].store.values():
+            self._index(self._nodes, "ADDED", n)
         ctx.add_listener(self._on_event)
         try:
             await self._run(ctx, status)
@@ -885,11 +898,14 @@ class NodeSLOController:
             await self.reconcile(name)
             self._failures.pop(name, None)
         except ApiError as e:
-            self.errors += 1
             n = self._failures.get(name, 0)
             self._failures[name] = n + 1
             delay = min(self.initial_backoff * 2**n, self.max_backoff)
-            log.warning("NodeSLO write failed; retrying", node=name, error=str(e), seconds=round(delay, 2))
+            if e.status == 409:  # AlreadyExists or a stale resourceVersion: the cache is behind the server
+                log.info("NodeSLO changed meanwhile; retrying from the cache", node=name, error=str(e))
+            else:
+                self.errors += 1
+                log.warning("NodeSLO write failed; retrying", node=name, error=str(e), seconds=round(delay, 2))
             tg.start_soon(self._retry_later, name, delay)
 
     async def _retry_later(self, name: str, delay: float) -> None:
@@ -902,7 +918,7 @@ class NodeSLOController:
         assert self._ctx is not None
         ctx = self._ctx
         self.reconciles += 1
-        node, slo = self._nodes().get(name), self._slos().get(name)
+        node, slo = self._nodes.get(name), self._slos.get(name)
         if node is None and slo is None:
             return "none"
         if node is None:
