@@ -223,3 +223,41 @@ async def test_reflector_keeps_watching_across_a_token_rotation(tmp_path):
                         await anyio.sleep(0.01)
                 tg.cancel_scope.cancel()
             assert api.rejected_tokens == ["old"] and r.errors == 0
+
+
+async def test_from_kubeconfig_token_file_is_relative_to_the_kubeconfig(tmp_path):
+    import yaml
+
+    (tmp_path / "tok").write_text("from-file")
+    async with FakeApiServer(tokens={"from-file": None}) as api:
+        kc = api.kubeconfig()
+        kc["users"][0]["user"] = {"tokenFile": "tok"}
+        (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kc))
+        c = await KubeClient.from_kubeconfig(str(tmp_path / "kubeconfig"), qps=0)
+        async with c:
+            assert isinstance(c.token_source, TokenFile) and c.token_source.path == tmp_path / "tok"
+            await c.request("GET", "/api/v1/nodes")
+
+
+async def test_in_cluster_reads_the_projected_token_file(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a CA certificate")
+    ca = tmp_path / "ca.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "ca.key"),
+                    "-out", str(ca), "-subj", "/CN=test-ca", "-days", "1"], check=True, capture_output=True)
+    token = tmp_path / "token"
+    token.write_text("sa-token-1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    clock = Clock()
+    c = KubeClient.in_cluster(token_file=str(token), ca_file=str(ca), qps=0, clock=clock)
+    async with c:
+        assert c.base_url == "https://10.0.0.1:443"
+        assert isinstance(c.token_source, TokenFile)
+        assert await c.token_source.token() == "sa-token-1"
+        token.write_text("sa-token-2")  # the kubelet rotated it
+        clock.t += 60
+        assert await c.token_source.token() == "sa-token-2"

@@ -64,6 +64,7 @@ class ApiError(Exception):
 
 #: where the kubelet mounts the pod's projected service-account token
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+SERVICE_ACCOUNT_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 
 
 class TokenSource(Protocol):
@@ -346,16 +347,17 @@ class KubeClient:
         return cls._from_configuration(cfg, token_source=source, **kw)
 
     @classmethod
-    def in_cluster(cls, *, token_file: str = SERVICE_ACCOUNT_TOKEN, **kw: Any) -> KubeClient:
-        """Use the pod's service account (KUBERNETES_SERVICE_HOST and the mounted token, re-read every
-        minute and after a 401: the projected token rotates)."""
+    def in_cluster(cls, *, token_file: str = SERVICE_ACCOUNT_TOKEN, ca_file: str = SERVICE_ACCOUNT_CA,
+                   **kw: Any) -> KubeClient:
+        """Use the pod's service account (KUBERNETES_SERVICE_HOST/PORT, the mounted CA and token; the
+        token is re-read every minute and after a 401: the projected token rotates)."""
         try:
             from kubernetes_asyncio import client as k8s_client
             from kubernetes_asyncio import config as k8s_config
         except ImportError as e:  # pragma: no cover
             raise RuntimeError("the Kubernetes engine needs kubernetes_asyncio: pip install 'koordfw[kubernetes]'") from e
         cfg = k8s_client.Configuration()
-        k8s_config.load_incluster_config(client_configuration=cfg, token_filename=token_file)
+        k8s_config.load_incluster_config(client_configuration=cfg, token_filename=token_file, cert_filename=ca_file)
         return cls._from_configuration(cfg, token_source=TokenFile(token_file, clock=kw.get("clock", time.monotonic)),
                                        **kw)
 

@@ -86,7 +86,7 @@ class Writer:
         if self.leading is None or self.leading():
             return True
         self.not_leading_dropped += 1
-        log.info("not the leader; not writing", what=what)
+        log.debug("not the leader; not writing", what=what)
         return False
 
     def scheduled(self, pod: Pod, node: str) -> None:
