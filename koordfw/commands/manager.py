@@ -19,7 +19,7 @@ from ..command_api import Commands
 from ..core.errors import KoordfwError
 from ..extension import CONFIG_NAMESPACE, SLO_CTRL_CONFIG_MAP
 from ._common import DAY, add_plugin_options, number, registry_from_args
-from .scheduler import add_connection_options, make_client, split_address
+from .scheduler import add_connection_options, add_unhealthy_after_option, make_client, split_address
 
 
 def _address(text: str) -> str:
@@ -48,6 +48,7 @@ def register(sub: Commands) -> None:
     p.add_argument("--leader-elect-retry-period", type=number(float, 0, DAY, above=True), default=2.0)
     p.add_argument("--health-address", default="0.0.0.0:10260",
                    help="serve /healthz, /readyz and /metrics here (default 0.0.0.0:10260; empty = off)")
+    add_unhealthy_after_option(p)
     w = p.add_argument_group("pod admission webhook")
     w.add_argument("--webhook-listen", type=_address, metavar="HOST:PORT",
                    help="serve the admission webhook here (HTTPS; needs --tls-cert-file and --tls-private-key-file)")
@@ -113,11 +114,13 @@ async def _main(args: argparse.Namespace) -> int:
                                 renew_deadline=args.leader_elect_renew_deadline,
                                 retry_period=args.leader_elect_retry_period)
     manager = KubeManager(registry, client, controllers=build_controllers(args),
-                          config_namespace=args.config_namespace, leader_elector=elector)
+                          config_namespace=args.config_namespace, leader_elector=elector,
+                          unhealthy_after=args.unhealthy_after_seconds)
     runner = None
     if args.health_address:
         host, port = split_address(args.health_address)
-        runner, _ = await start_health_server(host, port, manager.health, lambda: manager.started.is_set())
+        runner, _ = await start_health_server(host, port, manager.health, lambda: manager.started.is_set(),
+                                              manager.unhealthy_reason)
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_stop_on_signal, manager)

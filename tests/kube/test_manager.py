@@ -169,3 +169,20 @@ async def test_the_command_writes_batch_resources_and_serves_health(api, tmp_pat
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+async def test_healthz_reason_when_the_config_map_cannot_be_read(api, registry):
+    """RBAC refusing configmaps keeps that cache unsynced: nothing runs, and past --unhealthy-after-seconds
+    (on the client's injected clock) /healthz's check names the cache."""
+    t = [1000.0]
+    api.forbid("configmaps")
+    async with KubeClient(api.url, qps=0, clock=lambda: t[0]) as c:
+        ctl = Recorder("ctl", True)
+        m = KubeManager(registry, c, controllers=[ctl], unhealthy_after=120.0)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(m.run)
+            await wait_for(lambda: m.reflectors["ConfigMap"].errors > 0 and m.reflectors["Node"].synced.is_set())
+            assert m.unhealthy_reason() is None and not ctl.started.is_set()
+            t[0] += 121
+            assert m.unhealthy_reason() == ("caches not synced 121s after the start (more than 120s): ConfigMap")
+            m.stop()

@@ -49,6 +49,7 @@ from ...core.plugins import Registry
 from ...extension import CONFIG_NAMESPACE, SCHEDULING_GROUP_VERSION, SLO_CTRL_CONFIG_MAP, SLO_GROUP_VERSION
 from .client import KubeClient
 from .engine import NotLeading, build_cache
+from .health import DEFAULT_UNHEALTHY_AFTER, api_health, unhealthy_reason
 from .leader import LeaderElector
 from .reflector import Reflector
 
@@ -129,8 +130,11 @@ class KubeManager:
 
     def __init__(self, registry: Registry, client: KubeClient, *, controllers: list[Controller],
                  config_namespace: str = CONFIG_NAMESPACE, leader_elector: LeaderElector | None = None,
-                 clock: Callable[[], float] = time.time, watch_timeout: int = 300) -> None:
+                 clock: Callable[[], float] = time.time, watch_timeout: int = 300,
+                 unhealthy_after: float = DEFAULT_UNHEALTHY_AFTER) -> None:
         self.client = client
+        self.unhealthy_after = unhealthy_after
+        self._run_started: float | None = None
         self.controllers = list(controllers)
         self.elector = leader_elector
         # the kernel's cache without a queue (scheduler_name None): nodes, assigned pods, objects
@@ -177,6 +181,7 @@ class KubeManager:
 
     async def run(self) -> None:
         """Run until ``stop()`` (or lost leadership, or a component failing)."""
+        self._run_started = self.client.clock()
         await self.scheduler.startup()
         try:
             async with anyio.create_task_group() as tg:
@@ -230,11 +235,17 @@ class KubeManager:
         self.stop("lost leadership")
 
     # -- reporting ----------------------------------------------------------------------------------
+    def unhealthy_reason(self) -> str | None:
+        """Why ``/healthz`` should fail now, or None (see ``health.unhealthy_reason``)."""
+        unsynced = [name for name, r in self.reflectors.items() if not r.synced.is_set()]
+        return unhealthy_reason(self.client, unsynced=unsynced, started_at=self._run_started,
+                                after=self.unhealthy_after)
+
     def health(self) -> dict[str, Any]:
         return {"synced": all(r.synced.is_set() for r in self.reflectors.values()), "running": self.started.is_set(),
                 "leader": None if self.elector is None else self.elector.is_leader,
                 "nodes": self.cluster.num_nodes, "config": self.ctx.slo_config is not None,
-                "controllers": {k: dict(v) for k, v in self.ctx.status.items()}}
+                "controllers": {k: dict(v) for k, v in self.ctx.status.items()}, **api_health(self.client)}
 
 
 __all__ = ["Controller", "KubeManager", "Listener", "ManagerContext", "NotLeading"]
