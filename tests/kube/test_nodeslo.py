@@ -223,6 +223,8 @@ def test_a_malformed_key_keeps_its_previous_value_and_names_the_field():
     ('{"nodeStrategies": [{"nodeSelector": {"matchLabels": {"a": 1}}}]}', "nodeStrategies[0].nodeSelector.matchLabels.a"),
     ('{"nodeStrategies": {}}', "nodeStrategies: expected an array"),
     ('{"clusterStrategy": {"enable": NaN}}', "not valid JSON"),
+    ('{"clusterStrategy": ' + "[" * 100_000, "not valid JSON"),
+    ('{"nodeStrategies": ' + "[" * 100_000 + "]" * 100_000 + "}", "not valid JSON"),
     ("", "not valid JSON"),
 ])
 def test_decode_errors_name_the_field(text, field):

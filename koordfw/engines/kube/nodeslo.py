@@ -561,16 +561,13 @@ def _default_merged(key: str) -> dict:
     return {"clusterStrategy": _STRATEGY_KEYS[key][2]()}
 
 
-@attrs.frozen(eq=True)
+@attrs.frozen(hash=False)
 class SLOConfig:
     """The merged configuration per key (Koordinator's ``SLOCfg``): for a strategy key ``{"clusterStrategy":
     merged cluster strategy, "nodeStrategies": [{"name", "nodeSelector", "strategy": merged}, ...]}``; for
     host-application-config ``{"applications": [...], "nodeConfigs": [...]}`` (decoded Go values)."""
 
     merged: Mapping[str, Any]
-
-    def key(self, key: str) -> Any:
-        return self.merged[key]
 
 
 DEFAULT_SLO_CONFIG = SLOConfig({k: _default_merged(k) for k in SLO_CONFIG_KEYS})
@@ -582,6 +579,8 @@ def _parse_key(key: str, text: str) -> dict:
         raw = _loads(text)
     except ValueError as e:
         raise _DecodeError("", f"not valid JSON: {e}") from None
+    except RecursionError:
+        raise _DecodeError("", "not valid JSON: nested too deeply") from None
     t = _CFG_TYPES[key]
     if key == HOST_APPLICATION_CONFIG_KEY:
         return _decode(t, raw, {}, "")
