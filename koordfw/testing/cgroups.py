@@ -84,12 +84,14 @@ class FakeNode:
             (self.ctl("cpu", rel) / "cpu.cfs_period_us").write_text("100000\n")
             (self.ctl("cpuset", rel) / "cpuset.cpus").write_text((cpus or f"0-{self.ncpu - 1}") + "\n")
             (self.ctl("cpuacct", rel) / "cpuacct.usage").write_text("0\n")
+            (self.ctl("memory", rel) / "memory.usage_in_bytes").write_text("0\n")
         else:
             (self.ctl("cpu", rel) / "cpu.max").write_text(("max" if quota == "-1" else quota) + " 100000\n")
             (self.ctl("cpu", rel) / "cpu.idle").write_text("0\n")
             (self.ctl("cpu", rel) / "cpuset.cpus").write_text("\n")
             (self.ctl("cpu", rel) / "cpuset.cpus.effective").write_text(f"0-{self.ncpu - 1}\n")
             (self.ctl("cpu", rel) / "cpu.stat").write_text("usage_usec 0\n")
+            (self.ctl("memory", rel) / "memory.current").write_text("0\n")
 
     def add_pod(self, uid: str, level: str, containers=("c1",)) -> str:
         if self.driver == "systemd":
@@ -109,6 +111,11 @@ class FakeNode:
             (self.ctl("cpuacct", rel) / "cpuacct.usage").write_text(f"{ns}\n")
         else:
             (self.ctl("cpu", rel) / "cpu.stat").write_text(f"usage_usec {ns // 1000}\n")
+
+    def set_memory(self, rel: str, nbytes: int) -> None:
+        """A cgroup's memory usage (v1 ``memory.usage_in_bytes``, v2 ``memory.current``)."""
+        name = "memory.usage_in_bytes" if self.version == 1 else "memory.current"
+        (self.ctl("memory", rel) / name).write_text(f"{nbytes}\n")
 
     def read(self, controller: str, rel: str, name: str) -> str:
         return (self.ctl(controller, rel) / name).read_text().strip()

@@ -98,3 +98,45 @@ def test_metrics_listen_refuses_non_loopback(tmp_path, capsys):
     node = FakeNode(tmp_path)
     rc = main(["agent", "--cgroup-root", str(node.root), "--once", "--metrics-listen", "0.0.0.0:9999"])
     assert rc == 2 and "loopback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--topology-interval", "-1"], ["--topology-interval", "0 (off) or 1"]),
+    (["--device-interval", "nan"], ["--device-interval"]),
+    (["--kubelet-config", "{missing}"], ["cannot read the kubelet configuration"]),
+    (["--kubelet-config", "{bad}"], ["field cpuManagerPolicyOptions", "mapping of strings"]),
+    (["--kubelet-config", "{badcpus}"], ["field reservedSystemCPUs"]),
+])
+def test_bad_cluster_flags_are_one_line_and_exit_2(tmp_path, capsys, flags, words):
+    node = FakeNode(tmp_path)
+    (tmp_path / "bad.yaml").write_text("cpuManagerPolicy: static\ncpuManagerPolicyOptions: {full-pcpus-only: true}\n")
+    (tmp_path / "badcpus.yaml").write_text("cpuManagerPolicy: static\nreservedSystemCPUs: 0-x\n")
+    names = {"missing": tmp_path / "missing.yaml", "bad": tmp_path / "bad.yaml", "badcpus": tmp_path / "badcpus.yaml"}
+    flags = [f.format(**names) for f in flags]
+    rc = main(["agent", "--cgroup-root", str(node.root), "--once", *flags])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert all(w in err for w in words), err
+
+
+def test_kubelet_config_is_the_cpu_manager_policy_the_plugins_see(tmp_path):
+    """The kubelet's CPU manager policy as the NodeResourceTopology annotation reports it, and in the node
+    state the plugins get (be_suppress: static → container dirs only), without an API too."""
+    from koordfw.agent.cgroups import CgroupLayout
+    from koordfw.agent.executor import Executor
+    from koordfw.agent.loop import Agent
+    from koordfw.agent.topology import kubelet_policy_annotation, kubelet_policy_json, read_kubelet_config
+    from koordfw.core.plugins import Registry
+    from koordfw.core.profile import profile_from_dict
+
+    cfg = tmp_path / "kubelet.yaml"
+    cfg.write_text("kind: KubeletConfiguration\ncpuManagerPolicy: static\nreservedSystemCPUs: '1,0'\n")
+    k = read_kubelet_config(str(cfg))
+    assert json.loads(kubelet_policy_json(k)) == {"policy": "static", "reservedCPUs": "0-1"}
+    assert kubelet_policy_json(read_kubelet_config(None)) == "{}"
+    node = FakeNode(tmp_path / "n")
+    agent = Agent(Registry(profile_from_dict({})).load(only=set()), CgroupLayout(node.root, 1),
+                  Executor({"cgroup": node.root}), node_name="n1", proc_root=str(node.proc), sys_root=str(node.sys))
+    agent.extra_annotations = kubelet_policy_annotation(k)
+    anns = agent.collect_state().annotations
+    assert json.loads(anns["kubelet.koordinator.sh/cpu-manager-policy"])["policy"] == "static"

@@ -24,7 +24,7 @@ async def test_agent_reads_pods_from_the_api_and_publishes_node_metric(api, tmp_
     for p, level in ((be, "burstable"), (ls, "burstable")):
         rel = fake.add_pod(p["metadata"]["uid"], level)
         fake.set_usage(rel, 5 * 10**9)
-        (fake.ctl("memory", rel) / "memory.usage_in_bytes").write_text(f"{2**30}\n")
+        fake.set_memory(rel, 2**30)
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()))
     cfg = tmp_path / "agent.yaml"

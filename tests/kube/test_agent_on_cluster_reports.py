@@ -56,7 +56,7 @@ class Node:
         self.app_dir = "host-latency-sensitive/nginx"
         self.fake.mkcg(self.app_dir)
         for rel, mem in ((self.ls_dir, 1 << 30), (self.be_dir, 2 << 30), (self.app_dir, 1 << 28)):
-            (self.fake.ctl("memory", rel) / "memory.usage_in_bytes").write_text(f"{mem}\n")
+            self.fake.set_memory(rel, mem)
 
     def tick(self, t: float) -> None:
         """Cumulative counters at virtual time ``t`` (seconds since START)."""

@@ -224,6 +224,10 @@ class NodeOnCluster:
         self.topology_interval = topology_interval
         self.device_interval = device_interval
         self.kubelet = read_kubelet_config(kubelet_config)
+        if self.kubelet.policy:  # the node plugins see the CPU manager policy as the NRT reports it
+            from ...agent.topology import kubelet_policy_annotation
+
+            agent.extra_annotations = kubelet_policy_annotation(self.kubelet)
         self.kubelet_root = kubelet_root
         self.resctrl_root = resctrl_root
         self.src = ClusterPodSource(client, self.name, watch_timeout=watch_timeout)
