@@ -107,7 +107,8 @@ def test_simulate_json_contract(capsys):
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert set(out) >= {"pods", "nodes", "summary"}
-    assert set(out["pods"][0]) == {"namespace", "name", "node", "phase", "reason", "annotations"}
+    assert set(out["pods"][0]) == {"namespace", "name", "node", "phase", "reason", "annotations", "labels",
+                                   "priorityClassName", "priority", "schedulerName", "containers"}
     assert set(out["nodes"][0]) == {"name", "allocatable", "requested", "pods"}
     assert set(out["summary"]) >= {"bound", "pending", "seconds", "pods_per_second"}
     assert out["summary"]["bound"] + out["summary"]["pending"] == len(out["pods"])

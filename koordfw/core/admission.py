@@ -17,12 +17,14 @@ import attrs
 import jsonpatch
 import numpy as np
 
+from ..extension import CONFIG_GROUP_VERSION, KIND_CLUSTER_COLOCATION_PROFILE, QOS_CLASSES, SCHEDULING_K8S_GROUP_VERSION
 from .caller import HookCaller, PluginFailure
 from .clock import Clock, RealClock
+from .errors import ManifestError
 from .plugins import Registry
 from .status import Code, Status, as_status
 
-__all__ = ["Admission", "AdmissionResult", "ObjectStore", "StaticObjects", "json_patch"]
+__all__ = ["ADMISSION_KINDS", "Admission", "AdmissionResult", "ObjectStore", "StaticObjects", "check_object", "json_patch"]
 
 #: the admission operations of ``admission.k8s.io/v1`` AdmissionRequest
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
@@ -243,3 +245,92 @@ class Admission:
 def _check_operation(operation: str) -> None:
     if operation not in OPERATIONS:
         raise ValueError(f"invalid admission operation {operation!r}: expected one of {', '.join(OPERATIONS)}")
+
+
+# -- the admission objects of an input (``koordfw simulate``): the API server's schema checks ------------
+
+#: kind -> its apiVersion, for the objects the admission plugins read (a document without one gets it)
+ADMISSION_KINDS = {"Namespace": "v1", "PriorityClass": SCHEDULING_K8S_GROUP_VERSION,
+                   KIND_CLUSTER_COLOCATION_PROFILE: CONFIG_GROUP_VERSION}
+_INT32 = (-(2**31), 2**31 - 1)
+_STRING_MAPS = ("labels", "annotations", "labelKeysMapping", "annotationKeysMapping", "labelSuffixes")
+
+
+def _string_map(v: Any, field: str, fail: Any) -> None:
+    if v is None:
+        return
+    if not isinstance(v, dict):
+        raise fail(field, f"expected a mapping of strings, got {type(v).__name__}")
+    for k, x in v.items():
+        if not isinstance(x, str):
+            raise fail(f"{field}.{k}", f"expected a string, got {type(x).__name__}")
+
+
+def _label_selector(v: Any, field: str, fail: Any) -> None:
+    if v is None:
+        return
+    if not isinstance(v, dict):
+        raise fail(field, f"expected a label selector (a mapping), got {type(v).__name__}")
+    _string_map(v.get("matchLabels"), f"{field}.matchLabels", fail)
+    exprs = v.get("matchExpressions")
+    if exprs is None:
+        return
+    if not isinstance(exprs, list):
+        raise fail(f"{field}.matchExpressions", "expected a list")
+    for i, e in enumerate(exprs):
+        where = f"{field}.matchExpressions[{i}]"
+        if not isinstance(e, dict):
+            raise fail(where, "expected a mapping")
+        for key in ("key", "operator"):
+            if not isinstance(e.get(key), str):
+                raise fail(f"{where}.{key}", "required (a string)")
+        values = e.get("values")
+        if values is not None and (not isinstance(values, list) or not all(isinstance(x, str) for x in values)):
+            raise fail(f"{where}.values", "expected a list of strings")
+
+
+def check_object(kind: str, obj: Mapping[str, Any], *, file: str | None = None) -> None:
+    """Refuse what the API server would refuse of a Namespace, a PriorityClass or a
+    ClusterColocationProfile (its CRD schema): a :class:`ManifestError` naming the file, object and field."""
+    raw_meta = obj.get("metadata")
+    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+    label = f"{kind} {meta.get('name')}"
+
+    def fail(field: str, message: str) -> ManifestError:
+        return ManifestError(message, file=file, obj=label, field=field)
+
+    _string_map(meta.get("labels"), "metadata.labels", fail)
+    _string_map(meta.get("annotations"), "metadata.annotations", fail)
+    if kind == "PriorityClass":
+        value = obj.get("value")
+        if isinstance(value, bool) or not isinstance(value, int) or not _INT32[0] <= value <= _INT32[1]:
+            raise fail("value", f"required: an int32, got {value!r}"[:120])
+        pp = obj.get("preemptionPolicy")
+        if pp is not None and pp not in ("PreemptLowerPriority", "Never"):
+            raise fail("preemptionPolicy", f"unsupported value {pp!r}: expected PreemptLowerPriority or Never"[:160])
+        if obj.get("globalDefault") is not None and not isinstance(obj["globalDefault"], bool):
+            raise fail("globalDefault", "expected true or false")
+    elif kind == KIND_CLUSTER_COLOCATION_PROFILE:
+        spec = obj.get("spec")
+        if spec is None:
+            return
+        if not isinstance(spec, dict):
+            raise fail("spec", f"expected a mapping, got {type(spec).__name__}")
+        _label_selector(spec.get("namespaceSelector"), "spec.namespaceSelector", fail)
+        _label_selector(spec.get("selector"), "spec.selector", fail)
+        prob = spec.get("probability")
+        if prob is not None and (isinstance(prob, bool) or not isinstance(prob, (int, str))):
+            raise fail("spec.probability", f"expected an integer or a percentage string, got {prob!r}"[:120])
+        qos = spec.get("qosClass")
+        if qos is not None and qos not in QOS_CLASSES:
+            raise fail("spec.qosClass", f"unsupported value {str(qos)[:40]!r}: expected one of {', '.join(QOS_CLASSES)}")
+        for field in ("priorityClassName", "schedulerName"):
+            if spec.get(field) is not None and not isinstance(spec[field], str):
+                raise fail(f"spec.{field}", f"expected a string, got {type(spec[field]).__name__}")
+        kp = spec.get("koordinatorPriority")
+        if kp is not None and (isinstance(kp, bool) or not isinstance(kp, int) or not _INT32[0] <= kp <= _INT32[1]):
+            raise fail("spec.koordinatorPriority", f"expected an int32, got {kp!r}"[:120])
+        for field in _STRING_MAPS:
+            _string_map(spec.get(field), f"spec.{field}", fail)
+        if spec.get("patch") is not None and not isinstance(spec["patch"], dict):
+            raise fail("spec.patch", f"expected a Pod template patch (a mapping), got {type(spec['patch']).__name__}")

@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from .admission import ADMISSION_KINDS, check_object
 from .cluster import CLUSTER_SCOPED_KINDS, ClusterState, object_key
 from .errors import ManifestError
 from .model import Node, Pod, node_from_manifest, object_name, object_namespace, parse_time, pod_from_manifest
@@ -264,6 +265,8 @@ def load_objects(docs: Iterable[Any], *, file: str = "<input>", into: Manifests 
                     object_namespace(meta, file=file, obj=f"{kind} {name}", where=where)
                 key = object_key(kind, meta)
                 _record(out, kind, key, file, f"{kind} {key}")
+                if kind in ADMISSION_KINDS:
+                    check_object(kind, obj, file=file)
                 out.objects.append((kind, obj))
     return out
 

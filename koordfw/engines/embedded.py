@@ -22,6 +22,7 @@ import attrs
 import numpy as np
 import structlog
 
+from ..core.admission import ADMISSION_KINDS, Admission, StaticObjects
 from ..core.caller import PluginFailure
 from ..core.clock import VirtualClock
 from ..core.cluster import ClusterState
@@ -29,14 +30,14 @@ from ..core.errors import ManifestError
 from ..core.events import SchedulerEvents
 from ..core.hints import ASSIGNED_POD_DELETE
 from ..core.manifests import Manifests, load_manifests
-from ..core.model import Migration, Pod
+from ..core.model import Migration, Pod, pod_from_manifest
 from ..core.plugins import Registry
 from ..core.profile import Profile, load_profile
 from ..core.quantity import MAX_CANONICAL, format_quantity
 from ..core.schedule_one import Scheduler
 from ..core.state import CycleState
 from ..core.status import Status
-from ..extension import COLOCATION_CONFIG_KEY, CONFIG_NAMESPACE, SLO_CTRL_CONFIG_MAP
+from ..extension import COLOCATION_CONFIG_KEY, CONFIG_NAMESPACE, LABEL_METADATA_NAME, SLO_CTRL_CONFIG_MAP
 
 log = structlog.get_logger("koordfw.embedded")
 
@@ -60,6 +61,8 @@ class SimulationResult:
     migrations: list[Migration] = attrs.field(factory=list)
     extra: dict[str, Any] = attrs.field(factory=dict)
     pod_order: list[str] = attrs.field(factory=list)  # uids in input order
+    #: uid -> (pod, reason) of the pods the admission hooks refused (never created, so never scheduled)
+    rejected: dict[str, tuple[Pod, str]] = attrs.field(factory=dict)
 
     @property
     def scheduler(self) -> Scheduler:
@@ -86,6 +89,11 @@ class SimulationResult:
         e = self.engine
         pods = []
         for uid in self.pod_order:
+            if uid in self.rejected:
+                refused, why = self.rejected[uid]
+                pods.append({"namespace": refused.namespace, "name": refused.name, "node": None, "phase": "Rejected",
+                             "reason": why, "annotations": {}, **_pod_spec_summary(refused)})
+                continue
             p = self.cluster.pod(uid)
             if p is None:
                 continue
@@ -94,7 +102,7 @@ class SimulationResult:
             pods.append({"namespace": p.namespace, "name": p.name, "node": p.node_name if bound else None,
                          "phase": "Bound" if bound else "Pending",
                          "reason": "" if bound else (r.reason if r else ""),
-                         "annotations": dict(r.annotations) if (r and bound) else {}})
+                         "annotations": dict(r.annotations) if (r and bound) else {}, **_pod_spec_summary(p)})
         nodes = []
         for v in self.cluster.nodes:
             row = self.cluster.summary_row(v)
@@ -104,8 +112,11 @@ class SimulationResult:
                           "pods": row["pods"]})
         n_bound = sum(1 for p in pods if p["phase"] == "Bound")
         scheduled = len(e.bind_events)
+        summary: dict[str, Any] = {"bound": n_bound, "pending": len(pods) - n_bound - len(self.rejected)}
+        if self.rejected:
+            summary["rejected"] = len(self.rejected)
         out = {"pods": pods, "nodes": nodes,
-               "summary": {"bound": n_bound, "pending": len(pods) - n_bound, "seconds": round(self.seconds, 6),
+               "summary": {**summary, "seconds": round(self.seconds, 6),
                            "pods_per_second": round(scheduled / self.seconds, 1) if self.seconds > 0 else 0.0}}
         if self.migrations:
             out["migrations"] = [attrs.asdict(m) for m in self.migrations]
@@ -382,15 +393,79 @@ def build_registry(profile: Profile | str | Path | dict | None = None, *, plugin
                                   only=set(only) if only is not None else None)
 
 
+def _pod_spec_summary(p: Pod) -> dict[str, Any]:
+    """What admission may have changed of a pod: its labels, priority, scheduler and container requests."""
+    spec = (p.raw or {}).get("spec") or {}
+    return {"labels": dict(p.labels), "priorityClassName": str(spec.get("priorityClassName") or ""),
+            "priority": p.priority, "schedulerName": p.scheduler_name,
+            "containers": [{"name": c.name, "requests": {k: format_quantity(k, v) for k, v in c.requests.items()}}
+                           for c in p.containers]}
+
+
+def admission_store(manifests: Manifests) -> StaticObjects:
+    """The objects the admission plugins read in a simulation: the input's Namespaces, PriorityClasses and
+    ClusterColocationProfiles (a document without apiVersion gets its kind's), and a Namespace for every
+    pod namespace the input does not declare, labelled as the API server labels every namespace
+    (``kubernetes.io/metadata.name``), which it also adds to the declared ones."""
+    store = StaticObjects()
+    declared = set()
+    for kind, obj in manifests.objects:
+        if kind not in ADMISSION_KINDS:
+            continue
+        obj = {**obj, "apiVersion": obj.get("apiVersion") or ADMISSION_KINDS[kind]}
+        if kind == "Namespace":
+            meta = obj.get("metadata") or {}
+            declared.add(meta.get("name"))
+            obj["metadata"] = {**meta, "labels": {**(meta.get("labels") or {}), LABEL_METADATA_NAME: meta.get("name")}}
+        store.put(obj)
+    for ns in sorted({p.namespace for p in manifests.pods} - declared):
+        store.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {LABEL_METADATA_NAME: ns}}})
+    return store
+
+
+async def admit_pods(manifests: Manifests, registry: Registry, *, seed: int = 0,
+                     clock: VirtualClock | None = None) -> tuple[list[Pod], dict[str, tuple[Pod, str]]]:
+    """Run the pod admission hooks (``mutate_pod`` then ``validate_pod``, operation CREATE) on every pending
+    pod of ``manifests`` as the API server would when it is created. Returns the pods to create (the
+    admitted ones in place of the input's) and the refused ones (uid -> (pod, reason)); ``manifests`` is
+    not changed. Pods already bound to a node were admitted when they were created and are kept as they are."""
+    adm = Admission(registry, admission_store(manifests), clock=clock, seed=seed)
+    if not adm.active:
+        return list(manifests.pods), {}
+    rejected: dict[str, tuple[Pod, str]] = {}
+    admitted: list[Pod] = []
+    for pod in manifests.pods:
+        if pod.node_name or pod.raw is None:
+            admitted.append(pod)
+            continue
+        out = await adm.admit(dict(pod.raw), "CREATE")
+        if not out.allowed:
+            rejected[pod.uid] = (pod, f"admission: {out.message}")
+            continue
+        if not out.patch:
+            admitted.append(pod)
+            continue
+        try:
+            new = pod_from_manifest(out.pod)
+        except ManifestError as e:  # the API server validates the mutated pod: a 422, the pod is not created
+            rejected[pod.uid] = (pod, f"admission: the admitted pod is invalid: {e}")
+            continue
+        admitted.append(new)
+    return admitted, rejected
+
+
 async def run_simulation(source: Manifests | Sequence[str | Path], registry: Registry, *, seed: int = 0,
                          deschedule: bool | int = False,
                          progress: Callable[[int, int], None] | None = None) -> SimulationResult:
     """Schedule every pending pod; then, with ``deschedule`` (True = 1, or a number of cycles), run the
     descheduling plugins that many times, each plan applied and its pods rescheduled before the next."""
     manifests = source if isinstance(source, Manifests) else load_manifests(source)
-    cluster = manifests.to_cluster()
+    # the engine binds the registry (class plugins get scheduler handles), then pods are admitted, then added
+    cluster = ClusterState()
     engine = EmbeddedEngine(registry, cluster, seed=seed, start_time=manifests.newest_timestamp())
     order = [p.uid for p in manifests.pods]
+    pods, rejected = await admit_pods(manifests, registry, seed=seed, clock=engine.clock)
+    attrs.evolve(manifests, pods=pods).to_cluster(cluster)
     t0 = time.perf_counter()
     await engine.run(progress=progress)
     migrations: list[Migration] = []
@@ -402,7 +477,7 @@ async def run_simulation(source: Manifests | Sequence[str | Path], registry: Reg
         if isinstance(res, dict):
             extra.update(res)
     await engine.scheduler.shutdown()
-    return SimulationResult(engine, seconds, migrations, extra, order)
+    return SimulationResult(engine, seconds, migrations, extra, order, rejected)
 
 
 def simulate(source: Manifests | Sequence[str | Path], profile: Profile | str | Path | dict | None = None, *,
