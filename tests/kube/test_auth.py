@@ -261,3 +261,22 @@ async def test_in_cluster_reads_the_projected_token_file(tmp_path, monkeypatch):
         token.write_text("sa-token-2")  # the kubelet rotated it
         clock.t += 60
         assert await c.token_source.token() == "sa-token-2"
+
+
+def test_scheduler_with_an_unusable_exec_stanza_exits_2_with_one_line(tmp_path, capsys):
+    import yaml
+
+    from koordfw.cli import main
+
+    kc = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+          "clusters": [{"name": "k", "cluster": {"server": "http://127.0.0.1:1"}}],
+          "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+          "users": [{"name": "u", "user": {"exec": {
+              "apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable, "interactiveMode": "Always",
+              "args": ["-c", 'print(\'{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", '
+                             '"status": {"token": "x"}}\')']}}}]}
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(kc))
+    assert main(["scheduler", "--kubeconfig", str(path), "--health-address", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("koordfw: error: kubeconfig user exec: ") and "interactive terminal" in err[-1]

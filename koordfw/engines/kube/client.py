@@ -30,6 +30,7 @@ import aiohttp
 import anyio
 import structlog
 
+from ...core.errors import KoordfwError
 from .ratelimit import TokenBucket
 
 log = structlog.get_logger("koordfw.kube")
@@ -61,6 +62,11 @@ class ApiError(Exception):
 
 
 # -- credentials ------------------------------------------------------------------------------------
+
+class KubeConfigError(KoordfwError, ValueError):
+    """Unusable connection settings (a kubeconfig, its exec stanza, the in-cluster environment); the CLI
+    reports the message on one line and exits 2."""
+
 
 #: where the kubelet mounts the pod's projected service-account token
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -150,25 +156,25 @@ class ExecCredentialPlugin:
                  wall: Callable[[], float] = time.time, timeout: float = 60.0) -> None:
         command = config.get("command")
         if not isinstance(command, str) or not command:
-            raise ValueError("kubeconfig user exec: command is required")
+            raise KubeConfigError("kubeconfig user exec: command is required")
         api_version = config.get("apiVersion")
         if api_version not in ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1"):
-            raise ValueError(f"kubeconfig user exec: apiVersion {api_version!r} is not "
+            raise KubeConfigError(f"kubeconfig user exec: apiVersion {api_version!r} is not "
                              "client.authentication.k8s.io/v1 or v1beta1")
         if config.get("interactiveMode") == "Always":
-            raise ValueError(f"kubeconfig user exec: {command} needs an interactive terminal "
+            raise KubeConfigError(f"kubeconfig user exec: {command} needs an interactive terminal "
                              "(interactiveMode: Always), which a server process does not have")
         # a command with a path separator is relative to the kubeconfig's directory (client-go ResolvePaths)
         if base_dir is not None and os.sep in command and not os.path.isabs(command):
             command = os.path.join(base_dir, command)
         args = config.get("args") or []
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            raise ValueError("kubeconfig user exec: args must be a list of strings")
+            raise KubeConfigError("kubeconfig user exec: args must be a list of strings")
         env: dict[str, str] = {}
         for i, item in enumerate(config.get("env") or []):
             if not isinstance(item, dict) or not isinstance(item.get("name"), str) \
                     or not isinstance(item.get("value", ""), str):
-                raise ValueError(f"kubeconfig user exec: env[{i}] must have a string name and value")
+                raise KubeConfigError(f"kubeconfig user exec: env[{i}] must have a string name and value")
             env[item["name"]] = item.get("value", "")
         self.argv = [command, *args]
         self.api_version = api_version
@@ -258,7 +264,7 @@ def kubeconfig_user(path: str | None, context: str | None) -> tuple[dict, Path |
         try:
             doc = load_yaml(read_text(p))
         except (OSError, InputError) as e:
-            raise ValueError(f"kubeconfig {p}: {e}") from None
+            raise KubeConfigError(f"kubeconfig {p}: {e}") from None
         if not isinstance(doc, dict):
             continue
         current = current or doc.get("current-context") or None
@@ -335,7 +341,10 @@ class KubeClient:
         except ImportError as e:  # pragma: no cover - depends on the install
             raise RuntimeError("the Kubernetes engine needs kubernetes_asyncio: pip install 'koordfw[kubernetes]'") from e
         cfg = k8s_client.Configuration()
-        await k8s_config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
+        try:
+            await k8s_config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
+        except (k8s_config.ConfigException, OSError) as e:
+            raise KubeConfigError(f"kubeconfig {path or '(default)'}: {e}") from None
         user, where = kubeconfig_user(path, context)
         source: TokenSource | None = None
         base = where.parent if where is not None else None
@@ -357,7 +366,11 @@ class KubeClient:
         except ImportError as e:  # pragma: no cover
             raise RuntimeError("the Kubernetes engine needs kubernetes_asyncio: pip install 'koordfw[kubernetes]'") from e
         cfg = k8s_client.Configuration()
-        k8s_config.load_incluster_config(client_configuration=cfg, token_filename=token_file, cert_filename=ca_file)
+        try:
+            k8s_config.load_incluster_config(client_configuration=cfg, token_filename=token_file,
+                                             cert_filename=ca_file)
+        except (k8s_config.ConfigException, OSError) as e:
+            raise KubeConfigError(f"in-cluster configuration: {e}") from None
         return cls._from_configuration(cfg, token_source=TokenFile(token_file, clock=kw.get("clock", time.monotonic)),
                                        **kw)
 
