@@ -242,3 +242,23 @@ async def test_tls_from_the_certificate_files(api, client, tmp_path):
 def test_webhook_server_needs_both_files():
     with pytest.raises(ValueError, match="both a certificate and a private key"):
         WebhookServer(cert_file="c.pem")
+
+
+async def test_the_manager_runs_the_webhook_as_a_component(api, client):
+    from koordfw.engines.kube.manager import Controller, KubeManager
+
+    for obj in (NS, PC, PROFILE):
+        api.create(obj)
+    hook = WebhookServer(host="127.0.0.1", port=0)
+    assert isinstance(hook, Controller) and hook.leader_only is False
+    manager = KubeManager(build_registry({}, only=["colocation_profile"]), client, controllers=[hook])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(manager.run)
+        with anyio.fail_after(10):
+            await hook.listening.wait()
+            while hook._unsynced():
+                await anyio.sleep(0.02)
+        _, body = await post(hook, "/mutate-pod", review(POD))
+        assert patched(POD, body["response"])["metadata"]["labels"]["koordinator.sh/qosClass"] == "BE"
+        manager.stop()
+    assert manager.ctx.status["webhook"]["running"] is False
