@@ -203,3 +203,28 @@ async def test_the_manager_command_writes_nodeslos(api, tmp_path):
     spec = slo_spec(api, "n1")
     assert spec == render_nodeslo_spec({THRESHOLD: threshold(60, nodes)}, {"pool": "offline"})
     assert spec["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] == 40
+
+
+async def test_the_agent_applies_what_the_controller_writes(api, client, registry):
+    """The writer and the reader agree: the NodeSLO rendered from deploy/slo-controller-config.yaml is applied
+    by the node agent's mapping (koordfw.agent.nodeslo) without an error, with the node strategy's values."""
+    from pathlib import Path
+
+    from koordfw.agent.nodeslo import host_apps_from_nodeslo, plugin_config_from_nodeslo
+    from koordfw.core.plugins import Registry
+    from koordfw.core.profile import profile_from_dict
+
+    [cm] = [d for d in yaml.safe_load_all((Path(__file__).resolve().parents[2] / "deploy" /
+                                           "slo-controller-config.yaml").read_text()) if d]
+    cm["metadata"]["namespace"] = NS
+    api.create(cm)
+    api.create(node("n1", labels={"node-pool": "offline"}))
+    async with manager(api, client, registry):
+        await wait_for(lambda: api.get("nodeslos", "n1") is not None)
+    slo = api.get("nodeslos", "n1")
+    agent = Registry(profile_from_dict({})).load(only={"be_suppress", "llc_isolation"})
+    conf = plugin_config_from_nodeslo(slo, agent, {})
+    assert conf["be_suppress"]["cpuSuppressThresholdPercent"] == 80 and conf["be_suppress"]["enable"] is True
+    assert conf["llc_isolation"]["BE"]["catRangeEndPercent"] == 30
+    apps, raw = host_apps_from_nodeslo(slo, cgroup_version=2, cgroup_driver="systemd", kubepods="kubepods.slice")
+    assert [a.name for a in apps] == ["nginx"] and raw["nginx"]["qos"] == "LS"
