@@ -75,6 +75,41 @@ def test_every_crd_koordfw_uses_is_there_with_koordinators_names():
             assert (CRDS[name]["metadata"].get("annotations") or {}).get("api-approved.kubernetes.io")
 
 
+#: API groups the Kubernetes API server serves itself (no CRD needed)
+BUILTIN_GROUPS = {"", "admissionregistration.k8s.io", "apiextensions.k8s.io", "apps", "authentication.k8s.io",
+                  "authorization.k8s.io", "autoscaling", "batch", "certificates.k8s.io", "coordination.k8s.io",
+                  "discovery.k8s.io", "events.k8s.io", "networking.k8s.io", "node.k8s.io", "policy",
+                  "rbac.authorization.k8s.io", "resource.k8s.io", "scheduling.k8s.io", "storage.k8s.io"}
+_API_PATH = re.compile(r"/apis/(?:\{(?P<const>[A-Z_]+)\}|(?P<gv>[a-z0-9.-]+/v[0-9a-z]+))/"
+                       r"(?:namespaces/\{[^}]+\}/)?(?P<plural>[a-z]+)")
+
+
+def api_paths_in_code() -> set[tuple[str, str, str]]:
+    """(group, version, plural) of every /apis/ path written in koordfw's and the plugins' code (group/version
+    constants resolved from koordfw.extension)."""
+    import koordfw.extension as ext
+
+    root = DEPLOY.parent
+    files = [f for f in [*(root / "koordfw").rglob("*.py"), *(root / "plugins").glob("*/koordfw_*/**/*.py")]
+             if "testing" not in f.parts]
+    out = set()
+    for f in files:
+        for m in _API_PATH.finditer(f.read_text()):
+            gv = getattr(ext, m.group("const")) if m.group("const") else m.group("gv")
+            group, version = gv.split("/")
+            out.add((group, version, m.group("plural")))
+    return out
+
+
+def test_every_custom_resource_the_code_uses_has_its_crd():
+    used = {(g, v, p) for g, v, p in api_paths_in_code() if g not in BUILTIN_GROUPS}
+    assert {("slo.koordinator.sh", "v1alpha1", "nodeslos"), ("scheduling.sigs.k8s.io", "v1alpha1", "podgroups")} <= used
+    for group, version, plural in sorted(used):
+        crd = CRDS.get(f"{plural}.{group}")
+        assert crd is not None, f"the code uses /apis/{group}/{version}/{plural}: no CRD in deploy/crds/"
+        assert version in {v["name"] for v in crd["spec"]["versions"] if v["served"]}
+
+
 def structural_problems(s: dict, path: str = "openAPIV3Schema", level: str = "root") -> list[str]:
     """apiextensions' structural-schema rules (apiserver/schema/validation.go's validateStructuralInvariants
     and the CRD validation): a type everywhere but on int-or-string and preserve-unknown-fields nodes, items
