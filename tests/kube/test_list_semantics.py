@@ -8,6 +8,7 @@ from __future__ import annotations
 import anyio
 import pytest
 from kube_testkit import node
+from structlog.testing import capture_logs
 
 from koordfw.engines.kube.client import ApiError
 from koordfw.engines.kube.reflector import Reflector
@@ -196,3 +197,23 @@ async def test_reflector_initial_stale_list_catches_up_through_the_watch():
                         await anyio.sleep(0.01)
                 tg.cancel_scope.cancel()
     assert events[0] == ("ADDED", "n0") and r.relists == 1
+
+
+async def test_a_quorum_list_that_keeps_failing_backs_off(api, client):
+    api.create(node("n0"))
+    r = await _run_reflector(client, [])
+    api.fail(410, count=6, method="GET", path="/api/v1/nodes")
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(r.run)
+            with anyio.fail_after(5):
+                await r.synced.wait()
+            tg.cancel_scope.cancel()
+    params = _rv_params(api)
+    # the faults answer before the fake records a LIST: one RV=0 attempt (410), then quorum reads
+    # that back off between tries until one is served
+    assert params == [{}] and r.errors == 6 and not r.rv_unavailable
+    events = [e["event"] for e in logs]
+    assert events.count("resourceVersion unavailable; re-listing") == 1
+    assert events.count("API error; backing off") == 5
+    assert [p for m, p in api.requests if p == "/api/v1/nodes"].count("/api/v1/nodes") == 7

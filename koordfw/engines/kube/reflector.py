@@ -91,7 +91,8 @@ class Reflector:
                 need_list = True
             except ApiError as e:
                 self.errors += 1
-                if e.status == 410 or e.too_large_resource_version:
+                if (e.status == 410 or e.too_large_resource_version) and not (need_list and self.rv_unavailable):
+                    # (a quorum LIST answering so again backs off below, as any failing LIST)
                     if need_list:
                         # the LIST itself: its resourceVersion is gone or ahead of the server's, so the
                         # next one is a quorum read
