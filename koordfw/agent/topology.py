@@ -40,7 +40,7 @@ import structlog
 from ..core.errors import ConfigError
 from ..core.model import Node, Pod
 from ..core.nodestate import MAX_CPUS, format_cpuset, parse_cpuset
-from ..core.quantity import format_quantity
+from ..core.quantity import QuantityError, canonical, format_quantity
 from ..core.safeload import load_yaml, loads_json, read_text
 from ..extension import (
     ANNOTATION_CPU_BASIC_INFO,
@@ -193,6 +193,9 @@ class KubeletCPUManager:
     reserved_cpus: str = ""
     topology_manager_policy: str = ""
     topology_manager_scope: str = ""
+    #: ``kubeReserved.cpu + systemReserved.cpu`` in milli-cores (what the static policy reserves without
+    #: ``reservedSystemCPUs``)
+    reserved_milli: int = 0
 
 
 def read_kubelet_config(path: str | None) -> KubeletCPUManager:
@@ -225,7 +228,18 @@ def read_kubelet_config(path: str | None) -> KubeletCPUManager:
             reserved = format_cpuset(parse_cpuset(reserved))
         except ValueError as e:
             raise ConfigError(f"{path}: field reservedSystemCPUs: {e}") from None
+    reserved_milli = 0
+    for key in ("kubeReserved", "systemReserved"):
+        res = doc.get(key) or {}
+        if not isinstance(res, Mapping):
+            raise ConfigError(f"{path}: field {key}: expected a mapping of resource quantities")
+        if res.get("cpu") is not None:
+            try:
+                reserved_milli += canonical("cpu", res["cpu"])
+            except QuantityError as e:
+                raise ConfigError(f"{path}: field {key}.cpu: {e}") from None
     return KubeletCPUManager(policy=text("cpuManagerPolicy", "none"), options=dict(opts), reserved_cpus=reserved,
+                             reserved_milli=reserved_milli,
                              topology_manager_policy=text("topologyManagerPolicy"),
                              topology_manager_scope=text("topologyManagerScope", "container"))
 
@@ -361,7 +375,7 @@ def topology_annotations(processors: Sequence[ProcessorInfo], node: Node | None,
         ANNOTATION_CPU_BASIC_INFO: _dumps(dict(basic_info)),
         ANNOTATION_NODE_CPU_TOPOLOGY: _dumps(topo),
         ANNOTATION_NODE_CPU_SHARED_POOLS: _dumps(ls_pools or None),
-        ANNOTATION_KUBELET_CPU_MANAGER_POLICY: kubelet_policy_json(kubelet),
+        ANNOTATION_KUBELET_CPU_MANAGER_POLICY: kubelet_policy_json(kubelet, processors),
         ANNOTATION_NODE_BE_CPU_SHARED_POOLS: _dumps(be_pools or None),
         ANNOTATION_NODE_CPU_ALLOCS: _dumps(allocs),
         ANNOTATION_NODE_RESERVATION: _dumps(reservation),
@@ -440,18 +454,90 @@ def updated_nrt(old: Mapping[str, Any], annotations: Mapping[str, str], zone_lis
     return new
 
 
-def kubelet_policy_json(kubelet: KubeletCPUManager) -> str:
-    """extension.KubeletCPUManagerPolicy as koordlet marshals it (``{}`` when the policy is unknown)."""
+def take_by_topology(processors: Sequence[ProcessorInfo], available: Iterable[int], n: int) -> list[int] | None:
+    """The kubelet's ``takeByTopologyNUMAPacked`` (sockets first, as koordlet's copy): whole sockets, then whole
+    NUMA nodes, then whole cores while ``n`` still needs them, then single CPUs, each level ordered by fewest
+    available CPUs then id. ``None`` when fewer than ``n`` are available."""
+    details = {p.cpu: p for p in processors if p.cpu in set(available)}
+    if n < 1:
+        return []
+    if n > len(details):
+        return None
+    ncpu = len(processors)
+    cpus_per_socket = ncpu // max(len({p.socket for p in processors}), 1)
+    cpus_per_core = ncpu // max(len({p.core for p in processors}), 1)
+    result: list[int] = []
+    need = n
+
+    def avail(attr: str, v: int) -> list[int]:
+        return sorted(c for c, p in details.items() if getattr(p, attr) == v)
+
+    def ordered(attr: str, ids: Iterable[int]) -> list[int]:
+        return sorted(set(ids), key=lambda i: (len(avail(attr, i)), i))
+
+    def sockets() -> list[int]:
+        return ordered("socket", (p.socket for p in details.values()))
+
+    def numas() -> list[int]:
+        return [m for s in sockets() for m in ordered("node", (p.node for p in details.values() if p.socket == s))]
+
+    def cores() -> list[int]:
+        return [c for m in numas() for c in ordered("core", (p.core for p in details.values() if p.node == m))]
+
+    def take(cpus: list[int]) -> None:
+        nonlocal need
+        result.extend(cpus)
+        for c in cpus:
+            details.pop(c, None)
+        need -= len(cpus)
+
+    levels = (("socket", sockets, lambda v: cpus_per_socket),
+              ("node", numas, lambda v: sum(1 for p in processors if p.node == v)),
+              ("core", cores, lambda v: cpus_per_core))
+    for attr, order, size in levels:
+        for v in [v for v in order() if len(avail(attr, v)) == size(v)]:
+            whole = sorted(p.cpu for p in processors if getattr(p, attr) == v)
+            if need >= len(whole):
+                take(whole)
+            if need < 1:
+                return sorted(result)
+    for core in cores():
+        for c in avail("core", core):
+            take([c])
+            if need < 1:
+                return sorted(result)
+    return None
+
+
+def static_reserved_cpus(kubelet: KubeletCPUManager, processors: Sequence[ProcessorInfo]) -> str:
+    """GetStaticCPUManagerPolicyReservedCPUs: ``reservedSystemCPUs``, else ``ceil(kube + system reserved)``
+    CPUs taken by topology from all; "" when the static policy could not start (no CPU reserved)."""
+    if kubelet.policy != "static":
+        return ""
+    if kubelet.reserved_cpus:
+        return kubelet.reserved_cpus
+    n = math.ceil(kubelet.reserved_milli / 1000)
+    if n <= 0:
+        log.warning("the kubelet's static CPU manager policy needs systemReserved.cpu + kubeReserved.cpu > 0")
+        return ""
+    got = take_by_topology(processors, [p.cpu for p in processors], n)
+    return format_cpuset(got) if got else ""
+
+
+def kubelet_policy_json(kubelet: KubeletCPUManager, processors: Sequence[ProcessorInfo] = ()) -> str:
+    """extension.KubeletCPUManagerPolicy as koordlet marshals it (``{}`` when the policy is unknown);
+    ``processors`` for the static policy's reserved CPUs when ``reservedSystemCPUs`` is not given."""
     policy: dict[str, Any] = {}
     if kubelet.policy:
         policy["policy"] = kubelet.policy
         if kubelet.options:
             policy["options"] = dict(kubelet.options)
-        if kubelet.policy == "static" and kubelet.reserved_cpus:
-            policy["reservedCPUs"] = kubelet.reserved_cpus
+        reserved = static_reserved_cpus(kubelet, processors)
+        if reserved:
+            policy["reservedCPUs"] = reserved
     return _dumps(policy)
 
 
-def kubelet_policy_annotation(kubelet: KubeletCPUManager) -> dict[str, str]:
+def kubelet_policy_annotation(kubelet: KubeletCPUManager, processors: Sequence[ProcessorInfo] = ()) -> dict[str, str]:
     """``{kubelet.koordinator.sh/cpu-manager-policy: ...}``, what the node plugins read from the node."""
-    return {ANNOTATION_KUBELET_CPU_MANAGER_POLICY: kubelet_policy_json(kubelet)}
+    return {ANNOTATION_KUBELET_CPU_MANAGER_POLICY: kubelet_policy_json(kubelet, processors)}

@@ -299,9 +299,9 @@ def run(args: argparse.Namespace) -> int:
     agent = Agent(registry, layout, executor, interval=args.interval, node_name=args.node_name,
                   pods_from=args.pods_from)
     if kubelet.policy:  # the plugins see the CPU manager policy as the NodeResourceTopology reports it
-        from ..agent.topology import kubelet_policy_annotation
+        from ..agent.topology import kubelet_policy_annotation, read_processors
 
-        agent.extra_annotations = kubelet_policy_annotation(kubelet)
+        agent.extra_annotations = kubelet_policy_annotation(kubelet, read_processors(agent.sys_root))
 
     async def main() -> None:
         runner = None

@@ -225,9 +225,9 @@ class NodeOnCluster:
         self.device_interval = device_interval
         self.kubelet = read_kubelet_config(kubelet_config)
         if self.kubelet.policy:  # the node plugins see the CPU manager policy as the NRT reports it
-            from ...agent.topology import kubelet_policy_annotation
+            from ...agent.topology import kubelet_policy_annotation, read_processors
 
-            agent.extra_annotations = kubelet_policy_annotation(self.kubelet)
+            agent.extra_annotations = kubelet_policy_annotation(self.kubelet, read_processors(agent.sys_root))
         self.kubelet_root = kubelet_root
         self.resctrl_root = resctrl_root
         self.src = ClusterPodSource(client, self.name, watch_timeout=watch_timeout)
