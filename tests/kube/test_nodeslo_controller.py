@@ -171,18 +171,21 @@ async def test_nothing_is_written_without_leadership(api, client, registry):
     assert writes(api) == []
 
 
-async def test_without_the_crd_the_controller_stops_quietly(api, client, registry):
+async def test_without_the_crd_nothing_is_written_until_it_is_served(api, client, registry):
     api.create(node("n1"))
-    api.fail(404, method="GET", path="/nodeslos")
-    ctl = NodeSLOController()
+    absent = api.fail(404, method="GET", path="/nodeslos")
+    ctl = NodeSLOController(probe_interval=0.1)
     m = KubeManager(registry, client, controllers=[ctl])
     async with anyio.create_task_group() as tg:
         tg.start_soon(m.run)
-        await wait_for(lambda: m.health()["controllers"].get("nodeslo", {}).get("running") is False)
-        assert m.health()["controllers"]["nodeslo"]["error"] == "NodeSLO CRD not installed"
-        assert not m.stopped_reason  # the manager keeps running its other controllers
+        await wait_for(lambda: m.health()["controllers"].get("nodeslo", {}).get("error") == "NodeSLO CRD not installed")
+        assert m.health()["controllers"]["nodeslo"]["running"] and not m.stopped_reason
+        assert writes(api) == []
+        api.faults.remove(absent)  # the CRD is installed: the reflector's next probe lists it
+        await wait_for(lambda: api.get("nodeslos", "n1") is not None)
+        assert "error" not in m.health()["controllers"]["nodeslo"]
         m.stop()
-    assert writes(api) == []
+    assert writes(api) == [("POST", "/apis/slo.koordinator.sh/v1alpha1/nodeslos")]
 
 
 async def test_the_manager_command_writes_nodeslos(api, tmp_path):

@@ -772,8 +772,11 @@ class NodeSLOController:
     name = "nodeslo"
     leader_only = True
 
-    def __init__(self, *, initial_backoff: float = 0.1, max_backoff: float = 30.0, watch_timeout: int = 300) -> None:
+    def __init__(self, *, initial_backoff: float = 0.1, max_backoff: float = 30.0, watch_timeout: int = 300,
+                 probe_interval: float = 60.0) -> None:
+        """``probe_interval``: while the NodeSLO CRD is not served, how often its LIST is retried."""
         self.initial_backoff, self.max_backoff, self.watch_timeout = initial_backoff, max_backoff, watch_timeout
+        self.probe_interval = probe_interval
         self.config = DEFAULT_SLO_CONFIG
         #: the last ConfigMap data parsed (None: no ConfigMap)
         self._data: dict[str, str] | None = None
@@ -851,7 +854,7 @@ class NodeSLOController:
         self._ctx = ctx
         status = ctx.status.setdefault(self.name, {})
         self.reflector = Reflector(ctx.client, NODESLOS, self._on_nodeslo, name="NodeSLO", optional=True,
-                                   watch_timeout=self.watch_timeout)
+                                   watch_timeout=self.watch_timeout, probe_interval=self.probe_interval)
         self.reload_config(ctx.slo_config)
         self._nodes = {}
         for n in ctx.reflectors["Node"].store.values():
@@ -871,20 +874,34 @@ class NodeSLOController:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.reflector.run)
             await self.reflector.synced.wait()
-            if not self.reflector.available:
-                log.error("the NodeSLO CRD is not installed (deploy/crds/nodeslo.yaml): no NodeSLOs are written")
-                status["error"] = "NodeSLO CRD not installed"
-                tg.cancel_scope.cancel()
-                return
+            served = True
             self._mark_all()
-            self._update_status(status)
             while True:
+                if not self.reflector.available:
+                    # the CRD is not served (the reflector re-probes it): nothing can be written until it is
+                    if served:
+                        log.error("the NodeSLO CRD is not served (deploy/crds/nodeslo.yaml): no NodeSLOs are "
+                                  "written until it is", every=self.probe_interval)
+                        status["error"] = "NodeSLO CRD not installed"
+                        served = False
+                    self._update_status(status)
+                    await anyio.sleep(min(1.0, self.probe_interval))
+                    continue
+                if not served:
+                    log.info("the NodeSLO CRD is served: writing NodeSLOs")
+                    status.pop("error", None)
+                    served = True
+                    self._mark_all()
+                self._update_status(status)
                 await self._wake.wait()
                 self._wake = anyio.Event()
                 batch, self._dirty = list(self._dirty), {}
-                for name in batch:
+                for i, name in enumerate(batch):
+                    if not self.reflector.available:
+                        for rest in batch[i:]:
+                            self._dirty[rest] = None  # for when the CRD is back
+                        break
                     await self._reconcile_one(tg, name)
-                self._update_status(status)
 
     def _update_status(self, status: dict[str, Any]) -> None:
         # the keys the manager's /healthz shows per controller (as the node-resources controller's)
