@@ -51,7 +51,16 @@ from ..core.nodestate import KOORD_QOS_OF_KUBE, ContainerState, FileWrite, HostA
 from ..core.plugins import Impl, Registry
 from ..core.status import Status
 from ..metrics import REGISTRY, track_caller
-from .cgroups import POD_FILES, QOS_FILES, CgroupLayout, UsageTracker, read_cpu_topology, read_meminfo, read_proc_stat
+from .cgroups import (
+    POD_FILES,
+    QOS_FILES,
+    CgroupLayout,
+    UsageTracker,
+    read_cpu_topology,
+    read_meminfo,
+    read_proc_stat,
+    read_value,
+)
 from .executor import Executor, WriteResult
 
 log = structlog.get_logger("koordfw.agent")
@@ -142,6 +151,32 @@ def _stamp(writes: Any, plugin: str) -> list[FileWrite]:
             raise TypeError(f"item {i}: expected a FileWrite, got {type(w).__name__}")
         out.append(attrs.evolve(w, plugin=plugin) if plugin and w.plugin != plugin else w)
     return out
+
+
+#: memory.stat keys koordlet's ParseMemoryStatRaw requires (v1 hierarchical totals, v2 plain)
+_MEMORY_STAT_KEYS = {
+    1: ("total_cache", "total_rss", "total_inactive_file", "total_active_file", "total_inactive_anon",
+        "total_active_anon", "total_unevictable"),
+    2: ("file", "anon", "inactive_file", "active_file", "inactive_anon", "active_anon", "unevictable"),
+}
+
+
+def memory_without_cache(layout: CgroupLayout, rel_dir: str) -> int | None:
+    """A cgroup's memory usage without page cache, as koordlet measures pods and host applications
+    (``MemoryStatRaw.Usage``: inactive_anon + active_anon + unevictable of ``memory.stat``); the raw usage
+    file where ``memory.stat`` is missing or lacks a field koordlet needs."""
+    text = read_value(layout.path("memory", rel_dir, "memory.stat"))
+    if text:
+        kv: dict[str, int] = {}
+        for line in text.splitlines()[:256]:
+            k, _, v = line.partition(" ")
+            v = v.strip()
+            if v.isascii() and v.isdigit() and len(v) <= 20:
+                kv[k] = int(v)
+        keys = _MEMORY_STAT_KEYS[layout.version]
+        if all(k in kv for k in keys):
+            return kv[keys[4]] + kv[keys[5]] + kv[keys[6]]
+    return layout.memory_usage(rel_dir)
 
 
 class PodSource:
@@ -243,7 +278,7 @@ class Agent:
             usage: dict[str, int] = {}
             if cpu is not None:
                 usage["cpu"] = cpu
-            mem = lay.memory_usage(d.cgroup_dir)
+            mem = memory_without_cache(lay, d.cgroup_dir)
             if mem is not None:
                 usage["memory"] = mem
             if meta is not None:
@@ -264,7 +299,7 @@ class Agent:
             cpu = self.usage.rate_milli(key, now, lay.cpu_usage_ns(a.cgroup_path))
             if cpu is not None:
                 app_usage["cpu"] = cpu
-            mem = lay.memory_usage(a.cgroup_path)
+            mem = memory_without_cache(lay, a.cgroup_path)
             if mem is not None:
                 app_usage["memory"] = mem
             apps.append(attrs.evolve(a, usage=app_usage))

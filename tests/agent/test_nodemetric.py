@@ -160,3 +160,25 @@ async def test_the_agent_samples_every_round_on_its_clock(fake_node):
     assert np.isnan(v[0, 0]) and all(abs(c - 2000) <= 10 for c in v[1:, 0])
     st = rep.status(clock.now(), [])
     assert st["nodeMetric"]["nodeUsage"]["resources"]["memory"] == "16Gi"  # MemTotal - MemAvailable of the fake
+
+
+@pytest.mark.parametrize("version, stat", [
+    (1, "total_cache 400\ntotal_rss 100\ntotal_inactive_file 300\ntotal_active_file 100\ntotal_inactive_anon 30\n"
+        "total_active_anon 60\ntotal_unevictable 10\ncache 1\n"),
+    (2, "anon 100\nfile 400\ninactive_file 300\nactive_file 100\ninactive_anon 30\nactive_anon 60\nunevictable 10\n"),
+])
+def test_pod_memory_is_without_page_cache_as_koordlet_measures_it(tmp_path, version, stat):
+    """koordlet's MemoryStatRaw.Usage: inactive_anon + active_anon + unevictable of memory.stat; the raw usage
+    file where memory.stat lacks a field it needs."""
+    from koordfw.agent.loop import memory_without_cache
+    from koordfw.testing.cgroups import FakeNode
+
+    node = FakeNode(tmp_path, version=version)
+    rel = node.add_pod("u1", "burstable")
+    node.set_memory(rel, 5000)
+    lay = CgroupLayout(node.root, version)
+    assert memory_without_cache(lay, rel) == 5000
+    (node.ctl("memory", rel) / "memory.stat").write_text(stat)
+    assert memory_without_cache(lay, rel) == 100
+    (node.ctl("memory", rel) / "memory.stat").write_text(stat.replace("unevictable", "evictable"))
+    assert memory_without_cache(lay, rel) == 5000
