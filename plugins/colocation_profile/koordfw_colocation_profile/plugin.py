@@ -32,7 +32,14 @@ from koordfw.extension import (
     SCHEDULING_K8S_GROUP_VERSION,
 )
 
-from .podspec import convert_resources, pod_priority_class_raw, pod_qos_raw, pod_requests, set_extended_resource_spec
+from .podspec import (
+    convert_resources,
+    mentions,
+    pod_priority_class_raw,
+    pod_qos_raw,
+    pod_requests,
+    set_extended_resource_spec,
+)
 from .profile import ColocationProfile, SelectorError, parse_profile, probability_percent, selector_matches
 from .smp import PatchError, strategic_merge_pod
 
@@ -232,11 +239,12 @@ def validation_errors(pod: Mapping[str, Any], old: Mapping[str, Any] | None, ope
             old_prio = str(((old.get("metadata") or {}).get("labels") or {}).get(LABEL_POD_PRIORITY, ""))
             if prio != old_prio:
                 errs.append(_invalid(_LABEL_PRIORITY_FIELD, prio, "field is immutable"))
-    requests = pod_requests(pod)
-    if (requests.get(BATCH_CPU, 0) or requests.get(BATCH_MEMORY, 0)) and pod_qos_raw(pod) != QOS_BE:
+    qos = pod_qos_raw(pod)
+    # the requests are summed only when a check needs them (parsing every quantity of every pod is costly)
+    requests = pod_requests(pod) if (qos in (QOS_LSR, QOS_LSE) or mentions(pod, (BATCH_CPU, BATCH_MEMORY))) else {}
+    if (requests.get(BATCH_CPU, 0) or requests.get(BATCH_MEMORY, 0)) and qos != QOS_BE:
         errs.append(f"{_LABEL_QOS_FIELD}: Required value: must specify koordinator QoS BE with koordinator "
                     "colocation resources")
-    qos = pod_qos_raw(pod)
     for q, classes in _FORBIDDEN:
         pc = pod_priority_class_raw(pod)
         if qos == q and pc in classes:

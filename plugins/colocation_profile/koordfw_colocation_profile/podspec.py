@@ -71,11 +71,38 @@ def pod_priority_class_raw(pod: Mapping[str, Any]) -> str:
     return PRIORITY_NONE
 
 
+#: (resource, quantity string) -> canonical amount: pods repeat a few quantities, parsing one exactly is slow
+_AMOUNTS: dict[tuple[str, str], int] = {}
+
+
 def _amount(resource: str, value: Any, where: str) -> int:
+    key = (resource if resource == "cpu" else "", value) if isinstance(value, str) else None
+    if key is not None:
+        hit = _AMOUNTS.get(key)
+        if hit is not None:
+            return hit
     try:
-        return canonical(resource, value)
+        amount = canonical(resource, value)
     except QuantityError as e:
         raise ValueError(f"{where}.{resource}: {e}") from None
+    if key is not None:
+        if len(_AMOUNTS) > 65536:
+            _AMOUNTS.clear()
+        _AMOUNTS[key] = amount
+    return amount
+
+
+def mentions(pod: Mapping[str, Any], resources: tuple[str, ...]) -> bool:
+    """Does any container, init container or the overhead of the pod name one of ``resources``?"""
+    spec = _spec(pod)
+    lists = []
+    for field in ("containers", "initContainers"):
+        for c in spec.get(field) or []:
+            res = c.get("resources") if isinstance(c, dict) else None
+            if isinstance(res, dict):
+                lists += [res.get("requests"), res.get("limits")]
+    lists.append(spec.get("overhead"))
+    return any(isinstance(rl, dict) and any(r in rl for r in resources) for rl in lists)
 
 
 def _resources(c: Mapping[str, Any], part: str, where: str) -> dict[str, int]:
