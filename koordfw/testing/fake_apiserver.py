@@ -87,7 +87,8 @@ RESOURCES: dict[str, ResourceType] = {r.plural: r for r in (
     ResourceType("/apis/slo.koordinator.sh/v1alpha1", "nodemetrics", "NodeMetric", False, ("metadata.name",), True),
     ResourceType("/apis/slo.koordinator.sh/v1alpha1", "nodeslos", "NodeSLO", False, ("metadata.name",), True),
     ResourceType("/apis/policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", True, has_status=True),
-    ResourceType("/apis/scheduling.koordinator.sh/v1alpha1", "devices", "Device", False, ("metadata.name",), True),
+    # Koordinator's Device CRD has no status subresource: a PUT of the object writes its status too
+    ResourceType("/apis/scheduling.koordinator.sh/v1alpha1", "devices", "Device", False, ("metadata.name",)),
     # the NodeResourceTopology CRD (noderesourcetopology-api) has no status subresource: zones are top-level
     ResourceType("/apis/topology.node.k8s.io/v1alpha1", "noderesourcetopologies", "NodeResourceTopology", False,
                  ("metadata.name",)),
