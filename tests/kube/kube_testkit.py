@@ -3,9 +3,12 @@ live engine and wait for a condition. The fixtures (fake API server, client, reg
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
+import logging
+from contextlib import asynccontextmanager, contextmanager
 
 import anyio
+import structlog
+from structlog.testing import capture_logs
 
 from koordfw.engines.kube.engine import KubeSchedulerEngine
 
@@ -51,3 +54,16 @@ async def wait_for(pred, timeout: float = 15.0, what: str = "condition") -> None
     with anyio.fail_after(timeout):
         while not pred():
             await anyio.sleep(0.02)
+
+
+@contextmanager
+def captured_logs():
+    """structlog's ``capture_logs`` with every level let through (a CLI test run in the same process may
+    have configured the warning-level filter), restoring the configuration afterwards."""
+    old = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        with capture_logs() as logs:
+            yield logs
+    finally:
+        structlog.configure(**old)

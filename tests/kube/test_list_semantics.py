@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from kube_testkit import node
-from structlog.testing import capture_logs
+from kube_testkit import captured_logs, node
 
 from koordfw.engines.kube.client import ApiError
 from koordfw.engines.kube.reflector import Reflector
@@ -203,7 +202,7 @@ async def test_a_quorum_list_that_keeps_failing_backs_off(api, client):
     api.create(node("n0"))
     r = await _run_reflector(client, [])
     api.fail(410, count=6, method="GET", path="/api/v1/nodes")
-    with capture_logs() as logs:
+    with captured_logs() as logs:
         async with anyio.create_task_group() as tg:
             tg.start_soon(r.run)
             with anyio.fail_after(5):

@@ -7,8 +7,7 @@ from __future__ import annotations
 import aiohttp
 import anyio
 import pytest
-from kube_testkit import SCHED, node, pod, running, wait_for
-from structlog.testing import capture_logs
+from kube_testkit import SCHED, captured_logs, node, pod, running, wait_for
 
 from koordfw import Migration, hookimpl
 from koordfw.core.model import pod_from_manifest
@@ -191,7 +190,7 @@ async def test_a_forbidden_optional_kind_is_absent_logged_once_and_reprobed(api,
     eng = KubeSchedulerEngine(registry, client, objects={"NodeMetric": f"/apis/{SLO_GROUP_VERSION}/nodemetrics"})
     refl = next(r for r in eng.reflectors if r.name == "NodeMetric")
     refl.probe_interval = 0.05
-    with capture_logs() as logs:
+    with captured_logs() as logs:
         async with running(eng):
             assert eng.health()["synced"] and eng.health()["absentKinds"] == ["NodeMetric"]
             assert refl.unavailable_reason.startswith("forbidden (403): nodemetrics.slo.koordinator.sh is "
