@@ -193,9 +193,11 @@ def apply_profiles(pod: dict[str, Any], namespace: Mapping[str, Any] | None, pro
 @hookimpl
 def mutate_pod(pod: dict[str, Any], operation: str, namespace: dict[str, Any] | None, args: ColocationProfileArgs,
                handle: AdmissionHandle) -> dict[str, Any] | None:
-    if operation == "CREATE":
-        pod = apply_profiles(pod, namespace, _profiles(handle), handle, args)
-    if operation in ("CREATE", "UPDATE") and not args.disable_extended_resource_spec:
+    # PodMutatingHandler.handleCreate; its handleUpdate changes nothing (so neither step runs on UPDATE)
+    if operation != "CREATE":
+        return None
+    pod = apply_profiles(pod, namespace, _profiles(handle), handle, args)
+    if not args.disable_extended_resource_spec:
         set_extended_resource_spec(pod)
     return pod
 

@@ -297,7 +297,7 @@ def _semantic(spec: Mapping[str, Any]) -> dict[str, dict[str, dict[str, int]]]:
 
 
 def set_extended_resource_spec(pod: dict[str, Any]) -> bool:
-    """extendedResourceSpecMutatingPod: write the ``node.koordinator.sh/extended-resource-spec``
+    """mutateByExtendedResources: write the ``node.koordinator.sh/extended-resource-spec``
     annotation when the pod's batch resources differ from what it says (absent = none). A malformed
     annotation raises ValueError naming it. True if the pod changed."""
     want = extended_resource_spec(pod)

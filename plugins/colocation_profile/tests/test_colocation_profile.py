@@ -300,7 +300,7 @@ def admission(objects: list[dict], profile: dict | None = None, seed: int = 0) -
     return Admission(reg, StaticObjects(objects), clock=VirtualClock(0.0), seed=seed)
 
 
-def test_extended_resource_spec_annotation_is_written_on_create_and_update():
+def test_extended_resource_spec_annotation_is_written_on_create_only():
     adm = admission([NAMESPACE, BATCH_PC, base_profile()])
     res_ = _run(lambda: adm.mutate(base_pod(), "CREATE"))
     assert res_.allowed
@@ -309,9 +309,12 @@ def test_extended_resource_spec_annotation_is_written_on_create_and_update():
     ops = {(op["op"], op["path"]) for op in res_.patch}
     assert ("replace", "/spec/schedulerName") in ops
     assert ("add", "/metadata/labels/koordinator.sh~1qosClass") in ops
-    # the same pod again: the annotation already says it, nothing to patch on UPDATE
-    again = _run(lambda: adm.mutate(res_.pod, "UPDATE"))
-    assert again.patch == []
+    # the same pod again: the annotation already says it, nothing to patch
+    again = _run(lambda: adm.mutate(res_.pod, "CREATE"))
+    assert [op["path"] for op in again.patch if "annotations" in op["path"]] == []
+    # Koordinator's mutating handler changes nothing on UPDATE
+    changed = copy.deepcopy(base_pod())
+    assert _run(lambda: adm.mutate(changed, "UPDATE")).patch == []
     # a pod with no batch resources gets nothing
     plain = {"metadata": {"name": "p", "namespace": "other"}, "spec": {"containers": [{"name": "c"}]}}
     assert _run(lambda: adm.mutate(plain, "CREATE")).patch == []
@@ -321,7 +324,7 @@ def test_a_malformed_extended_resource_spec_is_an_error_naming_the_annotation_an
     adm = admission([NAMESPACE, BATCH_PC])
     pod = base_pod()
     pod["metadata"]["annotations"] = {ANNOTATION_EXTENDED_RESOURCE_SPEC: "{not json"}
-    out = _run(lambda: adm.mutate(pod, "UPDATE"))
+    out = _run(lambda: adm.mutate(pod, "CREATE"))
     assert not out.allowed and out.code == 500 and out.plugin == "colocation_profile"
     assert ANNOTATION_EXTENDED_RESOURCE_SPEC in out.message
 
