@@ -338,3 +338,28 @@ async def test_no_nvml_means_no_device(api, client, tmp_path, clock):
     on = NodeOnCluster(n.agent(profile(), clock), client, publish_interval=None, topology_interval=None, nvml=nv)
     assert await on.report_device() == "no-gpu"
     assert api.get("devices", "n1") is None
+
+
+async def test_refused_reports_are_retried_and_the_qos_loop_goes_on(api, client, tmp_path, clock):
+    """RBAC refusing the NodeResourceTopology and a 500 on the NodeMetric status: logged, the rounds go on,
+    and the next interval's report gets through once the API accepts it."""
+    n = Node(tmp_path, api)
+    api.forbid("noderesourcetopologies", "system:serviceaccount:koordfw-system:koordfw-agent")
+    fault = api.fail(500, count=1, method="PUT", path="/nodemetrics/n1/status")
+    agent = n.agent(profile(), clock)
+    on = NodeOnCluster(agent, client, topology_interval=10, device_interval=None)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(on.run, handle_signals=False))
+        await wait_until(lambda: agent.rounds >= 1, "the first round")
+        await step(n, agent, clock, 60)  # the first NodeMetric report fails (500)
+        await wait_until(lambda: fault.count == 0 and on.publisher.last_error, "the refused report")
+        assert on.publisher.published == 0 and "500" in on.publisher.last_error
+        assert api.get("noderesourcetopologies", "n1") is None
+        api.allow("noderesourcetopologies")
+        ev = on.metric_event
+        await step(n, agent, clock, 60)
+        with anyio.fail_after(10):
+            await ev.wait()
+        await wait_until(lambda: api.get("noderesourcetopologies", "n1") is not None, "the topology")
+        assert on.publisher.published == 1 and agent.rounds >= 121
+        tg.cancel_scope.cancel()
