@@ -262,3 +262,22 @@ async def test_the_manager_runs_the_webhook_as_a_component(api, client):
         assert patched(POD, body["response"])["metadata"]["labels"]["koordinator.sh/qosClass"] == "BE"
         manager.stop()
     assert manager.ctx.status["webhook"]["running"] is False
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda p: p["spec"].update(containers="x"), "spec.containers"),
+    (lambda p: p["spec"]["containers"][0]["resources"]["requests"].update(cpu="lots"),
+     "spec.containers[0].resources.requests.cpu"),
+    (lambda p: p["spec"]["containers"][0]["resources"].update(limits=["2"]), "spec.containers[0].resources.limits"),
+])
+async def test_a_pod_the_plugin_cannot_read_is_an_error_naming_the_field(api, client, change, field):
+    for obj in (NS, PC, PROFILE):
+        api.create(obj)
+    bad = copy.deepcopy(POD)
+    change(bad)
+    async with serving(client) as server:
+        status, body = await post(server, "/mutate-pod", review(bad))
+        assert status == 200 and body["response"]["allowed"] is False
+        assert body["response"]["status"]["code"] == 500 and field in body["response"]["status"]["message"]
+        _, ok = await post(server, "/mutate-pod", review(POD))
+        assert ok["response"]["allowed"] is True

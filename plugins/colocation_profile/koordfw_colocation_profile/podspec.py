@@ -248,15 +248,21 @@ def convert_resources(pod: dict[str, Any]) -> bool:
     for field in ("initContainers", "containers"):
         for i, c in enumerate(_containers(pod, field)):
             res = c.get("resources")
-            if not isinstance(res, dict):
-                continue
             where = f"spec.{field}[{i}].resources"
+            if res is None:
+                continue
+            if not isinstance(res, dict):
+                raise ValueError(f"{where}: expected a mapping")
             for part in ("requests", "limits"):
+                if res.get(part) is not None and not isinstance(res[part], dict):
+                    raise ValueError(f"{where}.{part}: expected a mapping (a ResourceList)")
                 for r in ("cpu", "memory"):
                     changed = _replace(pc, res.get(part), r, f"{where}.{part}") or changed
             for r in ("cpu", "memory"):
                 changed = _restrict(pc, c, r) or changed
     overhead = spec.get("overhead")
+    if overhead is not None and not isinstance(overhead, dict):
+        raise ValueError("spec.overhead: expected a mapping (a ResourceList)")
     if isinstance(overhead, dict):
         for r in ("cpu", "memory"):
             changed = _replace(pc, overhead, r, "spec.overhead") or changed
