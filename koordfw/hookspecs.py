@@ -6,8 +6,9 @@ How hooks are called (the same for every hook, by ``koordfw.core.caller``):
 * Besides the arguments listed, every hook may also take ``args`` (the plugin's own typed config,
   see :func:`plugin_args`) and ``handle``: the plugin's own :class:`koordfw.Handle` in the scheduling
   engines (clock, read-only cluster view, waiting pods, queue, nominator, seeded RNG, event recorder,
-  PluginsRunner, bind/evict; see ``koordfw.core.handle``) or :class:`koordfw.AgentHandle` in the node
-  agent (node state, clock, filesystem roots, ``apply``).
+  PluginsRunner, bind/evict; see ``koordfw.core.handle``), :class:`koordfw.AgentHandle` in the node
+  agent (node state, clock, filesystem roots, ``apply``), or :class:`koordfw.AdmissionHandle` in the pod
+  admission hooks (clock, seeded RNG, the cached cluster objects).
 * Implementations may be plain functions or ``async``; returned awaitables are awaited.
 * Plugins run in the order the profile gives (Kubernetes' default-then-enabled merge), never in
   pluggy's registration order. Each call has a per-plugin timeout (``pluginTimeoutSeconds``).
