@@ -25,6 +25,9 @@ async def test_agent_reads_pods_from_the_api_and_publishes_node_metric(api, tmp_
         rel = fake.add_pod(p["metadata"]["uid"], level)
         fake.set_usage(rel, 5 * 10**9)
         fake.set_memory(rel, 2**30)
+    # the node's NodeSLO turns BE suppression on over --config's enable: false (fields present override)
+    api.create({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "n1"},
+                "spec": {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cfsQuota"}}})
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()))
     cfg = tmp_path / "agent.yaml"
@@ -37,6 +40,10 @@ async def test_agent_reads_pods_from_the_api_and_publishes_node_metric(api, tmp_
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["pods"] == 2  # the pod of another node is not this agent's
+    # suppression by CFS quota, as the NodeSLO says (--config alone would restore the quota, already -1); the
+    # amount depends on this machine's /proc/stat, which the command reads
+    [quota] = [w for w in out["writes"] if w["path"] == "cpu/kubepods/besteffort/cpu.cfs_quota_us"]
+    assert int(quota["value"]) >= 2000 and quota["old"] == "-1"
     metric = api.get("nodemetrics", "n1")
     assert metric is not None, "the agent published no NodeMetric"
     status = metric["status"]
