@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import base64
 import copy
+import datetime as dt
 import json
 import ssl
 import subprocess
@@ -156,14 +157,17 @@ class Machine:
         self.start = start
         self.rates: dict[str, float] = {}
         self.memory: dict[str, int] = {}
+        self.since: dict[str, float] = {}
         self.web = self.fake.add_pod(web_uid, "burstable")
         self.app = "host-latency-sensitive/nginx"
         self.fake.mkcg(self.app)
         self.run(self.web, 1.0, 1 * G)
         self.run(self.app, 0.5, G // 4)
 
-    def run(self, rel: str, cores: float, memory: int) -> None:
+    def run(self, rel: str, cores: float, memory: int, since: float | None = None) -> None:
+        """``rel`` busy from virtual time ``since`` (default: the start) on."""
         self.rates[rel], self.memory[rel] = cores, memory
+        self.since[rel] = self.start if since is None else since
         (self.fake.ctl("memory", rel) / "memory.usage_in_bytes").write_text(f"{memory}\n")
         used_kb = (self.SYSTEM_MEMORY + sum(self.memory.values())) // 1024
         (self.fake.proc / "meminfo").write_text(f"MemTotal:       {32 * G // 1024} kB\n"
@@ -171,10 +175,10 @@ class Machine:
 
     def tick(self, t: float) -> None:
         """The cumulative counters at virtual time ``t``."""
-        t -= self.start
-        self.fake.set_proc_stat(int((self.SYSTEM_CPU + sum(self.rates.values())) * t * 1e9))
-        for rel, cores in self.rates.items():
-            self.fake.set_usage(rel, int(cores * t * 1e9))
+        busy = {rel: cores * max(t - self.since[rel], 0.0) for rel, cores in self.rates.items()}
+        self.fake.set_proc_stat(int((self.SYSTEM_CPU * (t - self.start) + sum(busy.values())) * 1e9))
+        for rel, seconds in busy.items():
+            self.fake.set_usage(rel, int(seconds * 1e9))
 
 
 def build_agent(machine: Machine, kubeconfig: Path, clock: VirtualClock, tmp: Path) -> tuple[Agent, NodeOnCluster]:
@@ -225,6 +229,24 @@ def batch_of(api) -> tuple[str | None, str | None]:
 
 def be_cpuset(machine: Machine) -> str:
     return machine.fake.read("cpuset", machine.fake.qos("besteffort"), "cpuset.cpus")
+
+
+def rfc3339_seconds(text: str) -> float:
+    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+
+
+async def caught_up(manager: KubeManager, kind: str, obj: dict) -> None:
+    """Wait until the manager's cache holds this version of the object."""
+    rv = obj["metadata"]["resourceVersion"]
+    await wait_for(lambda: any(o["metadata"]["resourceVersion"] == rv for o in manager.reflectors[kind].store.values()),
+                   what=f"{kind} cached")
+
+
+async def resync(ctl) -> None:
+    """One resync period's pass of the node-resources controller, finished."""
+    ctl.resync()
+    with anyio.fail_after(10):
+        await ctl.settled()
 
 
 async def post(port: int, path: str, body: dict, ctx: ssl.SSLContext) -> dict:
@@ -335,7 +357,9 @@ async def test_colocation_from_zero(api, tmp_path):
         await wait_for(lambda: batch_of(api)[0] is not None, what="batch resources in Node.status")
         metric = api.get("nodemetrics", NODE)["status"]
         assert metric["nodeMetric"]["systemUsage"]["resources"] == {"cpu": "500m", "memory": "6912Mi"}
-        assert batch_of(api) == ("2800", str(32 * G - int(32 * G * 0.35) - 7 * G - 1 * G))
+        # memory: 32Gi - 35 % - (system 6.75Gi + nginx 0.25Gi) - web 1Gi
+        expected_batch = ("2800", str(32 * G - int(32 * G * 0.35) - 7 * G - 1 * G))
+        assert batch_of(api) == expected_batch
 
         # 4. the Job's pod through the webhook, as the API server calls it, then created
         [job] = documents(EXAMPLES / "batch-job.yaml")
@@ -357,6 +381,86 @@ async def test_colocation_from_zero(api, tmp_path):
         assert spec["containers"][0]["resources"] == {"requests": batch, "limits": batch}
 
         # 5. the scheduler binds it on the batch resources
-        await wait_for(lambda: api.get("pods", pod["metadata"]["name"], BATCH_NS)["spec"].get("nodeName") == NODE,
+        name, uid = created["metadata"]["name"], created["metadata"]["uid"]
+        await wait_for(lambda: api.get("pods", name, BATCH_NS)["spec"].get("nodeName") == NODE,
                        what="the batch pod bound")
+        assert [uid] == [u for u, n in api.bind_log]
+        await wait_for(lambda: any(e["reason"] == "Scheduled" and e["regarding"]["uid"] == uid
+                                   for e in api.objects["events"].values()), what="the Scheduled event")
+
+        # ... and the kubelet starts it: only extended resources make it a BestEffort pod (its cgroup under
+        # besteffort), busy on 1 core and 2Gi; the running agent limits it to the NodeSLO's BE share
+        be_dir = machine.fake.add_pod(uid, "besteffort")
+        machine.run(be_dir, 1.0, 2 * G, since=clock.now())
+        api.update("pods", name, lambda o: o.setdefault("status", {}).update(phase="Running"), BATCH_NS)
+        await wait_until(lambda: any(p.uid == uid and p.phase == "Running" for p in node_agent.src.source.pods()),
+                         "the agent sees the batch pod")
+        await step(machine, agent, clock, 1)
+        # a new cgroup has no usage rate in its first round: the node's extra core counts as system for
+        # that round (5200m - 1000m - 500m - 1500m = 2200m: 3 CPUs), then scaling up (1 CPU a round) gets to
+        # 8000m * 65 % - web 1000m - nginx 500m - system 500m = 3200m again (BE usage is not subtracted)
+        assert be_cpuset(machine) == "0-1,4"
+        await step(machine, agent, clock, 1)
+        assert be_cpuset(machine) == "0-1,4-5"
+        assert machine.fake.read("cpuset", be_dir, "cpuset.cpus") == "0-1,4-5"
+        assert machine.fake.read("cpuset", f"{be_dir}/c1", "cpuset.cpus") == "0-1,4-5"
+        # the next NodeMetric counts the batch pod as batch: Node.status keeps the same batch resources
+        published = node_agent.publisher.published
+        await step(machine, agent, clock, 60)
+        await wait_until(lambda: node_agent.publisher.published == published + 1, "the next NodeMetric")
+        pods_metric = api.get("nodemetrics", NODE)["status"]["podsMetric"]
+        assert {(m["name"], m["qos"], m["priority"]) for m in pods_metric} == {
+            ("web", "LS", "koord-prod"), (name, "BE", "koord-batch")}
+        # the one round where the new pod's core counted as system is in the 5-minute average: 508m; batch-cpu
+        # would be 2792, within resourceDiffThreshold (10 %) of 2800: not written before updateTimeThresholdSeconds
+        assert api.get("nodemetrics", NODE)["status"]["nodeMetric"]["systemUsage"]["resources"]["cpu"] == "508m"
+        await caught_up(manager, "NodeMetric", api.get("nodemetrics", NODE))
+        await resync(ctl["noderesource"])
+        assert batch_of(api) == expected_batch
+
+        # 6. the operator lowers the BE threshold in slo-controller-config: the manager re-renders the NodeSLO
+        # and the running agent (same process, same rounds) applies it at its next round
+        def lower(cm: dict) -> None:
+            cfg = json.loads(cm["data"]["resource-threshold-config"])
+            cfg["clusterStrategy"]["cpuSuppressThresholdPercent"] = 40
+            cm["data"]["resource-threshold-config"] = json.dumps(cfg)
+
+        ev, rounds = node_agent.slo_event, agent.rounds
+        api.update("configmaps", "slo-controller-config", lower, CONFIG_NS)
+        with anyio.fail_after(15):
+            await ev.wait()
+        assert api.get("nodeslos", NODE)["spec"]["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] == 40
+        assert node_agent.slo_applied == 2 and not node_agent.slo_errors and agent.rounds == rounds
+        assert agent.registry.args["be_suppress"].cpu_suppress_threshold_percent == 40
+        await step(machine, agent, clock, 1)
+        # 8000m * 40 % - 1000m - 500m - 500m = 1200m: 2 CPUs, one whole core (cpu0 and cpu4 are siblings)
+        assert be_cpuset(machine) == machine.fake.read("cpuset", be_dir, "cpuset.cpus") == "0,4"
+
+        # 7. the agent goes away: its NodeMetric ages; strictly after degradeTimeMinutes (15) the manager
+        # removes the batch resources (Koordinator's degrade resets them); the bound pod stays
+        agent_scope.cancel()
+        with anyio.fail_after(15):
+            await agent_done.wait()
+        updated = rfc3339_seconds(api.get("nodemetrics", NODE)["status"]["updateTime"])
+        clock.advance_to(updated + 15 * 60)
+        machine.tick(clock.now())  # the node's counters go on while no agent reads them
+        await resync(ctl["noderesource"])
+        # not stale yet (Go's now.After), but more than 300 s after the last write: the 2792 is written now
+        assert batch_of(api) == ("2792", expected_batch[1])
+        clock.advance(1)
+        machine.tick(clock.now())
+        await resync(ctl["noderesource"])
+        await wait_for(lambda: batch_of(api) == (None, None), what="batch resources removed")
+        assert api.get("pods", name, BATCH_NS)["spec"]["nodeName"] == NODE
+        # a new agent (the DaemonSet's next pod) reports: fresh again, the batch resources come back
+        agent, aargs = build_agent(machine, kubeconfig, clock, tmp_path)
+        node_agent = node_on_cluster(agent, aclient, aargs)
+        tg.start_soon(run_agent, node_agent, anyio.CancelScope(), anyio.Event())
+        await wait_until(lambda: agent.rounds >= 1, "the new agent's first round")
+        assert node_agent.slo_applied == 1
+        assert agent.registry.args["be_suppress"].cpu_suppress_threshold_percent == 40
+        await step(machine, agent, clock, 60)
+        await wait_until(lambda: node_agent.publisher.published == 1, "the new agent's NodeMetric")
+        await wait_for(lambda: batch_of(api) == expected_batch, what="batch resources back")
+        assert be_cpuset(machine) == "0,4"
         tg.cancel_scope.cancel()
