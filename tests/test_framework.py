@@ -376,3 +376,37 @@ def test_pods_of_a_removed_node_stay_known_and_count_again_when_it_returns():
     assert [q.uid for q in cluster.pods_on("n1")] == [p.uid]
     cluster.remove_pod(p.uid)
     assert cluster.node("n1").requested.get("cpu", 0) == 0
+
+
+def _nominated_pod(name: str, *, cpu: str, priority: int, node: str) -> dict:
+    """A pending pod that arrives nominated (status.nominatedNodeName) and fits no node itself."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"priority": priority, "nodeSelector": {"disk": "none-has-it"},
+                     "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+            "status": {"nominatedNodeName": node}}
+
+
+def test_a_pod_arriving_nominated_is_counted_on_that_node():
+    """kube's queue.Add: a pending pod whose status names a nominated node is counted there for pods of
+    lower or equal priority (after a scheduler restart its room stays promised)."""
+    b = (ClusterBuilder().node("n0", cpu="4")
+         .obj(_nominated_pod("vip", cpu="3", priority=100, node="n0"))
+         .pod("small", cpu="2", priority=1))
+    r = schedule(b)
+    assert r.placements() == {"default/vip": None, "default/small": None}
+    assert [p.name for p in r.scheduler.nominator.nominated_pods("n0")] == ["vip"]
+    # without the nomination the small pod fits
+    b = ClusterBuilder().node("n0", cpu="4").pod("small", cpu="2", priority=1)
+    assert schedule(b).placements() == {"default/small": "n0"}
+
+
+def test_preemption_clears_lower_nominations_on_the_chosen_node():
+    b = (ClusterBuilder().node("n0", cpu="4")
+         .pod("low", cpu="3", priority=1, node="n0")
+         .obj(_nominated_pod("mid", cpu="3", priority=50, node="n0"))
+         .pod("vip", cpu="3", priority=100))
+    r = schedule(b)
+    assert r.placements()["default/vip"] == "n0"
+    mid = r.cluster.pod_by_key("default/mid")
+    assert mid.nominated_node_name is None
+    assert "mid" not in [p.name for p in r.scheduler.nominator.nominated_pods("n0")]

@@ -126,4 +126,9 @@ async def post_filter(pod, state, statuses, args, handle):
     victims = dict(found)[node][0]
     for v in victims:
         await handle.evict(v, f"preempted by {pod.key} on {node}")
+    # kube's prepareCandidate: pods of lower priority nominated to that node lose the nomination (the
+    # room they were promised is the preemptor's now); they look for another node on their next try
+    for p in handle.nominated_pods(node):
+        if p.uid != pod.uid and p.priority < pod.priority:
+            handle.nominate(p, None)
     return PostFilterResult(node)

@@ -79,6 +79,10 @@ class SchedulerEvents:
     def pod_removed(self, uid: str) -> None:
         """The pod left the cluster (deleted), or was added bound or terminal."""
 
+    def nomination_cleared(self, pod: Pod) -> None:
+        """A pending pod's nomination was dropped (e.g. a preemptor of higher priority took its node);
+        ``pod`` is its object as it was, still carrying the nomination (kube's ClearNominatedNodeName)."""
+
     async def bind(self, pod: Pod, node_name: str, annotations: Mapping[str, str]) -> Any:
         """Bind ``pod`` to ``node_name`` writing ``annotations`` (the default_binder's action)."""
         raise RuntimeError(f"this engine does not bind pods (asked to bind {pod.key} to {node_name})")

@@ -135,7 +135,7 @@ class SchedulerHandle:
         return self._s.nominator.nominated_pods(node_name)
 
     def nominate(self, pod: Pod, node_name: str | None) -> None:
-        self._s.nominator.nominate(pod, node_name)
+        self._s.nominate_pending(pod, node_name)
 
     # -- actions -------------------------------------------------------------------------------------
     async def bind_pod(self, pod: Pod, node_name: str, annotations: Mapping[str, str]) -> Any:
@@ -241,8 +241,10 @@ class Scheduler:
             pod = new
             if self.cluster.pod(pod.uid) is not None:
                 self.cluster.update_pod_object(pod)
-            if pod.nominated_node_name:
-                self.nominator.nominate(pod, pod.nominated_node_name)
+        if pod.nominated_node_name:
+            # as kube's queue.Add: a pod that arrives nominated (status.nominatedNodeName, e.g. after a
+            # scheduler restart, or a migration's replacement) is counted on that node meanwhile
+            self.nominator.nominate(pod, pod.nominated_node_name)
         st = await self.framework.run_pre_enqueue(pod)
         now = self.clock.now()
         if st.ok:
@@ -348,17 +350,21 @@ class Scheduler:
             if uid in q.infos and uid not in q.in_flight and uid not in q.active:
                 q.requeue_now(uid)
 
-    def nominate_pending(self, pod: Pod, node_name: str) -> Pod:
-        """Nominate a pending pod to ``node_name`` (preemption's PostFilterResult, a migration's target):
-        the nomination goes on its object in the cluster and in the queue, and into the nominator."""
+    def nominate_pending(self, pod: Pod, node_name: str | None) -> Pod:
+        """Nominate a pending pod to ``node_name`` (preemption's PostFilterResult, a migration's target),
+        or clear its nomination (``None``: kube's ClearNominatedNodeName): the nomination goes on its
+        object in the cluster and in the queue, and into the nominator."""
         cur = self.cluster.pod(pod.uid)
+        had = (cur or pod).nominated_node_name
         nominated = attrs.evolve(cur or pod, nominated_node_name=node_name)
-        if cur is not None:
+        if cur is not None and not cur.node_name:
             self.cluster.update_pod_object(nominated)
         info = self.queue.info(pod.uid)
         if info is not None:
             info.pod = nominated
         self.nominator.nominate(nominated, node_name)
+        if node_name is None and had:
+            self.engine.nomination_cleared(cur or pod)
         return nominated
 
     async def flush(self) -> None:

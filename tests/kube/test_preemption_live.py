@@ -63,3 +63,22 @@ async def test_no_bind_or_preemption_once_leadership_is_lost():
         with pytest.raises(NotLeading, match="not preempting default/web"):
             await eng._preempt_victim(p, "test")
         assert api.bind_log == [] and not [r for r in api.requests if r[0] in ("POST", "DELETE", "PATCH")]
+
+
+async def test_preemption_clears_the_nomination_of_lower_pods_on_the_node():
+    """kube's prepareCandidate: a pod of lower priority nominated to the chosen node loses its
+    nomination, in the kernel and in its status on the API."""
+    async with FakeApiServer(bookmark_interval=0.2) as api, KubeClient(api.url, qps=0) as client:
+        api.create(node("n1", cpu="1"))
+        api.create(pod("low", cpu="1", node_name="n1", priority=0, scheduler="other"))
+        mid = pod("mid", cpu="1", priority=500, nodeSelector={"disk": "none-has-it"})
+        mid["status"] = {"nominatedNodeName": "n1"}  # nominated before a restart, say
+        api.create(mid)
+        eng = KubeSchedulerEngine(build_registry(None, autoload=False), client)
+        async with running(eng):
+            await wait_for(lambda: eng.scheduler.nominator.nominated_pods("n1"), what="mid counted on n1")
+            api.create(pod("high", cpu="1", priority=1000))
+            await wait_for(lambda: any(n == "n1" for _, n in api.bind_log), what="the preemptor bound")
+            await wait_for(lambda: not (api.get("pods", "mid", "default").get("status") or {})
+                           .get("nominatedNodeName"), what="mid's nomination cleared")
+        assert not eng.scheduler.nominator.nominated_pods("n1")

@@ -132,6 +132,12 @@ class KubeSchedulerEngine(SchedulerEvents):
     def cycle_started(self, pod: Pod) -> None:
         self.attempt_counts[pod.uid] += 1
 
+    def nomination_cleared(self, pod: Pod) -> None:
+        """A higher-priority preemptor took the node this pod was nominated to: clear
+        ``status.nominatedNodeName`` on it now, as kube-scheduler's ClearNominatedNodeName."""
+        self._nominated.discard(pod.uid)
+        self.writer.clear_nomination(pod)
+
     def pod_bound(self, pod: Pod, node_name: str, state: CycleState) -> None:
         self._nominated.discard(pod.uid)
         self.writer.scheduled(pod, node_name)

@@ -73,7 +73,8 @@ class Writer:
         self._wake.set()
 
     def clear_nomination(self, pod: Pod) -> None:
-        """Queue clearing ``status.nominatedNodeName`` of a pod whose nomination ended (it is bound);
+        """Queue clearing ``status.nominatedNodeName`` of a pod whose nomination ended (it is bound, or a
+        preemptor of higher priority took the node);
         nothing is written when ``pod`` (the newest object seen) carries none."""
         if not ((pod.raw or {}).get("status") or {}).get("nominatedNodeName"):
             return
