@@ -363,3 +363,38 @@ async def test_refused_reports_are_retried_and_the_qos_loop_goes_on(api, client,
         await wait_until(lambda: api.get("noderesourcetopologies", "n1") is not None, "the topology")
         assert on.publisher.published == 1 and agent.rounds >= 121
         tg.cancel_scope.cancel()
+
+
+def test_what_the_agent_writes_survives_the_crds_pruning(api, tmp_path, clock):
+    """deploy/crds/ keeps every field of the agent's NodeResourceTopology and Device (a real API server drops
+    what a CRD's schema does not know)."""
+    from test_deploy_manager import CRDS, pruned
+
+    from koordfw.agent.nvml import DeviceReporter
+    from koordfw.agent.topology import (
+        KubeletCPUManager,
+        cpu_basic_info,
+        node_resource_topology,
+        numa_memory,
+        read_processors,
+        topology_annotations,
+        topology_policy,
+        zones,
+    )
+
+    fake = FakeNode(tmp_path, ncpu=NCPU)
+    write_sysfs_topology(fake)
+    procs = read_processors(fake.sys)
+    kubelet = KubeletCPUManager(policy="static", reserved_cpus="0,4")
+    anns = topology_annotations(procs, None, [], kubelet=kubelet, basic_info=cpu_basic_info(fake.proc, fake.sys))
+    nrt = node_resource_topology("n1", "uid-1", anns, zones(procs, numa_memory(fake.sys)), topology_policy(kubelet))
+    schema = CRDS["noderesourcetopologies.topology.node.k8s.io"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for f in ("topologyPolicies", "zones"):
+        assert pruned(nrt[f], schema["properties"][f], f) == []
+    nv = FakeNVML([FakeGPU("GPU-aaaa", "0000:3b:00.0", minor=0)])
+    nv.write_sysfs(fake.sys)
+    rep = DeviceReporter(nv, sys_root=fake.sys)
+    rep.mark_unhealthy("0000:3b:00.0", xid=48)
+    dev = rep.device("n1", "uid-1", now=rfc3339(clock.now()))
+    schema = CRDS["devices.scheduling.koordinator.sh"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert pruned(dev["spec"], schema["properties"]["spec"]) == []
