@@ -182,13 +182,14 @@ class NodeMetricReporter:
     def __init__(self, policy: CollectPolicy | None = None, *, sample_interval: float = 1.0) -> None:
         self.policy = policy or CollectPolicy()
         self.sample_interval = sample_interval
-        self.store = MetricStore(self.policy.retention_seconds, sample_interval)
+        self.store = MetricStore(self.policy.retention_seconds, sample_interval,
+                                 short_retention=self.policy.aggregate_seconds, long_keys=(NODE, SYSTEM))
         self.samples = 0
 
     def set_policy(self, policy: CollectPolicy) -> None:
         """A new collect policy (the NodeMetric's spec changed): the buffers are resized, samples kept."""
         self.policy = policy
-        self.store.configure(policy.retention_seconds, self.sample_interval)
+        self.store.configure(policy.retention_seconds, self.sample_interval, short_retention=policy.aggregate_seconds)
 
     def observe(self, ns: NodeState, now: float) -> None:
         """Record one round: node, system, every pod and host application of ``ns``."""

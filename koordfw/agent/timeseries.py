@@ -99,19 +99,28 @@ class Series:
 
 
 class MetricStore:
-    """Series by key, each keeping the samples of the last ``retention`` seconds at one per ``interval``."""
+    """Series by key, each keeping the samples of the last ``retention`` seconds at one per ``interval``;
+    the keys in ``long_keys`` (node, system) keep ``retention``, the others (pods, host applications, only
+    ever averaged over the aggregate duration) ``short_retention`` when given, so many pods cost little."""
 
-    def __init__(self, retention: float, interval: float) -> None:
+    def __init__(self, retention: float, interval: float, *, short_retention: float | None = None,
+                 long_keys: Iterable[str] = ()) -> None:
         self.series: dict[str, Series] = {}
-        self._capacity = 1
-        self.configure(retention, interval)
+        self.long_keys = frozenset(long_keys)
+        self._capacity = self._short = 1
+        self.configure(retention, interval, short_retention=short_retention)
 
-    def configure(self, retention: float, interval: float) -> None:
+    def configure(self, retention: float, interval: float, *, short_retention: float | None = None) -> None:
         """Resize every buffer for a new retention or sampling interval (newest samples kept)."""
-        cap = int(math.ceil(retention / max(interval, 1e-3))) + 2
-        if cap != self._capacity:
-            self._capacity = cap
-            self.series = {k: s.resized(cap) for k, s in self.series.items()}
+        step = max(interval, 1e-3)
+        cap = int(math.ceil(retention / step)) + 2
+        short = cap if short_retention is None else min(cap, int(math.ceil(short_retention / step)) + 2)
+        if (cap, short) != (self._capacity, self._short):
+            self._capacity, self._short = cap, short
+            self.series = {k: s.resized(self._cap_of(k)) for k, s in self.series.items()}
+
+    def _cap_of(self, key: str) -> int:
+        return self._capacity if key in self.long_keys else self._short
 
     @property
     def capacity(self) -> int:
@@ -120,7 +129,7 @@ class MetricStore:
     def record(self, key: str, t: float, cpu: float | None, memory: float | None) -> None:
         s = self.series.get(key)
         if s is None:
-            s = self.series[key] = Series(self._capacity)
+            s = self.series[key] = Series(self._cap_of(key))
         s.add(t, cpu, memory)
 
     def forget_except(self, keys: Iterable[str]) -> None:

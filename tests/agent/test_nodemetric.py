@@ -182,3 +182,17 @@ def test_pod_memory_is_without_page_cache_as_koordlet_measures_it(tmp_path, vers
     assert memory_without_cache(lay, rel) == 100
     (node.ctl("memory", rel) / "memory.stat").write_text(stat.replace("unevictable", "evictable"))
     assert memory_without_cache(lay, rel) == 5000
+
+
+def test_pod_series_keep_only_the_aggregate_duration():
+    """Pods are only averaged over aggregateDurationSeconds: their buffers are that long, the node's and
+    the system's as long as the longest aggregation duration."""
+    rep = NodeMetricReporter(CollectPolicy(), sample_interval=1.0)  # 300 s aggregate, durations up to 30 min
+    p = make_pod("web")
+    rep.observe(NodeState(name="n1", usage={"cpu": 1, "memory": 1},
+                          pods=(PodState(uid=p.uid, pod=p, usage={"cpu": 5, "memory": 5}),)), START)
+    assert rep.store.series["node"].capacity == 1802 and rep.store.series["system"].capacity == 1802
+    assert rep.store.series[f"pod/{p.uid}"].capacity == 302
+    rep.set_policy(CollectPolicy(aggregate_duration_seconds=60, durations=(120.0,)))
+    assert rep.store.series["node"].capacity == 122 and rep.store.series[f"pod/{p.uid}"].capacity == 62
+    assert rep.store.query("node", START, START, "avg") == ({"cpu": 1.0, "memory": 1.0}, 0.0)  # samples kept

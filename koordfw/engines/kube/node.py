@@ -247,6 +247,7 @@ class NodeOnCluster:
         self.nvml = nvml
         self.device_reporter: Any = None
         self.device_outcome = ""
+        self._no_gpu = ""
         self.topology_outcome = ""
         self.metric_event = anyio.Event()
         self._slo_reflector = Reflector(client, NODESLOS, self._on_nodeslo, name=f"nodeslo@{self.name}",
@@ -368,9 +369,12 @@ class NodeOnCluster:
         try:
             dev = rep.device(self.name, uid, now=rfc3339(self.clock.now()))
         except NoGpu as e:
-            log.info("no Device reported", node=self.name, reason=str(e))
+            if str(e) != self._no_gpu:  # every interval would say it again
+                log.info("no Device reported", node=self.name, reason=str(e))
+                self._no_gpu = str(e)
             self.device_outcome = "no-gpu"
             return self.device_outcome
+        self._no_gpu = ""
 
         def build(cur: dict | None) -> dict | None:
             new = carry_transition_times(cur, dict(dev))
