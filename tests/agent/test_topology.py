@@ -72,3 +72,27 @@ def test_logical_ids_without_sibling_lists(tmp_path):
     (base / "online").write_text("0-3\n")
     assert [(p.cpu, p.core, p.socket, p.node) for p in read_processors(tmp_path)] == [
         (0, 0, 0, 0), (1, 1, 0, 0), (2, 2, 1, 0), (3, 3, 1, 0)]
+
+
+def test_kubelet_managed_pods_from_cpu_manager_state(tmp_path):
+    """Static policy: the checkpoint's pods Koordinator does not manage (not LS/BE, no Koordinator cpuset)
+    are pod-cpu-allocs with managedByKubelet, their CPUs out of the shared pools."""
+    from koordfw.agent.topology import topology_annotations
+    from koordfw.core.model import make_pod
+
+    guaranteed = make_pod("db", namespace="shop")
+    be = make_pod("spark", labels={"koordinator.sh/qosClass": "BE"})
+    lsr = make_pod("web", labels={"koordinator.sh/qosClass": "LSR"},
+                   annotations={"scheduling.koordinator.sh/resource-status": '{"cpuset":"6"}'})
+    (tmp_path / "cpu_manager_state").write_text(json.dumps({
+        "policyName": "static", "defaultCpuSet": "0,3-7",
+        "entries": {guaranteed.uid: {"app": "1-2"}, be.uid: {"c": "5"}, lsr.uid: {"c": "6"}, "gone-uid": {"x": "3"}},
+        "checksum": 1}))
+    procs = [ProcessorInfo(cpu=c, core=c % 4, socket=0, node=0) for c in range(8)]
+    anns = topology_annotations(procs, None, [guaranteed, be, lsr], kubelet=KubeletCPUManager(policy="static"),
+                                basic_info={}, kubelet_root=tmp_path)
+    want = [{"namespace": "shop", "name": "db", "uid": guaranteed.uid, "cpuset": "1-2", "managedByKubelet": True},
+            {"uid": "gone-uid", "cpuset": "3", "managedByKubelet": True}]
+    assert json.loads(anns["node.koordinator.sh/pod-cpu-allocs"]) == sorted(want, key=lambda a: a["uid"])  # by uid
+    # the LS pool loses the kubelet's CPUs and the LSR pod's cpuset
+    assert json.loads(anns["node.koordinator.sh/cpu-shared-pools"]) == [{"socket": 0, "node": 0, "cpuset": "0,4-5,7"}]
