@@ -728,6 +728,15 @@ class FakeApiServer:
                                                      f"UID in precondition: {put_uid}, "
                                                      f"UID in object meta: {cur['metadata']['uid']}")
             want = (body.get("metadata") or {}).get("resourceVersion")
+            if not want and _is_custom(rt):
+                # a custom resource's strategy does not allow unconditional updates (built-in kinds such as
+                # pods, nodes, ConfigMaps and leases do): the apiserver validates the missing version
+                group = _group(rt)
+                raise _ApiError(422, "Invalid", f'{rt.kind}.{group} "{name}" is invalid: metadata.resourceVersion: '
+                                "Invalid value: 0x0: must be specified for an update",
+                                {"name": name, "group": group, "kind": rt.kind, "causes": [
+                                    {"reason": "FieldValueInvalid", "message": "Invalid value: 0x0: must be specified "
+                                     "for an update", "field": "metadata.resourceVersion"}]})
             if want and want != cur["metadata"]["resourceVersion"]:
                 raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.plural} "{name}": the object '
                                 "has been modified; please apply your changes to the latest version and try again")
@@ -1050,6 +1059,13 @@ class _ApiError(Exception):
 
 def _group(rt: ResourceType) -> str:
     return "" if rt.prefix == "/api/v1" else rt.prefix.split("/")[2]
+
+
+def _is_custom(rt: ResourceType) -> bool:
+    """A kind served from a CRD: Koordinator's groups and the sigs.k8s.io ones (PodGroup, ElasticQuota);
+    the built-in groups are core and ``*.k8s.io`` (coordination, events, scheduling, policy...)."""
+    group = _group(rt)
+    return bool(group) and (group.endswith(".sigs.k8s.io") or not (group.endswith(".k8s.io") or "." not in group))
 
 
 def _storage_precondition_conflict(rt: ResourceType, ns: str | None, name: str, resource: str, what: str) -> _ApiError:

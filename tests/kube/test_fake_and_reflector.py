@@ -260,3 +260,21 @@ async def test_cluster_pod_source_is_the_agents_pod_source(api, client):
         assert src.node is not None and src.node.allocatable["cpu"] == 8000
         assert src.pods[p["metadata"]["uid"]].qos_class == "BE"
         tg.cancel_scope.cancel()
+
+
+async def test_put_without_resource_version_is_422_for_a_custom_resource_only(api, client):
+    """CRDs do not allow unconditional updates (customResourceStrategy); built-in kinds do."""
+    slo = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "n1"}, "spec": {}}
+    api.create(slo)
+    with pytest.raises(ApiError) as ei:
+        await client.request("PUT", "/apis/slo.koordinator.sh/v1alpha1/nodeslos/n1", body=dict(slo, spec={"x": 1}))
+    assert ei.value.status == 422 and "metadata.resourceVersion" in ei.value.message
+    cur = api.get("nodeslos", "n1")
+    ok = await client.request("PUT", "/apis/slo.koordinator.sh/v1alpha1/nodeslos/n1",
+                              body=dict(cur, spec={"x": 1}))
+    assert ok["spec"] == {"x": 1}
+    api.create(node("n1"))
+    n = api.get("nodes", "n1")
+    n["metadata"].pop("resourceVersion")
+    n["metadata"]["labels"] = {"a": "b"}
+    assert (await client.request("PUT", "/api/v1/nodes/n1", body=n))["metadata"]["labels"] == {"a": "b"}
