@@ -281,3 +281,49 @@ async def test_a_pod_the_plugin_cannot_read_is_an_error_naming_the_field(api, cl
         assert body["response"]["status"]["code"] == 500 and field in body["response"]["status"]["message"]
         _, ok = await post(server, "/mutate-pod", review(POD))
         assert ok["response"]["allowed"] is True
+
+
+async def test_koordfw_manager_serves_the_webhook_over_https(api, tmp_path):
+    """The command end to end: ``koordfw manager --webhook-listen`` with the certificate files, against
+    the fake API server; SIGTERM stops it with exit 0."""
+    import signal
+    import socket
+    import sys
+
+    for obj in (NS, PC, PROFILE):
+        api.create(obj)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps(api.kubeconfig()))
+    cert, key = _self_signed(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "koordfw", "manager", "--kubeconfig", str(kubeconfig),
+                             "--health-address", "", "--webhook-listen", f"127.0.0.1:{port}",
+                             "--tls-cert-file", cert, "--tls-private-key-file", key],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ctx = ssl.create_default_context(cafile=cert)
+    url = f"https://127.0.0.1:{port}"
+    try:
+        with anyio.fail_after(60):
+            while True:
+                try:
+                    async with aiohttp.ClientSession() as s, s.get(f"{url}/readyz", ssl=ctx) as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                await anyio.sleep(0.1)
+        async with aiohttp.ClientSession() as s, s.post(f"{url}/mutate-pod", json=review(POD), ssl=ctx) as r:
+            body = await r.json()
+        assert patched(POD, body["response"])["spec"]["priorityClassName"] == "koord-batch"
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            while proc.poll() is None:
+                await anyio.sleep(0.05)
+        assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
