@@ -74,6 +74,13 @@ def test_host_applications_resolve_against_the_kubelet_layout():
     bad = {"metadata": {"name": "n1"}, "spec": {"hostApplications": [{"name": "x", "cgroupPath": {"base": "Elsewhere"}}]}}
     with pytest.raises(NodeSLOError, match=r"field spec\.hostApplications\[0\]\.cgroupPath\.base: unknown base"):
         host_apps_from_nodeslo(bad, cgroup_version=1, cgroup_driver="cgroupfs", kubepods="kubepods")
+    for app, field in (({"name": "x", "cgroupPath": {"base": "CgroupRoot", "relativePath": "../../etc"}},
+                        r"spec\.hostApplications\[0\]\.cgroupPath"),
+                       ({"cgroupPath": {}}, r"spec\.hostApplications\[0\]"),
+                       ("nginx", r"spec\.hostApplications\[0\]")):
+        bad = {"metadata": {"name": "n1"}, "spec": {"hostApplications": [app]}}
+        with pytest.raises(NodeSLOError, match=f"NodeSLO n1: field {field}"):
+            host_apps_from_nodeslo(bad, cgroup_version=1, cgroup_driver="cgroupfs", kubepods="kubepods")
 
 
 def test_what_the_manager_renders_is_applied(registry):

@@ -286,7 +286,11 @@ class NodeOnCluster:
     async def _on_nodeslo(self, etype: str, obj: dict, old: dict | None) -> None:
         if etype == "MODIFIED" and old is not None and old.get("spec") == obj.get("spec"):
             return  # koordlet ignores updates that leave the spec as it was
-        self.apply_nodeslo(None if etype == "DELETED" else obj)
+        try:
+            self.apply_nodeslo(None if etype == "DELETED" else obj)
+        except Exception as e:  # noqa: BLE001 - a NodeSLO must never stop the watch; the previous config stays
+            self.slo_errors.append(f"{type(e).__name__}: {e}")
+            log.exception("NodeSLO not applied; the previous config stays", node=self.name)
         ev, self.slo_event = self.slo_event, anyio.Event()
         ev.set()
 
