@@ -9,7 +9,7 @@ import sys
 
 from ..command_api import Commands
 from ._common import DAY, add_plugin_options, number, registry_from_args
-from .scheduler import split_address
+from .scheduler import add_unhealthy_after_option, split_address
 
 
 def _optional_address(text: str) -> str:
@@ -41,6 +41,7 @@ def register(sub: Commands) -> None:
                    help="close a connection whose request headers (or next request) take longer (default 15)")
     p.add_argument("--body-timeout", type=number(float, 0, DAY, above=True), default=30.0, metavar="SECONDS",
                    help="answer 408 and close when a request body takes longer to arrive (default 30)")
+    add_unhealthy_after_option(p)
     p.add_argument("--tls-cert-file", help="serve HTTPS with this certificate")
     p.add_argument("--tls-key-file", help="private key of --tls-cert-file")
     add_plugin_options(p)
@@ -64,7 +65,7 @@ async def _main(args: argparse.Namespace) -> int:
 
     registry = registry_from_args(args)
     client = await make_client(args) if (args.kubeconfig or args.in_cluster) else None
-    ext = Extender(registry, client=client)
+    ext = Extender(registry, client=client, unhealthy_after=args.unhealthy_after_seconds)
     server = ExtenderServer(ext, prefix=args.url_prefix, max_body=args.max_body_bytes,
                             header_timeout=args.header_timeout, body_timeout=args.body_timeout)
     if not ext.stateful and ext.plugins_needing_state:
@@ -83,7 +84,7 @@ async def _main(args: argparse.Namespace) -> int:
         try:
             health_host, health_port = split_address(args.health_address)
             health, health_port = await start_health_server(health_host, health_port, server.info,
-                                                            lambda: ext.synced)
+                                                            lambda: ext.synced, ext.unhealthy_reason)
         except BaseException:
             await server.stop()
             raise

@@ -127,3 +127,25 @@ async def test_extender_command_serves_health_on_its_own_address():
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
+
+
+async def test_healthz_fails_when_the_cache_stays_unsynced_past_the_limit(api):
+    """As the scheduler's: /healthz turns 500 (the kubelet restarts the extender) once its cache has
+    been unsynced since the start for longer than --unhealthy-after-seconds, on the client's clock."""
+    api.create(node("n0", cpu="4"))
+    api.fail(500, method="GET", path="/api/v1/pods")
+    now = [1000.0]
+    async with KubeClient(api.url, qps=0, clock=lambda: now[0]) as client:
+        ext = Extender(build_registry(None, autoload=False), client=client, unhealthy_after=60)
+        srv = ExtenderServer(ext)
+        port = await srv.start("127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+                async with http.get("/healthz") as r:
+                    assert r.status == 200
+                now[0] += 61
+                async with http.get("/healthz") as r:
+                    body = await r.json()
+                    assert r.status == 500 and "caches not synced" in body["reason"] and "pods" in body["reason"]
+        finally:
+            await srv.stop()

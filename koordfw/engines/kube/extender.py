@@ -70,7 +70,7 @@ from ...core.state import CycleState
 from ...core.status import Code, Status
 from .binder import BindDropped, BindGated, KubeBinder
 from .client import ApiError, KubeClient
-from .health import add_health_routes
+from .health import DEFAULT_UNHEALTHY_AFTER, add_health_routes, unhealthy_reason
 
 log = structlog.get_logger("koordfw.extender")
 
@@ -324,9 +324,14 @@ def node_indices(cluster: ClusterState, names: list) -> np.ndarray:
 class Extender:
     """The verbs, independent of HTTP (``await ext.filter(args_dict)`` returns the reply dict)."""
 
-    def __init__(self, registry: Registry, *, client: KubeClient | None = None, seed: int = 0) -> None:
+    def __init__(self, registry: Registry, *, client: KubeClient | None = None, seed: int = 0,
+                 unhealthy_after: float = DEFAULT_UNHEALTHY_AFTER) -> None:
         self.registry = registry
         self.client = client
+        #: ``/healthz`` is 500 once the API has been unreachable, or the cache unsynced since the start,
+        #: for longer than this many seconds (on the client's clock), as the scheduler's
+        self.unhealthy_after = unhealthy_after
+        self.started_at: float | None = client.clock() if client is not None else None
         self.binder = KubeBinder(client) if client is not None else None
         self.reflectors: list = []
         if client is not None:
@@ -345,6 +350,13 @@ class Extender:
     def synced(self) -> bool:
         """Every reflector of the cluster cache has listed once (always true without a cache)."""
         return all(r.synced.is_set() for r in self.reflectors)
+
+    def unhealthy_reason(self) -> str | None:
+        """Why ``/healthz`` should fail (the kubelet then restarts the process), or None."""
+        if self.client is None:
+            return None
+        return unhealthy_reason(self.client, unsynced=[r.name for r in self.reflectors if not r.synced.is_set()],
+                                started_at=self.started_at, after=self.unhealthy_after)
 
     def not_synced(self) -> str | None:
         """Why the cache cannot answer yet (it has not synced), or None when it can."""
@@ -576,7 +588,7 @@ class ExtenderServer:
         for verb in ("filter", "prioritize", "bind", "preempt"):
             self.app.router.add_post(f"{self.prefix}/{verb}", self._handler(verb))
         self.app.router.add_get(f"{self.prefix}/" if self.prefix else "/", self._info)
-        add_health_routes(self.app, self.info, lambda: self.ext.synced)
+        add_health_routes(self.app, self.info, lambda: self.ext.synced, self.ext.unhealthy_reason)
         self._runner: web.AppRunner | None = None
         self.port = 0
 
