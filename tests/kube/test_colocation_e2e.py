@@ -26,6 +26,8 @@ import base64
 import copy
 import datetime as dt
 import json
+import re
+import shlex
 import ssl
 import subprocess
 import time
@@ -34,6 +36,7 @@ from pathlib import Path
 import aiohttp
 import anyio
 import jsonpatch
+import pytest
 import yaml
 from kube_testkit import wait_for
 
@@ -46,6 +49,7 @@ from koordfw.commands.agent import _load_registry
 from koordfw.commands.manager import build_controllers
 from koordfw.commands.scheduler import make_client
 from koordfw.core.clock import VirtualClock
+from koordfw.core.model import selector_matches
 from koordfw.engines.kube.client import KubeClient
 from koordfw.engines.kube.engine import KubeSchedulerEngine
 from koordfw.engines.kube.leader import LeaderElector
@@ -53,11 +57,13 @@ from koordfw.engines.kube.manager import KubeManager
 from koordfw.engines.kube.node import NodeOnCluster
 from koordfw.extension import BATCH_CPU, BATCH_MEMORY
 from koordfw.testing.cgroups import FakeNode
+from koordfw.testing.fake_apiserver import RESOURCES, FakeApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 EXAMPLES = ROOT / "examples" / "kubernetes"
 DOC = ROOT / "docs" / "kubernetes.md"
+SECTION = "## Colocation on a cluster, from zero"
 
 NCPU = 8
 G = 2**30
@@ -70,15 +76,89 @@ def documents(path: Path) -> list[dict]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def workload_args(path: Path, kind: str) -> list[str]:
-    """The first container's args of the one ``kind`` workload in ``path``."""
-    [w] = [d for d in documents(path) if d["kind"] == kind]
-    return list(w["spec"]["template"]["spec"]["containers"][0]["args"])
+def walkthrough() -> list[list[list[str]]]:
+    """The commands of docs/kubernetes.md's "Colocation on a cluster, from zero", per code block (``\\``
+    continuations joined, ``for`` loop bodies included)."""
+    text = DOC.read_text()
+    start = text.index(f"\n{SECTION}\n")
+    section = text[start:text.index("\n## ", start + 1)]
+    blocks = []
+    for block in re.findall(r"^```\n(.*?)^```$", section, re.S | re.M):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        blocks.append([shlex.split(line.strip()) for line in joined.splitlines()
+                       if line.strip().startswith("kubectl ")])
+    return blocks
 
 
-def command_line(args: list[str], kubeconfig: Path, **flags: str) -> argparse.Namespace:
+#: the API groups of the objects deploy/ and examples/kubernetes/ hold that are not custom resources
+BUILTIN_GROUPS = {"", "apps", "batch", "policy", "admissionregistration.k8s.io", "apiextensions.k8s.io",
+                  "coordination.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io", "scheduling.k8s.io"}
+#: the kinds the fake API server serves, by (apiVersion, kind)
+SERVED = {(rt.api_version, rt.kind): rt for rt in RESOURCES.values()}
+
+
+class Kubectl:
+    """What the walkthrough's ``kubectl`` commands change, done on the fake API server, with the API server's
+    checks the order depends on: a namespaced object needs its namespace (NamespaceLifecycle), a custom
+    resource its CRD. Reads (get, wait), the certificate's Secret and the caBundle patch are the test's own
+    (it makes its own certificate); objects of kinds the fake does not serve (workloads, RBAC, Services,
+    webhook configurations, Jobs) are kept in :attr:`applied` for the test to play their controllers."""
+
+    def __init__(self, api) -> None:
+        self.api = api
+        self.applied: list[dict] = []
+        self.crds: set[tuple[str, str]] = set()
+
+    def run(self, cmd: list[str]) -> None:
+        assert cmd[0] == "kubectl"
+        if cmd[1] == "apply":
+            files = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-f"]
+            assert files and len(files) == cmd.count("-f"), cmd
+            for f in files:
+                path = ROOT / f
+                assert path.exists(), f"{f}: no such file or directory"
+                for p in sorted(path.glob("*.yaml")) if path.is_dir() else [path]:
+                    for doc in documents(p):
+                        self.apply(doc)
+        elif cmd[1:3] == ["create", "namespace"]:
+            self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cmd[3]}})
+        elif cmd[1:3] == ["label", "namespace"]:
+            labels = dict(kv.split("=", 1) for kv in cmd[4:])
+            self.api.update("namespaces", cmd[3], lambda o: o["metadata"]["labels"].update(labels))
+
+    def apply(self, doc: dict) -> None:
+        api_version, kind, meta = doc["apiVersion"], doc["kind"], doc["metadata"]
+        if api_version.rpartition("/")[0] not in BUILTIN_GROUPS:
+            assert (api_version, kind) in self.crds, f"{kind} {meta['name']}: its CRD is not installed yet"
+        ns = meta.get("namespace")
+        if ns is not None:
+            assert self.api.get("namespaces", ns) is not None, f'{kind} {meta["name"]}: namespaces "{ns}" not found'
+        if kind == "CustomResourceDefinition":
+            spec = doc["spec"]
+            for v in spec["versions"]:
+                gv = f"{spec['group']}/{v['name']}"
+                self.crds.add((gv, spec["names"]["kind"]))
+                rt = SERVED.get((gv, spec["names"]["kind"]))
+                if rt is not None:  # the fake serves it as the CRD says (ElasticQuota, PodGroup: not used here)
+                    assert (rt.plural, rt.namespaced) == (spec["names"]["plural"], spec["scope"] == "Namespaced")
+        elif (api_version, kind) in SERVED:
+            self.api.create(copy.deepcopy(doc))
+        self.applied.append(doc)
+
+    def one(self, kind: str, name: str) -> dict:
+        [d] = [d for d in self.applied if d["kind"] == kind and d["metadata"]["name"] == name]
+        return d
+
+
+def workload_args(workload: dict) -> list[str]:
+    """The first container's args of a Deployment or DaemonSet."""
+    return list(workload["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def command_line(args: list[str], kubeconfig: Path, **flags: str | None) -> argparse.Namespace:
     """A deploy/ command line as koordfw parses it, run outside the cluster: ``--in-cluster`` becomes
-    ``--kubeconfig``, and each ``flags`` entry (``cgroup_root="..."``) replaces that flag's value ('' drops)."""
+    ``--kubeconfig``, and each ``flags`` entry (``cgroup_root="..."``) replaces that flag's value or adds it
+    (None drops the flag)."""
     out = []
     for a in args:
         name = a.split("=", 1)[0]
@@ -181,10 +261,11 @@ class Machine:
             self.fake.set_usage(rel, int(seconds * 1e9))
 
 
-def build_agent(machine: Machine, kubeconfig: Path, clock: VirtualClock, tmp: Path) -> tuple[Agent, NodeOnCluster]:
-    """``koordfw agent`` as deploy/agent.yaml runs it (KubeClient aside), on the fake tree and clock."""
+def build_agent(daemonset: dict, machine: Machine, kubeconfig: Path, clock: VirtualClock, tmp: Path
+                ) -> tuple[Agent, argparse.Namespace]:
+    """``koordfw agent`` as the DaemonSet runs it (KubeClient aside), on the fake tree and clock."""
     f = machine.fake
-    args = command_line(workload_args(DEPLOY / "agent.yaml", "DaemonSet"), kubeconfig, node_name=NODE,
+    args = command_line(workload_args(daemonset), kubeconfig, node_name=NODE,
                         cgroup_root=str(f.root), resctrl_root=str(tmp / "resctrl"), log_format=None)
     version = args.cgroup_version or detect_version(args.cgroup_root)
     driver, kubepods = resolve_driver(args.cgroup_root, version, args.cgroup_driver, args.kubepods)
@@ -262,21 +343,23 @@ async def test_colocation_from_zero(api, tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(json.dumps(api.kubeconfig()))
 
-    # 1. kubectl apply: the namespace, the priority classes, slo-controller-config, the profile; a labelled namespace
-    for path in (DEPLOY / "namespace.yaml", DEPLOY / "priorityclasses.yaml", DEPLOY / "slo-controller-config.yaml",
-                 EXAMPLES / "colocation-profile.yaml"):
-        for doc in documents(path):
-            api.create(doc)
-    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": BATCH_NS}})
-    api.update("namespaces", BATCH_NS, lambda o: o["metadata"]["labels"].update(
-        {"koordinator.sh/enable-colocation": "true"}))  # kubectl label namespace batch ...
+    blocks = walkthrough()
+    install, _, onboard, submit = blocks[:4]
+    kubectl = Kubectl(api)
+    # a node with an online service (what the cluster had before)
     api.create(node_manifest())
     web = api.create(online_pod())
     machine = Machine(tmp_path / "node", web["metadata"]["uid"], clock.now())
 
+    # 1. install, as the walkthrough applies deploy/
+    for cmd in install:
+        kubectl.run(cmd)
+    assert {d["kind"] for d in kubectl.applied} >= {"CustomResourceDefinition", "PriorityClass", "Namespace",
+                                                    "ConfigMap", "Deployment", "DaemonSet",
+                                                    "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
     # the manager and its webhook, as deploy/manager.yaml runs them (a self-signed serving certificate)
     cert, key = self_signed(tmp_path)
-    margs = command_line(workload_args(DEPLOY / "manager.yaml", "Deployment"), kubeconfig,
+    margs = command_line(workload_args(kubectl.one("Deployment", "koordfw-manager")), kubeconfig,
                          webhook_listen="127.0.0.1:0", tls_cert_file=cert, tls_private_key_file=key,
                          health_address="", log_format=None, resync_period="3600")
     mclient = await make_client(margs)
@@ -289,9 +372,9 @@ async def test_colocation_from_zero(api, tmp_path):
     manager = KubeManager(registry_from_args(margs), mclient, controllers=controllers,
                           config_namespace=margs.config_namespace, leader_elector=elector, clock=clock.now)
     # the scheduler, as deploy/scheduler.yaml runs it (its profile from the ConfigMap it mounts)
-    [profile_cm] = [d for d in documents(DEPLOY / "scheduler.yaml") if d["kind"] == "ConfigMap"]
+    profile_cm = api.get("configmaps", "koordfw-scheduler-profile", CONFIG_NS)
     (tmp_path / "profile.yaml").write_text(profile_cm["data"]["profile.yaml"])
-    sargs = command_line(workload_args(DEPLOY / "scheduler.yaml", "Deployment"), kubeconfig,
+    sargs = command_line(workload_args(kubectl.one("Deployment", "koordfw-scheduler")), kubeconfig,
                          profile=str(tmp_path / "profile.yaml"), health_address="", log_format=None)
     sclient = await make_client(sargs)
     sched_elector = LeaderElector(sclient, namespace=sargs.leader_elect_namespace,
@@ -302,14 +385,14 @@ async def test_colocation_from_zero(api, tmp_path):
     scheduler = KubeSchedulerEngine(registry_from_args(sargs), sclient, scheduler_name=sargs.scheduler_name,
                                     seed=sargs.seed, identity="scheduler-0", leader_elector=sched_elector)
     # the agent, as deploy/agent.yaml runs it
-    agent, aargs = build_agent(machine, kubeconfig, clock, tmp_path)
+    agent, aargs = build_agent(kubectl.one("DaemonSet", "koordfw-agent"), machine, kubeconfig, clock, tmp_path)
     aclient = await KubeClient.from_kubeconfig(aargs.kubeconfig)
     node_agent = node_on_cluster(agent, aclient, aargs)
     tls = ssl.create_default_context(cafile=cert)
 
-    kubectl = KubeClient(api.url, qps=0)
+    user = KubeClient(api.url, qps=0)  # what the Job controller creates pods with
 
-    async with mclient, sclient, aclient, kubectl, anyio.create_task_group() as tg:
+    async with mclient, sclient, aclient, user, anyio.create_task_group() as tg:
         tg.start_soon(manager.run)
         tg.start_soon(scheduler.run)
         with anyio.fail_after(20):
@@ -361,16 +444,37 @@ async def test_colocation_from_zero(api, tmp_path):
         expected_batch = ("2800", str(32 * G - int(32 * G * 0.35) - 7 * G - 1 * G))
         assert batch_of(api) == expected_batch
 
-        # 4. the Job's pod through the webhook, as the API server calls it, then created
-        [job] = documents(EXAMPLES / "batch-job.yaml")
-        pod = job_pod(job, "x7k2p")
-        out = await post(port, "/mutate-pod", review(pod, "review-1"), tls)
+        # 4. the profile and a labelled namespace, as the walkthrough creates them; the webhook's caches see them
+        for cmd in onboard:
+            kubectl.run(cmd)
+        profile = api.get("clustercolocationprofiles", "colocation-batch")
+        namespace = api.get("namespaces", BATCH_NS)
+        assert namespace["metadata"]["labels"]["koordinator.sh/enable-colocation"] == "true"
+        for kind, obj in (("ClusterColocationProfile", profile), ("Namespace", namespace)):
+            refl = next(r for (_, k), r in webhook.reflectors.items() if k == kind)
+            await wait_for(lambda r=refl, o=obj: any(c["metadata"]["resourceVersion"] == o["metadata"]["resourceVersion"]
+                                                     for c in r.store.values()), what=f"the webhook's {kind}")
+        # the Job, and the pod its controller creates, through the webhooks deploy/webhook.yaml registers for it
+        for cmd in submit:
+            kubectl.run(cmd)
+        pod = job_pod(kubectl.one("Job", "spark-pi"), "x7k2p")
+        paths = {}
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            [cfg] = [d for d in kubectl.applied if d["kind"] == kind]
+            [hook] = cfg["webhooks"]
+            assert selector_matches(hook["namespaceSelector"], namespace["metadata"]["labels"])
+            assert any("CREATE" in r["operations"] and "pods" in r["resources"] and r["apiGroups"] == [""]
+                       for r in hook["rules"])
+            svc = hook["clientConfig"]["service"]
+            assert kubectl.one("Service", svc["name"])["spec"]["ports"][0]["targetPort"] == "webhook"
+            paths[kind] = svc["path"]
+        out = await post(port, paths["MutatingWebhookConfiguration"], review(pod, "review-1"), tls)
         resp = out["response"]
         assert resp["uid"] == "review-1" and resp["allowed"] is True and resp["patchType"] == "JSONPatch"
         pod = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(resp["patch"])))
-        out = await post(port, "/validate-pod", review(pod, "review-2"), tls)
+        out = await post(port, paths["ValidatingWebhookConfiguration"], review(pod, "review-2"), tls)
         assert out["response"]["allowed"] is True
-        created = await kubectl.request("POST", f"/api/v1/namespaces/{BATCH_NS}/pods", body=pod)
+        created = await user.request("POST", f"/api/v1/namespaces/{BATCH_NS}/pods", body=pod)
         labels = created["metadata"]["labels"]
         assert labels["koordinator.sh/qosClass"] == "BE" and labels["koordinator.sh/priority"] == "1000"
         assert labels["koordinator.sh/mutated"] == "true" and labels["job-name"] == "spark-pi"
@@ -379,6 +483,8 @@ async def test_colocation_from_zero(api, tmp_path):
             "koord-batch", 5000, "koordfw-scheduler")
         batch = {BATCH_CPU: "2k", BATCH_MEMORY: "4Gi"}
         assert spec["containers"][0]["resources"] == {"requests": batch, "limits": batch}
+        assert json.loads(created["metadata"]["annotations"]["node.koordinator.sh/extended-resource-spec"]) == {
+            "containers": {"spark": {"requests": batch, "limits": batch}}}
 
         # 5. the scheduler binds it on the batch resources
         name, uid = created["metadata"]["name"], created["metadata"]["uid"]
@@ -451,9 +557,11 @@ async def test_colocation_from_zero(api, tmp_path):
         machine.tick(clock.now())
         await resync(ctl["noderesource"])
         await wait_for(lambda: batch_of(api) == (None, None), what="batch resources removed")
+        await wait_for(lambda: BATCH_CPU not in scheduler.cluster.node(NODE).node.allocatable,
+                       what="the scheduler sees no batch-cpu on the node")
         assert api.get("pods", name, BATCH_NS)["spec"]["nodeName"] == NODE
         # a new agent (the DaemonSet's next pod) reports: fresh again, the batch resources come back
-        agent, aargs = build_agent(machine, kubeconfig, clock, tmp_path)
+        agent, aargs = build_agent(kubectl.one("DaemonSet", "koordfw-agent"), machine, kubeconfig, clock, tmp_path)
         node_agent = node_on_cluster(agent, aclient, aargs)
         tg.start_soon(run_agent, node_agent, anyio.CancelScope(), anyio.Event())
         await wait_until(lambda: agent.rounds >= 1, "the new agent's first round")
@@ -464,3 +572,43 @@ async def test_colocation_from_zero(api, tmp_path):
         await wait_for(lambda: batch_of(api) == expected_batch, what="batch resources back")
         assert be_cpuset(machine) == "0,4"
         tg.cancel_scope.cancel()
+
+
+async def test_the_walkthrough_names_existing_files_in_an_order_that_applies(api):
+    """Every ``kubectl apply -f`` of the section names a file or directory that exists, and the commands in
+    their order apply on an empty cluster (namespaces and CRDs first); ``kubectl apply -f deploy/`` as such
+    would not (name order: agent.yaml's namespaced objects come before namespace.yaml)."""
+    blocks = walkthrough()
+    applies = [c for b in blocks for c in b if c[1] == "apply"]
+    assert [f for c in applies for f in c[2:] if f != "-f"] == [
+        "deploy/crds/", "deploy/priorityclasses.yaml", "deploy/namespace.yaml", "deploy/slo-controller-config.yaml",
+        "deploy/manager.yaml", "deploy/webhook.yaml", "deploy/scheduler.yaml", "deploy/agent.yaml",
+        "examples/kubernetes/colocation-profile.yaml", "examples/kubernetes/batch-job.yaml"]
+    kubectl = Kubectl(api)
+    for b in blocks:
+        for cmd in b:
+            kubectl.run(cmd)
+    assert {d["kind"] for d in kubectl.applied} >= {"Job", "ClusterColocationProfile", "DaemonSet"}
+    async with FakeApiServer() as empty:
+        with pytest.raises(AssertionError, match='namespaces "koordfw-system" not found'):
+            Kubectl(empty).run(["kubectl", "apply", "-f", "deploy/"])
+
+
+def test_the_examples_are_valid():
+    """The Job validates against the Kubernetes 1.31 schemas (as test_deploy checks deploy/), the profile
+    against deploy/crds/'s ClusterColocationProfile schema and the colocation_profile plugin's parser."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    jsonschema = pytest.importorskip("jsonschema")
+    from koordfw_colocation_profile.profile import parse_profile
+
+    [job] = documents(EXAMPLES / "batch-job.yaml")
+    kubernetes_validate.validate(job, "1.31.0", strict=True)
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "2", "memory": "4Gi"}
+    [crd] = documents(DEPLOY / "crds" / "clustercolocationprofile.yaml")
+    [profile] = documents(EXAMPLES / "colocation-profile.yaml")
+    [version] = [v for v in crd["spec"]["versions"] if f"{crd['spec']['group']}/{v['name']}" == profile["apiVersion"]]
+    assert version["served"] and profile["kind"] == crd["spec"]["names"]["kind"]
+    jsonschema.validate(profile, version["schema"]["openAPIV3Schema"])
+    parsed = parse_profile(profile)
+    assert (parsed.qos_class, parsed.priority_class_name, parsed.scheduler_name) == (
+        "BE", "koord-batch", "koordfw-scheduler")
