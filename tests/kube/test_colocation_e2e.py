@@ -1,22 +1,27 @@
-"""Colocation on a cluster, from zero (issue 18; docs/kubernetes.md has the same steps for a real cluster).
+"""Colocation on a cluster, from zero (issue 18): docs/kubernetes.md's walkthrough of that name, performed.
 
-One process, the fake API server, and the three components built from their deploy/ command lines as
-``koordfw manager`` (with the webhook), ``koordfw scheduler`` and ``koordfw agent`` build them, the agent on a
-fake cgroup/proc/sys tree and a virtual clock that the manager reads too (NodeMetric ages):
+One process: the fake API server, and the three components built from the command lines of the Deployments
+and the DaemonSet the walkthrough applies, as ``koordfw manager`` (with its webhook, on TLS), ``koordfw
+scheduler`` and ``koordfw agent`` build them; the agent on a fake cgroup/proc/sys tree and a virtual clock
+that the manager reads too (NodeMetric ages). The walkthrough's ``kubectl`` commands are read from the doc
+and done on the fake (:class:`Kubectl`), so the doc and this test cannot drift apart:
 
-1. what ``kubectl apply`` creates: deploy/namespace.yaml, deploy/priorityclasses.yaml,
-   deploy/slo-controller-config.yaml (colocation enabled), examples/kubernetes/colocation-profile.yaml, a
-   namespace labelled for it, a node with an online (koord-prod, LS) pod and a host application;
-2. the manager renders the node's NodeSLO, which the running agent applies (be_suppress's threshold);
+1. the install (CRDs, PriorityClasses, the namespace, slo-controller-config with colocation enabled, the
+   manager and deploy/webhook.yaml, the scheduler, the agent) on a cluster with one node running an online
+   (koord-prod, LS) pod and a host application;
+2. the manager renders the node's NodeSLO, which the agent applies (be_suppress's threshold: the
+   besteffort cpuset);
 3. the agent publishes the NodeMetric; the manager patches ``kubernetes.io/batch-cpu``/``batch-memory``
-   into Node.status;
-4. the pod of examples/kubernetes/batch-job.yaml (plain cpu/memory) goes through the manager's webhook:
-   an AdmissionReview POSTed over HTTPS to /mutate-pod and /validate-pod, the JSONPatch applied with
-   ``jsonpatch``, the pod created: BE, koord-batch, koordfw-scheduler, batch-cpu/batch-memory;
-5. the scheduler binds it; the agent throttles the besteffort cgroup as its NodeSLO says;
+   into Node.status (the figures the doc quotes);
+4. examples/kubernetes/colocation-profile.yaml and a labelled namespace; the pod of
+   examples/kubernetes/batch-job.yaml (plain cpu/memory) goes through the webhooks deploy/webhook.yaml
+   registers: AdmissionReviews POSTed over HTTPS, the JSONPatch applied with ``jsonpatch``, the pod created:
+   BE, koord-batch, koordfw-scheduler, batch-cpu/batch-memory;
+5. the scheduler binds it; the kubelet's part (its BestEffort cgroup) is played; the agent keeps it to the
+   NodeSLO's BE share;
 6. a change of slo-controller-config reaches the running agent through the re-rendered NodeSLO;
 7. the agent stops: its NodeMetric goes stale and the manager removes the batch resources (Koordinator's
-   degrade); a new agent reports again and they come back.
+   degrade); a new agent reports and they come back.
 """
 
 from __future__ import annotations
