@@ -196,3 +196,30 @@ def test_pod_series_keep_only_the_aggregate_duration():
     rep.set_policy(CollectPolicy(aggregate_duration_seconds=60, durations=(120.0,)))
     assert rep.store.series["node"].capacity == 122 and rep.store.series[f"pod/{p.uid}"].capacity == 62
     assert rep.store.query("node", START, START, "avg") == ({"cpu": 1.0, "memory": 1.0}, 0.0)  # samples kept
+
+
+def test_load_aware_filters_on_the_aggregated_usage_written():
+    """load_aware's aggregated mode against the status the reporter writes: p90 over 1m of a node whose CPU
+    ramps from 2 to 6 of 8 cores rejects at 60 %, the average (50 %) would not."""
+    from koordfw.testing import ClusterBuilder, schedule
+
+    pol = CollectPolicy(aggregate_duration_seconds=60, durations=(60.0,), duration_texts=("1m0s",))
+    rep = NodeMetricReporter(pol, sample_interval=1.0)
+    for i in range(61):
+        rep.observe(_ns(2000 + i * 4000 // 60, 8 << 30), START + i)
+    status = rep.status(START + 60, [])
+    mean = sum(2000 + i * 4000 // 60 for i in range(61)) / 61
+    assert status["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == f"{int(mean)}m"
+
+    def run(args):
+        b = ClusterBuilder().node("n1", cpu="8", memory="32Gi")
+        b.obj({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric", "metadata": {"name": "n1"},
+               "spec": {"metricCollectPolicy": {"reportIntervalSeconds": 60}}, "status": status})
+        b.pod("p", requests={"cpu": "100m", "memory": "1Gi"})
+        profile = {"pluginConfig": {"load_aware": args}}
+        return {p["name"]: p for p in schedule(b, only=["load_aware"], profile=profile).to_dict()["pods"]}["p"]
+
+    assert run({"usageThresholds": {"cpu": 60}})["node"] == "n1"
+    p = run({"aggregated": {"usageThresholds": {"cpu": 60}, "usageAggregationType": "p90",
+                            "usageAggregatedDuration": "1m"}})
+    assert p["node"] is None and "cpu aggregated usage exceed threshold" in p["reason"]
