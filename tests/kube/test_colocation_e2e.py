@@ -594,6 +594,11 @@ async def test_the_walkthrough_names_existing_files_in_an_order_that_applies(api
         for cmd in b:
             kubectl.run(cmd)
     assert {d["kind"] for d in kubectl.applied} >= {"Job", "ClusterColocationProfile", "DaemonSet"}
+    # the Secret the walkthrough creates is the one the manager mounts, in its namespace
+    [secret] = [c for b in blocks for c in b if c[3:6] == ["create", "secret", "tls"]]
+    manager = kubectl.one("Deployment", "koordfw-manager")
+    assert secret[1:3] == ["-n", manager["metadata"]["namespace"]]
+    assert secret[6] in {v.get("secret", {}).get("secretName") for v in manager["spec"]["template"]["spec"]["volumes"]}
     async with FakeApiServer() as empty:
         with pytest.raises(AssertionError, match='namespaces "koordfw-system" not found'):
             Kubectl(empty).run(["kubectl", "apply", "-f", "deploy/"])
