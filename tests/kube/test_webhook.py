@@ -112,10 +112,15 @@ async def test_pod_without_namespace_uses_the_request_namespace_and_is_not_patch
         api.create(obj)
     pod = copy.deepcopy(POD)
     del pod["metadata"]["namespace"]
+    empty = copy.deepcopy(POD)
+    empty["metadata"]["namespace"] = ""
     async with serving(client) as server:
         _, body = await post(server, "/mutate-pod", review(pod))
+        _, body_empty = await post(server, "/mutate-pod", review(empty))
     out = patched(pod, body["response"])
     assert "namespace" not in out["metadata"] and out["metadata"]["labels"]["koordinator.sh/qosClass"] == "BE"
+    ops = json.loads(base64.b64decode(body_empty["response"]["patch"]))
+    assert not [op for op in ops if op["path"] == "/metadata/namespace"]
 
 
 async def test_no_matching_profile_and_other_resources_are_allowed_unchanged(api, client):

@@ -239,9 +239,11 @@ class Webhook:
         if not out.allowed:
             return "error", 200, _review(uid, False, out.code, message=out.message)
         patch = out.patch
-        if filled:
+        if filled:  # the pod's own (absent or empty) namespace back, so the patch does not set one
             mutated = dict(out.pod)
             mutated["metadata"] = {k: v for k, v in (mutated.get("metadata") or {}).items() if k != "namespace"}
+            if "namespace" in (meta or {}):
+                mutated["metadata"]["namespace"] = meta["namespace"]  # type: ignore[index]
             patch = json_patch(pod, mutated)
         return ("patched" if patch else "allowed"), 200, _review(uid, True, 200, patch=patch)
 
