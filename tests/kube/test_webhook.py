@@ -332,3 +332,25 @@ async def test_koordfw_manager_serves_the_webhook_over_https(api, tmp_path):
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+async def test_the_webhook_answers_while_the_managers_shared_caches_still_list(api, client):
+    """A webhook port closed while the manager's node/pod caches list would let failurePolicy Ignore
+    admit pods unmutated: the webhook starts at once and mutates as soon as its own caches have listed."""
+    from koordfw.engines.kube.manager import KubeManager
+
+    for obj in (NS, PC, PROFILE):
+        api.create(obj)
+    api.fail(500, method="GET", path="/api/v1/nodes")  # the shared node cache never syncs here
+    hook = WebhookServer(host="127.0.0.1", port=0)
+    manager = KubeManager(build_registry({}, only=["colocation_profile"]), client, controllers=[hook])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(manager.run)
+        with anyio.fail_after(10):
+            await hook.listening.wait()
+            while hook._unsynced():
+                await anyio.sleep(0.02)
+        assert not manager.started.is_set()  # the shared caches are still listing
+        _, body = await post(hook, "/mutate-pod", review(POD))
+        assert patched(POD, body["response"])["metadata"]["labels"]["koordinator.sh/qosClass"] == "BE"
+        manager.stop()

@@ -8,8 +8,9 @@ components over them:
   controller) starts once the caches are synced **and** this replica leads (``--leader-elect``), and
   is cancelled when the manager stops; when leadership is lost the process stops (exit 1), as
   koord-manager does;
-* a component with ``leader_only = False`` (the pod admission webhook server) starts as soon as the
-  caches are synced, on every replica.
+* a component with ``leader_only = False`` (the pod admission webhook server) starts at once, before
+  the shared caches have synced, on every replica (it must not wait on caches it does not read: a
+  webhook port closed meanwhile lets pods be admitted unmutated).
 
 Writing a component (the NodeSLO controller in ``nodeslo.py``, the webhook server in ``webhook.py``)::
 
@@ -188,12 +189,15 @@ class KubeManager:
                 for r in self.reflectors.values():
                     tg.start_soon(r.run)
                 tg.start_soon(self._cancel_on_stop, tg.cancel_scope)
-                await self.wait_synced()
-                log.info("manager caches synced", nodes=self.cluster.num_nodes,
-                         config=self.ctx.slo_config is not None)
+                # the others (the webhook) start at once: a closed port while the shared caches list
+                # would let the API server admit pods unmutated (failurePolicy Ignore); the webhook has
+                # its own caches and answers an error until they have synced
                 for c in self.controllers:
                     if not c.leader_only:
                         tg.start_soon(self._run_component, c)
+                await self.wait_synced()
+                log.info("manager caches synced", nodes=self.cluster.num_nodes,
+                         config=self.ctx.slo_config is not None)
                 if self.elector is not None:
                     await self.elector.acquire()
                     tg.start_soon(self._hold_leadership)
