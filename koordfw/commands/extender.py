@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import ssl
 import sys
 
 from ..command_api import Commands
@@ -71,10 +70,9 @@ async def _main(args: argparse.Namespace) -> int:
     if not ext.stateful and ext.plugins_needing_state:
         print("koordfw: note: no --kubeconfig: these plugins need cluster state and will see none: "
               + ", ".join(ext.plugins_needing_state), file=sys.stderr)
-    ctx = None
-    if args.tls_cert_file:
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(args.tls_cert_file, args.tls_key_file)
+    from ..engines.kube.health import server_tls
+
+    ctx = server_tls(args.tls_cert_file, args.tls_key_file) if args.tls_cert_file else None
     host, port = split_address(args.listen)
     port = await server.start(host, port, ssl_context=ctx)
     health = None

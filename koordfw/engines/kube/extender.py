@@ -70,7 +70,7 @@ from ...core.state import CycleState
 from ...core.status import Code, Status
 from .binder import BindDropped, BindGated, KubeBinder
 from .client import ApiError, KubeClient
-from .health import DEFAULT_UNHEALTHY_AFTER, add_health_routes, unhealthy_reason
+from .health import DEFAULT_UNHEALTHY_AFTER, add_health_routes, start_app, unhealthy_reason
 
 log = structlog.get_logger("koordfw.extender")
 
@@ -681,11 +681,8 @@ class ExtenderServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0, *, ssl_context: ssl.SSLContext | None = None) -> int:
         # aiohttp's keep-alive timer also runs while a request's headers are awaited: it is the header bound
-        self._runner = web.AppRunner(self.app, access_log=None, keepalive_timeout=self.header_timeout)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await start_app(self.app, host, port, ssl_context=ssl_context,
+                                                  keepalive_timeout=self.header_timeout)
         return self.port
 
     async def stop(self) -> None:

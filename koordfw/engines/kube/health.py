@@ -8,6 +8,7 @@ the client records it. Otherwise 200 with ``{"status": "ok", ...}``. Both carry 
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -75,8 +76,26 @@ async def start_health_server(host: str, port: int, health: Callable[[], dict[st
     """Serve the health routes; returns the runner (``await runner.cleanup()`` to stop) and the port."""
     app = web.Application()
     add_health_routes(app, health, ready, check)
-    runner = web.AppRunner(app, access_log=None)
+    return await start_app(app, host, port)
+
+
+async def start_app(app: web.Application, host: str, port: int, *, ssl_context: ssl.SSLContext | None = None,
+                    keepalive_timeout: float = 75.0) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on ``host:port`` (port 0: any free one); returns the runner (``await
+    runner.cleanup()`` to stop) and the port bound. Every server of the live modes starts here."""
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=keepalive_timeout)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+
+def server_tls(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """A serving TLS context from PEM files (a certificate chain and its private key)."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert_file, key_file)
+    return ctx

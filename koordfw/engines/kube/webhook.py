@@ -46,7 +46,7 @@ from ...core.plugins import Registry
 from ...core.safeload import InputError, loads_json
 from ...extension import CONFIG_GROUP_VERSION, KIND_CLUSTER_COLOCATION_PROFILE, SCHEDULING_K8S_GROUP_VERSION
 from .client import KubeClient
-from .health import add_health_routes
+from .health import add_health_routes, server_tls, start_app
 from .reflector import Reflector
 
 log = structlog.get_logger("koordfw.kube")
@@ -261,24 +261,13 @@ class Webhook:
         return "error", 200, _review(uid, False, out.code, message=out.message)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0, *, ssl_context: ssl.SSLContext | None = None) -> int:
-        self._runner = web.AppRunner(self.app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await start_app(self.app, host, port, ssl_context=ssl_context)
         return self.port
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-
-
-def server_tls(cert_file: str, key_file: str) -> ssl.SSLContext:
-    """A serving TLS context from PEM files (the API server dials webhooks over HTTPS only)."""
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(cert_file, key_file)
-    return ctx
 
 
 class WebhookServer:
