@@ -19,7 +19,14 @@ from ..command_api import Commands
 from ..core.errors import KoordfwError
 from ..extension import CONFIG_NAMESPACE, SLO_CTRL_CONFIG_MAP
 from ._common import DAY, add_plugin_options, number, registry_from_args
-from .scheduler import add_connection_options, add_unhealthy_after_option, make_client, split_address
+from .scheduler import (
+    add_connection_options,
+    add_unhealthy_after_option,
+    check_leader_args,
+    leader_elector_from_args,
+    make_client,
+    split_address,
+)
 
 
 def _address(text: str) -> str:
@@ -62,10 +69,7 @@ def _check_args(args: argparse.Namespace) -> None:
         raise KoordfwError("--webhook-listen needs --tls-cert-file and --tls-private-key-file")
     if not args.webhook_listen and (args.tls_cert_file or args.tls_private_key_file):
         raise KoordfwError("--tls-cert-file and --tls-private-key-file are only used with --webhook-listen")
-    if args.leader_elect and not (args.leader_elect_lease_duration > args.leader_elect_renew_deadline
-                                  > args.leader_elect_retry_period):
-        raise KoordfwError("need --leader-elect-lease-duration > --leader-elect-renew-deadline > "
-                           "--leader-elect-retry-period")
+    check_leader_args(args)
     if args.webhook_listen and importlib.util.find_spec("koordfw.engines.kube.webhook") is None:
         raise KoordfwError("--webhook-listen: this koordfw has no webhook server (koordfw.engines.kube.webhook)")
 
@@ -100,19 +104,13 @@ async def _main(args: argparse.Namespace) -> int:
 
     from ..engines.kube.engine import default_identity
     from ..engines.kube.health import start_health_server
-    from ..engines.kube.leader import LeaderElector
     from ..engines.kube.manager import KubeManager
 
     registry = registry_from_args(args)
     for e in registry.errors:
         print(f"koordfw: warning: plugin {e.name!r} failed to load: {e.error}", file=sys.stderr)
     client = await make_client(args)
-    elector = None
-    if args.leader_elect:
-        elector = LeaderElector(client, namespace=args.leader_elect_namespace, name=args.leader_elect_name,
-                                identity=default_identity(), lease_duration=args.leader_elect_lease_duration,
-                                renew_deadline=args.leader_elect_renew_deadline,
-                                retry_period=args.leader_elect_retry_period)
+    elector = leader_elector_from_args(client, args, name=args.leader_elect_name, identity=default_identity())
     manager = KubeManager(registry, client, controllers=build_controllers(args),
                           config_namespace=args.config_namespace, leader_elector=elector,
                           unhealthy_after=args.unhealthy_after_seconds)

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ..command_api import Commands
+from ..core.errors import KoordfwError
 from ._common import DAY, add_plugin_options, number, registry_from_args
 
 
@@ -71,9 +72,30 @@ def split_address(addr: str, default_host: str = "127.0.0.1") -> tuple[str, int]
     return host or default_host, int(port)
 
 
+def check_leader_args(args: argparse.Namespace) -> None:
+    """kube's LeaderElectionConfiguration rule, checked before connecting (exit 2 naming the flags)."""
+    if args.leader_elect and not (args.leader_elect_lease_duration > args.leader_elect_renew_deadline
+                                  > args.leader_elect_retry_period):
+        raise KoordfwError("need --leader-elect-lease-duration > --leader-elect-renew-deadline > "
+                           "--leader-elect-retry-period")
+
+
+def leader_elector_from_args(client: Any, args: argparse.Namespace, *, name: str, identity: str) -> Any:
+    """The Lease elector the ``--leader-elect*`` flags ask for (None without ``--leader-elect``)."""
+    if not args.leader_elect:
+        return None
+    from ..engines.kube.leader import LeaderElector
+
+    return LeaderElector(client, namespace=args.leader_elect_namespace, name=name, identity=identity,
+                         lease_duration=args.leader_elect_lease_duration,
+                         renew_deadline=args.leader_elect_renew_deadline,
+                         retry_period=args.leader_elect_retry_period)
+
+
 def run(args: argparse.Namespace) -> int:
     import anyio
 
+    check_leader_args(args)
     return anyio.run(_main, args)
 
 
@@ -82,8 +104,6 @@ async def _main(args: argparse.Namespace) -> int:
 
     from ..engines.kube.engine import KubeSchedulerEngine, default_identity
     from ..engines.kube.health import start_health_server
-    from ..engines.kube.leader import LeaderElector
-
     registry = registry_from_args(args)
     for e in registry.errors:
         print(f"koordfw: warning: plugin {e.name!r} failed to load: {e.error}", file=sys.stderr)
@@ -92,12 +112,7 @@ async def _main(args: argparse.Namespace) -> int:
     event_client = await make_client(args)
     name = args.scheduler_name or registry.profile.scheduler_name
     identity = default_identity()
-    elector = None
-    if args.leader_elect:
-        elector = LeaderElector(client, namespace=args.leader_elect_namespace, name=args.leader_elect_name or name,
-                                identity=identity, lease_duration=args.leader_elect_lease_duration,
-                                renew_deadline=args.leader_elect_renew_deadline,
-                                retry_period=args.leader_elect_retry_period)
+    elector = leader_elector_from_args(client, args, name=args.leader_elect_name or name, identity=identity)
     engine = KubeSchedulerEngine(registry, client, scheduler_name=name, event_client=event_client, seed=args.seed,
                                  identity=identity, leader_elector=elector,
                                  deschedule_interval=args.deschedule_interval,

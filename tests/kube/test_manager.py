@@ -186,3 +186,16 @@ async def test_healthz_reason_when_the_config_map_cannot_be_read(api, registry):
             t[0] += 121
             assert m.unhealthy_reason() == ("caches not synced 121s after the start (more than 120s): ConfigMap")
             m.stop()
+
+
+@pytest.mark.parametrize("command", ["manager", "scheduler"])
+def test_leader_election_durations_out_of_order_exit_2(command):
+    """kube's LeaderElectionConfiguration rule (lease > renew deadline > retry period), one line, exit 2:
+    the scheduler used to hand the numbers to the elector and die with a traceback."""
+    r = subprocess.run([sys.executable, "-m", "koordfw", command, "--kubeconfig", "/nonexistent", "--leader-elect",
+                        "--leader-elect-lease-duration", "5", "--leader-elect-renew-deadline", "10"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "koordfw: error: need --leader-elect-lease-duration > --leader-elect-renew-deadline > "
+        "--leader-elect-retry-period"]
