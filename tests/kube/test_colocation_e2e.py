@@ -581,14 +581,13 @@ async def test_colocation_from_zero(api, tmp_path):
 
 async def test_the_walkthrough_names_existing_files_in_an_order_that_applies(api):
     """Every ``kubectl apply -f`` of the section names a file or directory that exists, and the commands in
-    their order apply on an empty cluster (namespaces and CRDs first); ``kubectl apply -f deploy/`` as such
-    would not (name order: agent.yaml's namespaced objects come before namespace.yaml)."""
+    their order apply on an empty cluster: ``kubectl apply -f deploy/`` alone installs everything, since
+    kubectl takes a directory's files in name order (not its subdirectories) and the CRDs and the namespace
+    come first (``00-crd-*.yaml``, ``00-namespace.yaml``)."""
     blocks = walkthrough()
     applies = [c for b in blocks for c in b if c[1] == "apply"]
     assert [f for c in applies for f in c[2:] if f != "-f"] == [
-        "deploy/crds/", "deploy/priorityclasses.yaml", "deploy/namespace.yaml", "deploy/slo-controller-config.yaml",
-        "deploy/manager.yaml", "deploy/webhook.yaml", "deploy/scheduler.yaml", "deploy/agent.yaml",
-        "examples/kubernetes/colocation-profile.yaml", "examples/kubernetes/batch-job.yaml"]
+        "deploy/", "examples/kubernetes/colocation-profile.yaml", "examples/kubernetes/batch-job.yaml"]
     kubectl = Kubectl(api)
     for b in blocks:
         for cmd in b:
@@ -599,14 +598,18 @@ async def test_the_walkthrough_names_existing_files_in_an_order_that_applies(api
     manager = kubectl.one("Deployment", "koordfw-manager")
     assert secret[1:3] == ["-n", manager["metadata"]["namespace"]]
     assert secret[6] in {v.get("secret", {}).get("secretName") for v in manager["spec"]["template"]["spec"]["volumes"]}
-    async with FakeApiServer() as empty:
-        with pytest.raises(AssertionError, match='namespaces "koordfw-system" not found'):
-            Kubectl(empty).run(["kubectl", "apply", "-f", "deploy/"])
+    # what the directory holds is exactly the deployment: every kind the walkthrough needs, no extender
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in kubectl.applied}
+    assert {("CustomResourceDefinition", "nodeslos.slo.koordinator.sh"), ("Namespace", "koordfw-system"),
+            ("Deployment", "koordfw-manager"), ("Deployment", "koordfw-scheduler"), ("DaemonSet", "koordfw-agent"),
+            ("MutatingWebhookConfiguration", "koordfw-pod-mutating"), ("PriorityClass", "koord-batch"),
+            ("ConfigMap", "slo-controller-config")} <= kinds
+    assert not [d for d in kubectl.applied if d["kind"] == "Deployment" and "extender" in d["metadata"]["name"]]
 
 
 def test_the_examples_are_valid():
     """The Job validates against the Kubernetes 1.31 schemas (as test_deploy checks deploy/), the profile
-    against deploy/crds/'s ClusterColocationProfile schema and the colocation_profile plugin's parser."""
+    against deploy/00-crd-clustercolocationprofile.yaml's schema and the colocation_profile plugin's parser."""
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     jsonschema = pytest.importorskip("jsonschema")
     from koordfw_colocation_profile.profile import parse_profile
@@ -614,7 +617,7 @@ def test_the_examples_are_valid():
     [job] = documents(EXAMPLES / "batch-job.yaml")
     kubernetes_validate.validate(job, "1.31.0", strict=True)
     assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "2", "memory": "4Gi"}
-    [crd] = documents(DEPLOY / "crds" / "clustercolocationprofile.yaml")
+    [crd] = documents(DEPLOY / "00-crd-clustercolocationprofile.yaml")
     [profile] = documents(EXAMPLES / "colocation-profile.yaml")
     [version] = [v for v in crd["spec"]["versions"] if f"{crd['spec']['group']}/{v['name']}" == profile["apiVersion"]]
     assert version["served"] and profile["kind"] == crd["spec"]["names"]["kind"]

@@ -1,5 +1,5 @@
 """The manager's manifests, offline: deploy/manager.yaml (its RBAC covers every request a manager run makes),
-deploy/crds/ (Koordinator's group, version, kind, plural and scope; structural schemas by the apiextensions
+deploy/00-crd-*.yaml (Koordinator's group, version, kind, plural and scope; structural schemas by the apiextensions
 rules; the NodeSLO schema is the one koordfw writes), deploy/priorityclasses.yaml (Koordinator's values) and
 deploy/slo-controller-config.yaml (Koordinator's format, every key decodes)."""
 
@@ -31,7 +31,7 @@ def docs(path: Path) -> list[dict]:
 
 
 MANAGER = docs(DEPLOY / "manager.yaml")
-CRDS = {d["metadata"]["name"]: d for f in sorted((DEPLOY / "crds").glob("*.yaml")) for d in docs(f)}
+CRDS = {d["metadata"]["name"]: d for f in sorted(DEPLOY.glob("00-crd-*.yaml")) for d in docs(f)}
 
 
 def one(kind: str, objs: list[dict] = MANAGER) -> dict:
@@ -106,7 +106,7 @@ def test_every_custom_resource_the_code_uses_has_its_crd():
     assert {("slo.koordinator.sh", "v1alpha1", "nodeslos"), ("scheduling.sigs.k8s.io", "v1alpha1", "podgroups")} <= used
     for group, version, plural in sorted(used):
         crd = CRDS.get(f"{plural}.{group}")
-        assert crd is not None, f"the code uses /apis/{group}/{version}/{plural}: no CRD in deploy/crds/"
+        assert crd is not None, f"the code uses /apis/{group}/{version}/{plural}: no CRD in deploy/00-crd-*.yaml"
         assert version in {v["name"] for v in crd["spec"]["versions"] if v["served"]}
 
 

@@ -714,7 +714,7 @@ def _openapi(t: Any) -> dict:
 
 def nodeslo_spec_schema() -> dict:
     """The OpenAPI schema of ``NodeSLO.spec`` as koordfw writes it (every field Koordinator's NodeSLOSpec
-    has; ``extensions`` free-form); deploy/crds/nodeslo.yaml carries it."""
+    has; ``extensions`` free-form); deploy/00-crd-nodeslo.yaml carries it."""
     props = {field: _openapi(t) for field, t, _d in _STRATEGY_KEYS.values()}
     props["extensions"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     props["hostApplications"] = _openapi(_Slice(HOST_APPLICATION_SPEC))
@@ -880,7 +880,7 @@ class NodeSLOController:
                 if not self.reflector.available:
                     # the CRD is not served (the reflector re-probes it): nothing can be written until it is
                     if served:
-                        log.error("the NodeSLO CRD is not served (deploy/crds/nodeslo.yaml): no NodeSLOs are "
+                        log.error("the NodeSLO CRD is not served (deploy/00-crd-nodeslo.yaml): no NodeSLOs are "
                                   "written until it is", every=self.probe_interval)
                         status["error"] = "NodeSLO CRD not installed"
                         served = False
