@@ -297,7 +297,10 @@ def qos_plan(node_state: NodeState, args: Any, handle: AgentHandle) -> list | No
 
     Return a list of :class:`koordfw.core.nodestate.FileWrite` (path relative to the filesystem root,
     value, ``fs`` = "cgroup" or "resctrl") or ``None``. Must be pure (no I/O) and idempotent: the agent's
-    executor writes only what differs. May be async.
+    executor writes only what differs. The list may also hold
+    :class:`koordfw.Eviction` s (pod uid, ``namespace/name``, reason): pods to evict, in the order given;
+    the agent hands them to its evictor (on a cluster the Eviction API, rate-limited, refusing any pod that
+    is not BE or is a system pod; without one it logs what it would evict). May be async.
     """
 
 

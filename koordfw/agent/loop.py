@@ -9,8 +9,11 @@ One round:
 2. **runtime hooks**: for a pod (container) not seen in the previous round, call ``runtime_hook``
    with ``event="pod_start"`` (``"container_start"``). On the first round every pod is new, so the
    agent reconciles from what it finds on start.
-3. **plan**: call every plugin's ``qos_plan``; each returned :class:`FileWrite` gets the plugin's name.
-4. **apply**: the single :class:`~koordfw.agent.executor.Executor` writes what differs.
+3. **plan**: call every plugin's ``qos_plan``; each returned :class:`FileWrite` (and :class:`Eviction`)
+   gets the plugin's name.
+4. **apply**: the single :class:`~koordfw.agent.executor.Executor` writes what differs; then the round's
+   evictions, in plan order, go to :attr:`Agent.evictor` (on a cluster the Eviction API, see
+   :mod:`koordfw.engines.kube.evictor`; by default :func:`log_evictions`, which only logs them).
 
 A failing plugin (exception, timeout, wrong return type) is logged and skipped; the others go on. A
 write the executor refuses or fails fails only itself; a round that fails as a whole (the cgroup root
@@ -34,7 +37,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +50,10 @@ from ..core.caller import HookCaller, PluginFailure
 from ..core.clock import Clock, RealClock
 from ..core.events import EventLog
 from ..core.model import Node, Pod
-from ..core.nodestate import KOORD_QOS_OF_KUBE, ContainerState, FileWrite, HostApp, NodeState, PodState
+from ..core.nodestate import KOORD_QOS_OF_KUBE, ContainerState, Eviction, FileWrite, HostApp, NodeState, PodState
 from ..core.plugins import Impl, Registry
 from ..core.status import Status
+from ..extension import BATCH_CPU, BATCH_MEMORY
 from ..metrics import REGISTRY, track_caller
 from .cgroups import (
     POD_FILES,
@@ -84,6 +88,7 @@ class AgentMetrics:
     rounds: Counter
     duration: Histogram
     plugin_errors: Counter
+    evictions: Counter
 
 
 @functools.cache
@@ -96,7 +101,23 @@ def agent_metrics() -> AgentMetrics:
                            registry=REGISTRY),
         plugin_errors=Counter("koordfw_agent_plugin_errors", "Plugin failures in the node QoS loop",
                               ["plugin", "hook"], registry=REGISTRY),
+        evictions=Counter("koordfw_agent_evictions", "Pod evictions planned by node plugins, by outcome "
+                          "(evicted, logged, refused, failed, rate-limited, already-evicted)",
+                          ["plugin", "outcome"], registry=REGISTRY),
     )
+
+
+#: what evicts a round's planned pods: awaited with the evictions in plan order and the round's node state
+Evictor = Callable[[Sequence[Eviction], NodeState], Awaitable[Any]]
+
+
+async def log_evictions(evictions: Sequence[Eviction], node_state: NodeState) -> None:
+    """The agent's evictor without an API server: log each eviction it would make, evict nothing."""
+    m = agent_metrics()
+    for e in evictions:
+        log.warning("would evict (no API server to evict through)", pod=e.pod, uid=e.pod_uid, reason=e.reason,
+                    plugin=e.plugin, node=node_state.name)
+        m.evictions.labels(e.plugin, "logged").inc()
 
 
 class AgentPluginHandle:
@@ -151,6 +172,25 @@ def _stamp(writes: Any, plugin: str) -> list[FileWrite]:
             raise TypeError(f"item {i}: expected a FileWrite, got {type(w).__name__}")
         out.append(attrs.evolve(w, plugin=plugin) if plugin and w.plugin != plugin else w)
     return out
+
+
+def split_plan(res: Any, plugin: str) -> tuple[list[FileWrite], list[Eviction]]:
+    """A ``qos_plan`` result as (writes, evictions), each stamped with ``plugin``; ``TypeError`` on an item
+    that is neither a :class:`FileWrite` nor an :class:`Eviction` (the whole plan of that plugin is dropped)."""
+    if res is None:
+        return [], []
+    if not isinstance(res, (list, tuple)):
+        raise TypeError(f"expected a list of FileWrite/Eviction, got {type(res).__name__}")
+    evictions: list[Eviction] = []
+    writes = []
+    for i, w in enumerate(res):
+        if isinstance(w, Eviction):
+            evictions.append(attrs.evolve(w, plugin=plugin) if plugin and w.plugin != plugin else w)
+        elif isinstance(w, FileWrite):
+            writes.append(w)
+        else:
+            raise TypeError(f"item {i}: expected a FileWrite or an Eviction, got {type(w).__name__}")
+    return _stamp(writes, plugin), evictions
 
 
 #: memory.stat keys koordlet's ParseMemoryStatRaw requires (v1 hierarchical totals, v2 plain)
@@ -236,6 +276,9 @@ class Agent:
         self.metrics = agent_metrics()
         self.rounds = 0
         self.last_results: list[WriteResult] = []
+        #: the evictions the plugins planned in the last round (plan order) and what evicts them
+        self.last_evictions: list[Eviction] = []
+        self.evictor: Evictor = log_evictions
         self.cpu_seconds = 0.0  # process CPU spent inside rounds (the agent's own cost)
         #: host applications to measure (their usage lands in ``NodeState.host_apps``); the NodeSLO's
         #: ``hostApplications`` on a cluster
@@ -319,7 +362,8 @@ class Agent:
         annotations: Mapping[str, str] = {}
         if node is not None:
             capacity.update({k: v for k, v in node.capacity.items() if k in ("cpu", "memory")})
-            allocatable = {**capacity, **{k: v for k, v in node.allocatable.items() if k in ("cpu", "memory")}}
+            allocatable = {**capacity, **{k: v for k, v in node.allocatable.items()
+                                          if k in ("cpu", "memory", BATCH_CPU, BATCH_MEMORY)}}
             labels, annotations = node.labels, node.annotations
         if self.extra_annotations:
             annotations = {**self.extra_annotations, **annotations}
@@ -392,9 +436,24 @@ class Agent:
                     writes += await self._writes("runtime_hook", event="container_start", pod=p, container=c,
                                                  node_state=ns)
         self._seen = {p.uid for p in ns.pods} | {c.cgroup_dir for p in ns.pods for c in p.containers}
-        writes += await self._writes("qos_plan", node_state=ns)
+        evictions: list[Eviction] = []
+        for plugin, res in await self._call("qos_plan", node_state=ns):
+            try:
+                w, planned = split_plan(res, plugin)
+            except TypeError as err:
+                self.metrics.plugin_errors.labels(plugin, "qos_plan").inc()
+                log.error("plugin returned a bad plan", plugin=plugin, hook="qos_plan", error=str(err))
+                continue
+            writes += w
+            evictions += planned
         results = self.executor.apply(writes, current=ns.cgroups)
         self.last_results = results
+        self.last_evictions = evictions
+        if evictions:
+            try:
+                await self.evictor(evictions, ns)
+            except Exception as err:  # noqa: BLE001 - an evictor's failure must not stop the QoS round
+                log.exception("evicting failed", error=f"{type(err).__name__}: {err}")
         self.rounds += 1
         dt = time.perf_counter() - t0
         self.cpu_seconds += time.process_time() - c0

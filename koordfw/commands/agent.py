@@ -67,8 +67,9 @@ def register(sub: Commands) -> None:
     sp = Commands.nested(p, dest="agent_command", metavar="SUBCOMMAND")
     pl = sp.add("plan", help="print the writes the QoS plugins would make for a node state file",
                 description="Read a node state (JSON or YAML) and print, as JSON, the cgroup/resctrl "
-                            "writes the enabled QoS plugins would make: {\"writes\": [{path, value, "
-                            "plugin, fs}]}, paths relative to the filesystem root. Touches nothing.")
+                            "writes the enabled QoS plugins would make and the pods they would evict: "
+                            "{\"writes\": [{path, value, plugin, fs}], \"evictions\": [{pod, uid, reason, "
+                            "plugin}]}, paths relative to the filesystem root. Touches nothing.")
     pl.add_argument("--state", required=True, metavar="FILE")
     pl.add_argument("--config", dest="plan_config", metavar="FILE",
                     help="profile YAML; the state's `config` is merged over its pluginConfig")
@@ -186,10 +187,17 @@ def _read_state(path: str) -> Any:
 
 def plan_writes(ns, registry, *, only_changes: bool = True) -> list[dict[str, str]]:
     """The writes the plugins want for ``ns``, simulated in order against ``ns.cgroups``."""
+    return plan_node(ns, registry, only_changes=only_changes)["writes"]
+
+
+def plan_node(ns, registry, *, only_changes: bool = True) -> dict[str, list[dict[str, Any]]]:
+    """What ``koordfw agent plan`` prints for ``ns``: ``{"writes": [...], "evictions": [...]}``; the writes
+    simulated in order against ``ns.cgroups``, the evictions (``pod``, ``uid``, ``reason``, ``plugin``) in
+    plan order. Nothing is written or evicted."""
     import anyio
 
     from ..agent.executor import path_refusal, values_equal
-    from ..agent.loop import _stamp
+    from ..agent.loop import split_plan
     from ..core.caller import HookCaller
     from ..core.clock import RealClock
     from ..core.events import EventLog
@@ -225,18 +233,21 @@ def plan_writes(ns, registry, *, only_changes: bool = True) -> list[dict[str, st
     caller = HookCaller(registry, handle_for)
 
     async def go():
-        out = []
+        out, evictions = [], []
         for impl, res, status in await caller.call_safe("qos_plan", node_state=ns):
             if status is not None:
                 print(f"koordfw: warning: {status.message}", file=sys.stderr)
                 continue
             try:
-                out += _stamp(res, impl.plugin)
+                w, e = split_plan(res, impl.plugin)
             except TypeError as e:
                 print(f"koordfw: warning: plugin {impl.plugin} returned a bad plan: {e}", file=sys.stderr)
-        return out
+                continue
+            out += w
+            evictions += e
+        return out, evictions
 
-    writes = anyio.run(go)
+    writes, evictions = anyio.run(go)
     current = {("cgroup", k): v for k, v in ns.cgroups.items()}
     out = []
     for w in writes:
@@ -249,7 +260,7 @@ def plan_writes(ns, registry, *, only_changes: bool = True) -> list[dict[str, st
             continue
         current[key] = w.value
         out.append(w.to_dict())
-    return out
+    return {"writes": out, "evictions": [e.to_dict() for e in evictions]}
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -257,7 +268,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
     ns = NodeState.from_state_file(_read_state(args.state), source=args.state)
     registry = _load_registry(args.plan_config, args.disable, dict(ns.config), plugin_config_source=args.state)
-    json.dump({"writes": plan_writes(ns, registry, only_changes=not args.all)}, sys.stdout, indent=2)
+    json.dump(plan_node(ns, registry, only_changes=not args.all), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
 

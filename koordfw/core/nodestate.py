@@ -201,6 +201,40 @@ class FileWrite:
         return out
 
 
+def _check_pod_key(inst: Any, attribute: Any, value: str) -> None:
+    ns, sep, name = value.partition("/")
+    if not sep or not ns or not name or "/" in name:
+        raise ValueError(f"Eviction.pod must be 'namespace/name', got {_show(value)}")
+
+
+@attrs.frozen
+class Eviction:
+    """One pod a node plugin wants evicted, returned by ``qos_plan`` next to its :class:`FileWrite` s.
+
+    ``pod_uid``: the pod's uid (the Eviction API's precondition, so a recreated pod of the same name is
+    never hit); ``pod``: ``namespace/name``; ``reason``: why, for the log, the Event and the pod's
+    ``DisruptionTarget`` condition; ``plugin``: filled in by the agent. The agent hands a round's
+    evictions, in the order the plugins gave them, to its evictor: on a cluster the Eviction API
+    (rate-limited, a pod that is not BE or is a system pod refused at execution), else a log line.
+    """
+
+    pod_uid: str
+    pod: str = attrs.field(validator=_check_pod_key)
+    reason: str = ""
+    plugin: str = ""
+
+    @property
+    def namespace(self) -> str:
+        return self.pod.partition("/")[0]
+
+    @property
+    def name(self) -> str:
+        return self.pod.partition("/")[2]
+
+    def to_dict(self) -> dict[str, str]:
+        return {"pod": self.pod, "uid": self.pod_uid, "reason": self.reason, "plugin": self.plugin}
+
+
 @attrs.frozen
 class CPUInfo:
     """One logical CPU of the node (Koordinator's ``CPUInfo`` of the NodeResourceTopology)."""
