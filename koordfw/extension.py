@@ -129,3 +129,10 @@ __all__ += ["ANNOTATION_CPU_BASIC_INFO", "ANNOTATION_KUBELET_CPU_MANAGER_POLICY"
             "ANNOTATION_NODE_CPU_ALLOCS", "ANNOTATION_NODE_CPU_SHARED_POOLS", "ANNOTATION_NODE_CPU_TOPOLOGY",
             "GPU_VENDOR_NVIDIA", "LABEL_GPU_DRIVER_VERSION", "LABEL_GPU_MODEL", "LABEL_GPU_VENDOR", "LABEL_MANAGED_BY",
             "TOPOLOGY_GROUP_VERSION"]
+
+# -- pod eviction (apis/extension/constants.go), read by the eviction plugin and the agent's evictor
+LABEL_POD_EVICT_ENABLED = "koordinator.sh/eviction-enabled"  # LabelPodEvictEnabled
+ANNOTATION_POD_EVICT_POLICY = "koordinator.sh/eviction-policy"  # AnnotationPodEvictPolicy
+ANNOTATION_POD_EVICTION_PRIORITY = "koordinator.sh/eviction-priority"  # AnnotationPodEvictionPriority
+
+__all__ += ["ANNOTATION_POD_EVICT_POLICY", "ANNOTATION_POD_EVICTION_PRIORITY", "LABEL_POD_EVICT_ENABLED"]

@@ -1,0 +1,506 @@
+"""eviction: Koordinator's BEMemoryEvict and BECPUEvict on the node agent (``qos_plan`` returns Evictions).
+
+Koordinator ``pkg/koordlet/qosmanager/plugins/memoryevict`` and ``cpuevict`` (the BE features), with the
+evictor helpers of ``plugins/util``:
+
+* **Memory** (BEMemoryEvict): when the node's memory usage, ``used × 100 // capacity`` (integer percent
+  of the kubelet's memory capacity), reaches ``memoryEvictThresholdPercent``, ``capacity × (usage% −
+  lower%) // 100`` bytes are to be released, ``lower`` being ``memoryEvictLowerPercent`` (default
+  threshold − 2). BE pods are evicted in order (``spec.priority`` ascending, then memory usage
+  descending, pods without usage last, two without usage by name descending) until the sum of their
+  usage reaches it.
+* **CPU** (BECPUEvict): BE pods' CPU satisfaction is ``BE limit / BE request``; the limit is the besteffort
+  cgroup's real limit (``min(cpuset CPUs × 1000, quota × 1000 / period)``) with policy
+  ``evictByRealLimit`` (default), the node's allocatable ``kubernetes.io/batch-cpu`` with
+  ``evictByAllocatable`` (1 milli when 0); the request is the sum of the BE pods' batch-cpu requests.
+  When BE pods use at least ``cpuEvictBEUsageThresholdPercent`` (default 90) of their limit (or the limit
+  is below one core) and satisfaction is at most ``cpuEvictBESatisfactionLowerPercent``, ``request ×
+  (upper% − satisfaction)`` milli-CPU of batch-cpu requests is to be released, ``upper`` being
+  ``cpuEvictBESatisfactionUpperPercent``. Averages over ``cpuEvictTimeWindowSeconds`` (at least one
+  round) decide, and the current sample must agree (its release, the smaller, is taken when request or
+  limit changed). Victims: BE pods by ``spec.priority`` ascending (pods without one, or of equal
+  priority, by CPU usage / batch-cpu request descending) until their batch-cpu requests reach it.
+
+Both only ever pick pods of Koordinator QoS BE (the ``koordinator.sh/qosClass`` label, else derived from
+the kube QoS class: :attr:`koordfw.PodState.qos`), skip a pod whose ``koordinator.sh/eviction-policy``
+annotation (a JSON list of feature names) does not list the feature (an unparsable one refuses all), and
+count a pod already terminating, or planned for eviction in the last 5 minutes, as releasing its share
+(koordlet's ``IsPodEvicted``) instead of picking more victims.
+
+History: the live agent calls ``collect`` every round, which keeps this plugin's BE CPU samples; the
+window average and the cool-downs (``memoryEvictCoolTimeSeconds`` 4 s, ``cpuEvictCoolTimeSeconds`` 20 s
+after a round that evicted, as koordlet's flags) apply there. ``koordfw agent plan`` calls only
+``qos_plan``: its state is one sample, taken as the whole window, and no cool-down applies.
+
+Defaults: memory eviction is on (``memoryEvictEnable``, threshold 70 %: Koordinator's BEMemoryEvict gate
+is an alpha feature, off by default; koordfw turns it on so BE work never endangers LS pods); CPU
+eviction is off (``cpuEvictEnable``, Koordinator's BECPUEvict gate) and needs both satisfaction percents.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import structlog
+
+from koordfw import Eviction, NodeState, PodState, hookimpl
+from koordfw.extension import ANNOTATION_POD_EVICT_POLICY, BATCH_CPU
+
+log = structlog.get_logger("koordfw.eviction")
+
+NAME = "eviction"
+BE_MEMORY_EVICT = "BEMemoryEvict"
+BE_CPU_EVICT = "BECPUEvict"
+EVICT_REASON_PREFIX = "trigger by koordlet feature "  # qosmanagerUtil.EvictReasonPrefix
+MEMORY_RELEASE_BUFFER_PERCENT = 2  # memoryReleaseBufferPercent
+BE_CPU_SATISFACTION_LOW_PERCENT_MAX = 60  # beCPUSatisfactionLowPercentMax
+BE_CPU_SATISFACTION_UPPER_PERCENT_MAX = 100  # beCPUSatisfactionUpperPercentMax
+BE_CPU_USAGE_THRESHOLD_PERCENT = 90  # beCPUUsageThresholdPercent
+DEFAULT_MIN_ALLOCATABLE_BATCH_MILLI_CPU = 1  # defaultMinAllocatableBatchMilliCPU
+POLICY_REAL_LIMIT = "evictByRealLimit"
+POLICY_ALLOCATABLE = "evictByAllocatable"
+#: koordlet's evicted-pods cache (expireCache.NewCacheDefault): a planned pod counts as releasing this long
+EVICTED_TTL_SECONDS = 300.0
+#: the most BE CPU samples kept (a window of a day at one round a second stays far below it)
+MAX_SAMPLES = 100_000
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _percent(inst: Any, attribute: Any, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not (0 <= value <= 100):
+        raise ValueError(f"{_camel(attribute.name)}: must be an integer between 0 and 100, got {value!r}")
+
+
+def _seconds(inst: Any, attribute: Any, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not (0 < value <= 86400):
+        raise ValueError(f"{_camel(attribute.name)}: must be an integer number of seconds 1..86400, got {value!r}")
+
+
+def _cool(inst: Any, attribute: Any, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not (0 <= value <= 86400):
+        raise ValueError(f"{_camel(attribute.name)}: must be an integer number of seconds 0..86400, got {value!r}")
+
+
+def _policy(inst: Any, attribute: Any, value: Any) -> None:
+    if value not in (POLICY_REAL_LIMIT, POLICY_ALLOCATABLE):
+        raise ValueError(f"cpuEvictPolicy: must be {POLICY_REAL_LIMIT!r} or {POLICY_ALLOCATABLE!r}, got {value!r}")
+
+
+@attrs.frozen
+class Args:
+    """NodeSLO ``resourceUsedThresholdWithBE``'s eviction fields (Koordinator's names), a switch per
+    feature (Koordinator's BEMemoryEvict / BECPUEvict gates) and koordlet's cool-down flags.
+
+    Checked as Koordinator's config checks (``generateConfigCheck``, ``isSatisfactionConfigValid``) and its
+    NodeSLO validation: percents 0..100; ``memoryEvictLowerPercent`` below the threshold;
+    ``cpuEvictBESatisfactionLowerPercent`` in (0, 60], ``...UpperPercent`` in (0, 100) and not below it.
+    """
+
+    memory_evict_enable: bool = True
+    memory_evict_threshold_percent: int = attrs.field(default=70, validator=_percent)
+    memory_evict_lower_percent: int | None = attrs.field(default=None, validator=_percent)
+    memory_evict_cool_time_seconds: int = attrs.field(default=4, validator=_cool)
+    cpu_evict_enable: bool = False
+    cpu_evict_BE_satisfaction_lower_percent: int | None = attrs.field(default=None, validator=_percent)
+    cpu_evict_BE_satisfaction_upper_percent: int | None = attrs.field(default=None, validator=_percent)
+    cpu_evict_BE_usage_threshold_percent: int | None = attrs.field(default=None, validator=_percent)
+    cpu_evict_time_window_seconds: int | None = attrs.field(default=None, validator=_seconds)
+    cpu_evict_policy: str = attrs.field(default=POLICY_REAL_LIMIT, validator=_policy)
+    cpu_evict_cool_time_seconds: int = attrs.field(default=20, validator=_cool)
+
+    def __attrs_post_init__(self) -> None:
+        if self.memory_lower_percent >= self.memory_evict_threshold_percent:
+            raise ValueError(f"memoryEvictLowerPercent ({self.memory_lower_percent}) must be below "
+                             f"memoryEvictThresholdPercent ({self.memory_evict_threshold_percent})")
+        lo, up = self.cpu_evict_BE_satisfaction_lower_percent, self.cpu_evict_BE_satisfaction_upper_percent
+        if lo is not None and not 0 < lo <= BE_CPU_SATISFACTION_LOW_PERCENT_MAX:
+            raise ValueError(f"cpuEvictBESatisfactionLowerPercent ({lo}) must be in (0, "
+                             f"{BE_CPU_SATISFACTION_LOW_PERCENT_MAX}]")
+        if up is not None and not 0 < up < BE_CPU_SATISFACTION_UPPER_PERCENT_MAX:
+            raise ValueError(f"cpuEvictBESatisfactionUpperPercent ({up}) must be in (0, "
+                             f"{BE_CPU_SATISFACTION_UPPER_PERCENT_MAX})")
+        if lo is not None and up is not None and up < lo:
+            raise ValueError(f"cpuEvictBESatisfactionUpperPercent ({up}) must not be below "
+                             f"cpuEvictBESatisfactionLowerPercent ({lo})")
+
+    @property
+    def memory_lower_percent(self) -> int:
+        if self.memory_evict_lower_percent is not None:
+            return self.memory_evict_lower_percent
+        return self.memory_evict_threshold_percent - MEMORY_RELEASE_BUFFER_PERCENT
+
+    @property
+    def cpu_configured(self) -> bool:
+        """Koordinator skips BECPUEvict unless both satisfaction percents are configured."""
+        return (self.cpu_evict_BE_satisfaction_lower_percent is not None
+                and self.cpu_evict_BE_satisfaction_upper_percent is not None)
+
+
+@hookimpl
+def plugin_args() -> type[Args]:
+    return Args
+
+
+# -- pods ----------------------------------------------------------------------------------------------
+
+def spec_priority(ps: PodState) -> int | None:
+    """The pod's ``spec.priority``; ``None`` when the manifest has none (Go's nil pointer)."""
+    if ps.pod is None:
+        return None
+    raw = ps.pod.raw
+    if raw is None:
+        return ps.pod.priority
+    spec = raw.get("spec") if isinstance(raw, Mapping) else None
+    prio = spec.get("priority") if isinstance(spec, Mapping) else None
+    return prio if isinstance(prio, int) and not isinstance(prio, bool) else None
+
+
+def eviction_policy_allowed(policy: str, annotations: Mapping[str, str]) -> bool:
+    """Koordinator's ``IsEvictionPolicyAllowed``: no ``koordinator.sh/eviction-policy`` allows every
+    feature; else the annotation is a JSON list of the features allowed to evict the pod (bad JSON: none)."""
+    content = annotations.get(ANNOTATION_POD_EVICT_POLICY)
+    if content is None:
+        return True
+    try:
+        policies = json.loads(content)
+    except ValueError:
+        return False
+    if not isinstance(policies, list):
+        return False
+    return policy in policies
+
+
+def be_candidates(ns: NodeState, feature: str) -> list[PodState]:
+    """The pods ``feature`` may evict: Koordinator QoS BE, with metadata (an eviction needs a name),
+    allowed by their eviction policy."""
+    return [p for p in ns.pods if p.pod is not None and p.qos == "BE"
+            and eviction_policy_allowed(feature, p.pod.annotations)]
+
+
+def pod_batch_milli_cpu_request(ps: PodState) -> int:
+    """Koordinator's ``GetPodBEMilliCPURequest``: the containers' ``kubernetes.io/batch-cpu`` requests
+    (negative ones as 0), sidecars (restartable init containers) included."""
+    pod = ps.pod
+    if pod is None:
+        return 0
+    total = sum(max(c.requests.get(BATCH_CPU, 0), 0) for c in pod.containers)
+    raw_init = ((pod.raw or {}).get("spec") or {}).get("initContainers") or []
+    for i, c in enumerate(pod.init_containers):
+        raw = raw_init[i] if i < len(raw_init) and isinstance(raw_init[i], Mapping) else {}
+        if raw.get("restartPolicy") == "Always":
+            total += max(c.requests.get(BATCH_CPU, 0), 0)
+    return total
+
+
+def _key(ps: PodState) -> str:
+    assert ps.pod is not None
+    return f"{ps.pod.namespace}/{ps.pod.name}"
+
+
+# -- memory (BEMemoryEvict) ----------------------------------------------------------------------------
+
+def memory_to_release(ns: NodeState, args: Args) -> tuple[int, int]:
+    """(bytes to release, node usage percent) of ``calculateReleaseByUsedThresholdPercent``; 0 bytes when
+    below the threshold or without node usage / a positive memory capacity."""
+    capacity = ns.capacity.get("memory", 0)
+    if capacity <= 0 or "memory" not in ns.usage:
+        return 0, 0
+    usage_pct = ns.usage["memory"] * 100 // capacity
+    if usage_pct < args.memory_evict_threshold_percent:
+        return 0, usage_pct
+    return capacity * (usage_pct - args.memory_lower_percent) // 100, usage_pct
+
+
+def _memory_less(a: PodState, b: PodState) -> bool:
+    """The comparator of ``getSortedBEPodInfos`` (priority > memory used > name)."""
+    pa, pb = spec_priority(a), spec_priority(b)
+    if pa is not None and pb is not None and pa != pb:
+        return pa < pb
+    ma, mb = a.usage.get("memory", 0), b.usage.get("memory", 0)
+    if ma != 0 and mb != 0:
+        return ma > mb
+    if ma == 0 and mb == 0:
+        assert a.pod is not None and b.pod is not None
+        return a.pod.name > b.pod.name
+    return mb == 0
+
+
+def _sorted(pods: Iterable[PodState], less: Any) -> list[PodState]:
+    def cmp(a: PodState, b: PodState) -> int:
+        return -1 if less(a, b) else 1 if less(b, a) else 0
+    return sorted(pods, key=functools.cmp_to_key(cmp))
+
+
+def sorted_be_memory_pods(ns: NodeState) -> list[PodState]:
+    return _sorted(be_candidates(ns, BE_MEMORY_EVICT), _memory_less)
+
+
+def pick(ordered: Sequence[PodState], to_release: int, amount: Any, pending: set[str]) -> list[PodState]:
+    """``KillAndEvictPods`` for one task: walk ``ordered``, counting pods in ``pending`` (evicted, still
+    there) as released without evicting them again, and pick until the released sum reaches
+    ``to_release``."""
+    released = 0
+    out: list[PodState] = []
+    if to_release <= 0:
+        return out
+    for p in ordered:
+        released += amount(p)
+        if p.uid not in pending:
+            out.append(p)
+        if released >= to_release:
+            break
+    return out
+
+
+def plan_memory(ns: NodeState, args: Args, pending: set[str] = frozenset()) -> list[Eviction]:  # type: ignore[assignment]
+    """The BEMemoryEvict evictions for ``ns`` (``pending``: uids whose eviction is under way)."""
+    if not args.memory_evict_enable:
+        return []
+    release, usage_pct = memory_to_release(ns, args)
+    if release <= 0:
+        return []
+    reason = (f"{EVICT_REASON_PREFIX}{BE_MEMORY_EVICT}: node memory usage {usage_pct}% >= "
+              f"{args.memory_evict_threshold_percent}%, releasing {release} bytes to {args.memory_lower_percent}%")
+    victims = pick(sorted_be_memory_pods(ns), release, lambda p: p.usage.get("memory", 0), pending)
+    return [Eviction(p.uid, _key(p), reason=reason) for p in victims]
+
+
+# -- CPU (BECPUEvict) ----------------------------------------------------------------------------------
+
+@attrs.frozen
+class BESample:
+    """One sample of koordlet's BE CPU metrics (milli-CPU): BE usage, request (batch-cpu) and real limit."""
+
+    usage: float
+    request: float
+    real_limit: float
+
+
+def be_cpu_sample(ns: NodeState) -> BESample | None:
+    """This state's BE CPU sample (``beResourceCollector``): usage of the pods in the besteffort cgroup
+    (and BE host applications under it), the BE pods' batch-cpu requests, the besteffort cgroup's real
+    limit. ``None`` without CPU usage (the agent's first round) or without the cgroup's cpuset."""
+    be_pods = [p for p in ns.pods if p.kube_qos == "BestEffort"]
+    if any("cpu" not in p.usage for p in be_pods):
+        return None
+    usage = sum(p.usage["cpu"] for p in be_pods) + sum(a.usage.get("cpu", 0) for a in ns.host_apps if a.is_be)
+    request = sum(pod_batch_milli_cpu_request(p) for p in ns.pods if p.pod is not None and p.qos == "BE")
+    be_dir = ns.qos_dir("besteffort")
+    cpus = ns.cpuset(be_dir)
+    if cpus is None:
+        return None
+    limit = len(cpus) * 1000
+    quota = ns.cpu_quota(be_dir)
+    if quota is not None and quota != -1:
+        limit = min(limit, quota * 1000 // ns.cpu_period(be_dir))
+    return BESample(float(usage), float(request), float(limit))
+
+
+def be_milli_allocatable(ns: NodeState) -> float:
+    """``getBEMilliAllocatable``: the node's allocatable batch-cpu; 1 when 0; -1 when unknown."""
+    if BATCH_CPU not in ns.allocatable or ns.allocatable[BATCH_CPU] < 0:
+        return -1.0
+    v = ns.allocatable[BATCH_CPU]
+    return float(DEFAULT_MIN_ALLOCATABLE_BATCH_MILLI_CPU) if v == 0 else float(v)
+
+
+def usage_high_enough(usage: float, limit: float, threshold_percent: int | None) -> bool:
+    """``isBECPUUsageHighEnough``."""
+    if limit <= 0:
+        return False
+    if limit < 1000:
+        return True
+    pct = BE_CPU_USAGE_THRESHOLD_PERCENT if threshold_percent is None else threshold_percent
+    return usage / limit >= pct / 100
+
+
+def release_by_satisfaction(request: float, limit: float, lower_percent: int, upper_percent: int) -> int:
+    """``calculateResourceMilliToReleaseBySatisfaction``: milli batch-cpu to release."""
+    if request <= 0:
+        return 0
+    rate = limit / request
+    if rate > lower_percent / 100:
+        return 0
+    gap = upper_percent / 100 - rate
+    if gap <= 0:
+        return 0
+    return int(request * gap)
+
+
+def cpu_to_release(avg: BESample, current: BESample, args: Args, allocatable: float = -1.0) -> int:
+    """``calculateMilliReleaseByBESatisfaction`` on a window average and the current sample."""
+    assert args.cpu_evict_BE_satisfaction_lower_percent is not None
+    assert args.cpu_evict_BE_satisfaction_upper_percent is not None
+    lo, up = args.cpu_evict_BE_satisfaction_lower_percent, args.cpu_evict_BE_satisfaction_upper_percent
+    by_alloc = args.cpu_evict_policy == POLICY_ALLOCATABLE
+    avg_limit = allocatable if by_alloc else avg.real_limit
+    if not usage_high_enough(avg.usage, avg_limit, args.cpu_evict_BE_usage_threshold_percent):
+        return 0
+    release = release_by_satisfaction(avg.request, avg_limit, lo, up)
+    if release <= 0:
+        return 0
+    cur_limit = allocatable if by_alloc else current.real_limit
+    if not usage_high_enough(current.usage, cur_limit, args.cpu_evict_BE_usage_threshold_percent):
+        return 0
+    if current.request == avg.request and cur_limit == avg_limit:
+        return release
+    by_current = release_by_satisfaction(current.request, cur_limit, lo, up)
+    if by_current <= 0:
+        return 0
+    return min(release, by_current)
+
+
+def window_average(samples: Sequence[tuple[float, BESample]], now: float, window: float) -> tuple[BESample, int]:
+    """The average of the samples of the last ``window`` seconds, and how many there were."""
+    recent = [s for t, s in samples if now - t <= window]
+    n = len(recent)
+    if not n:
+        return BESample(0.0, 0.0, 0.0), 0
+    return BESample(sum(s.usage for s in recent) / n, sum(s.request for s in recent) / n,
+                    sum(s.real_limit for s in recent) / n), n
+
+
+def _cpu_less(a: PodState, b: PodState) -> bool:
+    """The comparator of ``getBEPodEvictInfoAndSort``: priority ascending; without one (or equal) by CPU
+    usage / batch-cpu request descending."""
+    pa, pb = spec_priority(a), spec_priority(b)
+    if pa is None or pb is None or pa == pb:
+        return _cpu_ratio(a) > _cpu_ratio(b)
+    return pa < pb
+
+
+def _cpu_ratio(p: PodState) -> float:
+    req = pod_batch_milli_cpu_request(p)
+    return p.usage.get("cpu", 0) / req if req > 0 else 0.0
+
+
+def sorted_be_cpu_pods(ns: NodeState) -> list[PodState]:
+    return _sorted(be_candidates(ns, BE_CPU_EVICT), _cpu_less)
+
+
+def plan_cpu(ns: NodeState, args: Args, avg: BESample | None = None, current: BESample | None = None,
+             pending: set[str] = frozenset()) -> list[Eviction]:  # type: ignore[assignment]
+    """The BECPUEvict evictions: ``avg`` (the window's average; default: this state's sample) and
+    ``current`` (default: this state's sample)."""
+    if not args.cpu_evict_enable or not args.cpu_configured or ns.capacity.get("cpu", 0) <= 0:
+        return []
+    here = be_cpu_sample(ns)
+    current = current if current is not None else here
+    avg = avg if avg is not None else current
+    if current is None or avg is None:
+        return []
+    release = cpu_to_release(avg, current, args, be_milli_allocatable(ns))
+    if release <= 0:
+        return []
+    limit = be_milli_allocatable(ns) if args.cpu_evict_policy == POLICY_ALLOCATABLE else avg.real_limit
+    satisfaction = limit / avg.request * 100 if avg.request > 0 else 0.0
+    reason = (f"{EVICT_REASON_PREFIX}{BE_CPU_EVICT}: BE CPU satisfaction {satisfaction:.0f}% <= "
+              f"{args.cpu_evict_BE_satisfaction_lower_percent}%, releasing {release}m batch-cpu requests to "
+              f"{args.cpu_evict_BE_satisfaction_upper_percent}%")
+    victims = pick(sorted_be_cpu_pods(ns), release, pod_batch_milli_cpu_request, pending)
+    return [Eviction(p.uid, _key(p), reason=reason) for p in victims]
+
+
+# -- the live agent's history ----------------------------------------------------------------------------
+
+@attrs.define
+class Live:
+    """What the live agent keeps between rounds for this plugin (one per agent handle)."""
+
+    samples: list[tuple[float, BESample]] = attrs.field(factory=list)
+    last_memory_evict: float | None = None
+    last_cpu_evict: float | None = None
+    #: uid → when it was planned for eviction (koordlet's evicted-pods cache)
+    evicted: dict[str, float] = attrs.field(factory=dict)
+
+    def interval(self) -> float:
+        """The seconds between the last two samples (the agent's collect interval); 1 before two."""
+        if len(self.samples) < 2:
+            return 1.0
+        return max(self.samples[-1][0] - self.samples[-2][0], 1e-3)
+
+
+#: agent handle → its history; only the live agent calls ``collect``, so ``agent plan`` finds none
+_LIVE: dict[Any, Live] = {}
+
+
+@hookimpl
+def collect(node_state: NodeState, args: Args, handle: Any) -> None:
+    live = _LIVE.setdefault(handle, Live())
+    now = handle.now()
+    sample = be_cpu_sample(node_state)
+    if sample is not None:
+        live.samples.append((now, sample))
+    keep = max(float(args.cpu_evict_time_window_seconds or 0), 2 * live.interval())
+    live.samples = [(t, s) for t, s in live.samples[-MAX_SAMPLES:] if now - t <= keep]
+    live.evicted = {u: t for u, t in live.evicted.items() if now - t < EVICTED_TTL_SECONDS}
+    return None
+
+
+def plan(ns: NodeState, args: Args, live: Live | None = None, now: float = 0.0) -> list[Eviction]:
+    """Both features for ``ns``: memory first, then CPU (koordlet runs them as two strategies), no pod
+    twice. ``live`` (the agent's history) adds the window, the cool-downs and the pending evictions."""
+    pending = {p.uid for p in ns.pods if p.pod is not None and p.pod.deletion_timestamp is not None}
+    if live is not None:
+        pending |= set(live.evicted)
+    out: list[Eviction] = []
+    if live is None or live.last_memory_evict is None or now >= live.last_memory_evict + args.memory_evict_cool_time_seconds:
+        mem = plan_memory(ns, args, pending)
+        if mem and live is not None:
+            live.last_memory_evict = now
+        out += mem
+    if live is None:
+        cpu = plan_cpu(ns, args, pending=pending)
+    elif live.last_cpu_evict is not None and now < live.last_cpu_evict + args.cpu_evict_cool_time_seconds:
+        cpu = []
+    else:
+        cpu = _plan_cpu_live(ns, args, live, now, pending)
+        if cpu:
+            live.last_cpu_evict = now
+    chosen = {e.pod_uid for e in out}
+    out += [e for e in cpu if e.pod_uid not in chosen]
+    if live is not None:
+        for e in out:
+            live.evicted[e.pod_uid] = now
+    return out
+
+
+def _plan_cpu_live(ns: NodeState, args: Args, live: Live, now: float, pending: set[str]) -> list[Eviction]:
+    if not live.samples:
+        return []
+    interval = live.interval()
+    window = max(float(args.cpu_evict_time_window_seconds or 0), interval)
+    avg, count = window_average(live.samples, now, window)
+    if count * interval < window / 3:  # isAvgQueryResultValid
+        return []
+    current = live.samples[-1][1] if now - live.samples[-1][0] <= 2 * interval else None
+    if current is None:
+        return []
+    return plan_cpu(ns, args, avg=avg, current=current, pending=pending)
+
+
+@hookimpl
+def qos_plan(node_state: NodeState, args: Args, handle: Any) -> list[Eviction]:
+    live = _LIVE.get(handle)
+    now = float(handle.now()) if live is not None else 0.0
+    out = plan(node_state, args, live, now)
+    for e in out:
+        log.warning("planning eviction", pod=e.pod, uid=e.pod_uid, reason=e.reason, node=node_state.name)
+    return out
+
+
+@hookimpl
+def shutdown(handle: Any) -> None:
+    _LIVE.pop(handle, None)
