@@ -130,6 +130,11 @@ __all__ += ["ANNOTATION_CPU_BASIC_INFO", "ANNOTATION_KUBELET_CPU_MANAGER_POLICY"
             "GPU_VENDOR_NVIDIA", "LABEL_GPU_DRIVER_VERSION", "LABEL_GPU_MODEL", "LABEL_GPU_VENDOR", "LABEL_MANAGED_BY",
             "TOPOLOGY_GROUP_VERSION"]
 
+# -- the pod's memory QoS config (apis/slo/v1alpha1/pod.go AnnotationPodMemoryQoS), read by memory_qos
+ANNOTATION_POD_MEMORY_QOS = "koordinator.sh/memoryQOS"  # AnnotationPodMemoryQoS
+
+__all__ += ["ANNOTATION_POD_MEMORY_QOS"]
+
 # -- pod eviction (apis/extension/constants.go), read by the eviction plugin and the agent's evictor
 LABEL_POD_EVICT_ENABLED = "koordinator.sh/eviction-enabled"  # LabelPodEvictEnabled
 ANNOTATION_POD_EVICT_POLICY = "koordinator.sh/eviction-policy"  # AnnotationPodEvictPolicy

@@ -60,6 +60,12 @@ class ArgMapping:
     note: str = ""
 
 
+#: the fields of a class's ``memoryQOS`` the memory_qos plugin takes (Koordinator's ``MemoryQOSCfg``
+#: without the page cache limit)
+MEMORY_QOS_FIELDS = ("enable", "minLimitPercent", "lowLimitPercent", "throttlingPercent", "wmarkRatio",
+                     "wmarkScalePermill", "wmarkMinAdj", "priorityEnable", "priority", "oomKillGroup")
+
+
 def _rows() -> tuple[ArgMapping, ...]:
     rows = [ArgMapping(f"resourceUsedThresholdWithBE.{f}", "be_suppress", f)
             for f in ("enable", "cpuSuppressThresholdPercent", "cpuSuppressMinPercent", "cpuSuppressPolicy")]
@@ -68,6 +74,9 @@ def _rows() -> tuple[ArgMapping, ...]:
     for cls, group in (("lsrClass", "LSR"), ("lsClass", "LS"), ("beClass", "BE")):
         rows += [ArgMapping(f"resourceQOSStrategy.{cls}.resctrlQOS.{f}", "llc_isolation", f"{group}.{f}")
                  for f in ("enable", "catRangeStartPercent", "catRangeEndPercent", "mbaPercent")]
+    for cls in ("lsrClass", "lsClass", "beClass", "systemClass"):
+        rows += [ArgMapping(f"resourceQOSStrategy.{cls}.memoryQOS.{f}", "memory_qos", f"{cls}.{f}")
+                 for f in MEMORY_QOS_FIELDS]
     return tuple(rows)
 
 
@@ -76,9 +85,10 @@ NODESLO_ARGS: tuple[ArgMapping, ...] = _rows()
 
 #: NodeSLO spec fields no node plugin of koordfw consumes yet (read, checked to be mappings, not applied)
 NOT_APPLIED = ("resourceUsedThresholdWithBE.memoryEvict*", "resourceUsedThresholdWithBE.cpuEvict*",
-               "resourceQOSStrategy.*.memoryQOS", "resourceQOSStrategy.*.blkioQOS",
+               "resourceQOSStrategy.*.memoryQOS.{pageCache*}", "resourceQOSStrategy.*.blkioQOS",
                "resourceQOSStrategy.*.networkQOS", "resourceQOSStrategy.{lsrClass,lsClass}.cpuQOS",
-               "resourceQOSStrategy.{systemClass,cgroupRoot,policies}", "cpuBurstStrategy", "systemStrategy",
+               "resourceQOSStrategy.systemClass (but its memoryQOS)",
+               "resourceQOSStrategy.{cgroupRoot,policies}", "cpuBurstStrategy", "systemStrategy",
                "extensions")
 
 

@@ -17,7 +17,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "agent.md"
 
 @pytest.fixture(scope="module")
 def registry():
-    return Registry(profile_from_dict({})).load(only={"be_suppress", "llc_isolation"})
+    return Registry(profile_from_dict({})).load(only={"be_suppress", "llc_isolation", "memory_qos"})
 
 
 def test_the_docs_table_is_the_code_table():
@@ -29,7 +29,9 @@ def test_the_docs_table_is_the_code_table():
 
 SAMPLES = {"enable": True, "cpuSuppressThresholdPercent": 40, "cpuSuppressMinPercent": 10,
            "cpuSuppressPolicy": "cfsQuota", "cpuQOS": {"enable": False}, "catRangeStartPercent": 10,
-           "catRangeEndPercent": 90, "mbaPercent": 50}
+           "catRangeEndPercent": 90, "mbaPercent": 50, "minLimitPercent": 100,
+           "lowLimitPercent": 60, "throttlingPercent": 80, "wmarkRatio": 90, "wmarkScalePermill": 30, "wmarkMinAdj": -10,
+           "priorityEnable": 1, "priority": 6, "oomKillGroup": 1}
 
 
 @pytest.mark.parametrize("row", NODESLO_ARGS, ids=lambda r: r.slo)
