@@ -8,20 +8,38 @@ over Koordinator's defaults (``enable`` false), as koord-manager's: a node witho
 older than ``degradeTimeMinutes`` or lacking ``status.updateTime``, or whose colocation is disabled
 gets both resources reset (removed from allocatable and capacity: ``None``), as Koordinator's Reset.
 The hook returns ``None`` when Koordinator's sync rule (:func:`needs_sync`) says no write is needed.
+
+On the node (``koordfw agent``) the same plugin is koordlet's ``BatchResource`` runtime hook
+(:mod:`.runtimehook`): ``runtime_hook`` sets a starting BE pod's (container's) ``cpu.shares``, CFS quota
+and memory limit from its batch requests and limits, ``qos_plan`` reconciles them every round, and
+``collect`` reads the current quotas and memory limits those writes are ordered and compared by. The
+``batchResource`` arg (Koordinator's feature gate, default true) switches the node side off.
 """
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import structlog
 
-from koordfw import ManifestError, format_quantity, hookimpl, warn_once
+from koordfw import ManifestError, NodeState, PodState, format_quantity, hookimpl, warn_once
 from koordfw.extension import BATCH_CPU, BATCH_MEMORY, COLOCATION_CONFIG_KEY
 
 from .calculator import BatchResult, calculate, needs_sync
 from .metric import NodeMetricInfo, parse_node_metric
+from .runtimehook import (
+    ANNOTATION_CPU_NORMALIZATION_RATIO,
+    RATIO_DIFF_EPSILON,
+    Rule,
+    cfs_quota_enabled,
+    files_to_read,
+    parse_ratio,
+    pod_writes,
+)
+from .runtimehook import plan as runtime_plan
 from .strategy import ColocationStrategy, from_colocation_config, strategy_for_node
 
 log = structlog.get_logger("koordfw.batch_resource")
@@ -38,6 +56,8 @@ class BatchResource:
         self._colocation_key: str | None = None
         #: node → (its NodeMetric object, parsed)
         self._metrics: dict[str, tuple[Any, NodeMetricInfo]] = {}
+        #: the node side's cpu normalization ratio (the rule's: kept when the annotation turns invalid)
+        self._ratio = -1.0
 
     @staticmethod
     @hookimpl
@@ -104,6 +124,62 @@ class BatchResource:
                 log.error("invalid colocation config; keeping the previous one", error=str(e))
         return self._colocation
 
+    # -- the node side (koordlet's BatchResource runtime hook and its reconciler) ---------------------
+    def _rule(self, ns: NodeState) -> Rule:
+        """The hook's rule for this node state: ``cfsQuota`` suppression unsets quotas; the node's cpu
+        normalization ratio scales them. An invalid ratio is logged and the previous one kept, and a
+        change below 0.01 is ignored, as Koordinator's rule does."""
+        raw = ns.annotations.get(ANNOTATION_CPU_NORMALIZATION_RATIO)
+        try:
+            ratio = parse_ratio(raw)
+        except ValueError as e:
+            warn_once(log, self.warned, (ns.name, ANNOTATION_CPU_NORMALIZATION_RATIO, raw),
+                      "ignoring invalid node annotation; keeping the previous ratio", node=ns.name,
+                      annotation=ANNOTATION_CPU_NORMALIZATION_RATIO, error=str(e))
+        else:
+            if self._ratio == -1.0 or ratio == -1.0 or abs(self._ratio - ratio) >= RATIO_DIFF_EPSILON:
+                self._ratio = ratio
+        return Rule(cfs_quota_enabled(ns.config), self._ratio)
+
+    @hookimpl
+    def collect(self, node_state: NodeState, args: ColocationStrategy, handle: Any) -> dict | None:
+        """Read the current CFS quota and memory limit of each BE pod's (and container's) cgroup: the
+        plan orders quota writes by them and leaves a limit alone that the kernel shows rounded."""
+        if not args.batch_resource:
+            return None
+        roots = getattr(handle, "roots", None)
+        root = roots.get("cgroup") if isinstance(roots, Mapping) else None
+        if not root:
+            return None
+        current = {}
+        for path in files_to_read(node_state, node_state.pods, self.warned):
+            try:
+                with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+                    current[path] = f.read(4096).strip()
+            except OSError:
+                continue  # the cgroup vanished (or has no such file): nothing to order by
+        return {CURRENT_KEY: current}
+
+    @hookimpl
+    def qos_plan(self, node_state: NodeState, args: ColocationStrategy) -> list | None:
+        """The reconciler: every BE pod's and container's knobs, every round."""
+        if not args.batch_resource:
+            return None
+        return runtime_plan(node_state, self._rule(node_state), _current(node_state), self.warned) or None
+
+    @hookimpl
+    def runtime_hook(self, event: str, pod: PodState, container: Any, node_state: NodeState,
+                     args: ColocationStrategy) -> list | None:
+        """A pod start: its pod-level and containers' knobs (PreRunPodSandbox); a container start: that
+        container's (PreCreateContainer)."""
+        if not args.batch_resource:
+            return None
+        rule = self._rule(node_state)
+        only = container.cgroup_dir if event == "container_start" and container is not None else None
+        if event == "container_start" and not only:
+            return None
+        return pod_writes(node_state, pod, rule, _current(node_state), self.warned, only_container=only) or None
+
     @hookimpl
     def report(self) -> dict | None:
         if not self.results:
@@ -125,6 +201,15 @@ class BatchResource:
                                          "memory": format_quantity("memory", v["memory"])}
             rows.append(row)
         return {"batchResources": rows}
+
+
+#: ``node_state.metrics`` key of the current values ``collect`` read (path → text)
+CURRENT_KEY = "batch_resource.current"
+
+
+def _current(ns: NodeState) -> Mapping[str, str]:
+    cur = ns.metrics.get(CURRENT_KEY)
+    return cur if isinstance(cur, Mapping) else {}
 
 
 def _camel(name: str) -> str:

@@ -109,6 +109,10 @@ class ColocationStrategy:
     batch_memory_threshold_percent: int | None = attrs.field(default=None, validator=_opt_percent)
     #: ``[{nodeSelector: {matchLabels: ..., matchExpressions: ...}, name: ..., <strategy fields>}]``
     node_configs: list[dict] = attrs.field(factory=list, validator=_node_configs)
+    #: the node side (``koordfw agent``): koordlet's runtime-hook feature gate ``BatchResource`` (default
+    #: true), which holds BE pods' cgroups to their batch requests and limits (:mod:`.runtimehook`). Not a
+    #: ColocationStrategy field: a ColocationCfg, nodeConfigs entry or node annotation cannot set it
+    batch_resource: bool = attrs.field(default=True, validator=_bool, metadata={"node_side": True})
 
 
 def _camel(name: str) -> str:
@@ -118,7 +122,7 @@ def _camel(name: str) -> str:
 
 #: camelCase key → field name, for the fields a node may override
 OVERRIDABLE: dict[str, str] = {_camel(f.name): f.name for f in attrs.fields(ColocationStrategy)
-                               if f.name != "node_configs"}
+                               if f.name != "node_configs" and not f.metadata.get("node_side")}
 
 
 def merge(base: ColocationStrategy, override: Mapping[str, Any], *, where: str) -> ColocationStrategy:
