@@ -71,6 +71,10 @@ def _rows() -> tuple[ArgMapping, ...]:
             for f in ("enable", "cpuSuppressThresholdPercent", "cpuSuppressMinPercent", "cpuSuppressPolicy")]
     rows.append(ArgMapping("resourceQOSStrategy.beClass.cpuQOS", "be_suppress", "beCPUIdle", _be_cpu_idle,
                            "enable && schedIdle == 1 (schedIdle defaults to 1)"))
+    rows += [ArgMapping(f"resourceUsedThresholdWithBE.{f}", "eviction", f)
+             for f in ("memoryEvictThresholdPercent", "memoryEvictLowerPercent", "cpuEvictBESatisfactionLowerPercent",
+                       "cpuEvictBESatisfactionUpperPercent", "cpuEvictBEUsageThresholdPercent",
+                       "cpuEvictTimeWindowSeconds", "cpuEvictPolicy")]
     for cls, group in (("lsrClass", "LSR"), ("lsClass", "LS"), ("beClass", "BE")):
         rows += [ArgMapping(f"resourceQOSStrategy.{cls}.resctrlQOS.{f}", "llc_isolation", f"{group}.{f}")
                  for f in ("enable", "catRangeStartPercent", "catRangeEndPercent", "mbaPercent")]
@@ -84,8 +88,7 @@ def _rows() -> tuple[ArgMapping, ...]:
 NODESLO_ARGS: tuple[ArgMapping, ...] = _rows()
 
 #: NodeSLO spec fields no node plugin of koordfw consumes yet (read, checked to be mappings, not applied)
-NOT_APPLIED = ("resourceUsedThresholdWithBE.memoryEvict*", "resourceUsedThresholdWithBE.cpuEvict*",
-               "resourceQOSStrategy.*.memoryQOS.{pageCache*}", "resourceQOSStrategy.*.blkioQOS",
+NOT_APPLIED = ("resourceQOSStrategy.*.memoryQOS.{pageCache*}", "resourceQOSStrategy.*.blkioQOS",
                "resourceQOSStrategy.*.networkQOS", "resourceQOSStrategy.{lsrClass,lsClass}.cpuQOS",
                "resourceQOSStrategy.systemClass (but its memoryQOS)",
                "resourceQOSStrategy.{cgroupRoot,policies}", "cpuBurstStrategy", "systemStrategy",

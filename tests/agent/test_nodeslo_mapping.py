@@ -17,7 +17,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "agent.md"
 
 @pytest.fixture(scope="module")
 def registry():
-    return Registry(profile_from_dict({})).load(only={"be_suppress", "llc_isolation", "memory_qos"})
+    return Registry(profile_from_dict({})).load(only={"be_suppress", "eviction", "llc_isolation", "memory_qos"})
 
 
 def test_the_docs_table_is_the_code_table():
@@ -27,7 +27,10 @@ def test_the_docs_table_is_the_code_table():
     assert rows == want
 
 
-SAMPLES = {"enable": True, "cpuSuppressThresholdPercent": 40, "cpuSuppressMinPercent": 10,
+SAMPLES = {"memoryEvictThresholdPercent": 80, "memoryEvictLowerPercent": 60,
+           "cpuEvictBESatisfactionLowerPercent": 30, "cpuEvictBESatisfactionUpperPercent": 40,
+           "cpuEvictBEUsageThresholdPercent": 50, "cpuEvictTimeWindowSeconds": 300, "cpuEvictPolicy": "evictByAllocatable",
+           "enable": True, "cpuSuppressThresholdPercent": 40, "cpuSuppressMinPercent": 10,
            "cpuSuppressPolicy": "cfsQuota", "cpuQOS": {"enable": False}, "catRangeStartPercent": 10,
            "catRangeEndPercent": 90, "mbaPercent": 50, "minLimitPercent": 100,
            "lowLimitPercent": 60, "throttlingPercent": 80, "wmarkRatio": 90, "wmarkScalePermill": 30, "wmarkMinAdj": -10,

@@ -9,7 +9,8 @@
   ``NodeSLO`` (the QoS plugins are reconfigured live, :mod:`koordfw.agent.nodeslo`) and its NodeMetric's
   ``spec.metricCollectPolicy``, samples every round into the local time series, publishes the NodeMetric
   every ``reportIntervalSeconds``, and keeps the ``NodeResourceTopology`` (:mod:`koordfw.agent.topology`)
-  and the ``Device`` (:mod:`koordfw.agent.nvml`) up to date, each written only when it changed.
+  and the ``Device`` (:mod:`koordfw.agent.nvml`) up to date, each written only when it changed; the
+  node plugins' evictions go through the Eviction API (:mod:`koordfw.engines.kube.evictor`).
   Every wait is on the agent's clock, so a VirtualClock drives the whole node in tests.
 """
 
@@ -232,6 +233,11 @@ class NodeOnCluster:
         self.resctrl_root = resctrl_root
         self.src = ClusterPodSource(client, self.name, watch_timeout=watch_timeout)
         agent.pod_source = self.src
+        from .evictor import NodeEvictor  # the node plugins' evictions go through the Eviction API
+
+        self.evictor = NodeEvictor(client, self.name, clock=self.clock.now)
+        if not getattr(agent.executor, "dry_run", False):  # --dry-run: the agent's default evictor only logs
+            agent.evictor = self.evictor
         self.publisher = NodeMetricPublisher(client, self.name, report_interval=int(publish_interval or 60))
         self.reporter = NodeMetricReporter(sample_interval=agent.interval)
         agent.on_collect.append(lambda ns: self.reporter.observe(ns, self.clock.now()))
