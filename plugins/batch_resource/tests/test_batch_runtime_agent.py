@@ -284,3 +284,23 @@ def test_batch_resource_arg_is_node_side_only():
     with pytest.raises(ConfigError, match="batchResource"):
         R(profile_from_dict({"pluginConfig": {"batch_resource": {"nodeConfigs": [
             {"nodeSelector": {}, "batchResource": False}]}}})).load(only={"batch_resource"})
+
+
+async def test_a_nodeslo_switching_to_cfs_quota_suppression_unsets_the_quotas(tmp_path):
+    """Koordinator's rule follows the NodeSLO's resourceUsedThresholdWithBE; the agent maps it onto
+    be_suppress's args (docs/agent.md), and the hook reads those from the round's pluginConfig."""
+    from koordfw.agent.nodeslo import apply_nodeslo
+
+    local = {"be_suppress": {"enable": False}}
+    node, agent, pod, _ = setup(tmp_path, 1, "cgroupfs", config=local)
+    await agent.run_once()
+    c0 = f"{pod}/{cdir(node, 'aaa')}"
+    assert knobs(node, c0)[1] == "50000"
+    slo = {"metadata": {"name": "n1"},
+           "spec": {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cfsQuota"}}}
+    apply_nodeslo(agent.registry, local, slo)
+    await agent.run_once()
+    assert knobs(node, c0)[1] == "-1" and knobs(node, c0)[0] == "512"
+    apply_nodeslo(agent.registry, local, None)  # the NodeSLO is gone: the local config again
+    await agent.run_once()
+    assert knobs(node, c0)[1] == "50000"
