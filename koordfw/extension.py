@@ -121,8 +121,10 @@ CPU_BURST_CONFIG_KEY = "cpu-burst-config"  # CPUBurstConfigKey
 SYSTEM_CONFIG_KEY = "system-config"  # SystemConfigKey
 HOST_APPLICATION_CONFIG_KEY = "host-application-config"  # HostApplicationConfigKey
 ANNOTATION_NODE_BANDWIDTH = "node.koordinator.sh/network-bandwidth"  # AnnotationNodeBandwidth
+#: a pod's own CPU burst config, JSON over the NodeSLO's cpuBurstStrategy (apis/slo/v1alpha1/pod.go)
+ANNOTATION_POD_CPU_BURST = "koordinator.sh/cpuBurst"  # AnnotationPodCPUBurst
 
-__all__ += ["ANNOTATION_NODE_BANDWIDTH", "CPU_BURST_CONFIG_KEY", "HOST_APPLICATION_CONFIG_KEY",
+__all__ += ["ANNOTATION_NODE_BANDWIDTH", "ANNOTATION_POD_CPU_BURST", "CPU_BURST_CONFIG_KEY", "HOST_APPLICATION_CONFIG_KEY",
             "RESOURCE_QOS_CONFIG_KEY", "RESOURCE_THRESHOLD_CONFIG_KEY", "SYSTEM_CONFIG_KEY"]
 
 __all__ += ["ANNOTATION_CPU_BASIC_INFO", "ANNOTATION_KUBELET_CPU_MANAGER_POLICY", "ANNOTATION_NODE_BE_CPU_SHARED_POOLS",

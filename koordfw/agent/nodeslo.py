@@ -75,6 +75,9 @@ def _rows() -> tuple[ArgMapping, ...]:
              for f in ("memoryEvictThresholdPercent", "memoryEvictLowerPercent", "cpuEvictBESatisfactionLowerPercent",
                        "cpuEvictBESatisfactionUpperPercent", "cpuEvictBEUsageThresholdPercent",
                        "cpuEvictTimeWindowSeconds", "cpuEvictPolicy")]
+    rows += [ArgMapping(f"cpuBurstStrategy.{f}", "cpu_burst", f)
+             for f in ("policy", "cpuBurstPercent", "cfsQuotaBurstPercent", "cfsQuotaBurstPeriodSeconds",
+                       "sharePoolThresholdPercent")]
     for cls, group in (("lsrClass", "LSR"), ("lsClass", "LS"), ("beClass", "BE")):
         rows += [ArgMapping(f"resourceQOSStrategy.{cls}.resctrlQOS.{f}", "llc_isolation", f"{group}.{f}")
                  for f in ("enable", "catRangeStartPercent", "catRangeEndPercent", "mbaPercent")]
@@ -91,7 +94,7 @@ NODESLO_ARGS: tuple[ArgMapping, ...] = _rows()
 NOT_APPLIED = ("resourceQOSStrategy.*.memoryQOS.{pageCache*}", "resourceQOSStrategy.*.blkioQOS",
                "resourceQOSStrategy.*.networkQOS", "resourceQOSStrategy.{lsrClass,lsClass}.cpuQOS",
                "resourceQOSStrategy.systemClass (but its memoryQOS)",
-               "resourceQOSStrategy.{cgroupRoot,policies}", "cpuBurstStrategy", "systemStrategy",
+               "resourceQOSStrategy.{cgroupRoot,policies}", "systemStrategy",
                "extensions")
 
 

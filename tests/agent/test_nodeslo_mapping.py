@@ -17,7 +17,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "agent.md"
 
 @pytest.fixture(scope="module")
 def registry():
-    return Registry(profile_from_dict({})).load(only={"be_suppress", "eviction", "llc_isolation", "memory_qos"})
+    return Registry(profile_from_dict({})).load(only={"be_suppress", "eviction", "llc_isolation", "memory_qos", "cpu_burst"})
 
 
 def test_the_docs_table_is_the_code_table():
@@ -34,7 +34,9 @@ SAMPLES = {"memoryEvictThresholdPercent": 80, "memoryEvictLowerPercent": 60,
            "cpuSuppressPolicy": "cfsQuota", "cpuQOS": {"enable": False}, "catRangeStartPercent": 10,
            "catRangeEndPercent": 90, "mbaPercent": 50, "minLimitPercent": 100,
            "lowLimitPercent": 60, "throttlingPercent": 80, "wmarkRatio": 90, "wmarkScalePermill": 30, "wmarkMinAdj": -10,
-           "priorityEnable": 1, "priority": 6, "oomKillGroup": 1}
+           "priorityEnable": 1, "priority": 6, "oomKillGroup": 1,
+           "policy": "auto", "cpuBurstPercent": 500, "cfsQuotaBurstPercent": 200, "cfsQuotaBurstPeriodSeconds": 60,
+           "sharePoolThresholdPercent": 70}
 
 
 @pytest.mark.parametrize("row", NODESLO_ARGS, ids=lambda r: r.slo)

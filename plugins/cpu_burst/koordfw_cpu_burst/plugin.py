@@ -1,0 +1,444 @@
+"""The ``cpu_burst`` node-agent plugin: ``collect`` (cgroup values, throttling, usage, the burst-period
+buckets), ``qos_plan`` (the writes, pure) and ``shutdown`` (burst 0 and the kubelet's quotas again).
+
+Which pods: Koordinator's ``IsPodCPUBurstable`` (the ``koordinator.sh/qosClass`` label is not LSR, LSE or
+BE; a pod without the label is burstable) and active (phase Pending or Running), known from their
+manifest (the containers' CPU limits and statuses are needed; a pod the agent found only in the cgroup
+tree is left alone). Containers are the pod's ``status.containerStatuses`` whose name is in its spec; a
+container's cgroup is ``<pod dir>/<id>`` (systemd: ``<runtime prefix><id>.scope``) from its
+``containerID``, as koordlet's ``GetContainerCgroupParentDir``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+import structlog
+
+from koordfw import AgentHandle, FileWrite, NodeState, PodState, hookimpl, warn_once
+from koordfw.extension import ANNOTATION_POD_CPU_BURST, LABEL_POD_QOS, QOS_BE, QOS_LSE, QOS_LSR
+
+from .burst import (
+    BurstLimiter,
+    NodeBurst,
+    PodUsage,
+    QuotaStep,
+    burst_clamp,
+    fresh_limiter_allows,
+    limiter_allows,
+    milli_cpu_to_quota,
+    node_state_for_burst,
+    pod_quota_sequence,
+    quota_step,
+    recycle,
+    static_cpu_burst,
+)
+from .config import POLICY_NONE, Args, BurstConfig, merge_pod_config, parse_pod_config
+
+log = structlog.get_logger("koordfw.cpu_burst")
+
+NAME = "cpu_burst"
+#: node_state.metrics keys filled by ``collect`` for ``qos_plan``
+VALUES_KEY = "cpu_burst.cgroups"  # path → value of the pod and container files read
+THROTTLED_KEY = "cpu_burst.throttled"  # container id → throttled ratio of the last sample
+USAGE_KEY = "cpu_burst.containerUsage"  # container id → CPU cores used since the previous round
+ALLOWED_KEY = "cpu_burst.allowed"  # container id → the burst-period bucket's verdict this round
+NODE_USAGE_KEY = "cpu_burst.nodeUsage"  # node CPU milli, averaged as Koordinator's overload window
+POD_USAGE_KEY = "cpu_burst.podUsage"  # pod uid → CPU milli, averaged alike
+#: the container runtimes of a containerID → systemd scope prefix (koordlet's cgroup path formatter)
+SCOPE_PREFIXES = {"containerd": "cri-containerd-", "docker": "docker-", "cri-o": "crio-", "pouch": "pouch-"}
+#: Koordinator averages the node's and pods' usage over min(5 × reconcile interval, 10 s)
+WINDOW_ROUNDS, WINDOW_MAX_SECONDS = 5, 10.0
+READ_LIMIT = 65536
+_ACTIVE = ("Pending", "Running")
+
+
+# -- the pods and containers --------------------------------------------------------------------------
+
+@attrs.frozen
+class ContainerView:
+    name: str
+    container_id: str
+    limit_milli: int  # -1: no CPU limit
+    running: bool
+    cgroup_dir: str  # "" when the id names no known runtime
+
+
+@attrs.frozen
+class PodView:
+    state: PodState
+    key: str
+    cfg: BurstConfig
+    containers: tuple[ContainerView, ...]
+
+
+def container_dir(driver: str, pod_dir: str, container_id: str) -> str:
+    """``GetContainerCgroupParentDir``; ``""`` for an id that is not ``<runtime>://<id>`` of a known
+    runtime (koordlet skips such a container)."""
+    runtime, sep, cid = container_id.partition("://")
+    if not sep or not cid or runtime not in SCOPE_PREFIXES or "/" in cid or cid in (".", ".."):
+        return ""
+    name = f"{SCOPE_PREFIXES[runtime]}{cid}.scope" if driver == "systemd" else cid
+    return f"{pod_dir}/{name}"
+
+
+def raw_qos(ps: PodState) -> str:
+    """GetPodQoSClassRaw: the label's class, ``""`` without one (an unknown name is ``""`` as well)."""
+    q = ps.pod.labels.get(LABEL_POD_QOS, "") if ps.pod is not None else ""
+    return q if q in ("LSE", "LSR", "LS", "BE", "SYSTEM") else ""
+
+
+def is_burstable(ps: PodState) -> bool:
+    """IsPodCPUBurstable: not LSR, LSE or BE."""
+    return raw_qos(ps) not in (QOS_LSR, QOS_LSE, QOS_BE)
+
+
+def _statuses(raw: Any) -> list[Mapping[str, Any]]:
+    status = raw.get("status") if isinstance(raw, Mapping) else None
+    items = status.get("containerStatuses") if isinstance(status, Mapping) else None
+    return [s for s in items if isinstance(s, Mapping)] if isinstance(items, list) else []
+
+
+class CPUBurst:
+    """Class-based: the burst-period buckets, the previous counters and the once-only logs live here."""
+
+    def __init__(self) -> None:
+        self.limiters: dict[str, BurstLimiter] = {}
+        self._stat: dict[str, tuple[int, int]] = {}  # container id → (nr_periods, nr_throttled)
+        self._usage: dict[str, tuple[float, int]] = {}  # container id → (time, usage ns)
+        self._samples: deque[tuple[float, int | None, dict[str, int]]] = deque(maxlen=64)
+        self._said: set[Any] = set()
+
+    @staticmethod
+    @hookimpl
+    def plugin_args() -> type:
+        return Args
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _once(self, key: Any, event: str, level: str = "info", **kw: Any) -> None:
+        if key in self._said:
+            return
+        if len(self._said) >= 10000:
+            self._said.clear()
+        self._said.add(key)
+        getattr(log, level)(event, plugin=NAME, **kw)
+
+    def pods(self, ns: NodeState, args: Args, *, restore: bool = False) -> list[PodView]:
+        """The burstable pods of the node with their merged config and containers; ``restore``: every
+        pod, whatever its phase, with policy ``none`` (burst 0, the kubelet's quota), annotation or not."""
+        node_cfg = args.burst_config()
+        out = []
+        for ps in ns.pods:
+            if ps.pod is None or not ps.cgroup_dir or not is_burstable(ps):
+                continue
+            if not restore and ps.pod.phase not in _ACTIVE:
+                continue
+            key = ps.pod.key
+            raw = ps.pod.annotations.get(ANNOTATION_POD_CPU_BURST)
+            cfg = node_cfg
+            if raw is not None:
+                try:
+                    cfg = merge_pod_config(node_cfg, parse_pod_config(raw)) or node_cfg
+                except ValueError as e:  # Koordinator logs it and uses the node's config
+                    warn_once(log, self._said, ("annotation", ps.uid, raw), "ignoring malformed cpu burst annotation",
+                              plugin=NAME, pod=key, annotation=ANNOTATION_POD_CPU_BURST, error=str(e)[:200])
+            if restore:
+                cfg = attrs.evolve(cfg, policy=POLICY_NONE)
+            spec = {c.name: c for c in ps.pod.containers}
+            containers = []
+            for st in _statuses(ps.pod.raw):
+                name, cid = st.get("name"), st.get("containerID") or ""
+                if not isinstance(name, str) or name not in spec or not isinstance(cid, str):
+                    continue
+                state = st.get("state")
+                running = isinstance(state, Mapping) and isinstance(state.get("running"), Mapping)
+                limit = spec[name].limits.get("cpu", -1)
+                containers.append(ContainerView(name, cid, limit, running,
+                                                container_dir(ns.cgroup_driver, ps.cgroup_dir, cid) if cid else ""))
+            out.append(PodView(ps, key, cfg, tuple(containers)))
+        return out
+
+    # -- files ---------------------------------------------------------------------------------------
+    @staticmethod
+    def files(ns: NodeState, rel_dir: str) -> dict[str, str]:
+        """The files this plugin reads of a pod or container dir: quota, burst, cpu.stat, usage."""
+        v1 = ns.cgroup_version == 1
+        return {"quota": ns.cpu_quota_file(rel_dir),
+                "burst": ns.cgroup_file("cpu", rel_dir, "cpu.cfs_burst_us" if v1 else "cpu.max.burst"),
+                "stat": ns.cgroup_file("cpu", rel_dir, "cpu.stat"),
+                "usage": ns.cgroup_file("cpuacct", rel_dir, "cpuacct.usage") if v1 else ""}
+
+    # -- node QoS loop -------------------------------------------------------------------------------
+    @hookimpl
+    def collect(self, node_state: NodeState, args: Args, handle: Any) -> dict | None:
+        roots = getattr(handle, "roots", None)
+        root = roots.get("cgroup") if isinstance(roots, Mapping) else None
+        if not root:
+            return None
+        now = float(handle.now())
+        ns = node_state
+        pods = self.pods(ns, args)
+        values = read_values(root, ns, pods)
+        merged = {**values, **ns.cgroups}
+        throttled: dict[str, float] = {}
+        usage: dict[str, float] = {}
+        seen: set[str] = set()
+        for p in pods:
+            for c in p.containers:
+                if not c.cgroup_dir:
+                    continue
+                seen.add(c.container_id)
+                f = self.files(ns, c.cgroup_dir)
+                stat = parse_kv(merged.get(f["stat"]))
+                if "nr_periods" in stat and "nr_throttled" in stat:
+                    cur = (stat["nr_periods"], stat["nr_throttled"])
+                    prev = self._stat.get(c.container_id)
+                    self._stat[c.container_id] = cur
+                    if prev is not None:  # CalcCPUThrottledRatio, from the second point on
+                        dp, dt = cur[0] - prev[0], cur[1] - prev[1]
+                        throttled[c.container_id] = dt / dp if dp > 0 else 0.0
+                used_ns = (_uint(merged.get(f["usage"])) if f["usage"]
+                           else (stat["usage_usec"] * 1000 if "usage_usec" in stat else None))
+                if used_ns is not None:
+                    prev_u = self._usage.get(c.container_id)
+                    self._usage[c.container_id] = (now, used_ns)
+                    if prev_u is not None and now > prev_u[0] and used_ns >= prev_u[1]:
+                        usage[c.container_id] = (used_ns - prev_u[1]) / 1e9 / (now - prev_u[0])
+        for d in (self._stat, self._usage):
+            for k in [k for k in d if k not in seen]:
+                del d[k]
+        allowed: dict[str, bool] = {}
+        for p in pods:
+            for c in quota_candidates(ns, p, merged):
+                allowed[c.container_id] = limiter_allows(self.limiters, c.container_id, p.cfg, c.limit_milli,
+                                                         usage.get(c.container_id), now)
+        for gone in recycle(self.limiters, now):
+            log.info("recycle limiter for container", plugin=NAME, container=gone)
+        node_avg, pod_avg = self._window(now, ns)
+        out: dict[str, Any] = {VALUES_KEY: values, THROTTLED_KEY: throttled, USAGE_KEY: usage, ALLOWED_KEY: allowed,
+                               POD_USAGE_KEY: pod_avg}
+        if node_avg is not None:
+            out[NODE_USAGE_KEY] = node_avg
+        return out
+
+    def _window(self, now: float, ns: NodeState) -> tuple[int | None, dict[str, int]]:
+        """The node's and pods' CPU usage averaged over the last min(5 rounds, 10 s) of samples."""
+        self._samples.append((now, ns.usage.get("cpu"), {p.uid: p.usage["cpu"] for p in ns.pods if "cpu" in p.usage}))
+        if len(self._samples) >= 2:
+            step = now - self._samples[-2][0]
+            span = min(WINDOW_ROUNDS * step, WINDOW_MAX_SECONDS) if step > 0 else 0.0
+        else:
+            span = 0.0
+        recent = [s for s in self._samples if now - s[0] <= span] or [self._samples[-1]]
+        while self._samples and now - self._samples[0][0] > WINDOW_MAX_SECONDS:
+            self._samples.popleft()
+        nodes = [s[1] for s in recent if s[1] is not None]
+        node_avg = sum(nodes) // len(nodes) if nodes else None
+        sums: dict[str, list[int]] = {}
+        for _, _, pods in recent:
+            for uid, v in pods.items():
+                sums.setdefault(uid, []).append(v)
+        return node_avg, {uid: sum(v) // len(v) for uid, v in sums.items()}
+
+    @hookimpl
+    def qos_plan(self, node_state: NodeState, args: Args, handle: Any) -> list | None:
+        return self.plan(node_state, args) or None
+
+    @hookimpl
+    async def shutdown(self, args: Args, handle: Any) -> None:
+        """Burst 0 and the kubelet's quotas (policy ``none`` is exactly that) on the fresh node state."""
+        if not isinstance(handle, AgentHandle) or handle.node_state is None or args is None:
+            return
+        ns = handle.node_state
+        root = handle.roots.get("cgroup")
+        pods = self.pods(ns, args, restore=True)
+        if root:
+            ns = attrs.evolve(ns, metrics={**ns.metrics, VALUES_KEY: read_values(root, ns, pods)})
+        writes = self.plan(ns, args, restore=True)
+        if writes:
+            log.info("restoring cpu burst and cfs quotas", plugin=NAME, writes=len(writes))
+            await handle.apply(writes)
+
+    # -- the plan --------------------------------------------------------------------------------------
+    def node_burst(self, ns: NodeState, args: Args) -> NodeBurst:
+        metrics = ns.metrics
+        node_usage = metrics.get(NODE_USAGE_KEY, ns.usage.get("cpu"))
+        pod_avg = metrics.get(POD_USAGE_KEY)
+        pods = []
+        for ps in ns.pods:
+            if ps.pod is None:  # not a pod koordlet knows (no metadata): its usage stays in the pool
+                continue
+            usage = pod_avg.get(ps.uid) if isinstance(pod_avg, Mapping) else ps.usage.get("cpu")
+            pods.append(PodUsage(raw_qos(ps), ps.pod.requests.get("cpu", 0), usage))
+        return node_state_for_burst(args.share_pool_threshold_percent, len(ns.cpu_ids), node_usage, pods)
+
+    def plan(self, ns: NodeState, args: Args, *, restore: bool = False) -> list[FileWrite]:
+        """The writes of one round (pure given ``ns``): Koordinator's ``start`` over every burstable pod."""
+        collected = ns.metrics.get(VALUES_KEY)
+        values = {**(collected if isinstance(collected, Mapping) else {}), **ns.cgroups}
+        node = self.node_burst(ns, args)
+        throttled = ns.metrics.get(THROTTLED_KEY) or {}
+        allowed = ns.metrics.get(ALLOWED_KEY) or {}
+        out: list[FileWrite] = []
+        for p in self.pods(ns, args, restore=restore):
+            out += self.pod_writes(ns, p, values, node, throttled, allowed)
+        return out
+
+    def pod_writes(self, ns: NodeState, p: PodView, values: Mapping[str, str], node: NodeBurst,
+                   throttled: Mapping[str, float], allowed: Mapping[str, bool]) -> list[FileWrite]:
+        pod_dir = p.state.cgroup_dir
+        pod_files = self.files(ns, pod_dir)
+        pod_quota = parse_quota(values.get(pod_files["quota"]))
+        # applyCFSQuotaBurst's steps first: the burst must fit the quotas before and after them
+        steps: list[QuotaStep] = []
+        currents: dict[str, int | None] = {}
+        for c in p.containers:
+            if not c.cgroup_dir:
+                continue
+            currents[c.cgroup_dir] = parse_quota(values.get(self.files(ns, c.cgroup_dir)["quota"]))
+        for c in quota_candidates(ns, p, values):
+            ok = allowed.get(c.container_id)
+            if ok is None:
+                ok = fresh_limiter_allows(c.container_id, p.cfg)
+            cur = currents[c.cgroup_dir]
+            assert cur is not None  # quota_candidates checked it
+            step = quota_step(c.cgroup_dir, milli_cpu_to_quota(c.limit_milli), cur, p.cfg, ok,
+                              throttled.get(c.container_id), node)
+            if step is not None:
+                steps.append(step)
+        sequence = pod_quota_sequence(pod_quota, steps)
+        final = dict(sequence)
+        # applyCPUBurst
+        out: list[FileWrite] = []
+        pod_burst = 0
+        for c in p.containers:
+            if not c.container_id or not c.cgroup_dir:
+                continue
+            want = static_cpu_burst(c.limit_milli, p.cfg)
+            pod_burst += want
+            base = milli_cpu_to_quota(c.limit_milli)
+            out += self._burst_write(ns, p, c.cgroup_dir, want, values,
+                                     [base, currents.get(c.cgroup_dir), final.get(c.cgroup_dir)], c.name)
+        out += self._burst_write(ns, p, pod_dir, pod_burst, values,
+                                 [kubelet_pod_quota(pod_quota, p, currents), pod_quota, final.get("")], "")
+        for d, quota in sequence:
+            out.append(self._quota_write(ns, d or pod_dir, quota, values))
+        for s in steps:
+            log.debug("scale container cfs quota", plugin=NAME, pod=p.key, dir=s.container_dir,
+                      operation=s.op.value, node=node.value, current=s.current, target=s.target)
+        return out
+
+    def _burst_write(self, ns: NodeState, p: PodView, rel_dir: str, want: int, values: Mapping[str, str],
+                     quotas: Iterable[int | None], container: str) -> list[FileWrite]:
+        f = self.files(ns, rel_dir)
+        if f["burst"] not in values:
+            if f["quota"] not in values:  # the cgroup is gone (or was never there)
+                self._once(("vanished", rel_dir), "cgroup not found, skipped", pod=p.key, container=container or None,
+                           dir=rel_dir)
+            else:  # the kernel has no CFS burst (before Linux 5.14)
+                self._once(("unsupported", ns.cgroup_version), "the kernel has no cpu burst file, burst skipped",
+                           file=f["burst"].rsplit("/", 1)[-1])
+            return []
+        value = burst_clamp(want, quotas)
+        if value != want:
+            self._once(("clamp", rel_dir, want, value), "cpu burst clamped to the cgroup's cfs quota (the kernel "
+                       "refuses a larger burst)", pod=p.key, container=container or None, wanted=want, burst=value)
+        return [FileWrite(f["burst"], str(value), plugin=NAME)]
+
+    @staticmethod
+    def _quota_write(ns: NodeState, rel_dir: str, quota: int, values: Mapping[str, str]) -> FileWrite:
+        path = ns.cpu_quota_file(rel_dir)
+        if ns.cgroup_version == 1:
+            return FileWrite(path, str(quota), plugin=NAME)
+        parts = (values.get(path) or "").split()
+        period = parts[1] if len(parts) == 2 and parts[1].isdigit() else "100000"
+        return FileWrite(path, f"{quota} {period}" if quota > 0 else f"max {period}", plugin=NAME)
+
+
+def kubelet_pod_quota(pod_quota: int | None, p: PodView, currents: Mapping[str, int | None]) -> int | None:
+    """The pod's quota without this plugin's scaling: its current one minus what its containers have
+    above their base (the pod moves by the containers' deltas); ``None`` when unlimited or unknown."""
+    if pod_quota is None or pod_quota <= 0:
+        return None
+    extra = 0
+    for c in p.containers:
+        base, cur = milli_cpu_to_quota(c.limit_milli), currents.get(c.cgroup_dir) if c.cgroup_dir else None
+        if base > 0 and cur is not None and cur > 0:
+            extra += cur - base
+    return pod_quota - extra
+
+
+def quota_candidates(ns: NodeState, p: PodView, values: Mapping[str, str]) -> list[ContainerView]:
+    """The containers applyCFSQuotaBurst gets as far as genOperationByContainer with: running, with a
+    CPU limit, a cgroup and a readable quota."""
+    out = []
+    for c in p.containers:
+        if not c.running or milli_cpu_to_quota(c.limit_milli) <= 0 or not c.cgroup_dir:
+            continue
+        if parse_quota(values.get(ns.cpu_quota_file(c.cgroup_dir))) is None:
+            continue
+        out.append(c)
+    return out
+
+
+# -- reading ------------------------------------------------------------------------------------------
+
+def _uint(text: str | None) -> int | None:
+    if text is None:
+        return None
+    t = text.strip()
+    return int(t) if t and len(t) <= 20 and t.isascii() and t.isdigit() else None
+
+
+def parse_quota(text: str | None) -> int | None:
+    """``cpu.cfs_quota_us`` (``-1``) or ``cpu.max`` (``max 100000``) → µs, -1 unlimited; None unreadable."""
+    if text is None:
+        return None
+    parts = text.split()
+    if not parts:
+        return None
+    if parts[0] in ("max", "-1"):
+        return -1
+    return _uint(parts[0])
+
+
+def parse_kv(text: str | None) -> dict[str, int]:
+    """``cpu.stat``'s ``key value`` lines (at most 64)."""
+    out: dict[str, int] = {}
+    for line in (text or "").splitlines()[:64]:
+        k, _, v = line.partition(" ")
+        n = _uint(v)
+        if n is not None:
+            out[k.strip()] = n
+    return out
+
+
+def read_file(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(READ_LIMIT)
+    except OSError:  # absent: a vanished cgroup or a kernel without the file
+        return None
+    try:
+        return data.decode().strip()
+    except UnicodeDecodeError:
+        return None
+
+
+def read_values(root: str, ns: NodeState, pods: Iterable[PodView]) -> dict[str, str]:
+    """The quota/burst/cpu.stat/usage files of the pods' and containers' dirs that exist."""
+    out: dict[str, str] = {}
+    for p in pods:
+        dirs = [p.state.cgroup_dir] + [c.cgroup_dir for c in p.containers if c.cgroup_dir]
+        for d in dirs:
+            for rel in CPUBurst.files(ns, d).values():
+                if not rel or rel in out:
+                    continue
+                v = read_file(os.path.join(root, rel))
+                if v is not None:
+                    out[rel] = v
+    return out
