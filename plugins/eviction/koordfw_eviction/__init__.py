@@ -40,14 +40,13 @@ eviction is off (``cpuEvictEnable``, Koordinator's BECPUEvict gate) and needs bo
 from __future__ import annotations
 
 import functools
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any
 
 import attrs
 import structlog
 
-from koordfw import Eviction, NodeState, PodState, hookimpl
+from koordfw import Eviction, InputError, NodeState, PodState, hookimpl, loads_json
 from koordfw.extension import ANNOTATION_POD_EVICT_POLICY, BATCH_CPU
 
 log = structlog.get_logger("koordfw.eviction")
@@ -174,8 +173,8 @@ def eviction_policy_allowed(policy: str, annotations: Mapping[str, str]) -> bool
     if content is None:
         return True
     try:
-        policies = json.loads(content)
-    except ValueError:
+        policies = loads_json(content)  # bounded: the annotation is anyone's text
+    except (InputError, ValueError, RecursionError):
         return False
     if not isinstance(policies, list):
         return False
@@ -247,7 +246,7 @@ def sorted_be_memory_pods(ns: NodeState) -> list[PodState]:
     return _sorted(be_candidates(ns, BE_MEMORY_EVICT), _memory_less)
 
 
-def pick(ordered: Sequence[PodState], to_release: int, amount: Any, pending: set[str]) -> list[PodState]:
+def pick(ordered: Sequence[PodState], to_release: int, amount: Any, pending: Set[str]) -> list[PodState]:
     """``KillAndEvictPods`` for one task: walk ``ordered``, counting pods in ``pending`` (evicted, still
     there) as released without evicting them again, and pick until the released sum reaches
     ``to_release``."""
@@ -264,7 +263,7 @@ def pick(ordered: Sequence[PodState], to_release: int, amount: Any, pending: set
     return out
 
 
-def plan_memory(ns: NodeState, args: Args, pending: set[str] = frozenset()) -> list[Eviction]:  # type: ignore[assignment]
+def plan_memory(ns: NodeState, args: Args, pending: Set[str] = frozenset()) -> list[Eviction]:
     """The BEMemoryEvict evictions for ``ns`` (``pending``: uids whose eviction is under way)."""
     if not args.memory_evict_enable:
         return []
@@ -391,7 +390,7 @@ def sorted_be_cpu_pods(ns: NodeState) -> list[PodState]:
 
 
 def plan_cpu(ns: NodeState, args: Args, avg: BESample | None = None, current: BESample | None = None,
-             pending: set[str] = frozenset()) -> list[Eviction]:  # type: ignore[assignment]
+             pending: Set[str] = frozenset()) -> list[Eviction]:
     """The BECPUEvict evictions: ``avg`` (the window's average; default: this state's sample) and
     ``current`` (default: this state's sample)."""
     if not args.cpu_evict_enable or not args.cpu_configured or ns.capacity.get("cpu", 0) <= 0:
@@ -477,7 +476,7 @@ def plan(ns: NodeState, args: Args, live: Live | None = None, now: float = 0.0) 
     return out
 
 
-def _plan_cpu_live(ns: NodeState, args: Args, live: Live, now: float, pending: set[str]) -> list[Eviction]:
+def _plan_cpu_live(ns: NodeState, args: Args, live: Live, now: float, pending: Set[str]) -> list[Eviction]:
     if not live.samples:
         return []
     interval = live.interval()
@@ -497,7 +496,7 @@ def qos_plan(node_state: NodeState, args: Args, handle: Any) -> list[Eviction]:
     now = float(handle.now()) if live is not None else 0.0
     out = plan(node_state, args, live, now)
     for e in out:
-        log.warning("planning eviction", pod=e.pod, uid=e.pod_uid, reason=e.reason, node=node_state.name)
+        log.info("planning eviction", pod=e.pod, uid=e.pod_uid, reason=e.reason, node=node_state.name)
     return out
 
 
