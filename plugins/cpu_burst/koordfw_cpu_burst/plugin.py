@@ -80,7 +80,7 @@ def container_dir(driver: str, pod_dir: str, container_id: str) -> str:
     """``GetContainerCgroupParentDir``; ``""`` for an id that is not ``<runtime>://<id>`` of a known
     runtime (koordlet skips such a container)."""
     runtime, sep, cid = container_id.partition("://")
-    if not sep or not cid or runtime not in SCOPE_PREFIXES or "/" in cid or cid in (".", ".."):
+    if not sep or not cid or runtime not in SCOPE_PREFIXES or "/" in cid or "\0" in cid or cid in (".", ".."):
         return ""
     name = f"{SCOPE_PREFIXES[runtime]}{cid}.scope" if driver == "systemd" else cid
     return f"{pod_dir}/{name}"
@@ -292,14 +292,14 @@ class CPUBurst:
                    throttled: Mapping[str, float], allowed: Mapping[str, bool]) -> list[FileWrite]:
         pod_dir = p.state.cgroup_dir
         pod_files = self.files(ns, pod_dir)
-        pod_quota = parse_quota(values.get(pod_files["quota"]))
+        pod_quota = parse_quota(values.get(pod_files["quota"]), ns.cgroup_version)
         # applyCFSQuotaBurst's steps first: the burst must fit the quotas before and after them
         steps: list[QuotaStep] = []
         currents: dict[str, int | None] = {}
         for c in p.containers:
             if not c.cgroup_dir:
                 continue
-            currents[c.cgroup_dir] = parse_quota(values.get(self.files(ns, c.cgroup_dir)["quota"]))
+            currents[c.cgroup_dir] = parse_quota(values.get(self.files(ns, c.cgroup_dir)["quota"]), ns.cgroup_version)
         for c in quota_candidates(ns, p, values):
             ok = allowed.get(c.container_id)
             if ok is None:
@@ -379,7 +379,7 @@ def quota_candidates(ns: NodeState, p: PodView, values: Mapping[str, str]) -> li
     for c in p.containers:
         if not c.running or milli_cpu_to_quota(c.limit_milli) <= 0 or not c.cgroup_dir:
             continue
-        if parse_quota(values.get(ns.cpu_quota_file(c.cgroup_dir))) is None:
+        if parse_quota(values.get(ns.cpu_quota_file(c.cgroup_dir)), ns.cgroup_version) is None:
             continue
         out.append(c)
     return out
@@ -394,16 +394,19 @@ def _uint(text: str | None) -> int | None:
     return int(t) if t and len(t) <= 20 and t.isascii() and t.isdigit() else None
 
 
-def parse_quota(text: str | None) -> int | None:
-    """``cpu.cfs_quota_us`` (``-1``) or ``cpu.max`` (``max 100000``) → µs, -1 unlimited; None unreadable."""
+def parse_quota(text: str | None, version: int = 1) -> int | None:
+    """v1 ``cpu.cfs_quota_us`` (``-1`` unlimited) or v2 ``cpu.max`` (``max 100000``) → µs, -1 unlimited;
+    ``None`` for anything else (unreadable)."""
     if text is None:
         return None
     parts = text.split()
-    if not parts:
+    if version == 1:
+        if len(parts) != 1:
+            return None
+        return -1 if parts[0] == "-1" else _uint(parts[0])
+    if len(parts) != 2 or _uint(parts[1]) is None:
         return None
-    if parts[0] in ("max", "-1"):
-        return -1
-    return _uint(parts[0])
+    return -1 if parts[0] == "max" else _uint(parts[0])
 
 
 def parse_kv(text: str | None) -> dict[str, int]:
@@ -421,7 +424,7 @@ def read_file(path: str) -> str | None:
     try:
         with open(path, "rb") as fh:
             data = fh.read(READ_LIMIT)
-    except OSError:  # absent: a vanished cgroup or a kernel without the file
+    except (OSError, ValueError):  # absent (a vanished cgroup, a kernel without the file) or not a path (NUL)
         return None
     try:
         return data.decode().strip()
