@@ -62,7 +62,7 @@ from koordfw.engines.kube.manager import KubeManager
 from koordfw.engines.kube.node import NodeOnCluster
 from koordfw.extension import BATCH_CPU, BATCH_MEMORY
 from koordfw.testing.cgroups import FakeNode
-from koordfw.testing.fake_apiserver import RESOURCES, FakeApiServer
+from koordfw.testing.fake_apiserver import RESOURCES
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
