@@ -119,3 +119,92 @@ def current_state(ns: NodeState, plugin: CPUBurst, args: Args) -> NodeState:
     metrics = plugin.collect(ns, args, Handle())
     return NodeState(name=ns.name, cgroup_version=1, kubepods=ns.kubepods, capacity=ns.capacity, pods=ns.pods,
                      metrics=metrics or {})
+
+
+# -- the whole agent on real cgroups: a busy LS container in a 20 % quota ------------------------------------
+
+CONTROLLERS = ("cpu", "cpuacct", "cpuset")
+
+
+@pytest.fixture
+def busy_tree(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from koordfw.testing.cgroups import make_real_cgroup
+
+    root = CPU.parent
+    for c in CONTROLLERS:
+        if not (root / c / "cgroup.procs").exists():
+            pytest.skip(f"cgroup v1 controller {c} not mounted at {root / c}")
+    parent = f"koordfw-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    uid = uuid.uuid4().hex[:12]
+    kubepods = f"{parent}/kubepods"
+    pod_dir = f"{kubepods}/burstable/pod{uid}"
+    c_dir = f"{pod_dir}/c{uid}"
+    made: list[Path] = []
+    procs: list[subprocess.Popen] = []
+    try:
+        for c in CONTROLLERS:
+            for d in (parent, kubepods, f"{kubepods}/burstable", f"{kubepods}/besteffort", pod_dir, c_dir):
+                make_real_cgroup(root / c / d)
+                made.append(root / c / d)
+        for d in (pod_dir, c_dir):  # the kubelet's quota for a 200m limit
+            (CPU / d / "cpu.cfs_quota_us").write_text("20000")
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        procs.append(busy)
+        for c in CONTROLLERS:
+            (root / c / c_dir / "cgroup.procs").write_text(str(busy.pid))
+        m = manifest("svc", {"main": 200}, qos="LS", uid=uid)
+        m["status"]["containerStatuses"][0]["containerID"] = f"containerd://c{uid}"
+        (tmp_path / "pods.json").write_text(json.dumps(m))
+        yield kubepods, pod_dir, c_dir, tmp_path / "pods.json"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        time.sleep(0.05)
+        remove_real_cgroups(made)
+
+
+async def test_agent_rounds_and_restore_on_real_cgroups(busy_tree):
+    import time
+
+    from koordfw_cpu_burst.burst import NodeBurst
+    from koordfw_cpu_burst.plugin import THROTTLED_KEY
+
+    from koordfw.agent.cgroups import CgroupLayout
+    from koordfw.agent.loop import Agent
+    from koordfw.core.plugins import Registry
+    from koordfw.core.profile import profile_from_dict
+
+    kubepods, pod_dir, c_dir, pods_from = busy_tree
+    # threshold 100 %: this (shared) machine's share pool is overloaded only when all its CPUs are busy
+    config = {"cpu_burst": {"policy": "auto", "cpuBurstPercent": 1000, "cfsQuotaBurstPercent": 300,
+                            "sharePoolThresholdPercent": 100}}
+    registry = Registry(profile_from_dict({"pluginConfig": config})).load(only={"cpu_burst"})
+    root = CPU.parent
+    agent = Agent(registry, CgroupLayout(root, 1, "cgroupfs", kubepods), Executor({"cgroup": root}),
+                  node_name="real", pods_from=pods_from)
+    await agent.startup()
+    await agent.run_once()
+    # 0.2 cores × 1000 % = 200 000 µs wanted; the kernel takes at most the 20 000 µs quota
+    assert (CPU / c_dir / "cpu.cfs_burst_us").read_text().strip() == "20000"
+    assert (CPU / pod_dir / "cpu.cfs_burst_us").read_text().strip() == "20000"
+    time.sleep(0.5)
+    await agent.run_once()
+    ns = agent.node_state
+    ratio = ns.metrics[THROTTLED_KEY][f"containerd://c{c_dir.rsplit('/c', 1)[1]}"]
+    assert ratio > 0  # a busy loop in a 20 % quota is throttled
+    # scaled up ×1.2 when the share pool was idle in that round (the plugin's own verdict, recomputed)
+    node = registry.plugins["cpu_burst"].obj.node_burst(ns, registry.args["cpu_burst"])
+    quota = int((CPU / c_dir / "cpu.cfs_quota_us").read_text())
+    want = {NodeBurst.IDLE: 24000, NodeBurst.COOLING: 20000, NodeBurst.UNKNOWN: 20000, NodeBurst.OVERLOAD: 20000}
+    assert quota == want[node], node
+    assert int((CPU / pod_dir / "cpu.cfs_quota_us").read_text()) == quota
+    await agent.shutdown()
+    assert (CPU / c_dir / "cpu.cfs_burst_us").read_text().strip() == "0"
+    assert (CPU / pod_dir / "cpu.cfs_burst_us").read_text().strip() == "0"
+    assert (CPU / c_dir / "cpu.cfs_quota_us").read_text().strip() == "20000"
+    assert (CPU / pod_dir / "cpu.cfs_quota_us").read_text().strip() == "20000"
