@@ -56,6 +56,9 @@ ANNOTATION_NODE_CPU_SHARED_POOLS = "node.koordinator.sh/cpu-shared-pools"  # Ann
 ANNOTATION_NODE_BE_CPU_SHARED_POOLS = "node.koordinator.sh/be-cpu-shared-pools"  # AnnotationNodeBECPUSharedPools
 ANNOTATION_KUBELET_CPU_MANAGER_POLICY = "kubelet.koordinator.sh/cpu-manager-policy"  # AnnotationKubeletCPUManagerPolicy
 ANNOTATION_CPU_BASIC_INFO = "node.koordinator.sh/cpu-basic-info"  # AnnotationCPUBasicInfo
+#: the node's CPU normalization ratio (koord-manager writes it; koordlet's BatchResource hook scales BE quotas by it)
+ANNOTATION_CPU_NORMALIZATION_RATIO = "node.koordinator.sh/cpu-normalization-ratio"  # AnnotationCPUNormalizationRatio
+__all__ += ["ANNOTATION_CPU_NORMALIZATION_RATIO"]
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"  # LabelManagedBy
 #: the NodeResourceTopology CRD (k8stopologyawareschedwg/noderesourcetopology-api)
 TOPOLOGY_GROUP_VERSION = "topology.node.k8s.io/v1alpha1"

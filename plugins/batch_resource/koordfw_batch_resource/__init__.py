@@ -13,7 +13,6 @@ from .calculator import ANNOTATION_NODE_RESERVATION, BATCH_CPU, BATCH_MEMORY, Ba
 from .metric import NodeMetricInfo, PodUsage, parse_node_metric
 from .plugin import BatchResource
 from .runtimehook import (
-                          ANNOTATION_CPU_NORMALIZATION_RATIO,
                           BatchSpec,
                           Knobs,
                           Rule,
@@ -32,7 +31,7 @@ from .strategy import (
 )
 
 __all__ = [
-    "ANNOTATION_COLOCATION_STRATEGY", "ANNOTATION_CPU_NORMALIZATION_RATIO", "ANNOTATION_NODE_RESERVATION",
+    "ANNOTATION_COLOCATION_STRATEGY", "ANNOTATION_NODE_RESERVATION",
     "BATCH_CPU", "BATCH_MEMORY", "LABEL_CPU_RECLAIM_RATIO", "LABEL_MEMORY_RECLAIM_RATIO", "BatchResource",
     "BatchResult", "BatchSpec", "ColocationStrategy", "Knobs", "NodeMetricInfo", "PodUsage", "Rule", "calculate",
     "container_knobs", "milli_cpu_to_quota", "milli_cpu_to_shares", "needs_sync", "parse_node_metric",

@@ -26,12 +26,11 @@ import attrs
 import structlog
 
 from koordfw import ManifestError, NodeState, PodState, format_quantity, hookimpl, warn_once
-from koordfw.extension import BATCH_CPU, BATCH_MEMORY, COLOCATION_CONFIG_KEY
+from koordfw.extension import ANNOTATION_CPU_NORMALIZATION_RATIO, BATCH_CPU, BATCH_MEMORY, COLOCATION_CONFIG_KEY
 
 from .calculator import BatchResult, calculate, needs_sync
 from .metric import NodeMetricInfo, parse_node_metric
 from .runtimehook import (
-    ANNOTATION_CPU_NORMALIZATION_RATIO,
     RATIO_DIFF_EPSILON,
     Rule,
     cfs_quota_enabled,

@@ -43,8 +43,6 @@ from koordfw.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATC
 log = structlog.get_logger("koordfw.batch_resource")
 
 PLUGIN = "batch_resource"
-#: Koordinator's ``AnnotationCPUNormalizationRatio`` (apis/extension/cpu_normalization.go); only this hook reads it
-ANNOTATION_CPU_NORMALIZATION_RATIO = "node.koordinator.sh/cpu-normalization-ratio"
 #: ``NormalizationRatioDiffEpsilon`` / the rule's ``ratioDiffEpsilon``: smaller ratio changes are ignored
 RATIO_DIFF_EPSILON = 0.01
 RUNTIME_CLASS_KATA = "kata"  # runtimeClassKata: containers of kata pods are not reconciled
