@@ -6,7 +6,9 @@ max(system usage, node reservation)`` (at least ``cpuSuppressMinPercent`` of cap
 is enforced on the kubelet's besteffort QoS cgroup either as a cpuset (policy ``cpuset``, default) or as
 a CFS quota (policy ``cfsQuota``); the other knob is restored. With ``enable: false`` (Koordinator's
 default) both knobs are restored. Beyond Koordinator: ``beCPUIdle`` marks the besteffort cgroup
-SCHED_IDLE (``cpu.idle = 1``) where the kernel has ``cpu.idle`` (Linux 5.15+).
+SCHED_IDLE (``cpu.idle = 1``) where the kernel has ``cpu.idle`` (Linux 5.15+), and ``lsPressureFeedback``
+(:mod:`koordfw_be_suppress.feedback`) narrows the budget below Koordinator's while LS pods wait for CPU
+(PSI) or are throttled (AIMD with a dead band and a floor).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from koordfw.extension import (
     QOS_LSE,
     QOS_LSR,
 )
+
+from .feedback import FeedbackState, LSPressureFeedback
 
 log = structlog.get_logger("koordfw.be_suppress")
 
@@ -79,6 +83,8 @@ class Args:
     cpu_suppress_policy: str = attrs.field(default=POLICY_CPUSET, validator=_policy)
     # the odd capitalisation gives the profile key Koordinator-style spelling ``beCPUIdle``
     be_CPU_idle: bool = True
+    #: beyond Koordinator: the LS-pressure feedback (off by default)
+    ls_pressure_feedback: LSPressureFeedback = attrs.field(factory=LSPressureFeedback)
 
 
 @hookimpl
@@ -354,12 +360,15 @@ def restore_writes(ns: NodeState) -> list[FileWrite]:
     return recover_writes_quota(ns) + recover_writes_cpuset(ns) + idle_writes(ns, False)
 
 
-def plan(ns: NodeState, args: Args) -> list[FileWrite]:
-    """The desired writes for one round (pure)."""
+def plan(ns: NodeState, args: Args, budget_milli: int | None = None) -> list[FileWrite]:
+    """The desired writes for one round (pure). ``budget_milli``: the LS-pressure feedback's budget, applied
+    when below Koordinator's."""
     if not args.enable:
         return restore_writes(ns)
     out: list[FileWrite] = []
     suppress = be_suppress_milli(ns, args)
+    if suppress is not None and budget_milli is not None:
+        suppress = min(suppress, budget_milli)
     if suppress is not None:
         if args.cpu_suppress_policy == POLICY_CFS_QUOTA:
             be_dir = ns.qos_dir("besteffort")
@@ -375,14 +384,41 @@ def plan(ns: NodeState, args: Args) -> list[FileWrite]:
     return out
 
 
+#: agent handle → the feedback loop's state; only the live agent calls ``collect``
+_FEEDBACK: dict[Any, FeedbackState] = {}
+
+
 @hookimpl
-def qos_plan(node_state, args):
-    return plan(node_state, args)
+def collect(node_state, args, handle):
+    """Read the LS pressure signal and take one feedback step (only with ``lsPressureFeedback.enable``)."""
+    cfg = args.ls_pressure_feedback
+    if not args.enable or not cfg.enable:
+        _FEEDBACK.pop(handle, None)
+        return None
+    fb = _FEEDBACK.setdefault(handle, FeedbackState())
+    roots = getattr(handle, "roots", None)
+    now = float(handle.now())
+    sig = fb.read_signal(node_state, cfg, roots.get("cgroup") if isinstance(roots, dict) else None, now)
+    fb.step(cfg, be_suppress_milli(node_state, args), node_state.capacity.get("cpu", 0), sig, now)
+    return {"be_suppress": dict(fb.report())}
+
+
+def feedback_budget(handle: Any) -> int | None:
+    """This round's feedback budget of the agent behind ``handle`` (``None``: Koordinator's alone)."""
+    fb = _FEEDBACK.get(handle)
+    return fb.applied_milli if fb is not None else None
+
+
+@hookimpl
+def qos_plan(node_state, args, handle):
+    budget = feedback_budget(handle) if args.enable and args.ls_pressure_feedback.enable else None
+    return plan(node_state, args, budget)
 
 
 @hookimpl
 async def shutdown(args, handle):
     """Restore the besteffort knobs through the agent (no-op for engines without a node)."""
+    _FEEDBACK.pop(handle, None)
     if not isinstance(handle, AgentHandle) or handle.node_state is None:
         return
     await handle.apply(restore_writes(handle.node_state))
