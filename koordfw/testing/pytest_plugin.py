@@ -4,13 +4,27 @@
 * ``koordfw_schedule``: :func:`koordfw.testing.schedule`.
 * ``koordfw_registry``: a factory for a fresh plugin registry (``koordfw_registry(profile, plugins=...)``).
 * ``virtual_clock``: a :class:`VirtualClock` starting at 1,000,000 s.
+
+And, for every test, structlog's configuration is put back as it was after the test: a test that runs a
+command in-process (``koordfw.cli.main`` configures logging, at level warning by default) must not
+leave later tests' ``structlog.testing.capture_logs`` blind to info events.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+import structlog
 
 from . import ClusterBuilder, VirtualClock, schedule
+
+
+@pytest.fixture(autouse=True)
+def _koordfw_structlog_isolation() -> Iterator[None]:
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 @pytest.fixture
