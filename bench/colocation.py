@@ -12,11 +12,17 @@ from each request's scheduled send time, so queueing is not hidden. Phases, inte
     unmanaged           LS + BE with Kubernetes defaults only (besteffort cpu.shares 2, no agent)
     cpuset[, +idle]     LS + BE with `koordfw agent` and be_suppress policy cpuset (with/without beCPUIdle)
     cfsQuota[, +idle]   the same with policy cfsQuota
+    feedback[, +idle]   cfsQuota with be_suppress lsPressureFeedback (PSI / LS throttling AIMD), with/without
+                        beCPUIdle (beyond Koordinator)
 
 Per phase: LS p50/p99/p99.9, p99 ratio to LS alone, BE CPU (cores), CPU left idle by LS (cores), node CPU
-utilisation, and the agent's own CPU. Separately: the agent's CPU cost per round with 100 pod cgroups.
+utilisation, and the agent's own CPU. Separately: the agent's CPU cost per round with 100 pod cgroups, with
+be_suppress alone and with every node-side plugin installed (be_suppress with the feedback, llc_isolation,
+eviction, cpu_burst, memory_qos, batch_resource; pods with manifests so each plugin has work).
+``--plot FILE.png`` draws LS p99 / alone against BE's share of the idle CPU, one point per phase.
 
-    sudo .venv/bin/python bench/colocation.py [--seconds 20] [--repeats 3] [--json]
+    sudo .venv/bin/python bench/colocation.py [--seconds 20] [--repeats 3] [--json] [--plot FILE.png]
+    sudo .venv/bin/python bench/colocation.py --cost-only     # only the 100-pod agent cost
 """
 
 from __future__ import annotations
@@ -172,6 +178,11 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] * 1000
 
 
+#: the feedback phases' lsPressureFeedback (node PSI on cgroup v1; the bench's LS pod has no CPU limit,
+#: so LS throttling stays 0 and PSI drives it)
+FEEDBACK = {"enable": True, "targetPressurePercent": 10, "hysteresisPercent": 5, "decreaseFactor": 0.5,
+            "increasePercent": 5, "floorPercent": 5, "calmSeconds": 3}
+
 PHASES = [
     ("alone", None),
     ("unmanaged", None),
@@ -179,6 +190,8 @@ PHASES = [
     ("cpuset+idle", {"cpuSuppressPolicy": "cpuset", "beCPUIdle": True}),
     ("cfsQuota", {"cpuSuppressPolicy": "cfsQuota", "beCPUIdle": False}),
     ("cfsQuota+idle", {"cpuSuppressPolicy": "cfsQuota", "beCPUIdle": True}),
+    ("feedback", {"cpuSuppressPolicy": "cfsQuota", "beCPUIdle": False, "lsPressureFeedback": FEEDBACK}),
+    ("feedback+idle", {"cpuSuppressPolicy": "cfsQuota", "beCPUIdle": True, "lsPressureFeedback": FEEDBACK}),
 ]
 
 
@@ -234,8 +247,44 @@ def run_phase(tree: Tree, name: str, cfg: dict | None, url: str, rate: float, se
             "node_util": node_util, "agent_cores": agent_cores, "knobs": knobs, "restored": restored}
 
 
-def agent_cost_100_pods(rounds: int) -> dict:
-    """CPU time of one agent round with 100 pod cgroups (1 container each), on real cgroups."""
+#: every node-side plugin and a config giving each of them work (llc_isolation idles without resctrl)
+ALL_NODE_PLUGINS = ("be_suppress", "llc_isolation", "eviction", "cpu_burst", "memory_qos", "batch_resource")
+ALL_NODE_CONFIG = {
+    "be_suppress": {"enable": True, "cpuSuppressPolicy": "cfsQuota",
+                    "lsPressureFeedback": {"enable": True}},
+    "llc_isolation": {"LS": {"enable": True}, "BE": {"enable": True, "catRangeEndPercent": 30, "mbaPercent": 50}},
+    "eviction": {"memoryEvictThresholdPercent": 70, "cpuEvictEnable": True,
+                 "cpuEvictBESatisfactionLowerPercent": 40, "cpuEvictBESatisfactionUpperPercent": 80},
+    "cpu_burst": {"policy": "auto"},
+    "memory_qos": {"lsClass": {"enable": True}, "beClass": {"enable": True}},
+}
+
+
+def _pod_manifests(pods: list[tuple[str, str, str]]) -> str:
+    """Pod manifests for (uid, level, container id): LS burstable pods with CPU limits, BE pods with
+    batch-cpu/batch-memory, each with its container's status."""
+    import yaml
+
+    docs = []
+    for i, (uid, level, cid) in enumerate(pods):
+        if level == "burstable":
+            labels = {"koordinator.sh/qosClass": "LS"}
+            res = {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
+        else:
+            labels = {"koordinator.sh/qosClass": "BE"}
+            res = {"requests": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "256Mi"},
+                   "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "512Mi"}}
+        docs.append({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": f"p{i}", "namespace": "bench", "uid": uid, "labels": labels},
+                     "spec": {"nodeName": "bench", "containers": [{"name": "c", "resources": res}]},
+                     "status": {"phase": "Running", "containerStatuses": [
+                         {"name": "c", "containerID": f"containerd://{cid}", "ready": True}]}})
+    return yaml.safe_dump_all(docs)
+
+
+def agent_cost_100_pods(rounds: int, plugins: tuple[str, ...] = ("be_suppress",), config: dict | None = None) -> dict:
+    """CPU time of one agent round with 100 pod cgroups (1 container each), on real cgroups, with ``plugins``
+    installed (their ``pluginConfig`` ``config``; default be_suppress cfsQuota alone)."""
     import anyio
 
     from koordfw.agent.cgroups import CgroupLayout
@@ -245,28 +294,81 @@ def agent_cost_100_pods(rounds: int) -> dict:
     from koordfw.core.profile import profile_from_dict
 
     tree = Tree()
+    config = config or {"be_suppress": {"enable": True, "cpuSuppressPolicy": "cfsQuota"}}
     try:
+        pods = []
         for i in range(100):
             level = "besteffort" if i % 2 else "burstable"
-            tree.mkdir(f"{tree.kubepods}/{level}/pod{uuid.UUID(int=i)}/ctr{i}")
-        prof = profile_from_dict({"plugins": {"qosPlan": {"disabled": [{"name": "*"}], "enabled": ["be_suppress"]}},
-                                  "pluginConfig": {"be_suppress": {"enable": True, "cpuSuppressPolicy": "cfsQuota"}}})
-        reg = Registry(prof).load(only={"be_suppress"})
-        agent = Agent(reg, CgroupLayout(ROOT, 1, "cgroupfs", tree.kubepods), Executor({"cgroup": ROOT}))
+            uid, cid = str(uuid.UUID(int=i)), f"{i:064x}"
+            tree.mkdir(f"{tree.kubepods}/{level}/pod{uid}/{cid}")
+            pods.append((uid, level, cid))
+        prof = profile_from_dict({"plugins": {"qosPlan": {"disabled": [{"name": "*"}], "enabled": list(plugins)}},
+                                  "pluginConfig": config})
+        reg = Registry(prof).load(only=set(plugins))
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "pods.yaml").write_text(_pod_manifests(pods))
+            agent = Agent(reg, CgroupLayout(ROOT, 1, "cgroupfs", tree.kubepods), Executor({"cgroup": ROOT}),
+                          node_name="bench", pods_from=tmp)
+            planned: list[int] = []
 
-        async def go() -> None:
-            await agent.run_once()  # warm-up (first samples)
-            agent.cpu_seconds, agent.rounds = 0.0, 0
-            for _ in range(rounds):
-                await agent.run_once()
-            await agent.shutdown()
+            async def count(evictions: list, ns: object) -> None:  # no API server: count, do not log each
+                planned.append(len(evictions))
 
-        anyio.run(go)
+            agent.evictor = count
+
+            async def go() -> None:
+                await agent.startup()
+                await agent.run_once()  # warm-up (first samples)
+                agent.cpu_seconds, agent.rounds = 0.0, 0
+                for _ in range(rounds):
+                    await agent.run_once()
+                await agent.shutdown()
+
+            anyio.run(go)
         per_round = agent.cpu_seconds / max(agent.rounds, 1)
-        return {"pods": len(agent.node_state.pods), "rounds": agent.rounds, "cpu_ms_per_round": per_round * 1000,
-                "percent_of_one_core_at_1s": per_round * 100}
+        return {"plugins": list(plugins), "pods": len(agent.node_state.pods) if agent.node_state else 0,
+                "rounds": agent.rounds, "cpu_ms_per_round": per_round * 1000,
+                "percent_of_one_core_at_1s": per_round * 100, "evictions_planned": sum(planned),
+                "load_average": list(os.getloadavg())}
     finally:
         tree.cleanup()
+
+
+def agent_costs(rounds: int) -> dict:
+    return {"be_suppress": agent_cost_100_pods(rounds),
+            "all_node_plugins": agent_cost_100_pods(rounds, ALL_NODE_PLUGINS, ALL_NODE_CONFIG)}
+
+
+def plot(phases: list[dict], path: str) -> None:
+    """LS p99 / alone against BE's share of the idle CPU, one labelled point per phase (matplotlib Agg)."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("--plot needs matplotlib (.venv/bin/pip install matplotlib)", file=sys.stderr)
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for p in phases:
+        ax.scatter(p["be_share_of_idle"] * 100, p["ls_p99_ratio"], s=30)
+        ax.annotate(p["name"], (p["be_share_of_idle"] * 100, p["ls_p99_ratio"]), textcoords="offset points",
+                    xytext=(4, 4), fontsize=8)
+    ax.axhline(1.1, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("BE CPU, % of the CPU LS leaves idle")
+    ax.set_ylabel("LS p99 / LS alone")
+    ax.set_title(f"colocation on real cgroups ({NCPU} CPUs, {os.uname().release})", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _print_cost(cost: dict) -> None:
+    for key, c in cost.items():
+        print(f"agent cost, {c['pods']} pod cgroups, {key} ({', '.join(c['plugins'])}): {c['cpu_ms_per_round']:.2f} "
+              f"ms CPU per round = {c['percent_of_one_core_at_1s']:.2f}% of one core at a 1 s interval "
+              f"(load average {c['load_average'][0]:.2f})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle", type=float, default=3.0, help="seconds for the agent to act before measuring")
     ap.add_argument("--agent-rounds", type=int, default=20, help="rounds for the 100-pod agent cost")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    ap.add_argument("--plot", metavar="FILE.png", help="draw LS p99 ratio against BE share, one point per phase")
+    ap.add_argument("--cost-only", action="store_true", help="only the 100-pod agent cost (both plugin sets)")
     args = ap.parse_args(argv)
     from koordfw.log import configure
 
@@ -285,6 +389,15 @@ def main(argv: list[str] | None = None) -> int:
     if not (ROOT / "cpu" / "cgroup.procs").exists():
         print(f"needs cgroup v1 controllers at {ROOT}/<controller> (and root)", file=sys.stderr)
         return 2
+    if args.cost_only:
+        cost = agent_costs(args.agent_rounds)
+        if args.json:
+            json.dump({"machine": {"cpus": NCPU, "kernel": os.uname().release}, "agent_cost_100_pods": cost},
+                      sys.stdout, indent=2)
+            print()
+        else:
+            _print_cost(cost)
+        return 0
     iters = calibrate(args.cost_ms)
     rate = args.ls_util * 1000 / args.cost_ms
     tree = Tree()
@@ -317,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
             server.wait()
         time.sleep(0.1)
         tree.cleanup()
-    cost = agent_cost_100_pods(args.agent_rounds)
+    cost = agent_costs(args.agent_rounds)
 
     def agg(name: str) -> dict:
         rs = [x for x in runs if x["name"] == name]
@@ -340,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
               "settings": {"seconds": args.seconds, "repeats": args.repeats, "cost_ms": args.cost_ms,
                            "rate_per_s": rate, "iterations_per_request": iters},
               "phases": phases, "agent_cost_100_pods": cost}
+    if args.plot:
+        plot(phases, args.plot)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()
@@ -353,8 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{p['name']:<14}{p['ls_p50_ms']:>8.2f}{p['ls_p99_ms']:>8.2f}{p['ls_p999_ms']:>9.2f}"
               f"{p['ls_p99_ratio']:>10.2f}{p['be_cores']:>9.2f}{p['be_share_of_idle']:>8.0%}"
               f"{p['node_cpu_util']:>10.0%}{p['agent_cores'] * 100:>8.2f}  {p['ls_p99_per_repeat_ms']}")
-    print(f"agent cost, {cost['pods']} pod cgroups: {cost['cpu_ms_per_round']:.2f} ms CPU per round = "
-          f"{cost['percent_of_one_core_at_1s']:.2f}% of one core at a 1 s interval")
+    _print_cost(cost)
     return 0
 
 
