@@ -14,6 +14,7 @@ from each request's scheduled send time, so queueing is not hidden. Phases, inte
     cfsQuota[, +idle]   the same with policy cfsQuota
     feedback[, +idle]   cfsQuota with be_suppress lsPressureFeedback (PSI / LS throttling AIMD), with/without
                         beCPUIdle (beyond Koordinator)
+    feedback-sched+idle the same, the signal being the LS tasks' run delay (lsSchedDelay) instead of node PSI
 
 Per phase: LS p50/p99/p99.9, p99 ratio to LS alone, BE CPU (cores), CPU left idle by LS (cores), node CPU
 utilisation, and the agent's own CPU. Separately: the agent's CPU cost per round with 100 pod cgroups, with
@@ -192,6 +193,8 @@ PHASES = [
     ("cfsQuota+idle", {"cpuSuppressPolicy": "cfsQuota", "beCPUIdle": True}),
     ("feedback", {"cpuSuppressPolicy": "cfsQuota", "beCPUIdle": False, "lsPressureFeedback": FEEDBACK}),
     ("feedback+idle", {"cpuSuppressPolicy": "cfsQuota", "beCPUIdle": True, "lsPressureFeedback": FEEDBACK}),
+    ("feedback-sched+idle", {"cpuSuppressPolicy": "cfsQuota", "beCPUIdle": True,
+                             "lsPressureFeedback": {**FEEDBACK, "lsSchedDelay": True}}),
 ]
 
 
@@ -461,11 +464,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"LS: {rate:.0f} req/s × {args.cost_ms:g} ms CPU; BE: {NCPU} burners; {args.repeats} × {args.seconds:g} s "
           f"per phase; {NCPU} CPUs, kernel {os.uname().release}")
-    hdr = (f"{'phase':<14}{'p50 ms':>8}{'p99 ms':>8}{'p99.9 ms':>9}{'p99/alone':>10}{'BE cores':>9}"
+    hdr = (f"{'phase':<20}{'p50 ms':>8}{'p99 ms':>8}{'p99.9 ms':>9}{'p99/alone':>10}{'BE cores':>9}"
            f"{'BE/idle':>8}{'node util':>10}{'agent %':>8}  p99 per repeat")
     print(hdr)
     for p in phases:
-        print(f"{p['name']:<14}{p['ls_p50_ms']:>8.2f}{p['ls_p99_ms']:>8.2f}{p['ls_p999_ms']:>9.2f}"
+        print(f"{p['name']:<20}{p['ls_p50_ms']:>8.2f}{p['ls_p99_ms']:>8.2f}{p['ls_p999_ms']:>9.2f}"
               f"{p['ls_p99_ratio']:>10.2f}{p['be_cores']:>9.2f}{p['be_share_of_idle']:>8.0%}"
               f"{p['node_cpu_util']:>10.0%}{p['agent_cores'] * 100:>8.2f}  {p['ls_p99_per_repeat_ms']}")
     _print_cost(cost)

@@ -10,6 +10,10 @@ Signals, read by ``collect`` every round:
 * **CPU pressure**: PSI ``some avg10`` (percent of the last 10 s in which a runnable task waited for a
   CPU). On cgroup v2 the LS pods' own ``cpu.pressure`` (the largest among non-BE pods) where present,
   else the node's ``/proc/pressure/cpu`` (``psiPath``).
+* **LS run-queue wait** (``lsSchedDelay``, for cgroup v1, which has no per-cgroup pressure): the LS pods'
+  tasks (``tasks`` of the pod and container cgroups) and their ``/proc/<tid>/schedstat`` run delay; the
+  sum of the deltas over the round's wall time, as a percent (capped at 100), replaces the node PSI, which
+  also counts BE's own waiting. Cgroup v2 ``cpu.pressure`` is still preferred.
 * **LS throttling**: the LS (non-BE) pods' ``cpu.stat`` deltas since the previous round,
   ``Δnr_throttled / Δnr_periods`` as a percent (``throttled_time`` / ``throttled_usec`` deltas are
   reported beside it).
@@ -41,6 +45,8 @@ log = structlog.get_logger("koordfw.be_suppress")
 NODE_PSI = "/proc/pressure/cpu"
 #: bytes read of a PSI or cpu.stat file (both are a few lines)
 MAX_READ = 4096
+#: LS tasks followed for ``lsSchedDelay`` (the rest are ignored)
+MAX_TASKS = 4096
 
 
 def _camel(name: str) -> str:
@@ -85,6 +91,10 @@ class LSPressureFeedback:
     calm_seconds: float = attrs.field(default=3.0, validator=_seconds)
     #: the node PSI file (tests point it at a fake one)
     psi_path: str = NODE_PSI
+    #: cgroup v1: the LS tasks' run delay (``/proc/<tid>/schedstat``) instead of the node PSI
+    ls_sched_delay: bool = False
+    #: where ``<tid>/schedstat`` is read
+    proc_root: str = "/proc"
 
 
 def parse_psi_some_avg10(text: str) -> float:
@@ -114,6 +124,15 @@ def parse_cpu_stat(text: str | None) -> dict[str, int]:
     return out
 
 
+def _read_all(path: Path, limit: int = 1 << 20) -> str | None:
+    """A cgroup's task list (up to ``limit`` bytes)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode("ascii", "replace")
+    except (OSError, ValueError):
+        return None
+
+
 def _read(path: Path) -> str | None:
     try:
         with open(path, "rb") as f:
@@ -141,6 +160,8 @@ class FeedbackState:
     #: LS pod cgroup dir → (nr_periods, nr_throttled, throttled time ns)
     stat: dict[str, tuple[int, int, int]] = attrs.field(factory=dict)
     last_now: float | None = None
+    #: tid → run delay (ns) of the LS tasks last round (``lsSchedDelay``)
+    delay: dict[int, int] = attrs.field(factory=dict)
     signal: Signal | None = None
     #: Koordinator's budget and the applied one this round (for metrics and ``qos_plan``)
     koordinator_milli: int | None = None
@@ -166,6 +187,10 @@ class FeedbackState:
                     continue
                 pressure = v if pressure is None else max(pressure, v)
                 source = "cgroup"
+        if pressure is None and cfg.ls_sched_delay and cgroup_root:
+            pressure = self._sched_delay(ns, ls_pods, cfg, cgroup_root, now)
+            if pressure is not None:
+                source = "schedstat"
         if pressure is None:
             text = _read(Path(cfg.psi_path))
             if text is None:
@@ -200,6 +225,30 @@ class FeedbackState:
             self.stat = cur
         self.last_now = now
         return Signal(pressure, throttled, throttled_s, source)
+
+    def _sched_delay(self, ns: NodeState, ls_pods: list[Any], cfg: LSPressureFeedback, cgroup_root: str,
+                     now: float) -> float | None:
+        """100 × Σ Δrun delay of the LS tasks / the round's wall time, capped at 100; ``None`` on the first
+        round (no previous sample)."""
+        tasks_file = "tasks" if ns.cgroup_version == 1 else "cgroup.threads"
+        tids: list[int] = []
+        for p in ls_pods:
+            for d in [p.cgroup_dir, *(c.cgroup_dir for c in p.containers if c.cgroup_dir)]:
+                text = _read_all(Path(cgroup_root) / ns.cgroup_file("cpu", d, tasks_file))
+                for line in (text or "").split():
+                    if line.isascii() and line.isdigit() and len(line) <= 10 and len(tids) < MAX_TASKS:
+                        tids.append(int(line))
+        cur: dict[int, int] = {}
+        for tid in tids:
+            fields = (_read(Path(cfg.proc_root) / str(tid) / "schedstat") or "").split()
+            if len(fields) >= 2 and fields[1].isascii() and fields[1].isdigit() and len(fields[1]) <= 20:
+                cur[tid] = int(fields[1])
+        prev, prev_now = self.delay, self.last_now
+        self.delay = cur
+        if prev_now is None or now <= prev_now or not prev:
+            return None
+        waited = sum(v - prev[t] for t, v in cur.items() if t in prev and v >= prev[t])
+        return min(100.0, 100.0 * waited / 1e9 / (now - prev_now))
 
     def step(self, cfg: LSPressureFeedback, koordinator_milli: int | None, capacity_milli: int, sig: Signal,
              now: float) -> int | None:

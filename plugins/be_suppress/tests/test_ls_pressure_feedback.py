@@ -185,3 +185,33 @@ def test_bad_args_name_the_field(bad, field):
     with pytest.raises((ConfigError, ValueError), match=field):
         Registry(profile_from_dict({"pluginConfig": {"be_suppress": {"lsPressureFeedback": bad}}})).load(
             only={"be_suppress"})
+
+
+async def test_v1_ls_sched_delay_replaces_the_node_psi(tmp_path):
+    proc = tmp_path / "tasks-proc"
+    rig = Rig(tmp_path, lsSchedDelay=True, procRoot=str(proc))
+    rig.psi.write_text(psi(90.0))  # the node PSI (BE's own waiting too) is ignored while LS tasks are followed
+    (rig.node.ctl("cpu", rig.ls) / "tasks").write_text("101\n")
+    (rig.node.ctl("cpu", rig.ls) / "c1" / "tasks").write_text("102\n103\n")
+    delay = {101: 0, 102: 0, 103: 0}
+    gone: set[int] = set()
+
+    def wait(ns_per_task: int) -> None:
+        for tid in [t for t in delay if t not in gone]:
+            delay[tid] += ns_per_task
+            (proc / str(tid)).mkdir(parents=True, exist_ok=True)
+            (proc / str(tid) / "schedstat").write_text(f"5000000 {delay[tid]} 40\n")
+
+    wait(0)
+    await rig.round()  # first sample of the tasks: no rate yet, the node PSI decides (high, but no usage yet)
+    wait(10_000_000)  # 3 × 10 ms waited in 1 s: 3 %
+    assert await rig.round() == KOORD_QUOTA
+    m = rig.agent.node_state.metrics["be_suppress"]
+    assert m["pressureSource"] == "schedstat" and m["lsPressurePercent"] == pytest.approx(3.0)
+    wait(100_000_000)  # 30 %: high
+    assert await rig.round() == 210000
+    (proc / "103" / "schedstat").unlink()  # a task gone: the others still count
+    gone.add(103)
+    wait(400_000_000)  # 2 × 400 ms: 80 %
+    assert await rig.round() == 105000
+    assert rig.agent.node_state.metrics["be_suppress"]["lsPressurePercent"] == pytest.approx(80.0)
