@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGIN_DIRS))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,kubernetes]' $(addprefix -e ,$(PLUGIN_DIRS))
+	$(BIN)/python -m pip install --quiet -e '.[test,kubernetes,bench]' $(addprefix -e ,$(PLUGIN_DIRS))
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -347,7 +347,7 @@ def plot(phases: list[dict], path: str) -> None:
     try:
         import matplotlib
     except ImportError:
-        print("--plot needs matplotlib (.venv/bin/pip install matplotlib)", file=sys.stderr)
+        print("--plot needs matplotlib: .venv/bin/pip install -e '.[bench]' (make install does)", file=sys.stderr)
         return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
