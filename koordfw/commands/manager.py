@@ -11,20 +11,21 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import signal
 import sys
 from typing import Any
 
 from ..command_api import Commands
 from ..core.errors import KoordfwError
 from ..extension import CONFIG_NAMESPACE, SLO_CTRL_CONFIG_MAP
-from ._common import DAY, add_plugin_options, number, registry_from_args
+from ._common import DAY, add_plugin_options, number
 from .scheduler import (
     add_connection_options,
     add_unhealthy_after_option,
     check_leader_args,
     leader_elector_from_args,
+    load_registry,
     make_client,
+    run_process,
     split_address,
 )
 
@@ -100,33 +101,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    import anyio
-
     from ..engines.kube.engine import default_identity
-    from ..engines.kube.health import start_health_server
     from ..engines.kube.manager import KubeManager
 
-    registry = registry_from_args(args)
-    for e in registry.errors:
-        print(f"koordfw: warning: plugin {e.name!r} failed to load: {e.error}", file=sys.stderr)
+    registry = load_registry(args)
     client = await make_client(args)
     elector = leader_elector_from_args(client, args, name=args.leader_elect_name, identity=default_identity())
     manager = KubeManager(registry, client, controllers=build_controllers(args),
                           config_namespace=args.config_namespace, leader_elector=elector,
                           unhealthy_after=args.unhealthy_after_seconds)
-    runner = None
-    if args.health_address:
-        host, port = split_address(args.health_address)
-        runner, _ = await start_health_server(host, port, manager.health, lambda: manager.started.is_set(),
-                                              manager.unhealthy_reason)
     try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_stop_on_signal, manager)
-            await manager.run()
-            tg.cancel_scope.cancel()
+        await run_process(manager, args)
     finally:
-        if runner is not None:
-            await runner.cleanup()
         await client.close()
     if manager.stopped_reason and manager.stopped_reason != "stop requested" \
             and not manager.stopped_reason.startswith("signal"):
@@ -134,11 +120,3 @@ async def _main(args: argparse.Namespace) -> int:
         return 1
     return 0
 
-
-async def _stop_on_signal(manager: Any) -> None:
-    import anyio
-
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for sig in signals:
-            manager.stop(f"signal {sig}")
-            return

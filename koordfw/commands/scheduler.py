@@ -100,13 +100,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    import anyio
-
     from ..engines.kube.engine import KubeSchedulerEngine, default_identity
-    from ..engines.kube.health import start_health_server
-    registry = registry_from_args(args)
-    for e in registry.errors:
-        print(f"koordfw: warning: plugin {e.name!r} failed to load: {e.error}", file=sys.stderr)
+
+    registry = load_registry(args)
     client = await make_client(args)
     # kube-scheduler gives its event recorder a separate clientset (its own QPS budget)
     event_client = await make_client(args)
@@ -120,19 +116,9 @@ async def _main(args: argparse.Namespace) -> int:
                                  max_evictions_per_minute=args.max_evictions_per_minute,
                                  reservation_ttl=args.reservation_ttl,
                                  unhealthy_after=args.unhealthy_after_seconds)
-    runner = None
-    if args.health_address:
-        host, port = split_address(args.health_address)
-        runner, _ = await start_health_server(host, port, engine.health, lambda: engine.started.is_set(),
-                                              engine.unhealthy_reason)
     try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_stop_on_signal, engine)
-            await engine.run()
-            tg.cancel_scope.cancel()
+        await run_process(engine, args)
     finally:
-        if runner is not None:
-            await runner.cleanup()
         await client.close()
         await event_client.close()
     if engine.stopped_reason == "lost leadership":
@@ -141,10 +127,41 @@ async def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _stop_on_signal(engine) -> None:
+def load_registry(args: argparse.Namespace) -> Any:
+    """The profile's plugins; a plugin that failed to load is a warning line (the others run)."""
+    registry = registry_from_args(args)
+    for e in registry.errors:
+        print(f"koordfw: warning: plugin {e.name!r} failed to load: {e.error}", file=sys.stderr)
+    return registry
+
+
+async def run_process(proc: Any, args: argparse.Namespace) -> None:
+    """Run a long-lived mode (the scheduler engine, the manager: ``run()``, ``stop(reason)``, ``started``,
+    ``health()``, ``unhealthy_reason()``) with its ``/healthz`` on ``--health-address``, until it stops;
+    SIGTERM or SIGINT stops it gracefully."""
+    import anyio
+
+    from ..engines.kube.health import start_health_server
+
+    runner = None
+    if args.health_address:
+        host, port = split_address(args.health_address)
+        runner, _ = await start_health_server(host, port, proc.health, lambda: proc.started.is_set(),
+                                              proc.unhealthy_reason)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signal, proc)
+            await proc.run()
+            tg.cancel_scope.cancel()
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+
+
+async def _stop_on_signal(proc: Any) -> None:
     import anyio
 
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for sig in signals:
-            engine.stop(f"signal {sig}")
+            proc.stop(f"signal {sig}")
             return
