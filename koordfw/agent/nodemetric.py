@@ -195,29 +195,21 @@ class NodeMetricReporter:
         """Record one round: node, system, every pod and host application of ``ns``."""
         node_cpu, node_mem = ns.usage.get("cpu"), ns.usage.get("memory")
         self.store.record(NODE, now, node_cpu, node_mem)
-        pods_cpu = pods_mem = 0.0
         keys = {NODE, SYSTEM}
-        for p in ns.pods:
-            key = pod_key(p.uid)
+        # pods and host applications alike: each its own series; the system is the node minus all of them
+        used_cpu = used_mem = 0.0
+        for key, usage in [(pod_key(p.uid), p.usage) for p in ns.pods] + \
+                [(app_key(a.name), a.usage) for a in ns.host_apps]:
             keys.add(key)
-            cpu, mem = p.usage.get("cpu"), p.usage.get("memory")
+            cpu, mem = usage.get("cpu"), usage.get("memory")
             if cpu is not None or mem is not None:
                 self.store.record(key, now, cpu, mem)
-            pods_cpu += cpu or 0
-            pods_mem += mem or 0
-        apps_cpu = apps_mem = 0.0
-        for a in ns.host_apps:
-            key = app_key(a.name)
-            keys.add(key)
-            cpu, mem = a.usage.get("cpu"), a.usage.get("memory")
-            if cpu is not None or mem is not None:
-                self.store.record(key, now, cpu, mem)
-            apps_cpu += cpu or 0
-            apps_mem += mem or 0
+            used_cpu += cpu or 0
+            used_mem += mem or 0
         if node_cpu is not None or node_mem is not None:
             self.store.record(SYSTEM, now,
-                              None if node_cpu is None else max(node_cpu - pods_cpu - apps_cpu, 0.0),
-                              None if node_mem is None else max(node_mem - pods_mem - apps_mem, 0.0))
+                              None if node_cpu is None else max(node_cpu - used_cpu, 0.0),
+                              None if node_mem is None else max(node_mem - used_mem, 0.0))
         self.store.forget_except(keys)
         self.samples += 1
 
