@@ -67,3 +67,14 @@ def captured_logs():
             yield logs
     finally:
         structlog.configure(**old)
+
+
+async def sigterm_and_wait(proc, timeout: float = 30.0) -> None:
+    """Stop a ``koordfw`` subprocess as the kubelet does (SIGTERM) and assert a graceful exit 0."""
+    import signal
+
+    proc.send_signal(signal.SIGTERM)
+    with anyio.fail_after(timeout):
+        while proc.poll() is None:
+            await anyio.sleep(0.05)
+    assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""

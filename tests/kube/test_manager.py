@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 import pytest
-from kube_testkit import node, pod, wait_for
+from kube_testkit import node, pod, sigterm_and_wait, wait_for
 
 from koordfw.engines.kube.client import KubeClient
 from koordfw.engines.kube.leader import LeaderElector
@@ -128,7 +128,6 @@ async def test_the_command_writes_batch_resources_and_serves_health(api, tmp_pat
     answers /healthz and /readyz, and exits 0 on SIGTERM."""
     import datetime as dt
     import json
-    import signal
     import socket
 
     import aiohttp
@@ -160,11 +159,7 @@ async def test_the_command_writes_batch_resources_and_serves_health(api, tmp_pat
             async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
                 body = await r.json()
                 assert r.status == 200 and body["controllers"]["noderesource"]["running"]
-        proc.send_signal(signal.SIGTERM)
-        with anyio.fail_after(30):
-            while proc.poll() is None:
-                await anyio.sleep(0.05)
-        assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+        await sigterm_and_wait(proc)
     finally:
         if proc.poll() is None:
             proc.kill()

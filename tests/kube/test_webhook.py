@@ -16,6 +16,7 @@ import aiohttp
 import anyio
 import jsonpatch
 import pytest
+from kube_testkit import sigterm_and_wait
 
 from koordfw.engines.embedded import build_registry
 from koordfw.engines.kube.webhook import WebhookServer
@@ -291,7 +292,6 @@ async def test_a_pod_the_plugin_cannot_read_is_an_error_naming_the_field(api, cl
 async def test_koordfw_manager_serves_the_webhook_over_https(api, tmp_path):
     """The command end to end: ``koordfw manager --webhook-listen`` with the certificate files, against
     the fake API server; SIGTERM stops it with exit 0."""
-    import signal
     import socket
     import sys
 
@@ -323,11 +323,7 @@ async def test_koordfw_manager_serves_the_webhook_over_https(api, tmp_path):
         async with aiohttp.ClientSession() as s, s.post(f"{url}/mutate-pod", json=review(POD), ssl=ctx) as r:
             body = await r.json()
         assert patched(POD, body["response"])["spec"]["priorityClassName"] == "koord-batch"
-        proc.send_signal(signal.SIGTERM)
-        with anyio.fail_after(30):
-            while proc.poll() is None:
-                await anyio.sleep(0.05)
-        assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+        await sigterm_and_wait(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
