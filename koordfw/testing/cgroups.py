@@ -3,9 +3,33 @@ systemd driver) plus the /proc and /sys files the agent reads, all under one dir
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+#: where the real cgroup v1 controllers are mounted on this kind of machine
+REAL_CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def real_cgroups_unavailable(controllers: Sequence[str], *, writable: str | None = None,
+                             root: Path = REAL_CGROUP_ROOT) -> str | None:
+    """Why a test cannot create real cgroup v1 groups here, or None when it can: not root, one of
+    ``controllers`` not mounted as a v1 hierarchy under ``root``, or ``writable`` (default: the first
+    controller) refusing a new directory. For ``pytest.mark.skipif(reason=...)``."""
+    if os.geteuid() != 0:
+        return "needs root (creates real cgroups)"
+    for c in controllers:
+        if not (root / c / "cgroup.procs").exists() or (root / c / "cgroup.controllers").exists():
+            return f"cgroup v1 controller {c} not mounted at {root / c}"
+    probe = root / (writable or controllers[0]) / f"koordfw-probe-{uuid.uuid4().hex[:8]}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as e:
+        return f"{probe.parent} not writable: {e.strerror}"
+    return None
 
 
 def make_real_cgroup(path: Path) -> None:

@@ -19,7 +19,7 @@ from koordfw_be_suppress import Args, plan
 from koordfw.agent.cgroups import CgroupLayout
 from koordfw.agent.executor import Executor
 from koordfw.agent.loop import Agent
-from koordfw.testing.cgroups import make_real_cgroup, remove_real_cgroups
+from koordfw.testing.cgroups import make_real_cgroup, real_cgroups_unavailable, remove_real_cgroups
 
 from .agent_testkit import make_registry
 
@@ -27,20 +27,7 @@ ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("cpu", "cpuacct", "cpuset")
 
 
-def _writable() -> str | None:
-    for c in CONTROLLERS:
-        if not (ROOT / c / "cgroup.procs").exists():
-            return f"cgroup v1 controller {c} not mounted at {ROOT / c}"
-    probe = ROOT / "cpu" / f"koordfw-probe-{uuid.uuid4().hex[:8]}"
-    try:
-        probe.mkdir()
-        probe.rmdir()
-    except OSError as e:
-        return f"{ROOT / 'cpu'} not writable: {e.strerror}"
-    return None
-
-
-REASON = _writable()
+REASON = real_cgroups_unavailable(CONTROLLERS)
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 

@@ -15,6 +15,7 @@ import pytest
 from koordfw.agent.executor import Executor, executor_metrics
 from koordfw.core.nodestate import FileWrite
 from koordfw.metrics import REGISTRY
+from koordfw.testing.cgroups import real_cgroups_unavailable
 
 
 def _tree(tmp_path: Path) -> tuple[Path, Path]:
@@ -119,19 +120,10 @@ def test_filewrite_rmdir_contract():
 CPU = Path("/sys/fs/cgroup/cpu")
 
 
-def _cgroup_writable() -> str | None:
-    if not (CPU / "cgroup.procs").exists():
-        return f"cgroup v1 cpu not mounted at {CPU}"
-    probe = CPU / f"koordfw-probe-{uuid.uuid4().hex[:8]}"
-    try:
-        probe.mkdir()
-        probe.rmdir()
-    except OSError as e:
-        return f"{CPU} not writable: {e.strerror}"
-    return None
+_REAL = real_cgroups_unavailable(("cpu",))
 
 
-@pytest.mark.skipif(_cgroup_writable() is not None, reason=_cgroup_writable() or "")
+@pytest.mark.skipif(_REAL is not None, reason=_REAL or "")
 def test_rmdir_real_cgroup_busy_then_removed():
     """On real cgroupfs: a cgroup with a task is EBUSY; once empty, rmdir removes it with its files."""
     name = f"koordfw-test-rmdir-{os.getpid()}-{uuid.uuid4().hex[:6]}"

@@ -20,25 +20,16 @@ from koordfw_cpu_burst.plugin import VALUES_KEY
 from koordfw.agent.executor import Executor
 from koordfw.core.model import pod_from_manifest
 from koordfw.core.nodestate import NodeState, PodState
-from koordfw.testing.cgroups import remove_real_cgroups
+from koordfw.testing.cgroups import real_cgroups_unavailable, remove_real_cgroups
 
 CPU = Path("/sys/fs/cgroup/cpu")
 
 
 def _reason() -> str | None:
-    if os.geteuid() != 0:
-        return "not root: creating cgroups needs root"
-    if not (CPU / "cgroup.procs").exists() or (CPU / "cgroup.controllers").exists():
-        return f"no cgroup v1 cpu controller at {CPU}"
-    if not (CPU / "cpu.cfs_burst_us").exists():
+    why = real_cgroups_unavailable(("cpu",))
+    if why is None and not (CPU / "cpu.cfs_burst_us").exists():
         return f"the kernel has no cpu.cfs_burst_us ({CPU}/cpu.cfs_burst_us absent: CFS burst needs Linux 5.14+)"
-    probe = CPU / f"koordfw-probe-{uuid.uuid4().hex[:8]}"
-    try:
-        probe.mkdir()
-        probe.rmdir()
-    except OSError as e:
-        return f"{CPU} not writable: {e.strerror}"
-    return None
+    return why
 
 
 REASON = _reason()

@@ -28,7 +28,7 @@ from koordfw.agent.executor import Executor
 from koordfw.agent.loop import Agent, memory_without_cache
 from koordfw.core.plugins import Registry
 from koordfw.core.profile import profile_from_dict
-from koordfw.testing.cgroups import make_real_cgroup, remove_real_cgroups
+from koordfw.testing.cgroups import make_real_cgroup, real_cgroups_unavailable, remove_real_cgroups
 
 ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("cpu", "cpuacct", "memory")
@@ -36,22 +36,7 @@ MiB = 1 << 20
 CAPACITY = 256 * MiB
 
 
-def _skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (creates real cgroups)"
-    for c in CONTROLLERS:
-        if not (ROOT / c / "cgroup.procs").exists():
-            return f"cgroup v1 controller {c} not mounted at {ROOT / c}"
-    probe = ROOT / "memory" / f"koordfw-probe-{uuid.uuid4().hex[:8]}"
-    try:
-        probe.mkdir()
-        probe.rmdir()
-    except OSError as e:
-        return f"{ROOT / 'memory'} not writable: {e.strerror}"
-    return None
-
-
-REASON = _skip_reason()
+REASON = real_cgroups_unavailable(CONTROLLERS, writable="memory")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 #: waits for a line on stdin, then holds that many MiB touched (every page written), and says "ok"
