@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
+import anyio.abc
 import structlog
 
 from ...core.errors import KoordfwError
@@ -404,20 +405,26 @@ class NodeOnCluster:
         return self.device_outcome
 
     # -- running ------------------------------------------------------------------------------------
-    async def _every(self, interval: Callable[[], float | None], fn: Callable[[], Awaitable[Any]], what: str) -> None:
+    async def _every(self, interval: Callable[[], float | None], fn: Callable[[], Awaitable[Any]], what: str,
+                     *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """``await fn()`` every ``interval()`` seconds on the agent's clock (the first after one interval,
-        as koordlet's workers), until cancelled or ``interval()`` is None."""
+        as koordlet's workers), until cancelled or ``interval()`` is None. The first interval is counted
+        from when the task is started (``tg.start``), not from when the event loop first runs it."""
+        every = interval()
+        deadline = self.clock.now() + every if every else 0.0
+        task_status.started()
         while True:
-            every = interval()
             if not every:
                 return
-            await self.clock.sleep(every)
+            await self.clock.sleep(max(0.0, deadline - self.clock.now()))
             try:
                 await fn()
             except ApiError as e:
                 log.warning(f"could not report the {what}", node=self.name, error=str(e))
             except (KoordfwError, OSError, ValueError) as e:
                 log.error(f"could not build the {what}", node=self.name, error=str(e))
+            every = interval()
+            deadline = self.clock.now() + every if every else 0.0
 
     async def run(self, *, once: bool = False, handle_signals: bool = True) -> None:
         """Watch, then run the agent; with ``once`` one round, then every report once."""
@@ -430,11 +437,11 @@ class NodeOnCluster:
             await self._metric_reflector.synced.wait()
             if not once:
                 if self.publish_interval:
-                    tg.start_soon(self._every, lambda: self.reporter.policy.report_seconds, self.publish_metric,
-                                  "NodeMetric")
-                tg.start_soon(self._every, lambda: self.topology_interval, self.report_topology,
-                              "NodeResourceTopology")
-                tg.start_soon(self._every, lambda: self.device_interval, self.report_device, "Device")
+                    await tg.start(self._every, lambda: self.reporter.policy.report_seconds, self.publish_metric,
+                                   "NodeMetric")
+                await tg.start(self._every, lambda: self.topology_interval, self.report_topology,
+                               "NodeResourceTopology")
+                await tg.start(self._every, lambda: self.device_interval, self.report_device, "Device")
                 if self.topology_interval:  # at start too: the scheduler needs the topology before pods come
                     tg.start_soon(self._first, self.report_topology, "NodeResourceTopology")
                 if self.device_interval:
