@@ -3,9 +3,10 @@ levels, pods and containers; ``runtime_hook`` sets a starting pod's (container's
 reconciles the whole node every round in Koordinator's leveled order (pure).
 
 A kernel without the files (cgroup v1 outside Anolis, which has no ``memory.min``/``memory.low``/
-``memory.high``) leaves the plugin idle: it says so once. Nothing is restored on stop, as Koordinator's
-reconciler restores nothing: the values stay, and a class that is disabled gets the kernel defaults
-(``NoneMemoryQOS``) at the next round of an agent that runs.
+``memory.high``) leaves the plugin idle: it says so once. On stop (``shutdown``) an engaged plugin puts
+every QoS level, active pod and container back to what it is without memory QoS: Koordinator's
+``NoneMemoryQOS``, what its reconciler writes for a disabled class (``memory.min``/``memory.low`` 0,
+``memory.high`` ``max``, the wmark and priority knobs at the kernel's defaults), the kubelet's values.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
 import structlog
 
-from koordfw import NodeState, PodState, hookimpl, warn_once
+from koordfw import AgentHandle, NodeState, PodState, hookimpl, warn_once
 from koordfw.extension import ANNOTATION_POD_MEMORY_QOS
 
 from .config import MemoryQOSArgs, PodPolicy, parse_pod_policy, pod_settings
@@ -126,13 +128,10 @@ class MemoryQoS:
         return {ps.uid: self._policy(ps) for ps in ns.pods if is_active(ps)}
 
     # -- node QoS loop -----------------------------------------------------------------------------
-    @hookimpl
-    def collect(self, node_state: NodeState, args: MemoryQOSArgs, handle: Any) -> dict | None:
-        """Read the memory QoS files of the QoS levels, active pods and their containers (absent ones,
-        and those of cgroups that vanished, are left out)."""
-        if not self._wanted(args, node_state):
-            return None
-        root = _cgroup_root(handle)
+    @staticmethod
+    def read_files(node_state: NodeState, root: str) -> dict[str, str]:
+        """The memory QoS files of the QoS levels, active pods and their containers: path → value (absent
+        ones, and those of cgroups that vanished, left out)."""
         out: dict[str, str] = {}
         for d in _dirs(node_state):
             for name, _ in FILES:
@@ -140,7 +139,41 @@ class MemoryQoS:
                 v = _read(f"{root}/{rel}")
                 if v is not None:
                     out[rel] = v
-        return {FILES_KEY: out}
+        return out
+
+    @hookimpl
+    def collect(self, node_state: NodeState, args: MemoryQOSArgs, handle: Any) -> dict | None:
+        """Read the memory QoS files (:meth:`read_files`)."""
+        if not self._wanted(args, node_state):
+            return None
+        return {FILES_KEY: self.read_files(node_state, _cgroup_root(handle))}
+
+    def restore_writes(self, node_state: NodeState) -> list:
+        """The writes that put every QoS level, active pod and container back to ``NoneMemoryQOS`` (every
+        class disabled, pod annotations ignored), leveled as every round; ``node_state.metrics`` or
+        ``cgroups`` say which files exist. Empty unless the plugin ever engaged."""
+        if not self._engaged:
+            return []
+        current = self._current(node_state)
+        if not self._supported(node_state, current):
+            return []
+        return plan_writes(node_state, MemoryQOSArgs(), {}, current)
+
+    @hookimpl
+    async def shutdown(self, args: MemoryQOSArgs, handle: Any) -> None:
+        """On stop, the kubelet's values again (:meth:`restore_writes`) on the freshly collected node state."""
+        if not isinstance(handle, AgentHandle) or handle.node_state is None:
+            return
+        ns = handle.node_state
+        if not self._engaged:
+            return
+        root = handle.roots.get("cgroup")
+        if root:
+            ns = attrs.evolve(ns, metrics={**ns.metrics, FILES_KEY: self.read_files(ns, root)})
+        writes = self.restore_writes(ns)
+        if writes:
+            log.info("restoring memory QoS to the kubelet's values", plugin=PLUGIN, writes=len(writes))
+            await handle.apply(writes)
 
     @hookimpl
     def qos_plan(self, node_state: NodeState, args: MemoryQOSArgs) -> list | None:

@@ -179,3 +179,41 @@ async def test_a_default_install_touches_nothing_until_a_class_is_enabled(tmp_pa
     assert node.read("memory", dirs["ls"], "memory.min") == "0"
     assert node.read("memory", dirs["ls"], "memory.wmark_ratio") == "0"
     assert node.read("memory", node.kubepods, "memory.min") == "0"
+
+
+async def test_stop_puts_the_kubelets_values_back(tmp_path):
+    """On stop every QoS level, pod and container gets NoneMemoryQOS again (what Koordinator writes for a
+    disabled class: memory.min/low 0, memory.high max, the wmark knobs at the kernel's defaults), read
+    from the files as they are then, leveled (children lowered before their parents)."""
+    node, dirs = fake_node(tmp_path, 2)
+    a = agent(tmp_path, node)
+    await a.startup()
+    await a.run_once()
+    ls, be = dirs["ls"], dirs["be"]
+    assert node.read("memory", ls, "memory.min") == str(G // 2)
+    applied: list = []
+    real_apply = a.executor.apply
+    a.executor.apply = lambda writes, **kw: applied.extend(writes) or real_apply(writes, **kw)
+    await a.shutdown()
+    order = [w.path for w in applied if w.path.endswith("/memory.min")]
+    # containers, then pods, then the QoS levels (one level in Koordinator's LeveledUpdateBatch)
+    assert order.index(f"{ls}/c1/memory.min") < order.index(f"{ls}/memory.min") \
+        < order.index(f"{node.qos('burstable')}/memory.min")
+    for d in (node.kubepods, node.qos("burstable"), node.qos("besteffort"), ls, f"{ls}/c1", be, f"{be}/c2"):
+        assert (node.read("memory", d, "memory.min"), node.read("memory", d, "memory.low"),
+                node.read("memory", d, "memory.high")) == ("0", "0", "max"), d
+    assert node.read("memory", ls, "memory.wmark_ratio") == "0"
+    assert node.read("memory", f"{ls}/c1", "memory.wmark_ratio") == "0"
+    assert not (node.ctl("memory", be) / "memory.wmark_ratio").exists()
+    applied.clear()
+    await a.shutdown()  # idempotent: the same writes, none of which differs any more
+    assert {r.outcome for r in real_apply(applied)} == {"unchanged"}
+
+
+async def test_stop_of_a_plugin_that_never_engaged_touches_nothing(tmp_path):
+    node, dirs = fake_node(tmp_path, 2)
+    (node.ctl("memory", dirs["ls"]) / "memory.min").write_text("12345\n")  # someone else's value
+    a = agent(tmp_path, node, config={})
+    await a.run_once()
+    await a.shutdown()
+    assert node.read("memory", dirs["ls"], "memory.min") == "12345"
