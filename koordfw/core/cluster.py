@@ -149,6 +149,9 @@ class ClusterState:
         self._label_cache_gen = -1
         self._labels_gen = 0
         self._req_cache: dict[str, tuple[int, np.ndarray]] = {}
+        #: uids of known pods (pending or not) with pod (anti-)affinity terms / required anti-affinity
+        self._affinity_uids: set[str] = set()
+        self._anti_uids: set[str] = set()
 
     # -- columns --------------------------------------------------------------------------------
     @property
@@ -355,6 +358,23 @@ class ClusterState:
         return m
 
     # -- pods -----------------------------------------------------------------------------------
+    @property
+    def pods_with_affinity(self) -> int:
+        """How many known pods (pending ones included) have pod affinity or anti-affinity terms: when
+        none has, inter-pod affinity has nothing to check for pods without terms of their own."""
+        return len(self._affinity_uids)
+
+    @property
+    def pods_with_required_anti_affinity(self) -> int:
+        """How many known pods (pending ones included) have required pod anti-affinity terms."""
+        return len(self._anti_uids)
+
+    def _index_affinity(self, pod: Pod) -> None:
+        if pod.has_pod_affinity:
+            self._affinity_uids.add(pod.uid)
+            if pod.has_required_anti_affinity:
+                self._anti_uids.add(pod.uid)
+
     def add_pod(self, pod: Pod) -> None:
         """Add or replace a pod. A pod with ``node_name`` is accounted on that node."""
         old = self.pods.get(pod.uid)
@@ -363,6 +383,7 @@ class ClusterState:
         entry = PodEntry(pod)
         self.pods[pod.uid] = entry
         self._by_key[pod.key] = pod.uid
+        self._index_affinity(pod)
         if pod.node_name and not pod.is_terminal:
             i = self._node_index.get(pod.node_name)
             if i is not None:
@@ -396,6 +417,8 @@ class ClusterState:
         if self._by_key.get(entry.pod.key) == uid:
             del self._by_key[entry.pod.key]
         self._req_cache.pop(uid, None)
+        self._affinity_uids.discard(uid)
+        self._anti_uids.discard(uid)
         self.generation += 1
         self.free_generation += 1
         return entry.pod
@@ -407,6 +430,7 @@ class ClusterState:
             entry = PodEntry(pod)
             self.pods[pod.uid] = entry
             self._by_key[pod.key] = pod.uid
+            self._index_affinity(pod)
         self._unaccount(entry)
         assumed = replace_pod(entry.pod, node_name=node_name)
         entry.pod = assumed

@@ -177,6 +177,26 @@ class Container:
     limits: Mapping[str, int] = attrs.field(factory=dict)
 
 
+@attrs.frozen
+class HostPort:
+    """A container port bound on the node (``hostPort`` > 0), as kube's ``HostPortInfo`` keys it: the
+    host IP (``0.0.0.0`` when unset), the protocol (``TCP`` when unset) and the port."""
+
+    host_ip: str
+    protocol: str
+    port: int
+
+
+@attrs.frozen
+class OwnerRef:
+    """The pod's controller (the ``ownerReferences`` entry with ``controller: true``)."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str = ""
+
+
 @attrs.frozen(eq=False)
 class Pod:
     """A pod. Equality and hashing are by identity; use ``key`` or ``uid`` to compare pods."""
@@ -206,10 +226,28 @@ class Pod:
     qos_class: str = "BE"
     priority_class: str = PRIORITY_NONE
     raw: Mapping[str, Any] | None = attrs.field(default=None, repr=False)
+    #: host ports of the containers and restartable init containers (kube's ``GetHostPorts``)
+    host_ports: tuple[HostPort, ...] = ()
+    #: ``spec.topologySpreadConstraints``, shape-checked as the API server does
+    topology_spread_constraints: tuple[Mapping[str, Any], ...] = ()
+    #: the controller owner reference, if any
+    controller: OwnerRef | None = None
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def has_pod_affinity(self) -> bool:
+        """Whether ``spec.affinity`` has podAffinity or podAntiAffinity terms (kube's PodsWithAffinity)."""
+        aff = self.affinity
+        return bool(aff) and bool(aff.get("podAffinity") or aff.get("podAntiAffinity"))
+
+    @property
+    def has_required_anti_affinity(self) -> bool:
+        """kube's PodsWithRequiredAntiAffinity."""
+        anti = (self.affinity or {}).get("podAntiAffinity") or {}
+        return bool(anti.get("requiredDuringSchedulingIgnoredDuringExecution"))
 
     @property
     def is_bound(self) -> bool:
@@ -424,6 +462,10 @@ def _pod_term(t: object, where: str, ctx: str) -> None:
     for j, n in enumerate(_list(t.get("namespaces"), f"{where}.namespaces", ctx)):
         if not isinstance(n, str):
             raise ManifestError("expected a string", obj=ctx, field=f"{where}.namespaces[{j}]")
+    for part in ("matchLabelKeys", "mismatchLabelKeys"):
+        for j, k in enumerate(_list(t.get(part), f"{where}.{part}", ctx)):
+            if not isinstance(k, str) or not k:
+                raise ManifestError("expected a label key (a string)", obj=ctx, field=f"{where}.{part}[{j}]")
     if not isinstance(t.get("topologyKey"), str) or not t.get("topologyKey"):
         raise ManifestError("a pod affinity term needs a topologyKey (a string)", obj=ctx, field=f"{where}.topologyKey")
 
@@ -458,6 +500,92 @@ def _weighted_terms(parent: Mapping[str, Any], where: str, ctx: str, term_key: s
         item = _map(item, f"{pw}[{i}]", ctx)
         _weight(item, f"{pw}[{i}]", ctx)
         check_term(item.get(term_key), f"{pw}[{i}].{term_key}", ctx)
+
+
+_PROTOCOLS = ("TCP", "UDP", "SCTP")
+
+
+def _host_ports(raw_containers: list, raw_init: list, ctx: str) -> tuple[HostPort, ...]:
+    """Host ports of the containers and of restartable init containers (they run the pod's whole life),
+    as kube's ``GetHostPorts``; each port checked as the API server does."""
+    out: list[HostPort] = []
+    for part, items in (("spec.initContainers", raw_init), ("spec.containers", raw_containers)):
+        for i, c in enumerate(items):
+            if not isinstance(c, dict):
+                continue
+            ports = _list(c.get("ports"), f"{part}[{i}].ports", ctx)
+            if part == "spec.initContainers" and c.get("restartPolicy") != "Always":
+                continue
+            for j, p in enumerate(ports):
+                w = f"{part}[{i}].ports[{j}]"
+                p = _map(p, w, ctx)
+                hp = p.get("hostPort")
+                if hp is None:
+                    continue
+                port = _int_field(hp, f"{w}.hostPort", ctx, 0, 65535)
+                if port == 0:
+                    continue
+                proto = _scalar(p.get("protocol"), f"{w}.protocol", ctx) or "TCP"
+                if proto not in _PROTOCOLS:
+                    raise ManifestError(f"invalid protocol {_short(proto)}; one of {', '.join(_PROTOCOLS)}", obj=ctx,
+                                        field=f"{w}.protocol")
+                ip = _scalar(p.get("hostIP"), f"{w}.hostIP", ctx) or "0.0.0.0"
+                out.append(HostPort(ip, proto, port))
+    return tuple(out)
+
+
+_UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")
+_POLICIES = ("Honor", "Ignore")
+
+
+def validate_spread_constraints(raw: object, ctx: str,
+                                where: str = "spec.topologySpreadConstraints") -> tuple[Mapping[str, Any], ...]:
+    """Check ``spec.topologySpreadConstraints`` as the API server does (maxSkew > 0, a topologyKey, the
+    enum fields, minDomains > 0 only with DoNotSchedule, no two constraints with one topologyKey and
+    whenUnsatisfiable); returns them."""
+    out = []
+    seen: set[tuple[str, str]] = set()
+    for i, c in enumerate(_list(raw, where, ctx)):
+        w = f"{where}[{i}]"
+        c = _map(c, w, ctx)
+        _int_field(c.get("maxSkew"), f"{w}.maxSkew", ctx, 1, INT32_MAX)
+        key = c.get("topologyKey")
+        if not isinstance(key, str) or not key:
+            raise ManifestError("a topology spread constraint needs a topologyKey (a string)", obj=ctx,
+                                field=f"{w}.topologyKey")
+        when = c.get("whenUnsatisfiable")
+        if when not in _UNSATISFIABLE:
+            raise ManifestError(f"invalid whenUnsatisfiable {_short(when)}; one of {', '.join(_UNSATISFIABLE)}",
+                                obj=ctx, field=f"{w}.whenUnsatisfiable")
+        if (key, when) in seen:
+            raise ManifestError(f"a second constraint with topologyKey {key!r} and whenUnsatisfiable {when}",
+                                obj=ctx, field=w)
+        seen.add((key, when))
+        if c.get("minDomains") is not None:
+            _int_field(c.get("minDomains"), f"{w}.minDomains", ctx, 1, INT32_MAX)
+            if when != "DoNotSchedule":
+                raise ManifestError("minDomains may only be set with whenUnsatisfiable: DoNotSchedule", obj=ctx,
+                                    field=f"{w}.minDomains")
+        for pol in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
+            if c.get(pol) is not None and c.get(pol) not in _POLICIES:
+                raise ManifestError(f"invalid {pol} {_short(c.get(pol))}; one of Honor, Ignore", obj=ctx,
+                                    field=f"{w}.{pol}")
+        if c.get("labelSelector") is not None:
+            label_selector_check(c["labelSelector"], f"{w}.labelSelector", ctx)
+        for j, k in enumerate(_list(c.get("matchLabelKeys"), f"{w}.matchLabelKeys", ctx)):
+            if not isinstance(k, str) or not k:
+                raise ManifestError("expected a label key (a string)", obj=ctx, field=f"{w}.matchLabelKeys[{j}]")
+        out.append(c)
+    return tuple(out)
+
+
+def _controller(owners: list, ctx: str) -> OwnerRef | None:
+    for i, o in enumerate(owners):
+        if isinstance(o, dict) and o.get("controller") is True:
+            w = f"metadata.ownerReferences[{i}]"
+            return OwnerRef(_scalar(o.get("apiVersion"), f"{w}.apiVersion", ctx), _scalar(o.get("kind"), f"{w}.kind", ctx),
+                            _scalar(o.get("name"), f"{w}.name", ctx), _scalar(o.get("uid"), f"{w}.uid", ctx))
+    return None
 
 
 def _resources(obj: object, where: str, ctx: str) -> dict[str, int]:
@@ -617,6 +745,9 @@ def _pod(obj: Mapping[str, Any], meta: dict, name: str, ns: str, ctx: str) -> Po
         requests=requests, limits=limits, containers=containers, init_containers=init,
         node_selector=_str_map(spec.get("nodeSelector"), "spec.nodeSelector", ctx),
         affinity=affinity, tolerations=tuple(tolerations), owner_kind=owner_kind,
+        host_ports=_host_ports(raw_containers, raw_init, ctx),
+        topology_spread_constraints=validate_spread_constraints(spec.get("topologySpreadConstraints"), ctx),
+        controller=_controller(owners, ctx),
         creation_timestamp=parse_time(meta.get("creationTimestamp"), obj=ctx, field="metadata.creationTimestamp"),
         deletion_timestamp=parse_time(meta.get("deletionTimestamp"), obj=ctx, field="metadata.deletionTimestamp"),
         phase=_scalar(status.get("phase"), "status.phase", ctx) or ("Running" if node_name else "Pending"),
