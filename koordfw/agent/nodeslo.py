@@ -74,7 +74,7 @@ def _rows() -> tuple[ArgMapping, ...]:
     rows += [ArgMapping(f"resourceUsedThresholdWithBE.{f}", "eviction", f)
              for f in ("memoryEvictThresholdPercent", "memoryEvictLowerPercent", "cpuEvictBESatisfactionLowerPercent",
                        "cpuEvictBESatisfactionUpperPercent", "cpuEvictBEUsageThresholdPercent",
-                       "cpuEvictTimeWindowSeconds", "cpuEvictPolicy")]
+                       "cpuEvictTimeWindowSeconds", "cpuEvictPolicy", "evictEnabledPriorityThreshold")]
     rows += [ArgMapping(f"cpuBurstStrategy.{f}", "cpu_burst", f)
              for f in ("policy", "cpuBurstPercent", "cfsQuotaBurstPercent", "cfsQuotaBurstPeriodSeconds",
                        "sharePoolThresholdPercent")]

@@ -36,7 +36,7 @@ SAMPLES = {"memoryEvictThresholdPercent": 80, "memoryEvictLowerPercent": 60,
            "lowLimitPercent": 60, "throttlingPercent": 80, "wmarkRatio": 90, "wmarkScalePermill": 30, "wmarkMinAdj": -10,
            "priorityEnable": 1, "priority": 6, "oomKillGroup": 1,
            "policy": "auto", "cpuBurstPercent": 500, "cfsQuotaBurstPercent": 200, "cfsQuotaBurstPeriodSeconds": 60,
-           "sharePoolThresholdPercent": 70}
+           "sharePoolThresholdPercent": 70, "evictEnabledPriorityThreshold": 5999}
 
 
 @pytest.mark.parametrize("row", NODESLO_ARGS, ids=lambda r: r.slo)

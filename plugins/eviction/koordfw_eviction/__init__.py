@@ -1,4 +1,5 @@
-"""eviction: Koordinator's BEMemoryEvict and BECPUEvict on the node agent (``qos_plan`` returns Evictions).
+"""eviction: Koordinator's BEMemoryEvict, MemoryEvict and BECPUEvict on the node agent (``qos_plan`` returns
+Evictions).
 
 Koordinator ``pkg/koordlet/qosmanager/plugins/memoryevict`` and ``cpuevict`` (the BE features), with the
 evictor helpers of ``plugins/util``:
@@ -9,6 +10,12 @@ evictor helpers of ``plugins/util``:
   threshold − 2). BE pods are evicted in order (``spec.priority`` ascending, then memory usage
   descending, pods without usage last, two without usage by name descending) until the sum of their
   usage reaches it.
+* **Memory, opted-in pods** (MemoryEvict, after BEMemoryEvict in the same round and towards the same
+  release): active pods labelled ``koordinator.sh/eviction-enabled: "true"`` whose priority (with
+  Koordinator's defaults) is at most ``evictEnabledPriorityThreshold``, by ``koordinator.sh/eviction-priority``,
+  priority, ``koordinator.sh/priority``, then usage; each victim counts its usage × 1000 (koordlet's
+  ``int64(result * 1000)``), so one is enough per round. Of those, the agent plans only BE pods (it never
+  evicts another QoS; koordlet skips a pod its executor refuses).
 * **CPU** (BECPUEvict): BE pods' CPU satisfaction is ``BE limit / BE request``; the limit is the besteffort
   cgroup's real limit (``min(cpuset CPUs × 1000, quota × 1000 / period)``) with policy
   ``evictByRealLimit`` (default), the node's allocatable ``kubernetes.io/batch-cpu`` with
@@ -21,7 +28,7 @@ evictor helpers of ``plugins/util``:
   limit changed). Victims: BE pods by ``spec.priority`` ascending (pods without one, or of equal
   priority, by CPU usage / batch-cpu request descending) until their batch-cpu requests reach it.
 
-Both only ever pick pods of Koordinator QoS BE (the ``koordinator.sh/qosClass`` label, else derived from
+All only ever pick pods of Koordinator QoS BE (the ``koordinator.sh/qosClass`` label, else derived from
 the kube QoS class: :attr:`koordfw.PodState.qos`), skip a pod whose ``koordinator.sh/eviction-policy``
 annotation (a JSON list of feature names) does not list the feature (an unparsable one refuses all), and
 count a pod already terminating, or planned for eviction in the last 5 minutes, as releasing its share
@@ -33,8 +40,9 @@ after a round that evicted, as koordlet's flags) apply there. ``koordfw agent pl
 ``qos_plan``: its state is one sample, taken as the whole window, and no cool-down applies.
 
 Defaults: memory eviction is on (``memoryEvictEnable``, threshold 70 %: Koordinator's BEMemoryEvict gate
-is an alpha feature, off by default; koordfw turns it on so BE work never endangers LS pods); CPU
-eviction is off (``cpuEvictEnable``, Koordinator's BECPUEvict gate) and needs both satisfaction percents.
+is an alpha feature, off by default; koordfw turns it on so BE work never endangers LS pods); MemoryEvict
+is off (``memoryEvictByPriorityEnable``, needs ``evictEnabledPriorityThreshold``); CPU eviction is off
+(``cpuEvictEnable``, Koordinator's BECPUEvict gate) and needs both satisfaction percents.
 """
 
 from __future__ import annotations
@@ -47,13 +55,24 @@ import attrs
 import structlog
 
 from koordfw import Eviction, InputError, NodeState, PodState, hookimpl, loads_json
-from koordfw.extension import ANNOTATION_POD_EVICT_POLICY, BATCH_CPU
+from koordfw.extension import (
+    ANNOTATION_POD_EVICT_POLICY,
+    ANNOTATION_POD_EVICTION_PRIORITY,
+    BATCH_CPU,
+    LABEL_POD_EVICT_ENABLED,
+    LABEL_POD_PRIORITY,
+    PRIORITY_BATCH,
+    PRIORITY_FREE,
+    PRIORITY_MID,
+    PRIORITY_PROD,
+)
 
 log = structlog.get_logger("koordfw.eviction")
 
 NAME = "eviction"
 BE_MEMORY_EVICT = "BEMemoryEvict"
 BE_CPU_EVICT = "BECPUEvict"
+MEMORY_EVICT = "MemoryEvict"
 EVICT_REASON_PREFIX = "trigger by koordlet feature "  # qosmanagerUtil.EvictReasonPrefix
 MEMORY_RELEASE_BUFFER_PERCENT = 2  # memoryReleaseBufferPercent
 BE_CPU_SATISFACTION_LOW_PERCENT_MAX = 60  # beCPUSatisfactionLowPercentMax
@@ -64,6 +83,10 @@ POLICY_REAL_LIMIT = "evictByRealLimit"
 POLICY_ALLOCATABLE = "evictByAllocatable"
 #: koordlet's evicted-pods cache (expireCache.NewCacheDefault): a planned pod counts as releasing this long
 EVICTED_TTL_SECONDS = 300.0
+#: GetDefaultPriorityByPriorityClass (apis/extension/priority_utils.go); no class: 0
+DEFAULT_PRIORITY_VALUES = {PRIORITY_PROD: 9500, PRIORITY_MID: 7500, PRIORITY_BATCH: 5500, PRIORITY_FREE: 3500}
+#: Koordinator's MemoryEvict counts a victim's release as ``int64(result * 1000)`` of its memory usage
+MEMORY_EVICT_USED_SCALE = 1000
 #: the most BE CPU samples kept (a window of a day at one round a second stays far below it)
 MAX_SAMPLES = 100_000
 
@@ -92,6 +115,13 @@ def _cool(inst: Any, attribute: Any, value: Any) -> None:
         raise ValueError(f"{_camel(attribute.name)}: must be an integer number of seconds 0..86400, got {value!r}")
 
 
+def _int32(inst: Any, attribute: Any, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not (-(2**31) <= value < 2**31):
+        raise ValueError(f"{_camel(attribute.name)}: must be a 32-bit integer (a pod priority), got {value!r}")
+
+
 def _policy(inst: Any, attribute: Any, value: Any) -> None:
     if value not in (POLICY_REAL_LIMIT, POLICY_ALLOCATABLE):
         raise ValueError(f"cpuEvictPolicy: must be {POLICY_REAL_LIMIT!r} or {POLICY_ALLOCATABLE!r}, got {value!r}")
@@ -100,7 +130,8 @@ def _policy(inst: Any, attribute: Any, value: Any) -> None:
 @attrs.frozen
 class Args:
     """NodeSLO ``resourceUsedThresholdWithBE``'s eviction fields (Koordinator's names), a switch per
-    feature (Koordinator's BEMemoryEvict / BECPUEvict gates) and koordlet's cool-down flags.
+    feature (Koordinator's BEMemoryEvict / MemoryEvict / BECPUEvict gates: ``memoryEvictEnable``,
+    ``memoryEvictByPriorityEnable``, ``cpuEvictEnable``) and koordlet's cool-down flags.
 
     Checked as Koordinator's config checks (``generateConfigCheck``, ``isSatisfactionConfigValid``) and its
     NodeSLO validation: percents 0..100; ``memoryEvictLowerPercent`` below the threshold;
@@ -111,6 +142,8 @@ class Args:
     memory_evict_threshold_percent: int = attrs.field(default=70, validator=_percent)
     memory_evict_lower_percent: int | None = attrs.field(default=None, validator=_percent)
     memory_evict_cool_time_seconds: int = attrs.field(default=4, validator=_cool)
+    memory_evict_by_priority_enable: bool = False
+    evict_enabled_priority_threshold: int | None = attrs.field(default=None, validator=_int32)
     cpu_evict_enable: bool = False
     cpu_evict_BE_satisfaction_lower_percent: int | None = attrs.field(default=None, validator=_percent)
     cpu_evict_BE_satisfaction_upper_percent: int | None = attrs.field(default=None, validator=_percent)
@@ -246,34 +279,151 @@ def sorted_be_memory_pods(ns: NodeState) -> list[PodState]:
     return _sorted(be_candidates(ns, BE_MEMORY_EVICT), _memory_less)
 
 
-def pick(ordered: Sequence[PodState], to_release: int, amount: Any, pending: Set[str]) -> list[PodState]:
-    """``KillAndEvictPods`` for one task: walk ``ordered``, counting pods in ``pending`` (evicted, still
-    there) as released without evicting them again, and pick until the released sum reaches
-    ``to_release``."""
-    released = 0
+@attrs.define
+class Round:
+    """What ``KillAndEvictPods`` keeps across the tasks of one round (one release target): the pods
+    already taken and the amount released so far."""
+
+    taken: set[str] = attrs.field(factory=set)
+    released: int = 0
+
+
+def pick(ordered: Sequence[PodState], to_release: int, amount: Any, pending: Set[str],
+         rnd: Round | None = None) -> list[PodState]:
+    """``KillAndEvictPods`` for one task: walk ``ordered``, skipping pods an earlier task of the round
+    took, counting pods in ``pending`` (evicted, still there) as released without evicting them again,
+    and pick until the released sum (with what earlier tasks of ``rnd`` freed) reaches ``to_release``."""
+    rnd = Round() if rnd is None else rnd
     out: list[PodState] = []
-    if to_release <= 0:
+    if to_release <= 0 or rnd.released >= to_release:
         return out
     for p in ordered:
-        released += amount(p)
+        if p.uid in rnd.taken:
+            continue
+        rnd.taken.add(p.uid)
+        rnd.released += amount(p)
         if p.uid not in pending:
             out.append(p)
-        if released >= to_release:
+        if rnd.released >= to_release:
             break
     return out
 
 
+# -- memory (MemoryEvict: pods that opted in, up to a priority) ------------------------------------------
+
+def _go_int(text: str, bits: int) -> int | None:
+    """Go's ``strconv.ParseInt(text, 10, bits)`` (``Atoi``: 64): an optional sign and decimal digits
+    within the signed range, else ``None``."""
+    body = text[1:] if text[:1] in ("+", "-") else text
+    if not body or len(body) > 20 or not body.isascii() or not body.isdigit():
+        return None
+    v = int(text)
+    return v if -(2 ** (bits - 1)) <= v < 2 ** (bits - 1) else None
+
+
+def priority_value_with_default(ps: PodState) -> int:
+    """Koordinator's ``GetPodPriorityValueWithDefault``: ``spec.priority`` when set and not 0, else the
+    default value of the pod's priority class (``GetPodPriorityClassWithDefault``: the
+    ``koordinator.sh/priority-class`` label or the priority's range, else derived from the QoS)."""
+    prio = spec_priority(ps)
+    if prio:
+        return prio
+    assert ps.pod is not None
+    return DEFAULT_PRIORITY_VALUES.get(ps.pod.priority_class_with_default, 0)
+
+
+def pod_evict_enabled(ps: PodState) -> bool:
+    """``PodEvictEnabled``: the label ``koordinator.sh/eviction-enabled`` is exactly ``"true"``."""
+    return ps.pod is not None and ps.pod.labels.get(LABEL_POD_EVICT_ENABLED) == "true"
+
+
+def pod_eviction_priority(ps: PodState) -> int:
+    """``GetPodEvictionPriority``: the annotation ``koordinator.sh/eviction-priority`` as an int32; 0 when
+    absent or invalid (koordlet logs the invalid one)."""
+    assert ps.pod is not None
+    raw = ps.pod.annotations.get(ANNOTATION_POD_EVICTION_PRIORITY)
+    v = _go_int(raw, 32) if isinstance(raw, str) else None
+    return 0 if v is None else v
+
+
+def pod_priority_label(ps: PodState, default: int) -> int:
+    """``GetPodPriorityLabel``: the label ``koordinator.sh/priority`` as an integer (``strconv.Atoi``),
+    else ``default``."""
+    assert ps.pod is not None
+    raw = ps.pod.labels.get(LABEL_POD_PRIORITY)
+    v = _go_int(raw, 64) if isinstance(raw, str) else None
+    return default if v is None else v
+
+
+@attrs.frozen
+class PriorityEvictInfo:
+    """A pod as ``getPodEvictInfoAndSortByPriority`` sees it."""
+
+    pod: PodState
+    eviction_priority: int
+    priority: int
+    label_priority: int
+    memory_used: int  # usage × MEMORY_EVICT_USED_SCALE, as koordlet computes it
+
+
+def sorted_priority_memory_pods(ns: NodeState, threshold: int, feature: str = MEMORY_EVICT) -> list[PriorityEvictInfo]:
+    """Koordinator's ``getPodEvictInfoAndSortByUsed``: every active pod (phase Pending or Running) with
+    metadata that ``feature`` may evict (``koordinator.sh/eviction-policy``), whose priority
+    (:func:`priority_value_with_default`) is at most ``threshold``, labelled
+    ``koordinator.sh/eviction-enabled: "true"`` and with a memory usage; sorted by eviction priority,
+    priority, priority label (default: the priority), then memory usage descending. Any QoS: the agent's
+    own rule (BE only) is applied by :func:`plan_memory`."""
+    infos = []
+    for p in ns.pods:
+        if p.pod is None or p.pod.phase not in ("Pending", "Running"):
+            continue
+        if not eviction_policy_allowed(feature, p.pod.annotations):
+            continue
+        prio = priority_value_with_default(p)
+        if prio > threshold or not pod_evict_enabled(p):
+            continue
+        if "memory" not in p.usage:  # no metric: koordlet skips the pod
+            continue
+        infos.append(PriorityEvictInfo(p, pod_eviction_priority(p), prio, pod_priority_label(p, prio),
+                                       p.usage["memory"] * MEMORY_EVICT_USED_SCALE))
+    # Go's sort.Slice is not stable; ties keep the node state's order here
+    return sorted(infos, key=lambda i: (i.eviction_priority, i.priority, i.label_priority, -i.memory_used))
+
+
 def plan_memory(ns: NodeState, args: Args, pending: Set[str] = frozenset()) -> list[Eviction]:
-    """The BEMemoryEvict evictions for ``ns`` (``pending``: uids whose eviction is under way)."""
-    if not args.memory_evict_enable:
+    """The memory evictions for ``ns`` (``pending``: uids whose eviction is under way): BEMemoryEvict's
+    task, then MemoryEvict's, as koordlet's ``memoryEvict`` runs them (one release target: a pod the
+    first task took is not taken again, and what it freed counts towards the second)."""
+    features = [f for f, on in ((BE_MEMORY_EVICT, args.memory_evict_enable),
+                                (MEMORY_EVICT, args.memory_evict_by_priority_enable)) if on]
+    if MEMORY_EVICT in features and args.evict_enabled_priority_threshold is None:
+        # generateConfigCheck: MemoryEvict needs EvictEnabledPriorityThreshold; the other task still runs
+        log.warning("MemoryEvict skipped, invalid config: evictEnabledPriorityThreshold not configured",
+                    plugin=NAME, node=ns.name)
+        features.remove(MEMORY_EVICT)
+    if not features:
         return []
     release, usage_pct = memory_to_release(ns, args)
     if release <= 0:
         return []
-    reason = (f"{EVICT_REASON_PREFIX}{BE_MEMORY_EVICT}: node memory usage {usage_pct}% >= "
-              f"{args.memory_evict_threshold_percent}%, releasing {release} bytes to {args.memory_lower_percent}%")
-    victims = pick(sorted_be_memory_pods(ns), release, lambda p: p.usage.get("memory", 0), pending)
-    return [Eviction(p.uid, _key(p), reason=reason) for p in victims]
+    out: list[Eviction] = []
+    rnd = Round()
+    for feature in features:
+        reason = (f"{EVICT_REASON_PREFIX}{feature}: node memory usage {usage_pct}% >= "
+                  f"{args.memory_evict_threshold_percent}%, releasing {release} bytes to {args.memory_lower_percent}%")
+        if feature == BE_MEMORY_EVICT:
+            ordered = sorted_be_memory_pods(ns)
+            amounts = {p.uid: p.usage.get("memory", 0) for p in ordered}
+        else:
+            assert args.evict_enabled_priority_threshold is not None
+            infos = sorted_priority_memory_pods(ns, args.evict_enabled_priority_threshold, feature)
+            # the agent evicts only BE pods (its evictor refuses any other, which KillAndEvictPods skips)
+            infos = [i for i in infos if i.pod.qos == "BE"]
+            ordered = [i.pod for i in infos]
+            amounts = {i.pod.uid: i.memory_used for i in infos}
+        victims = pick(ordered, release, lambda p, a=amounts: a[p.uid], pending, rnd)
+        out += [Eviction(p.uid, _key(p), reason=reason) for p in victims]
+    return out
 
 
 # -- CPU (BECPUEvict) ----------------------------------------------------------------------------------
