@@ -152,6 +152,8 @@ class ClusterState:
         #: uids of known pods (pending or not) with pod (anti-)affinity terms / required anti-affinity
         self._affinity_uids: set[str] = set()
         self._anti_uids: set[str] = set()
+        #: pending pods nominated to a node (status.nominatedNodeName), by uid
+        self._nominated: dict[str, Pod] = {}
 
     # -- columns --------------------------------------------------------------------------------
     @property
@@ -369,6 +371,18 @@ class ClusterState:
         """How many known pods (pending ones included) have required pod anti-affinity terms."""
         return len(self._anti_uids)
 
+    @property
+    def nominated_pending_pods(self) -> list[Pod]:
+        """Pending pods with a nominated node (preemption's nominees): the topology plugins count them
+        on that node for pods of lower or equal priority, as kube's AddPod for nominated pods does."""
+        return list(self._nominated.values()) if self._nominated else []
+
+    def _index_nominated(self, pod: Pod) -> None:
+        if pod.nominated_node_name and not pod.node_name:
+            self._nominated[pod.uid] = pod
+        else:
+            self._nominated.pop(pod.uid, None)
+
     def _index_affinity(self, pod: Pod) -> None:
         if pod.has_pod_affinity:
             self._affinity_uids.add(pod.uid)
@@ -384,6 +398,7 @@ class ClusterState:
         self.pods[pod.uid] = entry
         self._by_key[pod.key] = pod.uid
         self._index_affinity(pod)
+        self._index_nominated(pod)
         if pod.node_name and not pod.is_terminal:
             i = self._node_index.get(pod.node_name)
             if i is not None:
@@ -419,6 +434,7 @@ class ClusterState:
         self._req_cache.pop(uid, None)
         self._affinity_uids.discard(uid)
         self._anti_uids.discard(uid)
+        self._nominated.pop(uid, None)
         self.generation += 1
         self.free_generation += 1
         return entry.pod
@@ -433,6 +449,7 @@ class ClusterState:
             self._index_affinity(pod)
         self._unaccount(entry)
         assumed = replace_pod(entry.pod, node_name=node_name)
+        self._nominated.pop(pod.uid, None)
         entry.pod = assumed
         entry.assumed = True
         self._account(entry, self._node_index[node_name])
@@ -446,6 +463,7 @@ class ClusterState:
             return pod
         self._unaccount(entry)
         entry.pod = replace_pod(entry.pod, node_name=None)
+        self._index_nominated(entry.pod)
         entry.assumed = False
         self.generation += 1
         return entry.pod
@@ -472,6 +490,7 @@ class ClusterState:
         """Replace a pod's object without changing its accounting (same requests, same node)."""
         entry = self.pods[pod.uid]
         entry.pod = pod
+        self._index_nominated(pod)
         if entry.node_index >= 0:
             self._on_node[entry.node_index][pod.uid] = pod
             self._version[entry.node_index] += 1

@@ -72,6 +72,8 @@ class ClusterView(Protocol):
     def pods_with_affinity(self) -> int: ...
     @property
     def pods_with_required_anti_affinity(self) -> int: ...
+    @property
+    def nominated_pending_pods(self) -> list[Pod]: ...
 
     def resource_index(self, name: str) -> int: ...
     def request_vector(self, pod: Pod) -> np.ndarray: ...
@@ -175,7 +177,36 @@ class Handle(PluginsRunner, Protocol):
     # -- actions -------------------------------------------------------------------------------------
     def bind_pod(self, pod: Pod, node_name: str, annotations: Mapping[str, str]) -> Awaitable[Any]: ...
     def evict(self, pod: Pod, reason: str) -> Awaitable[Any]:
-        """Evict (preempt, deschedule) a running pod; the engine deletes it or, in memory, requeues it."""
+        """Evict (preempt, deschedule) a running pod; the engine deletes it or, in memory, requeues it.
+        A placeholder pod is never evicted (the result is False): its plugin removes it."""
+
+    # -- placeholder pods (Koordinator's reserve pods) -------------------------------------------------
+    def add_placeholder(self, pod: Pod) -> None:
+        """Add (or replace, by uid) a **placeholder pod**: a pod that exists only in this scheduler, such
+        as the reserve pod a Reservation is scheduled as.
+
+        Without ``node_name`` it is queued at the next scheduling step and scheduled like any pod (every
+        pre_enqueue, filter, score, reserve and permit applies); it preempts nobody, and its binding cycle
+        calls this plugin's ``bind`` hook alone (write the object it stands for there; ``None`` counts as
+        bound), then it stays on the node, holding its requests, and ``post_bind`` runs as for any pod.
+        With ``node_name`` it is accounted on that node at once (a reservation already placed, or one
+        resized: the replaced object's hold is released). The engine is never told of it (no API writes,
+        not in reports) and ``evict`` refuses it; it shows in the cluster view (``pods_on``,
+        ``requested``), so every other plugin sees the node's resources held. The queue hears of the
+        change (``ASSIGNED_POD_DELETE`` of what it replaced, ``ASSIGNED_POD_ADD``) at the next scheduling
+        step, so a timer callback may call this. Not while the placeholder's own cycle runs."""
+    def remove_placeholder(self, uid: str) -> Pod | None:
+        """Remove a placeholder pod of this scheduler (queued, waiting at permit or placed), releasing what
+        it holds; the queue hears ``ASSIGNED_POD_DELETE`` at the next scheduling step. Returns the pod as
+        it was, or None if it is not a placeholder."""
+    def is_placeholder(self, uid: str) -> bool:
+        """Was this uid added by :meth:`add_placeholder` (by any plugin)?"""
+    def restore_requests(self, state: CycleState, node_name: str, requests: np.ndarray) -> None:
+        """Count ``requests`` (a request vector as :meth:`ClusterView.request_vector` gives, e.g. the sum
+        of the placeholder pods whose hold the cycle's pod may use) as free on ``node_name`` while this
+        cycle's filters and scores run (``run_filters`` and ``run_scores`` what-ifs included): taken off the
+        node's ``requested`` column meanwhile and put back after each call. Koordinator's
+        restore-reservation transformer; call it from ``pre_filter``. Calls for one node add up."""
 
 
 @runtime_checkable
