@@ -30,6 +30,11 @@ Contract:
 * Every write is logged with structlog (``file``, ``old``, ``new``, ``plugin``; a removal as
   ``remove dir`` with ``dir``, ``plugin``); with ``dry_run`` nothing is written or removed and the
   would-be operations are logged and returned.
+* A write equal to the value the executor last wrote (or found) in that cgroup file less than
+  ``force_update_seconds`` ago (default 60: koordlet's ``--resource-force-update-seconds``, its
+  executor's cacheable updates) is skipped without reading the file; past that age the file is read
+  again, so a value changed behind the agent's back is corrected within that time. A value read this
+  round (``current``) always wins over the cache. The cache ages on :attr:`Executor.clock` (the agent's).
 * Counts go to Prometheus (``koordfw_agent_writes_total{plugin,fs}``, removals included,
   ``koordfw_agent_write_errors_total{plugin,reason}``) and to :attr:`Executor.stats`.
 """
@@ -39,8 +44,10 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import attrs
 import structlog
@@ -167,11 +174,16 @@ def values_equal(path: str, old: str | None, new: str) -> bool:
     return False
 
 
+#: koordlet's ``--resource-force-update-seconds`` default: how long a value the executor wrote is trusted
+FORCE_UPDATE_SECONDS = 60.0
+
+
 class Executor:
     """Applies FileWrites under ``roots`` (``{"cgroup": "/sys/fs/cgroup", "resctrl": "/sys/fs/resctrl"}``)."""
 
     def __init__(self, roots: Mapping[str, str | os.PathLike[str]] | None = None, *, dry_run: bool = False,
-                 cgroup_version: int | None = None) -> None:
+                 cgroup_version: int | None = None, force_update_seconds: float = FORCE_UPDATE_SECONDS,
+                 clock: Any = None) -> None:
         roots = dict(roots or {})
         roots.setdefault(FS_CGROUP, "/sys/fs/cgroup")
         roots.setdefault(FS_RESCTRL, "/sys/fs/resctrl")
@@ -179,6 +191,12 @@ class Executor:
         self._real_roots = {fs: p.resolve() for fs, p in self.roots.items()}
         self.dry_run = dry_run
         self._cgroup_version = cgroup_version
+        self.force_update_seconds = force_update_seconds
+        #: what the write cache ages on (``now()`` in seconds); ``None``: the monotonic clock (the agent
+        #: sets its own clock here)
+        self.clock = clock
+        #: cgroup path → (the value last written or found equal, when)
+        self._cache: dict[str, tuple[str, float]] = {}
         self.stats = ExecutorStats()
         self._metrics = executor_metrics()
 
@@ -241,6 +259,12 @@ class Executor:
                 self.stats.unchanged += 1
                 out.append(WriteResult(w, "unchanged", known[w.path]))
                 continue
+            if w.fs == FS_CGROUP and w.path not in known:
+                hit = self._cached(w)
+                if hit is not None:
+                    self.stats.unchanged += 1
+                    out.append(WriteResult(w, "unchanged", hit))
+                    continue
             r = self.apply_one(w)
             if w.fs == FS_CGROUP and r.outcome in ("written", "dry_run"):
                 known[w.path] = w.value
@@ -249,12 +273,39 @@ class Executor:
             out.append(r)
         return out
 
+    def _now(self) -> float:
+        return float(self.clock.now()) if self.clock is not None else time.monotonic()
+
+    def _cached(self, w: FileWrite) -> str | None:
+        """The value the cache holds for ``w``'s file when it equals ``w.value`` and is fresh, else ``None``."""
+        hit = self._cache.get(w.path)
+        if hit is None or not values_equal(w.path, hit[0], w.value):
+            return None
+        if not 0 <= self._now() - hit[1] < self.force_update_seconds:
+            return None
+        return hit[0]
+
+    def _remember(self, w: FileWrite, outcome: str) -> None:
+        if w.fs != FS_CGROUP:
+            return
+        if outcome in ("written", "unchanged") and not self.dry_run:
+            self._cache[w.path] = (w.value, self._now())
+        else:
+            self._cache.pop(w.path, None)
+
     def apply_one(self, w: FileWrite) -> WriteResult:
         """Apply one write. Never raises for what the write asks: a bad one is refused or an error."""
         try:
-            return self._apply_rmdir(w) if w.rmdir else self._apply_write(w)
+            r = self._apply_rmdir(w) if w.rmdir else self._apply_write(w)
         except (OSError, ValueError, RuntimeError) as e:  # the last guard: a bad write fails only itself
-            return self._error(w, self.roots.get(w.fs, Path("?")) / str(w.path)[:NAME_MAX], None, e)
+            r = self._error(w, self.roots.get(w.fs, Path("?")) / str(w.path)[:NAME_MAX], None, e)
+        if w.rmdir:
+            if w.fs == FS_CGROUP and r.outcome in ("removed", "vanished"):
+                prefix = w.path.rstrip("/") + "/"
+                self._cache = {p: v for p, v in self._cache.items() if not p.startswith(prefix)}
+        else:
+            self._remember(w, r.outcome)
+        return r
 
     def _refuse(self, w: FileWrite, why: str) -> WriteResult:
         self.stats.refused += 1

@@ -264,6 +264,8 @@ class Agent:
         self.proc_root = proc_root
         self.sys_root = sys_root
         self.clock: Clock = clock if clock is not None else RealClock()  # the engines' clock; tests inject one
+        if executor.clock is None:  # the executor's write cache ages on the agent's clock
+            executor.clock = self.clock
         self.recorder = EventLog()
         self._handles: dict[str, AgentPluginHandle] = {}
         registry.bind(self.handle_for)
@@ -419,9 +421,18 @@ class Agent:
         t0, c0 = time.perf_counter(), time.process_time()
         ns = self.collect_state()
         self.node_state = ns
+        reads: dict[str, str] = {}
         for _plugin, res in await self._call("collect", node_state=ns):
             if isinstance(res, Mapping):
-                ns.metrics.update(res)
+                read = res.get(NodeState.COLLECTED_CGROUPS)
+                if isinstance(read, Mapping):
+                    reads.update((str(k), str(v)) for k, v in read.items())
+                ns.metrics.update((k, v) for k, v in res.items() if k != NodeState.COLLECTED_CGROUPS)
+        if reads and isinstance(ns.cgroups, dict):
+            # what the plugins read this round joins the agent's reads (which win: read first), so the
+            # executor compares with them instead of reading each file again
+            for path, value in reads.items():
+                ns.cgroups.setdefault(path, value)
         for cb in self.on_collect:
             try:
                 cb(ns)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -435,6 +435,11 @@ def _int_text(text: str | None, digits: int = 19) -> int | None:
 @attrs.frozen
 class NodeState:
     """One round's snapshot of a node (see the module docstring for the contract)."""
+
+    #: the key under which a plugin's ``collect`` may return the cgroup files it read this round (path,
+    #: relative to the cgroup root, → text): the agent adds them to :attr:`cgroups`, so the executor
+    #: compares that round's writes with them instead of reading the files again
+    COLLECTED_CGROUPS: ClassVar[str] = "cgroups"
 
     name: str = ""
     cgroup_version: int = 1

@@ -157,7 +157,7 @@ class BatchResource:
                     current[path] = f.read(4096).strip()
             except OSError:
                 continue  # the cgroup vanished (or has no such file): nothing to order by
-        return {CURRENT_KEY: current}
+        return {CURRENT_KEY: current, NodeState.COLLECTED_CGROUPS: current}
 
     @hookimpl
     def qos_plan(self, node_state: NodeState, args: ColocationStrategy) -> list | None:

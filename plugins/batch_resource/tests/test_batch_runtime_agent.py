@@ -11,7 +11,7 @@ import yaml
 from koordfw_batch_resource.runtimehook import Rule, plan
 
 from koordfw.agent.cgroups import CgroupLayout, detect_version
-from koordfw.agent.executor import Executor
+from koordfw.agent.executor import FORCE_UPDATE_SECONDS, Executor
 from koordfw.agent.loop import Agent
 from koordfw.cli import main
 from koordfw.core.clock import VirtualClock
@@ -102,9 +102,12 @@ async def test_pod_start_then_reconcile(tmp_path, version, driver):
     assert knobs(node, ls)[0] == ("2" if version == 1 else "1")
     # the next round: nothing to write (v1's "-1" memory limit reads back as a number: not rewritten)
     assert [r for r in await agent.run_once() if r.outcome == "written"] == []
-    # something resets a knob behind the agent's back: the next round puts it back
+    # something resets a knob behind the agent's back: the executor trusts what it wrote for koordlet's
+    # force-update period (--resource-force-update-seconds, 60 s), then reads the file again and the
+    # round puts the value back
     shares = "cpu.shares" if version == 1 else "cpu.weight"
     (node.ctl("cpu", c0) / shares).write_text("2\n")
+    agent.clock.advance_to(agent.clock.now() + FORCE_UPDATE_SECONDS)
     again = [r for r in await agent.run_once() if r.outcome == "written"]
     assert [(r.write.path.rsplit("/", 1)[-1], r.write.value) for r in again] == [(shares, WANT[version][1][0])]
 

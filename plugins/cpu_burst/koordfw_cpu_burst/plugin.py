@@ -220,7 +220,7 @@ class CPUBurst:
             log.info("recycle limiter for container", plugin=NAME, container=gone)
         node_avg, pod_avg = self._window(now, ns)
         out: dict[str, Any] = {VALUES_KEY: values, THROTTLED_KEY: throttled, USAGE_KEY: usage, ALLOWED_KEY: allowed,
-                               POD_USAGE_KEY: pod_avg}
+                               POD_USAGE_KEY: pod_avg, NodeState.COLLECTED_CGROUPS: values}
         if node_avg is not None:
             out[NODE_USAGE_KEY] = node_avg
         return out
@@ -432,16 +432,32 @@ def read_file(path: str) -> str | None:
         return None
 
 
+def _needs_usage(cfg: BurstConfig) -> bool:
+    """A container's CPU usage feeds only its burst-period bucket (:func:`limiter_allows`): read it only
+    when the pod's config has one."""
+    period = cfg.cfs_quota_burst_period_seconds
+    return period is not None and period >= 0
+
+
 def read_values(root: str, ns: NodeState, pods: Iterable[PodView]) -> dict[str, str]:
-    """The quota/burst/cpu.stat/usage files of the pods' and containers' dirs that exist."""
+    """The files that exist of the pods' dirs (quota, burst: all the plan reads of a pod) and of their
+    containers' (quota, burst, cpu.stat for the throttled ratio, the CPU usage when a bucket needs it)."""
     out: dict[str, str] = {}
+
+    def read(rel: str) -> None:
+        if rel and rel not in out:
+            v = read_file(os.path.join(root, rel))
+            if v is not None:
+                out[rel] = v
+
     for p in pods:
-        dirs = [p.state.cgroup_dir] + [c.cgroup_dir for c in p.containers if c.cgroup_dir]
-        for d in dirs:
-            for rel in CPUBurst.files(ns, d).values():
-                if not rel or rel in out:
-                    continue
-                v = read_file(os.path.join(root, rel))
-                if v is not None:
-                    out[rel] = v
+        f = CPUBurst.files(ns, p.state.cgroup_dir)
+        read(f["quota"])
+        read(f["burst"])
+        usage = _needs_usage(p.cfg)
+        for c in p.containers:
+            if c.cgroup_dir:
+                f = CPUBurst.files(ns, c.cgroup_dir)
+                for key in ("quota", "burst", "stat", "usage") if usage else ("quota", "burst", "stat"):
+                    read(f[key])
     return out

@@ -133,7 +133,18 @@ class MemoryQoS:
         """The memory QoS files of the QoS levels, active pods and their containers: path → value (absent
         ones, and those of cgroups that vanished, left out)."""
         out: dict[str, str] = {}
+        # SupportedIfFileExistsInKubepods: without any of the files in the kubepods dir (cgroup v1 outside
+        # Anolis) the plugin is idle, so the pods' dirs are not read at all
+        for name, _ in FILES:
+            rel = node_state.cgroup_file("memory", node_state.kubepods, name)
+            v = _read(f"{root}/{rel}")
+            if v is not None:
+                out[rel] = v
+        if not out:
+            return out
         for d in _dirs(node_state):
+            if d == node_state.kubepods:
+                continue
             for name, _ in FILES:
                 rel = node_state.cgroup_file("memory", d, name)
                 v = _read(f"{root}/{rel}")
