@@ -62,6 +62,8 @@ AFFINITY_REASON = Status.unresolvable("node(s) didn't match pod affinity rules")
 ANTI_AFFINITY_REASON = Status.unschedulable("node(s) didn't match pod anti-affinity rules")
 EXISTING_REASON = Status.unschedulable("node(s) didn't satisfy existing pods anti-affinity rules")
 
+_REASONS = (AFFINITY_REASON, ANTI_AFFINITY_REASON, EXISTING_REASON)
+
 REQ_AFF, REQ_ANTI, PREF_AFF, PREF_ANTI = "required-affinity", "required-anti-affinity", "preferred-affinity", \
     "preferred-anti-affinity"
 
@@ -283,7 +285,7 @@ class InterPodAffinity:
                             aff_empty=all(not p.sums.any() for p in aff.values()))
 
     @hookimpl
-    def filter(self, pod: Pod, nodes: NodeBatch, state: CycleState) -> tuple[np.ndarray, list] | None:
+    def filter(self, pod: Pod, nodes: NodeBatch, state: CycleState) -> tuple[np.ndarray, Status | list] | None:
         cluster = nodes.cluster
         st = state.get(FILTER_STATE)
         if st is None:  # filters run without pre_filter (a what-if with a fresh state)
@@ -300,8 +302,9 @@ class InterPodAffinity:
                 st = self._recount(pod, st, cluster)
             state[FILTER_STATE] = st
         idx = nodes.idx
-        reasons: list[Status | None] = [None] * len(idx)
         ok = np.ones(len(idx), dtype=bool)
+        # the reason of each rejected node: 0 affinity, 1 anti-affinity, 2 existing pods' anti-affinity
+        why = np.full(len(idx), -1, dtype=np.int8)
         if st.aff_terms:
             has_all = np.ones(len(idx), dtype=bool)
             exist = np.ones(len(idx), dtype=bool)
@@ -313,23 +316,23 @@ class InterPodAffinity:
                 cnt[has] = part.sums[codes[has]]
                 exist &= cnt > 0
             good = has_all & (exist | (st.aff_empty and st.self_match))
-            for j in np.flatnonzero(~good).tolist():
-                reasons[j] = AFFINITY_REASON
+            why[~good] = 0
             ok &= good
-        for parts, reason in ((st.anti, ANTI_AFFINITY_REASON), (st.existing, EXISTING_REASON)):
+        for code, parts in ((1, st.anti), (2, st.existing)):
             for part in parts.values():
                 codes = self._domains.codes(cluster, part.key)[idx]
                 has = codes >= 0
                 bad = np.zeros(len(idx), dtype=bool)
                 bad[has] = part.sums[codes[has]] > 0
                 bad &= ok
-                if bad.any():
-                    for j in np.flatnonzero(bad).tolist():
-                        reasons[j] = reason
-                    ok &= ~bad
+                why[bad] = code
+                ok &= ~bad
         if ok.all():
             return None
-        return ok, reasons
+        kinds = np.unique(why[~ok])
+        if len(kinds) == 1:
+            return ok, _REASONS[int(kinds[0])]
+        return ok, [_REASONS[w] if w >= 0 else None for w in why.tolist()]
 
     # -- score ----------------------------------------------------------------------------------------
     @hookimpl

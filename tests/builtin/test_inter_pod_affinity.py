@@ -77,6 +77,8 @@ def run_filter(incoming, existing, nodes, args=None):
     if res is None:
         return False, {n.name: None for n in nodes}
     ok, reasons = res
+    if not isinstance(reasons, list):
+        reasons = [reasons] * len(nodes)
     return False, {n.name: (None if ok[j] else reasons[j].reasons[0]) for j, n in enumerate(nodes)}
 
 
