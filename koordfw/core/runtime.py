@@ -19,6 +19,7 @@ each point's semantics:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections import Counter
 from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
@@ -36,7 +37,7 @@ from .hints import ClusterEventWithHint
 from .model import Pod
 from .nominator import Nominator
 from .plugins import Impl, Registry
-from .state import CycleState
+from .state import CycleState, StateKey
 from .status import Code, Status, as_status
 
 log = structlog.get_logger("koordfw")
@@ -45,7 +46,14 @@ MAX_NODE_SCORE = 100
 MAX_PERMIT_TIMEOUT = 15 * 60.0
 
 __all__ = ["Framework", "MAX_NODE_SCORE", "MAX_PERMIT_TIMEOUT", "NodeStatuses", "PostFilterResult",
-           "PreFilterResult", "WaitingPod", "fit_error"]
+           "PreFilterResult", "RESTORED_REQUESTS", "WaitingPod", "fit_error"]
+
+#: requests that count as free on some nodes while one pod's filters and scores run: node index → a
+#: request vector (aligned with the cluster's resources) taken off that node's ``requested`` meanwhile.
+#: Written by :meth:`koordfw.Handle.restore_requests` (a pre_filter restoring what a reservation holds
+#: for its owner: Koordinator's restore-reservation transformer); honoured by every ``run_filters`` and
+#: ``run_score`` of the cycle, what-ifs included, and undone after each.
+RESTORED_REQUESTS: StateKey[dict[int, np.ndarray]] = StateKey("koordfw/restored_requests")
 
 
 class NodeStatuses(Mapping[str, Status]):
@@ -286,6 +294,26 @@ class Framework:
     async def _filter_nodes(self, pod: Pod, state: CycleState, sub: np.ndarray) -> tuple[np.ndarray, NodeStatuses]:
         """The filters over ``sub`` with nominated pods counted; raises :class:`PluginFailure`, which
         :meth:`run_filters` turns into its status."""
+        restored = state.get(RESTORED_REQUESTS)
+        if restored:
+            with self._restored(restored):
+                return await self._filter_nodes_nominated(pod, state, sub)
+        return await self._filter_nodes_nominated(pod, state, sub)
+
+    @contextlib.contextmanager
+    def _restored(self, restored: dict[int, np.ndarray]) -> Iterator[None]:
+        """While inside, the ``restored`` requests are taken off their nodes' ``requested``."""
+        cluster = self.cluster
+        for i, vec in restored.items():
+            cluster.add_requested(i, -vec)
+        try:
+            yield
+        finally:
+            for i, vec in restored.items():
+                cluster.add_requested(i, vec)
+
+    async def _filter_nodes_nominated(self, pod: Pod, state: CycleState,
+                                      sub: np.ndarray) -> tuple[np.ndarray, NodeStatuses]:
         if self.nominator:
             with self.nominator.counted(pod, sub):
                 return await self._run_filter_plugins(pod, state, sub)
@@ -462,6 +490,13 @@ class Framework:
 
     async def _score_nodes(self, pod: Pod, state: CycleState, feasible: np.ndarray) -> tuple[np.ndarray, int]:
         """:meth:`run_score` raising :class:`PluginFailure` instead of returning it."""
+        restored = state.get(RESTORED_REQUESTS)
+        if restored:
+            with self._restored(restored):
+                return await self._score_nodes_now(pod, state, feasible)
+        return await self._score_nodes_now(pod, state, feasible)
+
+    async def _score_nodes_now(self, pod: Pod, state: CycleState, feasible: np.ndarray) -> tuple[np.ndarray, int]:
         cluster = self.cluster
         caller = self.caller
         batch = NodeBatch(cluster, feasible)
@@ -582,9 +617,13 @@ class Framework:
                 return st
         return Status.success()
 
-    async def run_bind(self, pod: Pod, node: NodeView, state: CycleState) -> Status:
-        """The first bind plugin that returns something other than None or Skip binds the pod (or fails)."""
+    async def run_bind(self, pod: Pod, node: NodeView, state: CycleState, only: str | None = None) -> Status:
+        """The first bind plugin that returns something other than None or Skip binds the pod (or fails).
+        ``only``: call that plugin's bind alone (a placeholder pod's own plugin), None or Skip from it
+        meaning bound (there is nothing else to bind)."""
         for impl in self.caller.impls("bind"):
+            if only is not None and impl.plugin != only:
+                continue
             try:
                 res = await self.caller.call(impl, pod=pod, node=node, state=state)
             except PluginFailure as f:
@@ -595,6 +634,8 @@ class Framework:
             if st.code == Code.SKIP:
                 continue
             return st
+        if only is not None:
+            return Status.success()
         return Status.error("no bind plugin bound the pod")
 
     async def run_post_bind(self, pod: Pod, node: NodeView, state: CycleState) -> None:

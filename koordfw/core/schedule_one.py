@@ -39,7 +39,7 @@ from .model import Pod
 from .nominator import Nominator
 from .plugins import Registry
 from .queue import QueuedPodInfo, SchedulingQueue
-from .runtime import Framework, NodeStatuses, WaitingPod, fit_error
+from .runtime import RESTORED_REQUESTS, Framework, NodeStatuses, WaitingPod, fit_error
 from .state import CycleState, StateKey
 from .status import Status
 
@@ -51,6 +51,15 @@ MIN_FEASIBLE_PERCENTAGE = 5
 #: the per-node rejections of the cycle's filter search (what post_filter plugins are given)
 FILTERED_STATUSES: StateKey[NodeStatuses] = StateKey("koordfw/filtered_statuses")
 
+
+
+def _add_vectors(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a + b`` for request vectors that may differ in length (resources added since one was made)."""
+    if len(a) < len(b):
+        a, b = b, a
+    out = a.copy()
+    out[: len(b)] += b
+    return out
 
 
 def rejectors(st: Status) -> tuple[str, ...]:
@@ -142,7 +151,29 @@ class SchedulerHandle:
         return await self._s.engine.bind(pod, node_name, annotations)
 
     async def evict(self, pod: Pod, reason: str) -> Any:
+        if pod.uid in self._s.placeholders:
+            return False  # it exists only in this scheduler: its plugin removes it
         return await self._s.engine.evict(pod, reason)
+
+    # -- placeholder pods ----------------------------------------------------------------------------
+    def add_placeholder(self, pod: Pod) -> None:
+        self._s.add_placeholder(pod, self.plugin_name)
+
+    def remove_placeholder(self, uid: str) -> Pod | None:
+        return self._s.remove_placeholder(uid)
+
+    def is_placeholder(self, uid: str) -> bool:
+        return uid in self._s.placeholders
+
+    def restore_requests(self, state: CycleState, node_name: str, requests: np.ndarray) -> None:
+        i = self._s.cluster.node_index(node_name)
+        if i is None:
+            return
+        restored = state.get(RESTORED_REQUESTS)
+        if restored is None:
+            restored = state[RESTORED_REQUESTS] = {}
+        prev = restored.get(i)
+        restored[i] = requests.copy() if prev is None else _add_vectors(prev, requests)
 
     # -- PluginsRunner -----------------------------------------------------------------------------
     async def run_pre_filters(self, pod: Pod, state: CycleState) -> tuple[Status, frozenset[str] | None]:
@@ -206,6 +237,11 @@ class Scheduler:
         self.assume_seq = 0
         self._assumed_at: dict[str, int] = {}
         self.in_flight_binds = 0
+        #: placeholder pods (they exist only in this scheduler, e.g. reservations' reserve pods): uid → the
+        #: plugin that added them (its bind hook alone binds them)
+        self.placeholders: dict[str, str] = {}
+        #: placeholder changes made by sync calls, delivered to the queue at the next scheduling step
+        self._deferred: list[tuple[ClusterEvent | None, Pod | None, Pod | None]] = []
         self.queue = SchedulingQueue(self._sort_key, initial_backoff=self.profile.pod_initial_backoff_seconds,
                                      max_backoff=self.profile.pod_max_backoff_seconds,
                                      max_unschedulable=self.profile.pod_max_in_unschedulable_seconds)
@@ -236,7 +272,8 @@ class Scheduler:
 
     async def enqueue(self, pod: Pod) -> None:
         """Add a pending pod: pre_enqueue gates it or it joins the active queue."""
-        new = self.engine.pod_enqueued(pod)
+        placeholder = pod.uid in self.placeholders
+        new = None if placeholder else self.engine.pod_enqueued(pod)
         if new is not None and new is not pod:
             pod = new
             if self.cluster.pod(pod.uid) is not None:
@@ -251,7 +288,8 @@ class Scheduler:
             self.queue.add(pod, now)
         else:
             self.queue.add_gated(pod, now, st.message, plugins=rejectors(st))
-            self.engine.pod_gated(pod, st)
+            if not placeholder:
+                self.engine.pod_gated(pod, st)
 
     async def add_pod(self, pod: Pod) -> None:
         """A pod appeared (or was re-listed). Pending pods are queued; bound ones accounted."""
@@ -276,6 +314,57 @@ class Scheduler:
         if self.nominator:
             self.nominator.forget(uid)
         await self.cluster_event(ASSIGNED_POD_DELETE if old is not None and old.node_name else POD_DELETE, old, None)
+
+    # -- placeholder pods ---------------------------------------------------------------------------
+    def add_placeholder(self, pod: Pod, plugin: str) -> None:
+        """Add, or replace, a placeholder pod of ``plugin`` (see :meth:`koordfw.Handle.add_placeholder`):
+        with ``node_name`` it is accounted on that node at once, without it queued at the next scheduling
+        step. The queue hears of it (an enqueue, ``ASSIGNED_POD_DELETE`` of what it replaced,
+        ``ASSIGNED_POD_ADD``) at the next :meth:`schedule_next` or :meth:`flush`."""
+        uid = pod.uid
+        if uid in self.queue.in_flight:
+            raise ValueError(f"placeholder {pod.key} is in its scheduling or binding cycle")
+        self.placeholders[uid] = plugin
+        old = self.cluster.pod(uid)
+        if old is not None:
+            self.queue.done(uid)
+            self.cluster.remove_pod(uid)
+            if self.nominator:
+                self.nominator.forget(uid)
+        self.cluster.add_pod(pod)
+        if not pod.node_name:
+            self._deferred.append((None, None, pod))
+            return
+        if old is not None and old.node_name:
+            self._deferred.append((ASSIGNED_POD_DELETE, old, None))
+        self._deferred.append((ASSIGNED_POD_ADD, None, pod))
+
+    def remove_placeholder(self, uid: str) -> Pod | None:
+        """Take a placeholder pod out of the queue and the cluster, releasing what it holds (the queue
+        hears ``ASSIGNED_POD_DELETE`` at the next scheduling step); returns it, or None if unknown."""
+        if uid not in self.placeholders:
+            return None
+        wp = self.waiting_pods.get(uid)
+        if wp is not None:
+            wp.reject("", "placeholder removed")
+        self.queue.done(uid)
+        old = self.cluster.remove_pod(uid)
+        if self.nominator:
+            self.nominator.forget(uid)
+        if old is not None and old.node_name:
+            self._deferred.append((ASSIGNED_POD_DELETE, old, None))
+        return old
+
+    async def _run_deferred(self) -> None:
+        """Deliver what sync placeholder changes left for the queue: enqueues and cluster events."""
+        while self._deferred:
+            batch, self._deferred = self._deferred, []
+            for event, old, new in batch:
+                if event is None:
+                    if new is not None and self.cluster.pod(new.uid) is new:  # not replaced or removed since
+                        await self.enqueue(new)
+                else:
+                    await self.cluster_event(event, old, new)
 
     async def cluster_event(self, event: ClusterEvent, old: Any = None, new: Any = None, *,
                             assumed_seq: int = -1) -> None:
@@ -363,12 +452,14 @@ class Scheduler:
         if info is not None:
             info.pod = nominated
         self.nominator.nominate(nominated, node_name)
-        if node_name is None and had:
+        if node_name is None and had and pod.uid not in self.placeholders:
             self.engine.nomination_cleared(cur or pod)
         return nominated
 
     async def flush(self) -> None:
         """Periodic queue maintenance: finished backoffs to active, old unschedulable pods retried."""
+        if self._deferred:
+            await self._run_deferred()
         now = self.clock.now()
         self.queue.flush_backoff(now)
         for info in self.queue.flush_unschedulable_leftover(now):
@@ -396,6 +487,8 @@ class Scheduler:
     async def schedule_next(self, tg: anyio.abc.TaskGroup) -> Pod | None:
         """Pop one pod and run its scheduling cycle (the binding cycle is started in ``tg``, or run
         inline); returns the pod tried, or None when the active queue is empty."""
+        if self._deferred:
+            await self._run_deferred()
         info = self.queue.pop()
         if info is None:
             return None
@@ -570,15 +663,20 @@ class Scheduler:
                 if not st.ok:
                     await self._binding_failed(pod, node, state, st)
                     return
+            owner = self.placeholders.get(pod.uid)
             st = await fw.run_pre_bind(pod, node, state)
             if st.ok:
-                st = await fw.run_bind(pod, node, state)
+                # a placeholder exists only here: its own plugin's bind hook alone "binds" it (e.g. writes
+                # its Reservation's status); nothing is bound through the engine
+                st = await fw.run_bind(pod, node, state, only=owner)
+            if st.ok and owner is not None and self.cluster.pod(pod.uid) is None:
+                st = Status.unschedulable("placeholder removed", plugin=owner)
             if not st.ok:
                 await self._binding_failed(pod, node, state, st)
                 return
             self._record_bound(pod, node.name, state)
             await fw.run_post_bind(pod, node, state)
-            if self.queue.gated:
+            if self.queue.gated or owner is not None:
                 await self.cluster_event(ASSIGNED_POD_ADD, None, self.cluster.pod(pod.uid) or pod)
         finally:
             self.in_flight_binds -= 1
@@ -589,6 +687,9 @@ class Scheduler:
             self.nominator.nominate(pod, None)
         self.queue.done(pod.uid)
         self._attempts["scheduled"].inc()
+        if pod.uid in self.placeholders:
+            self.cluster.confirm_bound(pod, node_name, state.annotations)
+            return
         self.engine.pod_bound(pod, node_name, state)
 
     async def _binding_failed(self, pod: Pod, node: NodeView, state: CycleState, st: Status) -> None:
@@ -600,7 +701,8 @@ class Scheduler:
 
     async def _cycle_failed(self, pod: Pod, st: Status, state: CycleState, *, run_post_filter: bool) -> None:
         self.engine.attempt_failed(pod)
-        if run_post_filter:
+        placeholder = pod.uid in self.placeholders
+        if run_post_filter and not placeholder:  # a placeholder preempts nobody
             statuses = state.get(FILTERED_STATUSES)
             _, res = await self.framework.run_post_filter(pod, state, statuses if statuses is not None else {})
             if res is not None:
@@ -609,7 +711,8 @@ class Scheduler:
         self._attempts["unschedulable" if unsched else "error"].inc()
         self.queue.failed(pod.uid, self.clock.now(), unschedulable=unsched, seq=self.assume_seq,
                           plugins=rejectors(st))
-        await self.engine.pod_unschedulable(pod, st)
+        if not placeholder:
+            await self.engine.pod_unschedulable(pod, st)
 
     # -- the back half of a cycle, for a pod another scheduler placed ------------------------------
     async def reserve_placed(self, pod: Pod, node_name: str) -> tuple[Status, CycleState]:
@@ -656,7 +759,8 @@ class Scheduler:
 
     # -- reporting ------------------------------------------------------------------------------
     def pending_uids(self) -> list[str]:
-        return [uid for uid, e in self.cluster.pods.items() if e.node_index < 0 and not e.pod.is_terminal]
+        return [uid for uid, e in self.cluster.pods.items()
+                if e.node_index < 0 and not e.pod.is_terminal and uid not in self.placeholders]
 
 
 class _Failed(Exception):

@@ -229,7 +229,7 @@ class EmbeddedEngine(SchedulerEvents):
         """Evict in memory: the pod leaves its node and comes back pending (its controller recreates it)."""
         s = self.scheduler
         cur = self.cluster.pod(pod.uid)
-        if cur is None:
+        if cur is None or pod.uid in s.placeholders:  # a placeholder exists only in the scheduler: not evicted
             return False
         wp = s.waiting_pods.get(pod.uid)
         if wp is not None:
