@@ -146,3 +146,20 @@ ANNOTATION_POD_EVICT_POLICY = "koordinator.sh/eviction-policy"  # AnnotationPodE
 ANNOTATION_POD_EVICTION_PRIORITY = "koordinator.sh/eviction-priority"  # AnnotationPodEvictionPriority
 
 __all__ += ["ANNOTATION_POD_EVICT_POLICY", "ANNOTATION_POD_EVICTION_PRIORITY", "LABEL_POD_EVICT_ENABLED"]
+
+# -- reservations (apis/extension/reservation.go; pkg/util/reservation/reservation.go for the reserve pod's
+# annotations), read by the reservation plugin and by plugins that count what a reservation holds
+KIND_RESERVATION = "Reservation"
+LABEL_RESERVATION_IGNORED = "scheduling.koordinator.sh/reservation-ignored"  # LabelReservationIgnored
+LABEL_RESERVATION_ORDER = "scheduling.koordinator.sh/reservation-order"  # LabelReservationOrder
+ANNOTATION_RESERVATION_ALLOCATED = "scheduling.koordinator.sh/reservation-allocated"  # AnnotationReservationAllocated
+ANNOTATION_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"  # AnnotationReservationAffinity
+#: AnnotationReservationRestrictedOptions: {"resources": [...]} confining a Restricted reservation to these
+ANNOTATION_RESERVATION_RESTRICTED_OPTIONS = "scheduling.koordinator.sh/reservation-restricted-options"
+ANNOTATION_RESERVE_POD = "scheduling.koordinator.sh/reserve-pod"  # AnnotationReservePod ("true" on a reserve pod)
+ANNOTATION_RESERVATION_NAME = "scheduling.koordinator.sh/reservation-name"  # AnnotationReservationName
+ANNOTATION_RESERVATION_NODE = "scheduling.koordinator.sh/reservation-node"  # AnnotationReservationNode
+
+__all__ += ["ANNOTATION_RESERVATION_AFFINITY", "ANNOTATION_RESERVATION_ALLOCATED", "ANNOTATION_RESERVATION_NAME",
+            "ANNOTATION_RESERVATION_NODE", "ANNOTATION_RESERVATION_RESTRICTED_OPTIONS", "ANNOTATION_RESERVE_POD",
+            "KIND_RESERVATION", "LABEL_RESERVATION_IGNORED", "LABEL_RESERVATION_ORDER"]

@@ -46,6 +46,8 @@ KOORDINATOR_CRDS = {
     "nodeslos.slo.koordinator.sh": ("slo.koordinator.sh", "v1alpha1", "NodeSLO", "nodeslos", "Cluster", True),
     "devices.scheduling.koordinator.sh": ("scheduling.koordinator.sh", "v1alpha1", "Device", "devices", "Cluster",
                                           False),
+    "reservations.scheduling.koordinator.sh": ("scheduling.koordinator.sh", "v1alpha1", "Reservation", "reservations",
+                                               "Cluster", True),
     "clustercolocationprofiles.config.koordinator.sh": ("config.koordinator.sh", "v1alpha1",
                                                         "ClusterColocationProfile", "clustercolocationprofiles",
                                                         "Cluster", True),

@@ -1,0 +1,639 @@
+"""reservation: Koordinator's Reservation plugin (``pkg/scheduler/plugins/reservation``) and the status
+its reservation controller keeps.
+
+* Every Pending Reservation becomes a **reserve pod** (its template, :func:`~.api._reserve_pod`), added
+  with ``handle.add_placeholder``: it is scheduled like any pod, every filter and score applying, and
+  its binding (this plugin's ``bind``) makes the Reservation Available on that node, where the reserve
+  pod then holds what it reserves. A Reservation already Available on a node in the input is placed
+  there at startup.
+* For a pod, ``pre_filter`` finds the Available reservations on each node that it may use: those whose
+  owners it matches (and its ``reservation-affinity``: name, selector, tolerations of the reservation's
+  taints and ``unschedulable``), or all of them for a ``reservation-ignored`` pod; what they still hold
+  counts as free on their nodes for this pod's filters and scores (``handle.restore_requests``, the
+  restore-reservation transformer). Everybody else finds those resources taken.
+* ``filter``: on a node with such reservations the pod must fit the node's free resources plus one
+  reservation's remainder (Aligned and the default policy), and a Restricted reservation's reserved
+  resources on their own; a pod with a reservation affinity only fits nodes with a matching reservation.
+* ``score`` prefers nodes with a matching reservation: the lowest ``reservation-order``, else how fully
+  the pod (with what is allocated already) uses the nominated reservation (MostAllocated), normalized.
+* ``reserve`` allocates from the nominated reservation (its reserve pod shrinks to what remains),
+  ``pre_bind`` writes ``scheduling.koordinator.sh/reservation-allocated`` ``{"name", "uid"}``,
+  ``post_bind`` records the owner in ``status.currentOwners``; an ``allocateOnce`` reservation is then
+  Succeeded and releases the rest. An owner that goes away gives its share back to a reservation that
+  is not ``allocateOnce``. At expiry (``expires``, creation + ``ttl``; ``ttl: 0`` never) a reservation
+  is Failed and releases its node.
+* ``report`` adds ``reservations`` to ``koordfw simulate``'s output.
+
+Without Reservation objects every hook returns at once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+import structlog
+
+from koordfw import (
+    ASSIGNED_POD_ADD,
+    ASSIGNED_POD_DELETE,
+    NODE_ADD,
+    NODE_UPDATE,
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    PreFilterResult,
+    QueueingHint,
+    StateKey,
+    Status,
+    format_quantity,
+    hookimpl,
+    normalize,
+)
+from koordfw.extension import ANNOTATION_RESERVATION_ALLOCATED, KIND_RESERVATION
+
+from .api import (
+    AVAILABLE,
+    FAILED,
+    PENDING,
+    POLICY_DEFAULT,
+    POLICY_RESTRICTED,
+    SUCCEEDED,
+    WAITING,
+    Reservation,
+    ReservationAffinity,
+    is_reservation_ignored,
+    reservation_affinity,
+    reservation_from_manifest,
+)
+
+log = structlog.get_logger("koordfw.reservation")
+
+PLUGIN = "reservation"
+
+# Koordinator's reasons (plugin.go)
+ERR_AFFINITY = "node(s) no reservations match reservation affinity"
+ERR_NODE_NOT_MATCH = "node(s) didn't match the nodeName specified by reservation"
+ERR_POLICY_CONFLICT = "node(s) reservation allocate policy conflict"
+ERR_INACTIVE = "reservation is not active"
+ERR_NO_RESERVATION_FITS = "node(s) no reservation(s) to meet the requirements"
+RESERVATION_REASON_PREFIX = "Reservation(s) "
+MOST_PREFERRED_SCORE = 1000
+
+_EVENT_RESERVATION = ClusterEvent(KIND_RESERVATION, "*")
+
+
+@attrs.define
+class _CycleData:
+    """What pre_filter found for the cycle's pod."""
+
+    #: node name → the reservations there the pod may use (matched, or all for a reservation-ignored pod)
+    matched: dict[str, list[Reservation]]
+    affinity: ReservationAffinity | None
+    ignored: bool
+    #: node name → the reservation nominated there (PreScore / Reserve)
+    nominated: dict[str, Reservation | None] = attrs.field(factory=dict)
+    preferred_node: str = ""
+    #: the reservation reserve allocated from, for unreserve / pre_bind / post_bind
+    assumed: Reservation | None = None
+
+
+STATE: StateKey[_CycleData] = StateKey("reservation/cycle")
+
+
+def _now_str(ts: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _masked(requests: Mapping[str, int], names: list[str]) -> dict[str, int]:
+    return {r: v for r, v in requests.items() if r in names and v}
+
+
+class ReservationPlugin:
+    """Per-scheduler state: the reservations by uid, their reserve pods, and an expiry heap."""
+
+    def __init__(self) -> None:
+        self.reservations: dict[str, Reservation] = {}
+        #: node name → Available reservations there (by uid)
+        self._on_node: dict[str, dict[str, Reservation]] = {}
+        self._indexed_at: dict[str, str] = {}
+        self._expiry: list[tuple[float, str]] = []
+        self._free_gen = -1
+        self._started = False
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+    def _index(self, r: Reservation) -> None:
+        """Keep ``_on_node`` (the reservations active on each node) up to date for ``r``."""
+        at = self._indexed_at.pop(r.uid, None)
+        if at is not None:
+            rs = self._on_node.get(at)
+            if rs is not None:
+                rs.pop(r.uid, None)
+                if not rs:
+                    del self._on_node[at]
+        if r.node_name and r.phase in (AVAILABLE, WAITING):
+            self._on_node.setdefault(r.node_name, {})[r.uid] = r
+            self._indexed_at[r.uid] = r.node_name
+
+    def _hold(self, r: Reservation, handle: Any) -> None:
+        """Place (or resize) r's reserve pod on its node: it holds what r has not allocated."""
+        pod = attrs.evolve(r.reserve_pod, node_name=r.node_name, requests=r.remaining, phase="Running")
+        handle.add_placeholder(pod)
+
+    def _release(self, r: Reservation, handle: Any) -> None:
+        handle.remove_placeholder(r.uid)
+        self._index(r)
+
+    def _expire(self, r: Reservation, handle: Any) -> None:
+        """SetReservationExpired: Failed, Ready False (Expired); what it held is released."""
+        if r.is_terminal:
+            return
+        r.phase = FAILED
+        r.set_condition("Ready", "False", "Expired", _now_str(handle.now()))
+        self._release(r, handle)
+        log.info("reservation expired", reservation=r.name, node=r.node_name or None)
+
+    def _succeed(self, r: Reservation, handle: Any) -> None:
+        """SetReservationSucceeded (allocateOnce consumed): the rest of what it held is released."""
+        r.phase = SUCCEEDED
+        r.set_condition("Ready", "False", "Succeeded", _now_str(handle.now()))
+        self._release(r, handle)
+
+    def _tick(self, handle: Any) -> None:
+        """Expire what is due and give back the shares of owners that went away (the reservation
+        controller's sync), cheaply when nothing changed."""
+        now = handle.now()
+        heap = self._expiry
+        while heap and heap[0][0] <= now:
+            _, uid = heapq.heappop(heap)
+            r = self.reservations.get(uid)
+            if r is not None:
+                self._expire(r, handle)
+        cluster = handle.cluster
+        gen = cluster.free_generation
+        if gen == self._free_gen:
+            return
+        self._free_gen = gen
+        for r in self.reservations.values():
+            if r.allocate_once or not r.current_owners or r.phase != AVAILABLE:
+                continue
+            gone = [uid for uid in r.current_owners
+                    if (p := cluster.pod(uid)) is None or p.is_terminal or p.node_name != r.node_name]
+            if not gone:
+                continue
+            for uid in gone:
+                del r.current_owners[uid]
+                for res, v in r.owner_requests.pop(uid, {}).items():
+                    r.allocated[res] = max(r.allocated.get(res, 0) - v, 0)
+            r.allocated = {k: v for k, v in r.allocated.items() if v}
+            self._hold(r, handle)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    @hookimpl
+    def startup(self, handle: Any) -> None:
+        objs = handle.cluster.objects_of(KIND_RESERVATION)
+        self.reservations.clear()
+        self._on_node.clear()
+        self._indexed_at.clear()
+        self._expiry.clear()
+        if not objs:
+            return
+        now = handle.now()
+        cluster = handle.cluster
+        parsed = [reservation_from_manifest(o) for _, o in sorted(objs.items())]
+        for r in parsed:
+            if (obj := objs.get(r.name)) is not None and (obj.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            self.reservations[r.uid] = r
+            if r.is_terminal:
+                continue
+            when = r.expiry(now)
+            if when is not None and when <= now:
+                self._expire(r, handle)
+                continue
+            if when is not None:
+                heapq.heappush(self._expiry, (when, r.uid))
+                handle.clock.call_at(when, lambda r=r: self._expire(r, handle))
+            if r.node_name and r.phase in (AVAILABLE, WAITING):
+                if cluster.node(r.node_name) is None:  # the controller expires it (missingNode)
+                    self._expire(r, handle)
+                    continue
+                if not r.allocatable:
+                    r.allocatable = dict(r.reserve_pod.requests)
+                self._sync_owners(r, cluster)
+                if r.allocate_once and r.current_owners:
+                    r.phase = SUCCEEDED
+                    r.set_condition("Ready", "False", "Succeeded", _now_str(now))
+                    continue
+                self._index(r)
+                self._hold(r, handle)
+            else:
+                r.phase, r.node_name = PENDING, ""
+                handle.add_placeholder(r.reserve_pod)
+
+    def _sync_owners(self, r: Reservation, cluster: Any) -> None:
+        """The controller's syncStatus: owners are the pods on its node whose reservation-allocated names
+        its uid; allocated is their requests, masked to what it reserves (kept as read when none is)."""
+        owners: dict[str, dict[str, str]] = {}
+        reqs: dict[str, dict[str, int]] = {}
+        names = r.resource_names
+        for p in cluster.pods_on(r.node_name):
+            raw = p.annotations.get(ANNOTATION_RESERVATION_ALLOCATED)
+            if not raw or p.is_terminal:
+                continue
+            try:
+                ref = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(ref, dict) and ref.get("uid") == r.uid:
+                owners[p.uid] = {"namespace": p.namespace, "name": p.name, "uid": p.uid}
+                reqs[p.uid] = _masked(p.requests, names)
+        if owners:
+            r.current_owners, r.owner_requests = owners, reqs
+            alloc: dict[str, int] = {}
+            for q in reqs.values():
+                for k, v in q.items():
+                    alloc[k] = alloc.get(k, 0) + v
+            r.allocated = alloc
+
+    # -- queueing hints ------------------------------------------------------------------------------
+    @hookimpl
+    def events_to_register(self, handle: Any) -> list[ClusterEventWithHint]:
+        Q, SKIP = QueueingHint.QUEUE, QueueingHint.QUEUE_SKIP
+
+        def placed(pod: Any, old: Any, new: Any) -> QueueingHint:
+            r = self.reservations.get(getattr(new, "uid", ""))
+            if r is None:
+                return SKIP
+            return Q if is_reservation_ignored(pod) or r.matches_owner(pod) else SKIP
+
+        return [ClusterEventWithHint(ASSIGNED_POD_ADD, placed), ClusterEventWithHint(ASSIGNED_POD_DELETE),
+                ClusterEventWithHint(NODE_ADD), ClusterEventWithHint(NODE_UPDATE),
+                ClusterEventWithHint(_EVENT_RESERVATION)]
+
+    # -- pre_filter: which reservations the pod may use (BeforePreFilter + PreFilter) ------------------
+    @hookimpl
+    def pre_filter(self, pod: Any, state: CycleState, handle: Any) -> Any:
+        if not self.reservations:
+            return Status.skip()
+        self._tick(handle)
+        r = self.reservations.get(pod.uid)
+        if r is not None and handle.is_placeholder(pod.uid):  # a reserve pod
+            if r.is_terminal:
+                return Status.unresolvable(ERR_INACTIVE)
+            node = r.reserve_pod.annotations.get("scheduling.koordinator.sh/reservation-node")
+            if node:
+                return PreFilterResult(frozenset({node}))
+            return None
+        affinity = reservation_affinity(pod)
+        ignored = is_reservation_ignored(pod)
+        cluster = handle.cluster
+        matched: dict[str, list[Reservation]] = {}
+        for node_name, rs in self._on_node.items():
+            view = None
+            ok = []
+            for res in rs.values():
+                if not res.is_available or (res.allocate_once and res.current_owners):
+                    continue
+                if ignored:
+                    ok.append(res)
+                    continue
+                if not res.matches_owner(pod):
+                    continue
+                if affinity is not None and affinity.name:
+                    if affinity.name == res.name:
+                        ok.append(res)
+                    continue
+                if res.unschedulable and not (affinity is not None and affinity.tolerates_unschedulable()):
+                    continue
+                if res.taints and (affinity is None or affinity.untolerated_taint(res.taints) is not None):
+                    if any(t.effect in ("NoSchedule", "NoExecute") for t in res.taints):
+                        continue
+                if affinity is not None:
+                    view = view or cluster.node(node_name)
+                    if view is None or not affinity.matches(res, view.labels):
+                        continue
+                ok.append(res)
+            if ok:
+                matched[node_name] = ok
+        state[STATE] = _CycleData(matched, affinity, ignored)
+        if not matched:
+            if affinity is not None:
+                return Status.unresolvable(ERR_AFFINITY)
+            return Status.skip()
+        for node_name, usable in matched.items():
+            vec = None
+            for res in usable:
+                v = cluster.request_vector(cluster.pod(res.uid) or res.reserve_pod)
+                vec = v.copy() if vec is None else vec + v
+            if vec is not None:
+                handle.restore_requests(state, node_name, vec)
+        if affinity is not None:
+            return PreFilterResult(frozenset(matched))
+        return None
+
+    # -- filter ----------------------------------------------------------------------------------------
+    @hookimpl
+    def filter(self, pod: Any, nodes: Any, state: CycleState, handle: Any) -> Any:
+        r = self.reservations.get(pod.uid)
+        if r is not None and handle.is_placeholder(pod.uid):
+            return self._filter_reserve_pod(r, nodes)
+        data = state.get(STATE)
+        if data is None:
+            return None
+        out: dict[str, Any] = {}
+        cluster = nodes.cluster
+        for v in nodes:
+            rs = data.matched.get(v.name)
+            if not rs:
+                if data.affinity is not None:
+                    out[v.name] = Status.unresolvable(ERR_AFFINITY)
+                continue
+            if data.ignored:
+                continue  # everything on the node was restored: node_resources_fit decides
+            st = self._filter_with_reservations(pod, v, rs, data, cluster)
+            if st is not None:
+                out[v.name] = st
+        return out or None
+
+    def _filter_reserve_pod(self, r: Reservation, nodes: Any) -> Any:
+        node = r.reserve_pod.annotations.get("scheduling.koordinator.sh/reservation-node")
+        out: dict[str, Any] = {}
+        for v in nodes:
+            if node and v.name != node:
+                out[v.name] = Status.unresolvable(ERR_NODE_NOT_MATCH)
+                continue
+            # ReservationAllocatePolicyDefault cannot coexist with other allocate policies on a node
+            for other in self._on_node.get(v.name, {}).values():
+                mine, theirs = r.allocate_policy, other.allocate_policy
+                if (mine == POLICY_DEFAULT or theirs == POLICY_DEFAULT) and mine != theirs:
+                    out[v.name] = Status.unresolvable(ERR_POLICY_CONFLICT)
+                    break
+        return out or None
+
+    @staticmethod
+    def _free_without(v: Any, rs: list[Reservation], cluster: Any) -> dict[str, int]:
+        """The node's free resources without what the restored reservations ``rs`` hold (inside the cycle's
+        filters and scores they count as free). Their reserve pods do not count against the node's pod
+        number (fitsNode: ``allocatedPods - matchedOrIgnored + 1``)."""
+        alloc, req = cluster.allocatable[v.index], cluster.requested[v.index]
+        held: dict[str, int] = {}
+        for res in rs:
+            for k, x in res.remaining.items():
+                if k != "pods":
+                    held[k] = held.get(k, 0) + x
+        return {name: int(alloc[i] - req[i]) - held.get(name, 0) for i, name in enumerate(cluster.resources)}
+
+    def _filter_with_reservations(self, pod: Any, v: Any, rs: list[Reservation], data: _CycleData,
+                                  cluster: Any, candidates: list[Reservation] | None = None,
+                                  required: bool = False) -> Status | None:
+        """filterWithReservations: node free + one reservation's remainder must hold the pod; a
+        Restricted reservation's own resources must hold it on their own. ``rs``: the reservations
+        restored on the node; ``candidates``: those to try (default all); ``required``: the pod must
+        allocate from one of them (a reservation affinity, a nomination)."""
+        free = self._free_without(v, rs, cluster)
+        requests = {k: x for k, x in pod.requests.items() if x and k != "pods"}
+        pod_names = set(requests)
+        by_node: set[str] = set()
+        by_reservation: list[str] = []
+        name = data.affinity.name if data.affinity is not None else ""
+        has_affinity = data.affinity is not None
+        required = required or has_affinity
+        for res in rs if candidates is None else candidates:
+            if not has_affinity and not pod_names & set(res.resource_names):
+                continue
+            if name and name != res.name:
+                continue
+            rem = res.remaining
+            short = [k for k, x in requests.items() if x > free.get(k, 0) + rem.get(k, 0)]
+            if free.get("pods", 0) < 1:
+                short.append("pods")
+            by_node.update(short)
+            reasons = []
+            if res.allocate_policy == POLICY_RESTRICTED:
+                reasons = self._fits_reservation(requests, res, detailed=bool(name))
+                by_reservation += reasons
+            if not short and not reasons:
+                return None
+        if required:
+            reasons = [f"Insufficient {k} by node" for k in sorted(by_node)] + by_reservation
+            return Status.unschedulable(*(reasons or [ERR_NO_RESERVATION_FITS]))
+        if by_node:
+            return Status.unschedulable(*(f"Insufficient {k} by node" for k in sorted(by_node)))
+        # the node alone, without any reservation's remainder
+        short = sorted(k for k, x in requests.items() if x > free.get(k, 0))
+        if free.get("pods", 0) < 1:
+            short.append("pods")
+        if short:
+            return Status.unschedulable(*(f"Insufficient {k} by node" for k in short))
+        return None
+
+    @staticmethod
+    def _fits_reservation(requests: Mapping[str, int], r: Reservation, *, detailed: bool) -> list[str]:
+        """fitsReservation: within a Restricted reservation's restricted resources, what it has left."""
+        out = []
+        allocatable = r.requests
+        if "pods" in allocatable and len(r.current_owners) + 1 > allocatable["pods"]:
+            out.append(RESERVATION_REASON_PREFIX + (
+                f"Too many pods, requested: 1, used: {len(r.current_owners)}, capacity: {allocatable['pods']}"
+                if detailed else "Too many pods"))
+        for k in r.restricted:
+            want = requests.get(k, 0)
+            if not want:
+                continue
+            cap = allocatable.get(k, 0)
+            used = r.allocated.get(k, 0)
+            if want <= cap - used:
+                continue
+            out.append(RESERVATION_REASON_PREFIX + (
+                f"Insufficient {k}, requested: {want}, used: {used}, capacity: {cap}" if detailed
+                else f"Insufficient {k}"))
+        return out
+
+    # -- scoring -----------------------------------------------------------------------------------
+    @hookimpl
+    def pre_score(self, pod: Any, nodes: Any, state: CycleState, handle: Any) -> Any:
+        data = state.get(STATE)
+        if data is None or data.ignored or not data.matched:
+            return Status.skip()
+        best = 0
+        for v in nodes:
+            rs = data.matched.get(v.name)
+            if not rs:
+                continue
+            order = min((r.order for r in rs if r.order), default=0)
+            if order and (not best or order < best):
+                best, data.preferred_node = order, v.name
+            data.nominated[v.name] = self._nominate(pod, v, rs, data, handle.cluster)
+        return None
+
+    def _nominate(self, pod: Any, v: Any, rs: list[Reservation], data: _CycleData, cluster: Any) -> Reservation | None:
+        """NominateReservation: among the usable reservations on the node that the pod fits, the lowest
+        order, else the best ScoreReservation (ties: name)."""
+        if len(rs) == 1 and data.affinity is not None:
+            return rs[0]
+        fits = [r for r in rs
+                if self._filter_with_reservations(pod, v, rs, data, cluster, candidates=[r], required=True) is None]
+        if not fits:
+            return None
+        if len(fits) == 1:
+            return fits[0]
+        ordered = [r for r in fits if r.order]
+        if ordered:
+            return min(ordered, key=lambda r: (r.order, r.name))
+        return max(fits, key=lambda r: (score_reservation(pod.requests, r), r.name))
+
+    @hookimpl
+    def score(self, pod: Any, nodes: Any, state: CycleState) -> Any:
+        data = state.get(STATE)
+        if data is None:
+            return None
+        out = np.zeros(len(nodes), dtype=np.int64)
+        for j, v in enumerate(nodes):
+            if v.name == data.preferred_node:
+                out[j] = MOST_PREFERRED_SCORE
+                continue
+            r = data.nominated.get(v.name)
+            if r is not None:
+                out[j] = score_reservation(pod.requests, r)
+        return out
+
+    @hookimpl
+    def normalize_score(self, scores: np.ndarray) -> np.ndarray:
+        return normalize(scores)
+
+    # -- reserve / unreserve (the reservation cache's assume / forget) -------------------------------
+    @hookimpl
+    def reserve(self, pod: Any, node: Any, state: CycleState, handle: Any) -> Any:
+        r = self.reservations.get(pod.uid)
+        if r is not None and handle.is_placeholder(pod.uid):
+            return None
+        data = state.get(STATE)
+        if data is None or data.ignored:
+            return None
+        rs = data.matched.get(node.name)
+        if not rs:
+            return Status.unschedulable(ERR_AFFINITY) if data.affinity is not None else None
+        if node.name in data.nominated:
+            chosen = data.nominated[node.name]
+        else:  # a single feasible node: no scoring ran
+            # the cycle's restoration is over: the node's requested now holds this pod and every reservation
+            chosen = self._nominate_after(pod, node, rs, data, handle.cluster)
+        if chosen is None:
+            return Status.unschedulable(ERR_AFFINITY) if data.affinity is not None else None
+        masked = _masked(pod.requests, chosen.resource_names)
+        for k, x in masked.items():
+            chosen.allocated[k] = chosen.allocated.get(k, 0) + x
+        chosen.current_owners[pod.uid] = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
+        chosen.owner_requests[pod.uid] = masked
+        data.assumed = chosen
+        self._hold(chosen, handle)
+        return None
+
+    def _nominate_after(self, pod: Any, node: Any, rs: list[Reservation], data: _CycleData, cluster: Any) -> Reservation | None:
+        """Nominate on the assumed node: the pod is accounted there now, so take it off for the check."""
+        vec = cluster.request_vector(pod)
+        cluster.add_requested(node.index, -vec)
+        held = None
+        for r in rs:
+            p = cluster.pod(r.uid)
+            if p is not None:
+                w = cluster.request_vector(p)
+                held = w.copy() if held is None else held + w
+        if held is not None:
+            cluster.add_requested(node.index, -held)
+        try:
+            return self._nominate(pod, node, rs, data, cluster)
+        finally:
+            cluster.add_requested(node.index, vec)
+            if held is not None:
+                cluster.add_requested(node.index, held)
+
+    @hookimpl
+    def unreserve(self, pod: Any, state: CycleState, handle: Any) -> None:
+        data = state.get(STATE)
+        if data is None or data.assumed is None:
+            return
+        r, data.assumed = data.assumed, None
+        for k, x in r.owner_requests.pop(pod.uid, {}).items():
+            r.allocated[k] = max(r.allocated.get(k, 0) - x, 0)
+        r.allocated = {k: x for k, x in r.allocated.items() if x}
+        r.current_owners.pop(pod.uid, None)
+        if not r.is_terminal and handle.is_placeholder(r.uid) and handle.cluster.pod(r.uid) is not None:
+            self._hold(r, handle)
+
+    # -- binding ----------------------------------------------------------------------------------------
+    @hookimpl
+    def pre_bind(self, pod: Any, state: CycleState, handle: Any) -> Any:
+        if handle.is_placeholder(pod.uid) or is_reservation_ignored(pod):
+            return None
+        data = state.get(STATE)
+        if data is None or data.assumed is None:
+            if data is not None and data.affinity is not None:
+                return Status.unschedulable(ERR_AFFINITY)
+            return None
+        r = data.assumed
+        return {ANNOTATION_RESERVATION_ALLOCATED: json.dumps({"name": r.name, "uid": r.uid}, separators=(",", ":"))}
+
+    @hookimpl
+    def bind(self, pod: Any, node: Any, handle: Any) -> Any:
+        """The reserve pod's binding: the Reservation becomes Available on the node (SetReservationAvailable);
+        nothing is bound. Only reserve pods reach here (the kernel calls a placeholder's own plugin alone;
+        other pods were bound by default_binder before)."""
+        r = self.reservations.get(pod.uid)
+        if r is None or not handle.is_placeholder(pod.uid):
+            return None
+        if r.phase == FAILED:
+            return Status.error(ERR_INACTIVE)
+        now = _now_str(handle.now())
+        r.allocatable = dict(r.reserve_pod.requests)
+        r.node_name, r.phase = node.name, AVAILABLE
+        r.set_condition("Scheduled", "True", "Scheduled", now)
+        r.set_condition("Ready", "True", "Available", now)
+        self._index(r)
+        handle.events.eventf(f"{KIND_RESERVATION} {r.name}", "Normal", "Scheduled",
+                             f"Successfully assigned {r.name} to {node.name}")
+        return True
+
+    @hookimpl
+    def post_bind(self, pod: Any, state: CycleState, handle: Any) -> None:
+        data = state.get(STATE)
+        if data is None or data.assumed is None:
+            return
+        r = data.assumed
+        if r.allocate_once and not r.is_terminal:
+            self._succeed(r, handle)
+
+    # -- output -----------------------------------------------------------------------------------------
+    @hookimpl
+    def report(self, handle: Any) -> dict[str, Any] | None:
+        if not self.reservations:
+            return None
+        self._tick(handle)
+        rows = []
+        for r in sorted(self.reservations.values(), key=lambda r: r.name):
+            rows.append({"name": r.name, "phase": r.phase, "node": r.node_name or None,
+                         "allocatable": {k: format_quantity(k, v) for k, v in sorted(r.allocatable.items()) if v},
+                         "allocated": {k: format_quantity(k, v) for k, v in sorted(r.allocated.items()) if v},
+                         "owners": sorted(f"{o['namespace']}/{o['name']}" for o in r.current_owners.values())})
+        return {"reservations": rows}
+
+
+def score_reservation(requests: Mapping[str, int], r: Reservation) -> int:
+    """ScoreReservation: MostAllocated of (the pod's requests + what is allocated) over the reservation's
+    allocatable, each resource weighted 1, a resource overflowing scoring 0."""
+    cap = {k: v for k, v in r.requests.items() if v}
+    if not cap:
+        return 0
+    s = 0
+    for k, c in cap.items():
+        want = requests.get(k, 0) + r.allocated.get(k, 0)
+        if want <= c:
+            s += 100 * want // c
+    return s // len(cap)
