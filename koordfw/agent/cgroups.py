@@ -149,13 +149,23 @@ class CgroupLayout:
     driver: str = "cgroupfs"
     kubepods: str = "kubepods"
 
+    _prefixes: dict[str, str] = attrs.field(factory=dict, init=False, repr=False, eq=False)
+
     def controller_prefix(self, controller: str) -> str:
-        """The controller's dir relative to the root (``""`` on v2), e.g. ``cpu`` or ``cpu,cpuacct``."""
+        """The controller's dir relative to the root (``""`` on v2), e.g. ``cpu`` or ``cpu,cpuacct``.
+        Looked up once per controller: paths of every pod are built from it every round."""
+        hit = self._prefixes.get(controller)
+        if hit is not None:
+            return hit
         if self.version == 2:
-            return ""
-        if controller in ("cpu", "cpuacct") and not (self.root / controller).exists():
-            return "cpu,cpuacct"
-        return controller
+            prefix = ""
+        elif controller in ("cpu", "cpuacct") and not (self.root / controller).exists():
+            prefix = "cpu,cpuacct"
+        else:
+            prefix = controller
+        if not prefix or (self.root / prefix).is_dir():  # remembered once the controller is mounted
+            self._prefixes[controller] = prefix
+        return prefix
 
     def controller_root(self, controller: str) -> Path:
         prefix = self.controller_prefix(controller)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import signal
 import socket
 import time
@@ -201,20 +202,24 @@ _MEMORY_STAT_KEYS = {
 }
 
 
+#: one ``key value`` line of memory.stat with a key koordlet needs (lines joined by "\n"; the value up to 20
+#: ASCII digits, whitespace around it but no line break)
+_MEMORY_STAT_LINE = {v: re.compile(rf"^({'|'.join(keys)}) [^\S\n]*([0-9]{{1,20}})[^\S\n]*$", re.M)
+                     for v, keys in _MEMORY_STAT_KEYS.items()}
+
+
 def memory_without_cache(layout: CgroupLayout, rel_dir: str) -> int | None:
     """A cgroup's memory usage without page cache, as koordlet measures pods and host applications
-    (``MemoryStatRaw.Usage``: inactive_anon + active_anon + unevictable of ``memory.stat``); the raw usage
-    file where ``memory.stat`` is missing or lacks a field koordlet needs."""
-    text = read_value(layout.path("memory", rel_dir, "memory.stat"))
+    (``MemoryStatRaw.Usage``: inactive_anon + active_anon + unevictable of ``memory.stat``, its first 256
+    lines); the raw usage file where ``memory.stat`` is missing or lacks a field koordlet needs."""
+    text = read_value(f"{layout.root}/{layout.rel('memory', rel_dir, 'memory.stat')}")
     if text:
-        kv: dict[str, int] = {}
-        for line in text.splitlines()[:256]:
-            k, _, v = line.partition(" ")
-            v = v.strip()
-            if v.isascii() and v.isdigit() and len(v) <= 20:
-                kv[k] = int(v)
+        lines = text.splitlines()
+        if len(lines) > 256:
+            lines = lines[:256]
+        kv = {k: int(v) for k, v in _MEMORY_STAT_LINE[layout.version].findall("\n".join(lines))}
         keys = _MEMORY_STAT_KEYS[layout.version]
-        if all(k in kv for k in keys):
+        if len(kv) == len(keys):
             return kv[keys[4]] + kv[keys[5]] + kv[keys[6]]
     return layout.memory_usage(rel_dir)
 
@@ -335,7 +340,7 @@ class Agent:
                                                   for cid, cdir in d.containers),
                                  usage=usage))
             dirs.append(d.cgroup_dir)
-            dirs.extend(cdir for _, cdir in d.containers)
+            # containers: no read; their cpusets follow their pod's, and the executor trusts what it wrote
         apps = []
         for a in self.host_apps:
             key = f"hostapp:{a.name}"

@@ -11,9 +11,13 @@ The hook returns ``None`` when Koordinator's sync rule (:func:`needs_sync`) says
 
 On the node (``koordfw agent``) the same plugin is koordlet's ``BatchResource`` runtime hook
 (:mod:`.runtimehook`): ``runtime_hook`` sets a starting BE pod's (container's) ``cpu.shares``, CFS quota
-and memory limit from its batch requests and limits, ``qos_plan`` reconciles them every round, and
-``collect`` reads the current quotas and memory limits those writes are ordered and compared by. The
-``batchResource`` arg (Koordinator's feature gate, default true) switches the node side off.
+and memory limit from its batch requests and limits, ``qos_plan`` reconciles them, and ``collect`` reads
+the current quotas and memory limits those writes are ordered and compared by. As koordlet's runtime
+hooks reconciler, the reconcile runs when its input changed (the pods, their manifests and cgroup dirs,
+the rule, the args: its pod-update callback) and otherwise every :data:`RECONCILE_INTERVAL_SECONDS`
+(``--runtime-hooks-reconcile-interval``, 10 s); ``collect`` decides, so ``koordfw agent plan`` (no
+collect) always plans. The ``batchResource`` arg (Koordinator's feature gate, default true) switches the
+node side off.
 """
 from __future__ import annotations
 
@@ -57,6 +61,8 @@ class BatchResource:
         self._metrics: dict[str, tuple[Any, NodeMetricInfo]] = {}
         #: the node side's cpu normalization ratio (the rule's: kept when the annotation turns invalid)
         self._ratio = -1.0
+        #: the reconciler's last inputs and when it last ran (the agent's clock)
+        self._reconciled: tuple[Any, float] | None = None
 
     @staticmethod
     @hookimpl
@@ -145,24 +151,47 @@ class BatchResource:
         """Read the current CFS quota and memory limit of each BE pod's (and container's) cgroup: the
         plan orders quota writes by them and leaves a limit alone that the kernel shows rounded."""
         if not args.batch_resource:
+            self._reconciled = None
             return None
         roots = getattr(handle, "roots", None)
         root = roots.get("cgroup") if isinstance(roots, Mapping) else None
         if not root:
             return None
+        if not self._reconcile_due(node_state, args, handle):
+            return {RECONCILE_KEY: False}
         current = {}
         for path in files_to_read(node_state, node_state.pods, self.warned):
-            try:
-                with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
-                    current[path] = f.read(4096).strip()
+            try:  # raw os calls: two files of every BE pod and container a round
+                fd = os.open(os.path.join(root, path), os.O_RDONLY)
             except OSError:
                 continue  # the cgroup vanished (or has no such file): nothing to order by
-        return {CURRENT_KEY: current, NodeState.COLLECTED_CGROUPS: current}
+            try:
+                current[path] = os.read(fd, 4096).decode("utf-8", errors="replace").strip()
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+        return {CURRENT_KEY: current, NodeState.COLLECTED_CGROUPS: current, RECONCILE_KEY: True}
+
+    def _reconcile_due(self, ns: NodeState, args: ColocationStrategy, handle: Any) -> bool:
+        """koordlet's reconciler: when the pods (their manifests, cgroup dirs), the rule or the args changed
+        since the last reconcile, else once :data:`RECONCILE_INTERVAL_SECONDS` have passed."""
+        now_fn = getattr(handle, "now", None)
+        now = float(now_fn()) if callable(now_fn) else None
+        inputs = (args, self._rule(ns), ns.cgroup_version, ns.cgroup_driver,
+                  tuple((ps.uid, ps.pod, ps.cgroup_dir, tuple(c.cgroup_dir for c in ps.containers)) for ps in ns.pods))
+        last = self._reconciled
+        if (last is not None and now is not None and last[0] == inputs
+                and 0 <= now - last[1] < RECONCILE_INTERVAL_SECONDS):
+            return False
+        self._reconciled = (inputs, now if now is not None else 0.0)
+        return True
 
     @hookimpl
     def qos_plan(self, node_state: NodeState, args: ColocationStrategy) -> list | None:
-        """The reconciler: every BE pod's and container's knobs, every round."""
-        if not args.batch_resource:
+        """The reconciler: every BE pod's and container's knobs, when ``collect`` found it due (always
+        without a collect: ``koordfw agent plan``)."""
+        if not args.batch_resource or node_state.metrics.get(RECONCILE_KEY) is False:
             return None
         return runtime_plan(node_state, self._rule(node_state), _current(node_state), self.warned) or None
 
@@ -204,6 +233,10 @@ class BatchResource:
 
 #: ``node_state.metrics`` key of the current values ``collect`` read (path → text)
 CURRENT_KEY = "batch_resource.current"
+#: ``node_state.metrics`` key: whether this round reconciles (``collect``'s verdict)
+RECONCILE_KEY = "batch_resource.reconcile"
+#: koordlet's ``--runtime-hooks-reconcile-interval`` default
+RECONCILE_INTERVAL_SECONDS = 10.0
 
 
 def _current(ns: NodeState) -> Mapping[str, str]:

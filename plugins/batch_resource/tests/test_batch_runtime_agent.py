@@ -307,3 +307,38 @@ async def test_a_nodeslo_switching_to_cfs_quota_suppression_unsets_the_quotas(tm
     apply_nodeslo(agent.registry, local, None)  # the NodeSLO is gone: the local config again
     await agent.run_once()
     assert knobs(node, c0)[1] == "50000"
+
+
+async def test_the_reconciler_runs_when_its_input_changes_or_every_10_seconds(tmp_path):
+    """koordlet's runtime hooks reconciler: on a pod update (the pods, their manifests and cgroup dirs, the
+    rule) and otherwise every --runtime-hooks-reconcile-interval (10 s); a round in between reads and
+    plans nothing for batch_resource."""
+    import os
+
+    from koordfw_batch_resource.plugin import RECONCILE_INTERVAL_SECONDS, RECONCILE_KEY
+
+    node, agent, pod, _ = setup(tmp_path, 1, "cgroupfs")
+    await agent.run_once()
+    assert agent.node_state.metrics[RECONCILE_KEY] is True
+    await agent.run_once()
+    assert agent.node_state.metrics[RECONCILE_KEY] is False
+    assert "batch_resource.current" not in agent.node_state.metrics
+    agent.clock.advance_to(agent.clock.now() + RECONCILE_INTERVAL_SECONDS - 1)
+    await agent.run_once()
+    assert agent.node_state.metrics[RECONCILE_KEY] is False
+    agent.clock.advance_to(agent.clock.now() + 1)
+    await agent.run_once()
+    assert agent.node_state.metrics[RECONCILE_KEY] is True
+    await agent.run_once()
+    assert agent.node_state.metrics[RECONCILE_KEY] is False
+    # the manifests change (a pod update): reconciled in the next round
+    st = os.stat(tmp_path / "pods.yaml")
+    os.utime(tmp_path / "pods.yaml", (st.st_atime + 5, st.st_mtime + 5))
+    await agent.run_once()
+    assert agent.node_state.metrics[RECONCILE_KEY] is True
+    # a container cgroup goes: reconciled in the next round
+    await agent.run_once()
+    for ctl in ("cpu", "cpuset", "cpuacct", "memory"):
+        shutil.rmtree(node.ctl(ctl, f"{pod}/{cdir(node, 'bbb')}"), ignore_errors=True)
+    await agent.run_once()
+    assert agent.node_state.metrics[RECONCILE_KEY] is True

@@ -112,6 +112,8 @@ class CPUBurst:
         self._usage: dict[str, tuple[float, int]] = {}  # container id → (time, usage ns)
         self._samples: deque[tuple[float, int | None, dict[str, int]]] = deque(maxlen=64)
         self._said: set[Any] = set()
+        #: the last :meth:`pods` answer: (node state, args, restore, pods)
+        self._pods_memo: tuple[NodeState, Args, bool, tuple[PodView, ...]] | None = None
 
     @staticmethod
     @hookimpl
@@ -129,7 +131,16 @@ class CPUBurst:
 
     def pods(self, ns: NodeState, args: Args, *, restore: bool = False) -> list[PodView]:
         """The burstable pods of the node with their merged config and containers; ``restore``: every
-        pod, whatever its phase, with policy ``none`` (burst 0, the kubelet's quota), annotation or not."""
+        pod, whatever its phase, with policy ``none`` (burst 0, the kubelet's quota), annotation or not.
+        A function of its inputs: the round's ``collect`` and ``qos_plan`` share one computation."""
+        hit = self._pods_memo
+        if hit is not None and hit[0] is ns and hit[1] is args and hit[2] == restore:
+            return list(hit[3])
+        out = self._pods(ns, args, restore)
+        self._pods_memo = (ns, args, restore, tuple(out))
+        return out
+
+    def _pods(self, ns: NodeState, args: Args, restore: bool) -> list[PodView]:
         node_cfg = args.burst_config()
         out = []
         for ps in ns.pods:
@@ -421,11 +432,16 @@ def parse_kv(text: str | None) -> dict[str, int]:
 
 
 def read_file(path: str) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(READ_LIMIT)
+    try:  # raw os calls: a few hundred small files a round
+        fd = os.open(path, os.O_RDONLY)
     except (OSError, ValueError):  # absent (a vanished cgroup, a kernel without the file) or not a path (NUL)
         return None
+    try:
+        data = os.read(fd, READ_LIMIT)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     try:
         return data.decode().strip()
     except UnicodeDecodeError:

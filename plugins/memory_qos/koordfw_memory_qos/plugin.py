@@ -190,6 +190,9 @@ class MemoryQoS:
     def qos_plan(self, node_state: NodeState, args: MemoryQOSArgs) -> list | None:
         if not self._wanted(args, node_state):
             return None
+        collected = node_state.metrics.get(FILES_KEY)
+        if isinstance(collected, Mapping) and not collected and not self._supported(node_state, {}):
+            return None  # collect found none of the files in the kubepods dir: idle (without scanning cgroups)
         current = self._current(node_state)
         if not self._supported(node_state, current):
             return None
