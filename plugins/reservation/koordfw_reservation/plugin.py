@@ -123,6 +123,10 @@ class ReservationPlugin:
         #: node name → Available reservations there (by uid)
         self._on_node: dict[str, dict[str, Reservation]] = {}
         self._indexed_at: dict[str, str] = {}
+        #: owner index of the active reservations: key (see :func:`owner_keys`) → uids; and those that cannot
+        #: be indexed (an owner with no name, uid, matchLabels or controller): every pod is a candidate
+        self._by_owner_key: dict[tuple[str, str], set[str]] = {}
+        self._unindexed: set[str] = set()
         self._expiry: list[tuple[float, str]] = []
         self._free_gen = -1
         self._started = False
@@ -137,9 +141,37 @@ class ReservationPlugin:
                 rs.pop(r.uid, None)
                 if not rs:
                     del self._on_node[at]
+            self._unindexed.discard(r.uid)
+            for key in owner_keys(r) or ():
+                uids = self._by_owner_key.get(key)
+                if uids is not None:
+                    uids.discard(r.uid)
+                    if not uids:
+                        del self._by_owner_key[key]
         if r.node_name and r.phase in (AVAILABLE, WAITING):
             self._on_node.setdefault(r.node_name, {})[r.uid] = r
             self._indexed_at[r.uid] = r.node_name
+            keys = owner_keys(r)
+            if keys is None:
+                self._unindexed.add(r.uid)
+            else:
+                for key in keys:
+                    self._by_owner_key.setdefault(key, set()).add(r.uid)
+
+    def _candidates(self, pod: Any, ignored: bool) -> list[Reservation]:
+        """The active reservations whose owners the pod may match (all of them for a reservation-ignored pod),
+        from the owner index; the full match is still to be made."""
+        if ignored:
+            return [r for rs in self._on_node.values() for r in rs.values()]
+        uids = set(self._unindexed)
+        index = self._by_owner_key
+        if index:
+            for key in pod_keys(pod):
+                hit = index.get(key)
+                if hit:
+                    uids |= hit
+        rs = self.reservations
+        return [rs[u] for u in sorted(uids) if u in rs]
 
     def _hold(self, r: Reservation, handle: Any) -> None:
         """Place (or resize) r's reserve pod on its node: it holds what r has not allocated."""
@@ -201,6 +233,8 @@ class ReservationPlugin:
         self.reservations.clear()
         self._on_node.clear()
         self._indexed_at.clear()
+        self._by_owner_key.clear()
+        self._unindexed.clear()
         self._expiry.clear()
         if not objs:
             return
@@ -295,33 +329,12 @@ class ReservationPlugin:
         ignored = is_reservation_ignored(pod)
         cluster = handle.cluster
         matched: dict[str, list[Reservation]] = {}
-        for node_name, rs in self._on_node.items():
-            view = None
-            ok = []
-            for res in rs.values():
-                if not res.is_available or (res.allocate_once and res.current_owners):
-                    continue
-                if ignored:
-                    ok.append(res)
-                    continue
-                if not res.matches_owner(pod):
-                    continue
-                if affinity is not None and affinity.name:
-                    if affinity.name == res.name:
-                        ok.append(res)
-                    continue
-                if res.unschedulable and not (affinity is not None and affinity.tolerates_unschedulable()):
-                    continue
-                if res.taints and (affinity is None or affinity.untolerated_taint(res.taints) is not None):
-                    if any(t.effect in ("NoSchedule", "NoExecute") for t in res.taints):
-                        continue
-                if affinity is not None:
-                    view = view or cluster.node(node_name)
-                    if view is None or not affinity.matches(res, view.labels):
-                        continue
-                ok.append(res)
-            if ok:
-                matched[node_name] = ok
+        for res in self._candidates(pod, ignored):
+            if not res.is_available or (res.allocate_once and res.current_owners):
+                continue
+            if not ignored and not self._usable(res, pod, affinity, cluster):
+                continue
+            matched.setdefault(res.node_name, []).append(res)
         state[STATE] = _CycleData(matched, affinity, ignored)
         if not matched:
             if affinity is not None:
@@ -337,6 +350,26 @@ class ReservationPlugin:
         if affinity is not None:
             return PreFilterResult(frozenset(matched))
         return None
+
+    @staticmethod
+    def _usable(res: Reservation, pod: Any, affinity: ReservationAffinity | None, cluster: Any) -> bool:
+        """checkReservationMatchedOrIgnored for a pod that does not ignore reservations: its owners, then
+        the affinity's name (alone, if given), unschedulable, taints and selectors."""
+        if not res.matches_owner(pod):
+            return False
+        if affinity is not None and affinity.name:
+            return affinity.name == res.name
+        if res.unschedulable and not (affinity is not None and affinity.tolerates_unschedulable()):
+            return False
+        # a reservation's taints bind only pods with a reservation affinity (FindMatchingUntoleratedTaint
+        # of a nil affinity tolerates everything)
+        if res.taints and affinity is not None and affinity.untolerated_taint(res.taints) is not None:
+            return False
+        if affinity is not None:
+            view = cluster.node(res.node_name)
+            if view is None or not affinity.matches(res, view.labels):
+                return False
+        return True
 
     # -- filter ----------------------------------------------------------------------------------------
     @hookimpl
@@ -623,6 +656,40 @@ class ReservationPlugin:
                          "allocated": {k: format_quantity(k, v) for k, v in sorted(r.allocated.items()) if v},
                          "owners": sorted(f"{o['namespace']}/{o['name']}" for o in r.current_owners.values())})
         return {"reservations": rows}
+
+
+def owner_keys(r: Reservation) -> list[tuple[str, str]] | None:
+    """One key per owner that a pod must have to match it (its uid, name, first matchLabels pair, or
+    controller uid/name), for the owner index; None when an owner has none (it may match any pod)."""
+    keys: list[tuple[str, str]] = []
+    for o in r.owners:
+        if o.object and o.object.get("uid"):
+            keys.append(("uid", o.object["uid"]))
+        elif o.object and o.object.get("name"):
+            keys.append(("name", o.object["name"]))
+        elif o.label_selector and o.label_selector.get("matchLabels"):
+            k, v = next(iter(o.label_selector["matchLabels"].items()))
+            keys.append(("label", f"{k}={v}"))
+        elif o.controller and o.controller.get("uid"):
+            keys.append(("ctl-uid", o.controller["uid"]))
+        elif o.controller and o.controller.get("name"):
+            keys.append(("ctl-name", o.controller["name"]))
+        else:
+            return None
+    return keys
+
+
+def pod_keys(pod: Any) -> list[tuple[str, str]]:
+    """The owner-index keys a pod has (see :func:`owner_keys`)."""
+    keys = [("uid", pod.uid), ("name", pod.name)]
+    keys += [("label", f"{k}={v}") for k, v in pod.labels.items()]
+    for ref in (((pod.raw or {}).get("metadata") or {}).get("ownerReferences")) or []:
+        if isinstance(ref, Mapping):
+            if ref.get("uid"):
+                keys.append(("ctl-uid", str(ref["uid"])))
+            if ref.get("name"):
+                keys.append(("ctl-name", str(ref["name"])))
+    return keys
 
 
 def score_reservation(requests: Mapping[str, int], r: Reservation) -> int:
