@@ -104,7 +104,7 @@ def filter(pod, nodes, args):
     if len(need) == 0:
         return None
     idx = nodes.idx
-    free = cluster.allocatable[np.ix_(idx, need)] - cluster.requested[np.ix_(idx, need)]
+    free = _cells(cluster.allocatable, idx, need) - _cells(cluster.requested, idx, need)
     short = free < vec[need]
     bad = np.flatnonzero(short.any(axis=1))
     if len(bad) == 0:
@@ -119,6 +119,11 @@ def filter(pod, nodes, args):
                 *("Too many pods" if r == "pods" else f"Insufficient {r}" for r in key))
         reasons[j] = st
     return ~short.any(axis=1), reasons
+
+
+def _cells(matrix, rows, cols):
+    """``matrix[np.ix_(rows, cols)]``, several times faster (two ``take`` calls, no index grids)."""
+    return matrix.take(rows, axis=0).take(cols, axis=1)
 
 
 def _saturating_add(a, b):
@@ -136,8 +141,8 @@ def score(pod, nodes, args):
     weights = np.array([r.weight for r in args.resources], dtype=np.int64)
     if weights.sum() <= 0:
         return None
-    alloc = cluster.allocatable[np.ix_(nodes.idx, cols)]
-    req = _saturating_add(cluster.requested[np.ix_(nodes.idx, cols)], vec[cols])
+    alloc = _cells(cluster.allocatable, nodes.idx, cols)
+    req = _saturating_add(_cells(cluster.requested, nodes.idx, cols), vec[cols])
     safe = np.where(alloc > 0, alloc, 1)
     if args.scoring_strategy == "BalancedAllocation":
         frac = np.minimum(req / safe, 1.0)
