@@ -7,6 +7,7 @@ API versions) and ``koordfw.hookspecs``.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as _np
@@ -68,6 +69,7 @@ from .hookspecs import hookimpl, hookspec
 from .log import warn_once
 
 if TYPE_CHECKING:
+    from .agent.nodemetric import CollectPolicy, NodeMetricReporter
     from .core.plugins import Registry
     from .engines.embedded import EmbeddedEngine, SimulationResult
 
@@ -90,6 +92,7 @@ __all__ = [
     "raw_allocatable", "read_node_metric", "registry_from_args", "resource_map", "Scheduler", "SchedulerEvents",
     "selector_matches", "shorten", "simulate", "StateKey", "Status", "Taint", "VirtualClock", "WaitingPodView", "warn_once",
     "NodeStatuses", "PluginsRunner",
+    "CollectPolicy", "NodeMetricReporter", "NodePlan", "NodePlanner", "PodAdmission", "update_node_resources",
 ]
 
 
@@ -125,10 +128,171 @@ def plan_writes(*a: Any, **kw: Any) -> list[dict[str, str]]:
     return _plan(*a, **kw)
 
 
+class NodePlan:
+    """What the node QoS plugins planned for one node state (:meth:`NodePlanner.plan`): the cgroup /
+    resctrl ``writes`` (:class:`FileWrite`, each stamped with its plugin, in plan order) and the
+    ``evictions`` (:class:`Eviction`), plus one message per plugin that failed or returned a bad plan."""
+
+    __slots__ = ("writes", "evictions", "errors")
+
+    def __init__(self, writes: list[FileWrite], evictions: list[Eviction], errors: list[str]) -> None:
+        self.writes = writes
+        self.evictions = evictions
+        self.errors = errors
+
+
+class NodePlanner:
+    """The agent's planning step (``collect`` is the caller's, ``apply`` nobody's) for node states built by
+    the caller: runs every loaded plugin's ``qos_plan`` hook on a :class:`NodeState` and returns the plan,
+    as ``koordfw agent plan`` does, but awaitable and on the caller's clock, so a replay can plan many
+    nodes round after round on a :class:`VirtualClock` (each plugin keeps its state across rounds: one
+    planner stands for one agent, or for the agents of many nodes when its plugins key their state by
+    node). ``registry`` is bound to this planner's handles: give it a registry of its own (not one an
+    engine uses). Nothing is written or evicted."""
+
+    def __init__(self, registry: Registry, clock: Any = None) -> None:
+        from .core.caller import HookCaller
+        from .core.events import EventLog
+
+        self.registry = registry
+        self.clock: Any = clock if clock is not None else VirtualClock(0.0)
+        self.node_state: NodeState = NodeState()
+        events = EventLog()
+        planner = self
+
+        class _Handle:
+            """The AgentHandle of a planned round: the node state being planned; nothing is applied."""
+
+            def __init__(self, plugin_name: str) -> None:
+                self.plugin_name = plugin_name
+                self.events = events
+
+            @property
+            def node_state(self) -> NodeState:
+                return planner.node_state
+
+            @property
+            def clock(self) -> Any:
+                return planner.clock
+
+            @property
+            def args(self) -> Any:
+                return registry.args.get(self.plugin_name)
+
+            def now(self) -> float:
+                return float(planner.clock.now())
+
+            async def apply(self, writes: Any) -> Any:
+                raise RuntimeError("a NodePlanner applies nothing")
+
+        handles: dict[str, _Handle] = {}
+
+        def handle_for(name: str) -> _Handle:
+            return handles.setdefault(name, _Handle(name))
+
+        registry.bind(handle_for)
+        self._caller = HookCaller(registry, handle_for)
+
+    async def plan(self, node_state: NodeState) -> NodePlan:
+        """One round of ``qos_plan`` on ``node_state``; a plugin that raises, or returns something that is
+        not a list of FileWrite/Eviction, is left out of the plan and named in ``errors``."""
+        from .agent.loop import split_plan
+
+        self.node_state = node_state
+        writes: list[FileWrite] = []
+        evictions: list[Eviction] = []
+        errors: list[str] = []
+        for impl, res, status in await self._caller.call_safe("qos_plan", node_state=node_state):
+            if status is not None:
+                errors.append(f"{impl.plugin}: {status.message}")
+                continue
+            try:
+                w, e = split_plan(res, impl.plugin)
+            except TypeError as exc:
+                errors.append(f"{impl.plugin}: bad plan: {exc}")
+                continue
+            writes += w
+            evictions += e
+        return NodePlan(writes, evictions, errors)
+
+
+class PodAdmission:
+    """The API server's pod admission for an embedder that creates pods itself (a replay): runs the
+    registry's ``mutate_pod`` then ``validate_pod`` hooks on a pod manifest (operation CREATE), the plugins
+    reading ``objects`` (ClusterColocationProfiles, Namespaces, PriorityClasses) as ``koordfw simulate``'s
+    do. ``seed`` seeds the generator the plugins share (a profile's probability draws). The registry may be
+    the one a scheduler uses (its class plugins are then shared, each hook given an admission handle)."""
+
+    def __init__(self, registry: Registry, objects: Any = (), *, clock: Any = None, seed: int = 0) -> None:
+        from .core.admission import Admission, StaticObjects
+
+        self._admission = Admission(registry, StaticObjects(objects), clock=clock, seed=seed)
+
+    @property
+    def active(self) -> bool:
+        """Does any plugin implement an admission hook (else :meth:`admit` returns pods unchanged)?"""
+        return bool(self._admission.active)
+
+    async def admit(self, manifest: dict[str, Any]) -> Pod:
+        """The admitted pod; :class:`ManifestError` when a webhook refuses it or the mutated pod is invalid
+        (the message names the plugin)."""
+        from .core.model import pod_from_manifest
+
+        if not self._admission.active:
+            return pod_from_manifest(manifest)
+        out = await self._admission.admit(manifest, "CREATE")
+        name = str((manifest.get("metadata") or {}).get("name") or "?")
+        if not out.allowed:
+            raise ManifestError(f"admission refused pod {name}: {out.message} ({out.plugin})")
+        return pod_from_manifest(out.pod)
+
+
+async def update_node_resources(engine: EmbeddedEngine, last_update: MutableMapping[str, float]) -> list[str]:
+    """The manager's node-resource step for every node of ``engine``'s cluster, with Koordinator's update
+    rules: each ``node_resources`` hook gets the time the node's resources were last written
+    (``last_update[node]``, absent = never), so a plugin such as batch_resource returns ``None`` (no write)
+    when the change is below its diff threshold and its last write is recent; the amounts returned are
+    merged into the node's allocatable and ``last_update[node]`` becomes now. Returns the nodes written
+    (the caller sends the scheduler a ``NODE_UPDATE`` for them). ``EmbeddedEngine.refresh_node_resources``
+    is the same step that always writes."""
+    from .engines.embedded import _bad_amounts, colocation_from_objects
+
+    s = engine.scheduler
+    impls = s.caller.impls("node_resources")
+    if not impls:
+        return []
+    now = engine.clock.now()
+    engine.colocation = colocation_from_objects(engine.cluster)
+    written = []
+    for view in list(engine.cluster.nodes):
+        merged: dict[str, int] = {}
+        for impl in impls:
+            try:
+                res = await s.caller.call(impl, node=view, pods=engine.cluster.pods_on(view.name),
+                                          metric=engine.cluster.node_metric(view.name), now=now,
+                                          last_update=last_update.get(view.name), colocation=engine.colocation)
+            except PluginFailure:
+                continue
+            if res and not _bad_amounts(res):
+                merged.update({str(k): 0 if v is None else int(v) for k, v in res.items()})
+        if merged:
+            engine.cluster.set_extra_allocatable(view.name, merged)
+            last_update[view.name] = now
+            written.append(view.name)
+    return written
+
+
 def __getattr__(name: str) -> Any:
     # the embedded engine is imported on first use, so that importing koordfw stays light
     if name == "EmbeddedEngine":
         from .engines.embedded import EmbeddedEngine
 
         return EmbeddedEngine
+    if name in ("NodeMetricReporter", "CollectPolicy"):
+        # the agent's NodeMetric aggregation (koordlet's states_nodemetric), for replays that build
+        # NodeMetrics from modelled usage: NodeMetricReporter(policy).observe(node_state, now) each
+        # round, .status(now, pods) the NodeMetric status; CollectPolicy its metricCollectPolicy
+        from .agent import nodemetric
+
+        return getattr(nodemetric, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,6 +9,11 @@ or :func:`koordfw.simulate`, and the agent's planner with :func:`koordfw.plan_wr
 exported by ``koordfw``, so no command imports ``koordfw.commands``, ``koordfw.engines`` or
 ``koordfw.agent``. A :class:`~koordfw.KoordfwError` raised by ``func`` prints one ``koordfw: error:``
 line and exits 2.
+
+Several packages may share one command group (``koordfw replay openb`` from gpu_share, ``koordfw replay
+colocation`` from colocation_replay): each calls :meth:`Commands.group` with the group's name, the first
+call creates ``koordfw replay`` and later ones get the same nested :class:`Commands`, so each adds its
+own subcommand with :meth:`add` whatever the order the entry points load in.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ class Commands:
                  parents: Sequence[argparse.ArgumentParser] = ()) -> None:
         self._sub = subparsers
         self._parents = tuple(parents)
+        #: the shared groups made by :meth:`group`, by name
+        self._groups: dict[str, Commands] = {}
 
     def add(self, name: str, *, help: str, description: str | None = None) -> argparse.ArgumentParser:
         """Add the subcommand ``name``: its parser, to add arguments to and ``set_defaults(func=...)``.
@@ -47,6 +54,25 @@ class Commands:
         if self._parents:
             _PARENTS[p] = self._parents
         return p
+
+    def group(self, name: str, *, help: str, description: str | None = None, metavar: str = "COMMAND") -> Commands:
+        """The subcommands of the shared command ``name`` (as ``koordfw replay``), created on the first call
+        (its ``help`` and ``description`` are the first caller's) and returned as they are on later ones,
+        so that several packages add subcommands to it. The chosen subcommand is ``args.<name>_command``;
+        the group alone (``koordfw replay``) prints its help and exits 2."""
+        got = self._groups.get(name)
+        if got is not None:
+            return got
+        p = self.add(name, help=help, description=description)
+        nested = Commands.nested(p, dest=f"{name.replace('-', '_')}_command", metavar=metavar)
+
+        def usage(_args: argparse.Namespace) -> int:
+            p.print_help()
+            return 2
+
+        p.set_defaults(func=usage)
+        self._groups[name] = nested
+        return nested
 
     @classmethod
     def nested(cls, parser: argparse.ArgumentParser, *, dest: str, metavar: str = "COMMAND",

@@ -321,8 +321,7 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def register(sub: Commands) -> None:
-    p = sub.add("replay", help="replay published traces through the scheduler")
-    rsub = Commands.nested(p, dest="trace", metavar="TRACE")
+    rsub = sub.group("replay", help="replay published traces through the scheduler", metavar="TRACE")
     o = rsub.add("openb", help="the Alibaba GPU trace with the FGD paper's protocol",
                  description="Replay the Alibaba cluster-trace-gpu-v2023 (openb) pods on its GPU nodes "
                              "through the scheduler with the gpu_share plugin, as the FGD paper does.")
@@ -339,12 +338,6 @@ def register(sub: Commands) -> None:
     o.add_argument("--plot", metavar="FILE.png", help="plot unallocated GPU %% against arrived %% (needs matplotlib)")
     o.set_defaults(func=run)
 
-    def usage(_args: argparse.Namespace) -> int:  # ``koordfw replay`` without a trace
-        p.print_help()
-        return 2
-
-    p.set_defaults(func=usage)
-
 
 def run(args: argparse.Namespace) -> int:
     policies = args.policy or ["fgd"]
@@ -352,6 +345,8 @@ def run(args: argparse.Namespace) -> int:
         if pol not in POLICIES:
             raise ConfigError(f"--policy: unknown policy {pol!r}; use one of {', '.join(POLICIES)}")
     seeds = parse_seeds(args.seeds) if args.seeds else [args.seed]
+    if args.plot:
+        _pyplot()  # a missing matplotlib is reported before the replays, not after them
     if not all(0 <= x <= MAX_SEED for x in seeds):
         raise ConfigError(f"--seed: seeds are integers 0..{MAX_SEED}, got {args.seed}")
     runs = []
@@ -387,7 +382,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def plot(runs: list[dict], path: str) -> None:
+def _pyplot() -> Any:
     try:
         import matplotlib
 
@@ -395,6 +390,11 @@ def plot(runs: list[dict], path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ConfigError("--plot needs matplotlib (pip install 'koordfw-gpu-share[plot]')") from None
+    return plt
+
+
+def plot(runs: list[dict], path: str) -> None:
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     by: dict[str, list[dict]] = {}
     for r in runs:

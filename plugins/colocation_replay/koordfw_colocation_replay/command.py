@@ -1,0 +1,225 @@
+"""``koordfw replay colocation``: a week of real service usage plus a real batch queue, with and without
+colocation (see :mod:`koordfw_colocation_replay.model` and ``docs/replay.md``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any
+
+from koordfw import Commands, ConfigError, InputError, format_quantity, load_yaml, parse_quantity
+
+from .model import Replay, Result, batch_fraction, default_nodes, koordinator_profile, recommended_profile
+from .traces import TraceError, load_batch, load_ls
+
+MODES = ("kubernetes", "koordfw")
+
+
+def register(sub: Commands) -> None:
+    rsub = sub.group("replay", help="replay published traces through the scheduler", metavar="TRACE")
+    p = rsub.add("colocation", help="a week of service VMs plus the Alibaba batch queue, with and without colocation",
+                 description="Replay the Bitbrains service VMs (LS) and the tiled Alibaba batch hour (BE) on one "
+                             "cluster through the real scheduler, agent plans and manager node resources on a "
+                             "virtual clock: kubernetes mode (requests only) against koordfw mode (colocation).")
+    p.add_argument("--ls-trace", required=True, metavar="DIR", help="bitbrains-rnd-2013-07 (vm_usage_5min.csv.gz)")
+    p.add_argument("--batch-trace", required=True, metavar="DIR", help="alibaba-batch-v2018 (batch_task*.csv)")
+    p.add_argument("--nodes", type=int, metavar="N", help="nodes (default: the LS requests at ~95%% allocation)")
+    p.add_argument("--node-cpu", default="32", metavar="C", help="cores per node (default 32)")
+    p.add_argument("--node-memory", default="128Gi", metavar="M", help="memory per node (default 128Gi)")
+    p.add_argument("--days", type=float, metavar="D", help="replay length in days (default: the whole LS trace)")
+    p.add_argument("--vms", type=int, metavar="K", help="only the first K VMs of the LS trace")
+    p.add_argument("--batch-load", type=float, default=1.0, metavar="F",
+                   help="batch work as a multiple of what the batch resources could hold at the tasks' "
+                        "measured usage (default 1.0)")
+    p.add_argument("--mode", choices=(*MODES, "both"), default="both")
+    p.add_argument("--profile", metavar="F",
+                   help="koordfw mode's profile YAML, or 'recommended' (default: profiling on) or 'koordinator' "
+                        "(Koordinator's defaults, no profiling)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    p.add_argument("--hours", action="store_true", help="print the per-hour table too (the JSON always has it)")
+    p.add_argument("--plot", metavar="FILE.png", help="utilisation, batch throughput and safety over time")
+    p.set_defaults(func=run)
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib (pip install matplotlib, or make install)") from None
+    return plt
+
+
+def load_profile_arg(value: str | None) -> dict[str, Any]:
+    if value in (None, "", "recommended"):
+        return recommended_profile()
+    if value == "koordinator":
+        return koordinator_profile()
+    try:
+        with open(value, "rb") as f:
+            data = load_yaml(f.read())
+    except OSError as e:
+        raise ConfigError(f"--profile: {value}: cannot read: {e.strerror or e}") from None
+    except InputError as e:
+        raise ConfigError(f"--profile: {value}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--profile: {value}: expected a mapping")
+    return data
+
+
+def _quantity(value: str, flag: str, memory: bool) -> float:
+    try:
+        v = float(parse_quantity(value))
+    except Exception:
+        raise ConfigError(f"{flag}: not a quantity: {value[:40]!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise ConfigError(f"{flag}: must be > 0, got {value!r}")
+    return v
+
+
+def replay(args: argparse.Namespace, progress_for: Any = None) -> dict[str, Any]:
+    """Run the modes asked for; the JSON document of the run."""
+    node_cpu = _quantity(args.node_cpu, "--node-cpu", False)
+    node_mem = int(_quantity(args.node_memory, "--node-memory", True))
+    if args.days is not None and not (args.days > 0 and math.isfinite(args.days)):
+        raise ConfigError(f"--days: must be > 0, got {args.days!r}")
+    profile = load_profile_arg(args.profile)
+    t0 = time.perf_counter()
+    ls = load_ls(args.ls_trace, days=args.days, vms=args.vms)
+    tasks = load_batch(args.batch_trace)
+    nodes = args.nodes if args.nodes is not None else default_nodes(ls, node_cpu, node_mem)
+    if nodes < 1:
+        raise ConfigError(f"--nodes: must be >= 1, got {nodes}")
+    reclaim = int(profile.get("pluginConfig", {}).get("batch_resource", {}).get("cpuReclaimThresholdPercent", 60))
+    frac, holdable = batch_fraction(ls, tasks, nodes, node_cpu, args.batch_load, reclaim)
+    load_s = time.perf_counter() - t0
+    import anyio
+
+    modes = MODES if args.mode == "both" else (args.mode,)
+    out: dict[str, Any] = {"nodes": nodes, "node_cpu": node_cpu, "node_memory": node_mem, "slots": ls.slots,
+                           "vms": len(ls.vms), "vms_resized": ls.resized, "batch_load": args.batch_load,
+                           "batch_job_fraction": round(frac, 6), "batch_holdable_cores": round(holdable, 2),
+                           "seed": args.seed, "load_seconds": round(load_s, 2), "modes": {}}
+    for mode in modes:
+        r = Replay(ls, tasks, mode=mode, nodes=nodes, node_cpu=node_cpu, node_memory=node_mem, slots=ls.slots,
+                   batch_fraction=frac, seed=args.seed, profile=profile,
+                   progress=progress_for(mode) if progress_for else None)
+        res: Result = anyio.run(r.run)
+        out["modes"][mode] = {"summary": res.summary, "hours": res.hours, "series": res.series}
+    out["wall_seconds"] = round(time.perf_counter() - t0, 2)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.plot:
+        _pyplot()  # a missing matplotlib is reported before the run, not after it
+    tty = args.output == "table" and sys.stderr.isatty()
+    try:
+        if tty:
+            from rich.console import Console
+            from rich.progress import Progress
+
+            with Progress(transient=True, console=Console(stderr=True)) as bar:
+                tasks: dict[str, Any] = {}
+
+                def progress_for(mode: str) -> Any:
+                    tasks[mode] = bar.add_task(f"{mode} mode", total=1)
+                    return lambda d, t: bar.update(tasks[mode], completed=d, total=t)
+
+                doc = replay(args, progress_for)
+        else:
+            doc = replay(args)
+    except TraceError:
+        raise
+    if args.plot:
+        plot(doc, args.plot)
+    if args.output == "json":
+        slim = {k: v for k, v in doc.items() if k != "modes"}
+        slim["modes"] = {m: {"summary": d["summary"], "hours": d["hours"]} for m, d in doc["modes"].items()}
+        json.dump(slim, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    print_tables(doc, hours=args.hours)
+    return 0
+
+
+ROWS = (("cpu_utilisation_mean", "CPU utilisation, mean", "pct"), ("cpu_utilisation_p95", "CPU utilisation, p95", "pct"),
+        ("allocation_mean", "allocation (requests / allocatable)", "pct"),
+        ("batch_instances_completed", "batch instances completed", "int"),
+        ("batch_wait_p50_s", "batch queueing delay p50", "dur"), ("batch_wait_p99_s", "batch queueing delay p99", "dur"),
+        ("batch_cpu_hours", "batch CPU-hours delivered", "f1"), ("be_throttled_cpu_hours", "BE throttled CPU-hours", "f1"),
+        ("evictions", "evictions", "int"), ("instances_retried", "instances retried", "int"),
+        ("ls_starved_slots", "LS starved node-slots", "int"),
+        ("node_over_capacity_slot_fraction", "node-slots LS + BE demand > capacity", "pct2"),
+        ("node_slots_above_suppress_threshold_fraction", "node-slots above suppress threshold", "pct2"),
+        ("executor_pods_created", "executor pods created", "int"), ("wall_seconds", "wall time", "dur"))
+
+
+def _fmt(v: Any, kind: str) -> str:
+    if kind == "pct":
+        return f"{100 * v:.1f}%"
+    if kind == "pct2":
+        return f"{100 * v:.2f}%"
+    if kind == "int":
+        return f"{int(v):,}"
+    if kind == "f1":
+        return f"{v:,.1f}"
+    if kind == "dur":
+        return f"{v:.1f} s" if v < 120 else (f"{v / 60:.1f} min" if v < 7200 else f"{v / 3600:.1f} h")
+    return str(v)
+
+
+def print_tables(doc: dict[str, Any], *, hours: bool = False) -> None:
+    modes = list(doc["modes"])
+    print(f"cluster: {doc['nodes']} nodes of {doc['node_cpu']:g} cores, "
+          f"{format_quantity('memory', int(doc['node_memory']))} (the LS requests at ~95% allocation unless "
+          f"--nodes); {doc['vms']} LS pods, one per VM, requests = the week's maximum provisioned "
+          f"({doc['vms_resized']} VMs resized); {doc['slots']} slots of 5 min")
+    print(f"batch: the Alibaba hour tiled, {100 * doc['batch_job_fraction']:.2f}% of its jobs each hour (seed "
+          f"{doc['seed']}): --batch-load {doc['batch_load']:g} × {doc['batch_holdable_cores']:.0f} cores of batch "
+          f"resources at measured usage; executor pods of ~4 planned cores run the instances back to back")
+    w = 38
+    print(f"{'':<{w}}" + "".join(f"{m:>16}" for m in modes))
+    for key, label, kind in ROWS:
+        print(f"{label:<{w}}" + "".join(f"{_fmt(doc['modes'][m]['summary'][key], kind):>16}" for m in modes))
+    if hours:
+        for m in modes:
+            print(f"\n{m}: per hour")
+            print(f"{'hour':>4} {'util':>6} {'p95':>6} {'alloc':>6} {'done':>9} {'wait50':>8} {'wait99':>8} "
+                  f"{'cpu-h':>8} {'thr-h':>7} {'evict':>5} {'over':>4} {'starv':>5} {'>thr':>4}")
+            for h in doc["modes"][m]["hours"]:
+                print(f"{h['hour']:>4} {100 * h['cpu_utilisation_mean']:>5.1f}% {100 * h['cpu_utilisation_p95']:>5.1f}% "
+                      f"{100 * h['allocation']:>5.1f}% {h['batch_instances_completed']:>9,} "
+                      f"{h['batch_wait_p50_s']:>8.0f} {h['batch_wait_p99_s']:>8.0f} {h['batch_cpu_hours']:>8.1f} "
+                      f"{h['be_throttled_cpu_hours']:>7.1f} {h['evictions']:>5} {h['node_over_capacity_slots']:>4} "
+                      f"{h['ls_starved_slots']:>5} {h['node_slots_above_suppress_threshold']:>4}")
+    print(f"\nwall time {doc['wall_seconds']:.1f} s (traces read in {doc['load_seconds']:.1f} s)")
+
+
+def plot(doc: dict[str, Any], path: str) -> None:
+    plt = _pyplot()
+    import numpy as np
+
+    fig, axes = plt.subplots(3, 1, figsize=(11, 8), sharex=True)
+    for m, d in doc["modes"].items():
+        s = d["series"]
+        x = np.arange(len(s["utilisation"])) * 300 / 86400
+        axes[0].plot(x, 100 * np.asarray(s["utilisation"]), label=m, lw=0.8)
+        xh = np.arange(len(s["completed_per_hour"])) / 24
+        axes[1].plot(xh, s["completed_per_hour"], label=m, lw=0.8)
+        axes[2].plot(x, s["over_capacity_slots"], label=f"{m}: nodes LS + BE demand > capacity", lw=0.8)
+        axes[2].plot(x, s["above_threshold_slots"], label=f"{m}: nodes above suppress threshold", lw=0.8, ls="--")
+    axes[0].set_ylabel("cluster CPU utilisation (%)")
+    axes[1].set_ylabel("batch instances / hour")
+    axes[2].set_ylabel("node-slots")
+    axes[2].set_xlabel("day")
+    for a in axes:
+        a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

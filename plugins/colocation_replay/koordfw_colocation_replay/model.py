@@ -1,0 +1,794 @@
+"""The colocation replay: a week of service VMs plus the Alibaba batch queue, with and without colocation.
+
+The cluster: ``nodes`` equal nodes; one LS pod per VM (``koord-prod``, QoS LS, requests = the week's
+maximum provisioned cores and memory), scheduled at the start by the real scheduler. Time advances in
+5-minute slots on the engine's VirtualClock; each slot the VMs' usage comes from the trace.
+
+Batch (the pod granularity): a Spark/YARN-style executor pool. A task's instances run on *executor pods*
+of the task's shape class (plan cpu and memory rounded up to a grid); an executor has ``lanes`` instance
+slots (``EXECUTOR_CORES`` cores of planned requests) and runs instances back to back, several tasks at
+once. The queue dispatches ready tasks (arrived, every DAG parent done) in FIFO order onto free lanes, a
+task taking at most its trace parallelism; the pool asks for more executors (new pending pods, through
+admission) when queued lanes exceed its free ones and deletes an executor idle for a whole slot. So the
+scheduler sees executors (thousands a week), not the hour's three million instances, and the kernel
+with the real plugins does every placement.
+
+Per slot and node (``koordfw`` mode): the agent's NodeMetric aggregation (:class:`koordfw.NodeMetricReporter`
+on the node state), its QoS plan (:class:`koordfw.NodePlanner` with be_suppress and eviction) on the node
+state, then the manager's node-resource step (:func:`koordfw.update_node_resources`: batch_resource with
+Koordinator's update rules, resource_profile learning), then the scheduling cycles. BE pods get the CPU
+the be_suppress quota leaves them, shared in proportion to demand; an executor's tasks run slower in the
+same proportion (an instance given less CPU than it uses runs longer); an evicted executor's instances in
+flight lose their progress and are retried. LS pods always get what they use (BE yields first).
+
+``kubernetes`` mode: the same jobs, executors as ordinary pods with the planned cpu/memory requests,
+built-in plugins only, no agent, no NodeMetric, no batch resources; BE gets whatever CPU LS leaves.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import numpy as np
+from koordfw_resource_profile.api import ANNOTATION_TEMPLATES
+
+from koordfw import (
+    NODE_UPDATE,
+    ClusterState,
+    CollectPolicy,
+    EmbeddedEngine,
+    NodeMetricReporter,
+    NodePlanner,
+    NodeState,
+    PodAdmission,
+    PodState,
+    build_registry,
+    make_node,
+    make_pod,
+    update_node_resources,
+)
+from koordfw.extension import BATCH_CPU, BATCH_MEMORY, LABEL_POD_QOS
+
+from .traces import SLOT, LSTrace, Task, TraceError
+
+GiB = 2**30
+#: planned cores of one executor pod (its lanes × the shape's cores, at least one lane)
+EXECUTOR_CORES = 4.0
+#: shape grid: plan cpu rounded up to a multiple of 0.5 core, plan memory to a multiple of 0.25 GiB
+CPU_GRID = 0.5
+MEM_GRID = 0.25
+#: most executor pods pending at once, in all and per shape (the pool stops asking while the scheduler
+#: cannot place them); a pod still pending after a slot's scheduling is withdrawn (asked again later)
+MAX_PENDING = 24
+MAX_PENDING_PER_SHAPE = 6
+#: a pending executor is withdrawn after this long, or at once when its shape's queue wants no lanes
+PENDING_TIMEOUT = 6 * 300
+#: most new executors one slot asks for
+MAX_NEW_PER_SLOT = 96
+#: the wave samples kept per task for the queueing-delay percentiles
+WAVE_SAMPLES = 16
+LS_ALLOCATION = 0.95
+BATCH_LABEL = "koordfw.io/replay"
+POOL_TEMPLATE = "pool:alibaba-batch"
+#: the agents report NodeMetrics every REPORT_SLOTS slots (metricCollectPolicy reportIntervalSeconds and
+#: aggregateDurationSeconds 600: koordlet's defaults are 60 and 300, the trace has one sample per 5 min),
+#: and the manager recomputes the batch resources on each report; the QoS plan runs every slot
+REPORT_SLOTS = 2
+SUPPRESS_QUOTA_FILE = "cpu/kubepods/besteffort/cpu.cfs_quota_us"
+CFS_PERIOD = 100_000
+
+
+def shape_of(t: Task) -> tuple[float, int]:
+    cpu = max(CPU_GRID, math.ceil(t.plan_cpu / CPU_GRID - 1e-9) * CPU_GRID)
+    mem_q = max(MEM_GRID, math.ceil(t.plan_mem / GiB / MEM_GRID - 1e-9) * MEM_GRID)
+    return cpu, int(mem_q * GiB)
+
+
+def recommended_profile() -> dict[str, Any]:
+    """koordfw's recommended profile for the replay: Koordinator's thresholds, be_suppress on (cfsQuota),
+    eviction on, and resource profiling right-sizing BE requests."""
+    return {"pluginConfig": {
+        "batch_resource": {"enable": True},
+        "be_suppress": {"enable": True, "cpuSuppressPolicy": "cfsQuota", "cpuSuppressThresholdPercent": 65},
+        "resource_profile": {"enable": True},
+    }}
+
+
+def koordinator_profile() -> dict[str, Any]:
+    """Koordinator's defaults: the same thresholds, no profiling (requests as planned)."""
+    p = recommended_profile()
+    p["pluginConfig"]["resource_profile"] = {"enable": False}
+    return p
+
+
+@attrs.define
+class Executor:
+    uid: str
+    shape: int
+    lanes: int
+    cpu_req: float
+    mem_req: float
+    node: int = -1
+    used: int = 0
+    #: task index → lanes of it running here
+    tasks: dict[int, int] = attrs.field(factory=dict)
+    #: task index → instance-seconds done here (for the progress an eviction loses)
+    work: dict[int, float] = attrs.field(factory=dict)
+    idle_since: float = 0.0
+    name: str = ""
+
+
+@attrs.define
+class Result:
+    mode: str
+    nodes: int
+    hours: list[dict[str, Any]]
+    summary: dict[str, Any]
+    series: dict[str, list[float]]
+
+
+class Replay:
+    """One mode's run. Build with the traces and options, then ``await run()``."""
+
+    def __init__(self, ls: LSTrace, tasks: list[Task], *, mode: str, nodes: int, node_cpu: float,
+                 node_memory: int, slots: int, batch_fraction: float, seed: int, profile: dict[str, Any],
+                 progress: Callable[[int, int], None] | None = None) -> None:
+        self.ls, self.mode, self.n = ls, mode, nodes
+        self.node_cpu, self.node_memory = node_cpu, node_memory
+        self.slots = slots
+        self.profile = profile
+        self.progress = progress
+        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        self._jobs(tasks, batch_fraction)
+
+    # -- the batch work ---------------------------------------------------------------------------
+    def _jobs(self, tasks: list[Task], fraction: float) -> None:
+        """Tile the hour: each hour, each job of the trace is taken with probability ``fraction``."""
+        jobs: dict[str, list[Task]] = {}
+        for t in tasks:
+            jobs.setdefault(t.job, []).append(t)
+        names = sorted(jobs)
+        hours = math.ceil(self.slots * SLOT / 3600)
+        rows: list[tuple[float, Task, str]] = []
+        for h in range(hours):
+            pick = np.random.default_rng([self.seed, h]).random(len(names)) < fraction
+            for j, take in zip(names, pick.tolist(), strict=True):
+                if take:
+                    for t in jobs[j]:
+                        rows.append((self.ls.start + h * 3600 + t.arrival, t, f"{j}@{h}"))
+        rows.sort(key=lambda r: (r[0], r[2], r[1].name))
+        end = self.ls.start + self.slots * SLOT
+        rows = [r for r in rows if r[0] < end]
+        self.tasks = [r[1] for r in rows]
+        self.arrival = np.array([r[0] for r in rows])
+        jid = [r[2] for r in rows]
+        idx = {(jid[i], t.name): i for i, t in enumerate(self.tasks)}
+        self.children: list[list[int]] = [[] for _ in rows]
+        self.waiting = np.zeros(len(rows), dtype=np.int64)
+        for i, t in enumerate(self.tasks):
+            for p in t.parents:
+                k = idx.get((jid[i], p))
+                if k is not None:
+                    self.children[k].append(i)
+                    self.waiting[i] += 1
+        shapes: dict[tuple[float, int], int] = {}
+        self.shape = np.zeros(len(rows), dtype=np.int64)
+        for i, t in enumerate(self.tasks):
+            self.shape[i] = shapes.setdefault(shape_of(t), len(shapes))
+        self.shapes = sorted(shapes, key=lambda s: shapes[s])
+        self.jobs_taken = len(set(jid))
+
+    # -- the cluster --------------------------------------------------------------------------------
+    def _registry(self) -> Any:
+        if self.mode == "kubernetes":
+            return build_registry({"percentageOfNodesToScore": 100}, only=())
+        prof = {"percentageOfNodesToScore": 100, **{k: v for k, v in self.profile.items() if k != "pluginConfig"},
+                "pluginConfig": {k: v for k, v in self.profile.get("pluginConfig", {}).items()
+                                 if k not in ("be_suppress", "eviction")}}
+        return build_registry(prof, only=("batch_resource", "load_aware", "colocation_profile", "resource_profile"))
+
+    def _agent_registry(self) -> Any:
+        cfg = self.profile.get("pluginConfig", {})
+        return build_registry({"pluginConfig": {k: cfg[k] for k in ("be_suppress", "eviction") if k in cfg}},
+                              only=("be_suppress", "eviction"))
+
+    async def run(self) -> Result:
+        import anyio
+
+        t_wall = time.perf_counter()
+        self.cluster = ClusterState()
+        cpu_m, mem_b = int(self.node_cpu * 1000), int(self.node_memory)
+        for i in range(self.n):
+            self.cluster.add_node(make_node(f"node-{i:03d}", allocatable={"cpu": f"{cpu_m}m", "memory": str(mem_b),
+                                                                          "pods": "512"}))
+        registry = self._registry()
+        self.engine = EmbeddedEngine(registry, self.cluster, seed=self.seed, start_time=float(self.ls.start))
+        self.s = self.engine.scheduler
+        koord = self.mode == "koordfw"
+        objects = [{"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+                    "metadata": {"name": "replay-batch"},
+                    "spec": {"selector": {"matchLabels": {BATCH_LABEL: "batch"}}, "qosClass": "BE",
+                             "priorityClassName": "koord-batch", "koordinatorPriority": 5000}},
+                   {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "koord-batch"},
+                    "value": 5000},
+                   {"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": "batch", "labels": {"kubernetes.io/metadata.name": "batch"}}}]
+        self.admission = PodAdmission(registry, objects, clock=self.engine.clock, seed=self.seed) if koord else None
+        if koord:
+            self.planner = NodePlanner(self._agent_registry(), self.engine.clock)
+            policy = CollectPolicy(aggregate_duration_seconds=REPORT_SLOTS * SLOT,
+                                   report_interval_seconds=REPORT_SLOTS * SLOT, durations=None)
+            self.reporters = [NodeMetricReporter(policy, sample_interval=SLOT) for _ in range(self.n)]
+            self.quota = np.full(self.n, -1.0)  # the besteffort cfs quota in force (µs per period; -1 none)
+            self.last_update: dict[str, float] = {}
+        await self.s.startup()
+        self.stats = _Stats(self.slots, self.n)
+        async with anyio.create_task_group() as tg:
+            self.tg = tg
+            await self._place_ls()
+            await self._loop()
+        await self.s.shutdown()
+        wall = time.perf_counter() - t_wall
+        return self.stats.result(self, wall)
+
+    async def _place_ls(self) -> None:
+        ls = self.ls
+        self.ls_pods = []
+        for j, vm in enumerate(ls.vms):
+            p = make_pod(f"vm-{vm}", "services", requests={"cpu": f"{int(math.ceil(ls.request_cores[j] * 1000))}m",
+                                                            "memory": str(int(ls.request_memory[j]))},
+                         labels={LABEL_POD_QOS: "LS", "app": f"vm-{vm}"}, priorityClassName="koord-prod", priority=9000)
+            self.ls_pods.append(p)
+            await self.s.add_pod(p)
+        while await self.s.schedule_next(self.tg) is not None:
+            pass
+        names = {v.name: v.index for v in self.cluster.nodes}
+        self.ls_node = np.full(len(ls.vms), -1, dtype=np.int64)
+        for j, p in enumerate(self.ls_pods):
+            cur = self.cluster.pod(p.uid)
+            if cur is not None and cur.node_name:
+                self.ls_node[j] = names[cur.node_name]
+        self.ls_unplaced = int((self.ls_node < 0).sum())
+        self.node_index = names
+        placed = self.ls_node >= 0
+        self.ls_req_cpu = np.bincount(self.ls_node[placed], weights=ls.request_cores[placed], minlength=self.n)
+
+    # -- the slot loop ------------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        ls = self.ls
+        n = self.n
+        T = len(self.tasks)
+        self.remaining = np.array([t.inst * t.duration for t in self.tasks])  # instance-seconds left
+        self.assigned = np.zeros(T, dtype=np.int64)  # lanes held
+        self.state = np.zeros(T, dtype=np.int8)  # 0 not arrived, 1 waiting parents, 2 ready/running, 3 done
+        self.ready_at = np.full(T, np.nan)
+        self.first_at = np.full(T, np.nan)
+        self.finished_at = np.full(T, np.nan)
+        self.rate = np.zeros(T)
+        self.t_ref = np.zeros(T)
+        self.version = np.zeros(T, dtype=np.int64)
+        self.queues: list[list[int]] = [[] for _ in self.shapes]  # FIFO of tasks wanting lanes
+        self.qhead = [0] * len(self.shapes)
+        #: free lanes of the bound executors, per shape
+        self.free_lanes = [0] * len(self.shapes)
+        self.heap: list[tuple[float, int, int]] = []
+        self.executors: dict[str, Executor] = {}
+        #: task → (executor, lanes) it runs on
+        self.holders: dict[int, list[tuple[Executor, int]]] = {}
+        self.by_shape: list[list[Executor]] = [[] for _ in self.shapes]
+        self.pending: dict[str, Executor] = {}
+        self.speed = np.ones(n)
+        self.next_task = 0
+        self._exec_seq = 0
+        self.retried = 0
+        t0 = float(ls.start)
+        for k in range(self.slots):
+            now = t0 + k * SLOT
+            end = now + SLOT
+            self.engine.clock.advance_to(now)
+            await self._arrivals(now)
+            self._dispatch_all(now)
+            await self._autoscale(now)
+            # this slot's CPU: LS first, BE the rest (or what the suppress quota leaves)
+            placed = self.ls_node >= 0
+            ls_cpu = np.bincount(self.ls_node[placed], weights=ls.cpu[k][placed], minlength=n)
+            ls_mem = np.bincount(self.ls_node[placed], weights=ls.memory[k][placed], minlength=n)
+            demand, be_mem = self._be_demand()
+            room = np.maximum(self.node_cpu - ls_cpu, 0.0)
+            if self.mode == "koordfw":
+                budget = np.where(self.quota < 0, np.inf, self.quota / CFS_PERIOD)
+                grant = np.minimum(demand, np.minimum(room, budget))
+            else:
+                grant = np.minimum(demand, room)
+            self.speed = np.where(demand > 0, grant / np.where(demand > 0, demand, 1.0), 1.0)
+            self._rerate_all(now)
+            await self._advance(now, end)
+            self._settle_all(end)
+            self.stats.slot(k, self, ls_cpu, demand, grant)
+            self.engine.clock.advance_to(end)
+            if self.mode == "koordfw":
+                await self._node_side(end, ls_cpu, ls_mem, grant, be_mem)
+            if self.progress is not None and (k % 12 == 11 or k == self.slots - 1):
+                self.progress(k + 1, self.slots)
+
+    async def _arrivals(self, now: float) -> None:
+        self._arrivals_until(now)
+
+    def _ready(self, i: int, t: float) -> None:
+        self.state[i] = 2
+        self.ready_at[i] = t
+        self.queues[self.shape[i]].append(i)
+
+    def _be_demand(self) -> tuple[np.ndarray, np.ndarray]:
+        demand = np.zeros(self.n)
+        mem = np.zeros(self.n)
+        for e in self.executors.values():
+            if e.node < 0:
+                continue
+            for i, lanes in e.tasks.items():
+                t = self.tasks[i]
+                demand[e.node] += lanes * t.cpu
+                mem[e.node] += lanes * t.mem
+        return demand, mem
+
+    # -- the fluid progress of tasks ---------------------------------------------------------------
+    def _settle(self, i: int, now: float) -> None:
+        dt = now - self.t_ref[i]
+        if dt > 0 and self.rate[i] > 0:
+            self.remaining[i] = max(self.remaining[i] - self.rate[i] * dt, 0.0)
+        self.t_ref[i] = now
+
+    def _set_rate(self, i: int, now: float) -> None:
+        self._settle(i, now)
+        r = 0.0
+        for e, lanes in self._holders(i):
+            r += lanes * self.speed[e.node]
+        self.rate[i] = r
+        self.version[i] += 1
+        if r > 0:
+            heapq.heappush(self.heap, (now + self.remaining[i] / r, i, int(self.version[i])))
+
+    def _holders(self, i: int) -> list[tuple[Executor, int]]:
+        return self.holders.get(i, [])
+
+    def _settle_all(self, now: float) -> None:
+        """Account every running task's work up to ``now`` at the speeds in force."""
+        for i, hs in self.holders.items():
+            if hs:
+                self._account_work(i, now)
+                self._settle(i, now)
+
+    def _rerate_all(self, now: float) -> None:
+        """The speeds changed (a new slot): every running task's new rate and completion time."""
+        for i, hs in list(self.holders.items()):
+            if hs:
+                self._set_rate(i, now)
+
+    def _account_work(self, i: int, now: float) -> None:
+        dt = now - self.t_ref[i]
+        if dt <= 0:
+            return
+        for e, lanes in self._holders(i):
+            e.work[i] = e.work.get(i, 0.0) + lanes * self.speed[e.node] * dt
+
+    async def _advance(self, now: float, end: float) -> None:
+        """Run the slot: task arrivals and completions in time order, freed lanes and ready tasks dispatched
+        at once (the speeds stay those of the slot)."""
+        T = len(self.tasks)
+        while True:
+            while self.heap and (self.heap[0][2] != self.version[self.heap[0][1]] or self.state[self.heap[0][1]] != 2):
+                heapq.heappop(self.heap)
+            tc = self.heap[0][0] if self.heap else math.inf
+            ta = float(self.arrival[self.next_task]) if self.next_task < T else math.inf
+            t = min(tc, ta)
+            if t > end:
+                return
+            if ta <= tc:
+                for i in self._arrivals_until(ta):
+                    self._dispatch(int(self.shape[i]), ta)
+                continue
+            _, i, _v = heapq.heappop(self.heap)
+            self._account_work(i, t)
+            self._settle(i, t)
+            for sh in self._finish(i, t):
+                self._dispatch(sh, t)
+
+    def _arrivals_until(self, t: float) -> list[int]:
+        """Tasks arrived by ``t``; returns those ready now."""
+        ready = []
+        while self.next_task < len(self.tasks) and self.arrival[self.next_task] <= t:
+            i = self.next_task
+            self.next_task += 1
+            self.state[i] = 1
+            if self.waiting[i] == 0:
+                self._ready(i, float(self.arrival[i]))
+                ready.append(i)
+        return ready
+
+    def _finish(self, i: int, t: float) -> set[int]:
+        """Task ``i`` completed at ``t``: its lanes freed, its children ready when their last parent is done.
+        Returns the shapes with new free lanes or new ready tasks."""
+        self.state[i] = 3
+        self.finished_at[i] = t
+        self.remaining[i] = 0.0
+        self.rate[i] = 0.0
+        touched = {int(self.shape[i])}
+        for e, lanes in self.holders.pop(i, []):
+            e.used -= lanes
+            if e.node >= 0:
+                self.free_lanes[e.shape] += lanes
+            e.tasks.pop(i, None)
+            e.work.pop(i, None)
+            if e.used == 0:
+                e.idle_since = t
+        self.assigned[i] = 0
+        self.stats.completed(self, i, t)
+        for c in self.children[i]:
+            self.waiting[c] -= 1
+            if self.waiting[c] == 0 and self.state[c] == 1:
+                self._ready(c, t)
+                touched.add(int(self.shape[c]))
+        return touched
+
+    def _dispatch_all(self, now: float) -> None:
+        for sh in range(len(self.shapes)):
+            if self.qhead[sh] < len(self.queues[sh]):
+                self._dispatch(sh, now)
+
+    def _dispatch(self, sh: int, now: float) -> None:
+        if self.free_lanes[sh] <= 0 or self.qhead[sh] >= len(self.queues[sh]):
+            return
+        free = [e for e in self.by_shape[sh] if e.node >= 0 and e.used < e.lanes]
+        if not free:
+            return
+        q = self.queues[sh]
+        h = self.qhead[sh]
+        fi = 0
+        while h < len(q) and fi < len(free):
+            i = q[h]
+            if self.state[i] != 2:
+                h += 1
+                continue
+            t = self.tasks[i]
+            want = min(t.parallelism, t.inst) - int(self.assigned[i])
+            if want <= 0:
+                h += 1
+                continue
+            changed = False
+            while want > 0 and fi < len(free):
+                e = free[fi]
+                take = min(want, e.lanes - e.used)
+                if take <= 0:
+                    fi += 1
+                    continue
+                if not changed:
+                    self._account_work(i, now)
+                    self._settle(i, now)
+                e.used += take
+                self.free_lanes[sh] -= take
+                e.tasks[i] = e.tasks.get(i, 0) + take
+                self.holders.setdefault(i, []).append((e, take))
+                self.assigned[i] += take
+                want -= take
+                changed = True
+                if e.used >= e.lanes:
+                    fi += 1
+            if changed:
+                if math.isnan(self.first_at[i]):
+                    self.first_at[i] = now
+                self._set_rate(i, now)
+            if want <= 0:
+                h += 1
+        self.qhead[sh] = h
+        # tasks still short of lanes stay queued at the head: compact the consumed prefix now and then
+        if h > 4096:
+            del q[:h]
+            self.qhead[sh] = 0
+
+    # -- the executor pool ----------------------------------------------------------------------------
+    async def _autoscale(self, now: float) -> None:
+        s = self.s
+        wants = []
+        for sh in range(len(self.shapes)):
+            q, h = self.queues[sh], self.qhead[sh]
+            want = 0
+            for i in q[h:h + 20000]:
+                if self.state[i] == 2:
+                    t = self.tasks[i]
+                    want += max(min(t.parallelism, t.inst) - int(self.assigned[i]), 0)
+            wants.append(want)
+        # idle executors (no lane used for a whole slot) leave; a request the scheduler has not placed for
+        # PENDING_TIMEOUT, or that its shape's queue no longer wants, is withdrawn
+        for e in list(self.executors.values()):
+            if e.node >= 0:
+                if e.used == 0 and now - e.idle_since >= SLOT:
+                    await self._delete(e)
+            elif now - e.idle_since >= PENDING_TIMEOUT or wants[e.shape] == 0:
+                await self._delete(e)
+        budget = MAX_NEW_PER_SLOT
+        for sh, (cpu, mem) in enumerate(self.shapes):
+            want = wants[sh]
+            if want == 0:
+                continue
+            lanes = max(1, int(EXECUTOR_CORES // cpu))
+            free = sum(e.lanes - e.used for e in self.by_shape[sh] if e.node >= 0)
+            pend = [e for e in self.by_shape[sh] if e.node < 0]
+            need = want - free - sum(e.lanes for e in pend)
+            k = min(math.ceil(need / lanes), budget, MAX_PENDING - len(self.pending),
+                    MAX_PENDING_PER_SHAPE - len(pend)) if need > 0 else 0
+            for _ in range(max(k, 0)):
+                await self._create(sh, lanes, cpu, mem, now)
+                budget -= 1
+        await s.flush()
+        while await s.schedule_next(self.tg) is not None:
+            pass
+        self._bound(now)
+        self._dispatch_all(now)
+
+    async def _create(self, sh: int, lanes: int, cpu: float, mem: int, now: float) -> None:
+        self._exec_seq += 1
+        name = f"exec-{self._exec_seq}"
+        req = {"cpu": f"{int(round(lanes * cpu * 1000))}m", "memory": str(lanes * mem)}
+        # one template for the pool's executors (as one Spark application's executor template)
+        templates = POOL_TEMPLATE
+        manifest: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": "batch", "uid": f"uid-{name}",
+                                 "labels": {BATCH_LABEL: "batch", "shape": str(sh)},
+                                 "annotations": {ANNOTATION_TEMPLATES: templates}},
+                    "spec": {"containers": [{"name": "executor", "resources": {"requests": req}}]}}
+        if self.admission is not None:
+            pod = await self.admission.admit(manifest)
+        else:
+            pod = make_pod(name, "batch", requests=req, labels={BATCH_LABEL: "batch"})
+            manifest["metadata"]["uid"] = pod.uid
+        r = pod.requests
+        e = Executor(pod.uid, sh, lanes, r.get(BATCH_CPU, r.get("cpu", 0)) / 1000.0,
+                     float(r.get(BATCH_MEMORY, r.get("memory", 0))), idle_since=now, name=name)
+        self.executors[e.uid] = e
+        self.pending[e.uid] = e
+        self.by_shape[sh].append(e)
+        await self.s.add_pod(pod)
+
+    def _bound(self, now: float) -> None:
+        for uid, e in list(self.pending.items()):
+            cur = self.cluster.pod(uid)
+            if cur is not None and cur.node_name:
+                e.node = self.node_index[cur.node_name]
+                e.idle_since = now
+                self.free_lanes[e.shape] += e.lanes - e.used
+                del self.pending[uid]
+
+    async def _delete(self, e: Executor) -> None:
+        self.executors.pop(e.uid, None)
+        self.pending.pop(e.uid, None)
+        if e.node >= 0:
+            self.free_lanes[e.shape] -= e.lanes - e.used
+        self.by_shape[e.shape].remove(e)
+        await self.s.remove_pod(e.uid)
+
+    async def _evict(self, e: Executor, now: float) -> None:
+        """The executor is evicted: its instances in flight lose their progress (retried), its lanes go back
+        to the queue; the pod comes back pending (its controller recreates it) and is rescheduled."""
+        self.free_lanes[e.shape] -= e.lanes - e.used
+        for i, lanes in list(e.tasks.items()):
+            self._account_work(i, now)
+            self._settle(i, now)
+            t = self.tasks[i]
+            done_here = e.work.get(i, 0.0)
+            # lanes run instances back to back: each lane is part-way through one instance
+            lost = lanes * ((done_here / lanes) % t.duration) if t.duration > 0 else 0.0
+            self.remaining[i] += lost
+            self.retried += lanes
+            hs = self.holders.get(i, [])
+            self.holders[i] = [(x, k) for x, k in hs if x is not e]
+            self.assigned[i] -= lanes
+            self._set_rate(i, now)
+            sh = self.shape[i]
+            self.queues[sh].append(i)
+        e.tasks.clear()
+        e.work.clear()
+        e.used = 0
+        pod = self.cluster.pod(e.uid)
+        if pod is not None:
+            await self.engine.evict(pod, "evicted by the node agent")
+        e.node = -1
+        e.idle_since = now
+        self.pending[e.uid] = e
+        self.stats.evictions += 1
+        self.stats.hour_evictions[min(int((now - self.ls.start) // 3600), len(self.stats.hour_evictions) - 1)] += 1
+
+    # -- the node side (koordfw mode) ----------------------------------------------------------------
+    async def _node_side(self, now: float, ls_cpu: np.ndarray, ls_mem: np.ndarray, grant: np.ndarray,
+                         be_mem: np.ndarray) -> None:
+        ls = self.ls
+        k = int((now - ls.start) // SLOT) - 1
+        report = k % REPORT_SLOTS == 0
+        by_node: list[list[PodState]] = [[] for _ in range(self.n)]
+        pods_of: list[list[Any]] = [[] for _ in range(self.n)]
+        for j, p in enumerate(self.ls_pods):
+            nd = self.ls_node[j]
+            if nd >= 0:
+                by_node[nd].append(PodState(p.uid, p, "LS", "Burstable", f"kubepods/burstable/pod{p.uid}",
+                                            usage={"cpu": int(ls.cpu[k, j] * 1000), "memory": int(ls.memory[k, j])}))
+                pods_of[nd].append(p)
+        demand = np.zeros(self.n)
+        per_exec: list[tuple[Executor, float, float]] = []
+        for e in self.executors.values():
+            if e.node < 0:
+                continue
+            d = sum(lanes * self.tasks[i].cpu for i, lanes in e.tasks.items())
+            m = sum(lanes * self.tasks[i].mem for i, lanes in e.tasks.items())
+            demand[e.node] += d
+            per_exec.append((e, d, m))
+        for e, d, m in per_exec:
+            pod = self.cluster.pod(e.uid)
+            if pod is None:
+                continue
+            nd = e.node
+            used = d * (grant[nd] / demand[nd]) if demand[nd] > 0 else 0.0
+            by_node[nd].append(PodState(e.uid, pod, "BE", "BestEffort", f"kubepods/besteffort/pod{e.uid}",
+                                        usage={"cpu": int(used * 1000), "memory": int(m)}))
+            pods_of[nd].append(pod)
+        evict: list[tuple[Executor, str]] = []
+        cap = {"cpu": int(self.node_cpu * 1000), "memory": int(self.node_memory)}
+        for nd, view in enumerate(self.cluster.nodes):
+            used_cpu = int((ls_cpu[nd] + grant[nd]) * 1000)
+            used_mem = int(ls_mem[nd] + be_mem[nd])
+            q = self.quota[nd]
+            ns = NodeState(name=view.name, capacity=cap, allocatable=view.allocatable,
+                           usage={"cpu": used_cpu, "memory": used_mem}, pods=tuple(by_node[nd]),
+                           cgroups={SUPPRESS_QUOTA_FILE: str(int(q))})
+            self.reporters[nd].observe(ns, now)
+            if report:
+                self.cluster.set_object("NodeMetric", {
+                    "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric", "metadata": {"name": view.name},
+                    "status": self.reporters[nd].status(now, pods_of[nd])})
+            plan = await self.planner.plan(ns)
+            for w in plan.writes:
+                if w.path == SUPPRESS_QUOTA_FILE:
+                    self.quota[nd] = float(w.value)
+            for ev in plan.evictions:
+                victim = self.executors.get(ev.pod_uid)
+                if victim is not None and victim.node == nd:
+                    evict.append((victim, ev.reason))
+        for e, _reason in evict:
+            await self._evict(e, now)
+        if not report:
+            return
+        written = await update_node_resources(self.engine, self.last_update)
+        # one NODE_UPDATE for the slot's writes (each would wake the same pods waiting for resources)
+        changed = self.cluster.node(written[0]) if written else None
+        if changed is not None:
+            await self.s.cluster_event(NODE_UPDATE, changed.node, changed.node)
+
+
+class _Stats:
+    """The per-slot and per-hour accounting (see the issue's list of figures)."""
+
+    def __init__(self, slots: int, n: int) -> None:
+        self.slots = slots
+        hours = math.ceil(slots * SLOT / 3600)
+        self.util = np.zeros(slots)
+        self.alloc = np.zeros(slots)
+        self.be_cpu = np.zeros(slots)
+        self.throttled = np.zeros(slots)
+        self.over = np.zeros(slots)
+        self.starved = np.zeros(slots)
+        self.above = np.zeros(slots)
+        self.hour_done = np.zeros(hours)
+        self.hour_evictions = np.zeros(hours, dtype=np.int64)
+        self.waits: list[list[tuple[float, float]]] = [[] for _ in range(hours)]
+        self.evictions = 0
+        self.n = n
+
+    def slot(self, k: int, r: Replay, ls_cpu: np.ndarray, demand: np.ndarray, grant: np.ndarray) -> None:
+        cap = r.node_cpu * r.n
+        self.util[k] = (ls_cpu.sum() + grant.sum()) / cap
+        be_req = sum(e.cpu_req for e in r.executors.values() if e.node >= 0)
+        self.alloc[k] = (r.ls_req_cpu.sum() + be_req) / cap
+        self.be_cpu[k] = grant.sum()
+        self.throttled[k] = (demand - grant).sum()
+        self.over[k] = int(((ls_cpu + demand) > r.node_cpu + 1e-9).sum())
+        self.starved[k] = int((ls_cpu > r.node_cpu + 1e-9).sum())
+        thr = r.profile.get("pluginConfig", {}).get("be_suppress", {}).get("cpuSuppressThresholdPercent", 65) / 100
+        self.above[k] = int(((ls_cpu + grant) > thr * r.node_cpu + 1e-9).sum())
+
+    def completed(self, r: Replay, i: int, t: float) -> None:
+        h = min(int((t - r.ls.start) // 3600), len(self.hour_done) - 1)
+        task = r.tasks[i]
+        self.hour_done[h] += task.inst
+        d0 = float(r.first_at[i] - r.ready_at[i]) if not math.isnan(r.first_at[i]) else 0.0
+        span = max(t - float(r.first_at[i]), 0.0) if not math.isnan(r.first_at[i]) else 0.0
+        par = max(1, min(task.parallelism, task.inst))
+        waves = math.ceil(task.inst / par)
+        per_wave = span / waves if waves else 0.0
+        ks = range(waves) if waves <= WAVE_SAMPLES else np.linspace(0, waves - 1, WAVE_SAMPLES).astype(int).tolist()
+        scale = waves / len(ks) if waves > WAVE_SAMPLES else 1.0
+        for w in ks:
+            count = min(par, task.inst - w * par) if waves <= WAVE_SAMPLES else par
+            self.waits[h].append((d0 + w * per_wave, count * scale))
+
+    def result(self, r: Replay, wall: float) -> Result:
+        per_hour = 3600 // SLOT
+        hours = []
+        dt_h = SLOT / 3600
+        for h in range(len(self.hour_done)):
+            sl = slice(h * per_hour, min((h + 1) * per_hour, self.slots))
+            u = self.util[sl]
+            if not len(u):
+                continue
+            w50, w99 = _wpct(self.waits[h], (50, 99))
+            hours.append({
+                "hour": h, "cpu_utilisation_mean": _r(u.mean()), "cpu_utilisation_p95": _r(np.percentile(u, 95)),
+                "allocation": _r(self.alloc[sl].mean()),
+                "batch_instances_completed": int(self.hour_done[h]), "batch_wait_p50_s": _r(w50, 1),
+                "batch_wait_p99_s": _r(w99, 1), "batch_cpu_hours": _r(self.be_cpu[sl].sum() * dt_h, 2),
+                "be_throttled_cpu_hours": _r(self.throttled[sl].sum() * dt_h, 2),
+                "evictions": int(self.hour_evictions[h]),
+                "node_over_capacity_slots": int(self.over[sl].sum()), "ls_starved_slots": int(self.starved[sl].sum()),
+                "node_slots_above_suppress_threshold": int(self.above[sl].sum())})
+        allw = [x for ws in self.waits for x in ws]
+        w50, w99 = _wpct(allw, (50, 99))
+        node_slots = self.slots * self.n
+        summary = {
+            "nodes": r.n, "node_cpu": r.node_cpu, "node_memory": r.node_memory, "slots": self.slots,
+            "cpu_utilisation_mean": _r(self.util.mean()), "cpu_utilisation_p95": _r(np.percentile(self.util, 95)),
+            "allocation_mean": _r(self.alloc.mean()),
+            "batch_instances_completed": int(self.hour_done.sum()),
+            "batch_instances_submitted": int(sum(t.inst for t in r.tasks)),
+            "batch_jobs_submitted": r.jobs_taken, "batch_tasks_submitted": len(r.tasks),
+            "batch_wait_p50_s": _r(w50, 1), "batch_wait_p99_s": _r(w99, 1),
+            "batch_cpu_hours": _r(self.be_cpu.sum() * dt_h, 2),
+            "be_throttled_cpu_hours": _r(self.throttled.sum() * dt_h, 2),
+            "evictions": int(self.evictions), "instances_retried": int(r.retried),
+            "ls_starved_slots": int(self.starved.sum()),
+            "node_over_capacity_slot_fraction": _r(self.over.sum() / node_slots, 6),
+            "node_slots_above_suppress_threshold_fraction": _r(self.above.sum() / node_slots, 6),
+            "executor_pods_created": r._exec_seq, "ls_pods_unplaced": r.ls_unplaced,
+            "wall_seconds": _r(wall, 2)}
+        series = {"utilisation": self.util.tolist(), "be_cpu": self.be_cpu.tolist(),
+                  "over_capacity_slots": self.over.tolist(), "above_threshold_slots": self.above.tolist(),
+                  "completed_per_hour": self.hour_done.tolist()}
+        return Result(r.mode, r.n, hours, summary, series)
+
+
+def _r(x: float, nd: int = 4) -> float:
+    return round(float(x), nd)
+
+
+def _wpct(samples: list[tuple[float, float]], qs: tuple[float, ...]) -> tuple[float, ...]:
+    if not samples:
+        return tuple(0.0 for _ in qs)
+    a = np.array(samples)
+    order = np.argsort(a[:, 0], kind="stable")
+    v, w = a[order, 0], a[order, 1]
+    c = np.cumsum(w)
+    return tuple(float(v[min(int(np.searchsorted(c, c[-1] * q / 100.0, side="left")), len(v) - 1)]) for q in qs)
+
+
+def default_nodes(ls: LSTrace, node_cpu: float, node_memory: int) -> int:
+    """Enough nodes for the LS requests at ~95 % allocation (cpu and memory)."""
+    return max(1, math.ceil(max(ls.request_cores.sum() / (LS_ALLOCATION * node_cpu),
+                                ls.request_memory.sum() / (LS_ALLOCATION * node_memory))))
+
+
+def batch_fraction(ls: LSTrace, tasks: list[Task], nodes: int, node_cpu: float, load: float,
+                   reclaim_percent: int = 60) -> tuple[float, float]:
+    """(the share of the hour's jobs taken each hour, the batch cores it stands for): ``load`` times what
+    the batch resources could hold at the tasks' measured usage, the batch resources estimated from the
+    LS usage: ``nodes × cpu × reclaim% − mean LS usage`` (Koordinator's formula, cluster-wide)."""
+    if load < 0 or not math.isfinite(load):
+        raise TraceError(f"--batch-load: expected a number >= 0, got {load!r}")
+    holdable = max(nodes * node_cpu * reclaim_percent / 100 - float(ls.cpu.sum(axis=1).mean()), 0.0)
+    used_per_hour = sum(t.inst * t.duration * t.cpu for t in tasks) / 3600.0
+    f = min(1.0, load * holdable / used_per_hour) if used_per_hour > 0 else 0.0
+    return f, holdable
+
+
+__all__ = ["Replay", "Result", "batch_fraction", "default_nodes", "koordinator_profile", "recommended_profile"]

@@ -1,0 +1,212 @@
+"""koordfw replay colocation: hand-computed accounting, a tiny slice of the real traces, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import anyio
+import pytest
+from koordfw_colocation_replay import Replay, TraceError, load_batch, load_ls, recommended_profile
+
+from koordfw.cli import main
+
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
+LS_DIR = DATA / "bitbrains-rnd-2013-07"
+BATCH_DIR = DATA / "alibaba-batch-v2018"
+T0 = 1372636800  # 2013-07-01 00:00 UTC
+GiB = 2**30
+
+
+def write_ls(d: Path, vms: list[tuple[int, int, float]], slots: int) -> Path:
+    """VMs (id, cores, fraction of the cores used) for ``slots`` slots; 2,600 MHz per core, 8 GiB each."""
+    d.mkdir(parents=True, exist_ok=True)
+    lines = ["vm,t,cores,cap_mhz,use_mhz,mem_prov_kb,mem_used_kb"]
+    for k in range(slots):
+        for vm, cores, used in vms:
+            lines.append(f"{vm},{T0 + 300 * k},{cores},{cores * 2600.0},{cores * 2600.0 * used},8388608,1048576")
+    with gzip.open(d / "vm_usage_5min.csv.gz", "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    return d
+
+
+def write_batch(d: Path, tasks: list[tuple]) -> Path:
+    """Tasks (arrival, job, name, inst, duration, plan_cpu, cpu) with plan_mem 0.1 % (0.5 GiB)."""
+    d.mkdir(parents=True, exist_ok=True)
+    t = ["arrival_s,job_id,task_name,duration_s,plan_cpu,plan_mem,inst_num"]
+    u = ["job_id,task_name,instances_seen,mean_duration_s,mean_cpu_avg,mean_mem_avg"]
+    for arrival, job, name, inst, dur, plan, cpu in tasks:
+        t.append(f"{arrival},{job},{name},{dur},{plan},0.1,{inst}")
+        u.append(f"{job},{name},{inst},{dur},{cpu},0.05")
+    (d / "batch_task.csv").write_text("\n".join(t) + "\n")
+    (d / "batch_task_usage.csv").write_text("\n".join(u) + "\n")
+    return d
+
+
+class EvictAfterFirstSlot(Replay):
+    """Evicts every executor at the end of the first slot (as the node agent would)."""
+
+    async def _advance(self, now: float, end: float) -> None:
+        await super()._advance(now, end)
+        if now == self.ls.start:
+            self._settle_all(end)
+            for e in [e for e in self.executors.values() if e.node >= 0]:
+                await self._evict(e, end)
+
+
+def run(tmp_path: Path, vms: list, tasks: list, slots: int, mode: str = "kubernetes", cls: type = Replay,
+        node_cpu: float = 8.0) -> Replay:
+    ls = load_ls(write_ls(tmp_path / "ls", vms, slots))
+    batch = load_batch(write_batch(tmp_path / "batch", tasks))
+    r = cls(ls, batch, mode=mode, nodes=1, node_cpu=node_cpu, node_memory=64 * GiB, slots=ls.slots,
+            batch_fraction=1.0, seed=1, profile=recommended_profile())
+    r.result = anyio.run(r.run)
+    return r
+
+
+def test_instance_stretched_by_the_cpu_it_does_not_get(tmp_path: Path) -> None:
+    # one 8-core node; the LS VM (4 cores) uses all its cores, so 4 are left; the instance plans 1 core
+    # and uses 6: it gets 4 of them, runs 600 s × 6/4 = 900 s, 3 slots, and 2 cores × 900 s are throttled
+    r = run(tmp_path, [(1, 4, 1.0)], [(0, "j_1", "M1", 1, 600, 100, 600)], slots=6)
+    s = r.result.summary
+    assert s["batch_instances_completed"] == 1
+    assert r.finished_at[0] - r.ls.start == pytest.approx(900.0)
+    assert s["batch_cpu_hours"] == pytest.approx(4 * 900 / 3600)
+    assert s["be_throttled_cpu_hours"] == pytest.approx(2 * 900 / 3600)
+    assert s["node_over_capacity_slot_fraction"] == pytest.approx(3 / 6)  # LS 4 + BE demand 6 > 8
+    assert s["ls_starved_slots"] == 0
+    assert s["batch_wait_p99_s"] == 0.0
+
+
+def test_evicted_instance_loses_its_progress_and_is_retried(tmp_path: Path) -> None:
+    # a 600 s instance at 1 core on an idle node: evicted at 300 s it has run half, which is lost; its
+    # executor comes back pending, is placed again at 300 s and reruns the whole instance: done at 900 s
+    r = run(tmp_path, [(1, 2, 0.0)], [(0, "j_1", "M1", 1, 600, 100, 100)], slots=6, cls=EvictAfterFirstSlot)
+    s = r.result.summary
+    assert s["evictions"] == 1 and s["instances_retried"] == 1
+    assert s["batch_instances_completed"] == 1
+    assert r.finished_at[0] - r.ls.start == pytest.approx(900.0)
+    assert s["batch_cpu_hours"] == pytest.approx(900 / 3600)
+
+
+def test_dag_child_waits_for_its_parents(tmp_path: Path) -> None:
+    # J3_1_2 runs after M1 (100 s) and M2 (250 s) of the same job; R4 of another job has no parents
+    tasks = [(0, "j_1", "M1", 1, 100, 100, 100), (0, "j_1", "M2", 1, 250, 100, 100),
+             (0, "j_1", "J3_1_2", 2, 50, 100, 100), (0, "j_2", "J3_1_2", 1, 60, 100, 100)]
+    r = run(tmp_path, [(1, 2, 0.0)], tasks, slots=3)
+    names = {(r.tasks[i].job, r.tasks[i].name): i for i in range(len(r.tasks))}
+    child = names[("j_1", "J3_1_2")]
+    assert r.tasks[child].parents == ("M1", "M2")
+    assert r.ready_at[child] == pytest.approx(r.finished_at[names[("j_1", "M2")]])
+    assert r.ready_at[child] - r.ls.start == pytest.approx(250.0)
+    assert r.finished_at[child] - r.ls.start == pytest.approx(300.0)
+    other = names[("j_2", "J3_1_2")]  # its parents are not in the trace: it does not wait
+    assert r.tasks[other].parents == () and r.finished_at[other] - r.ls.start == pytest.approx(60.0)
+    assert r.result.summary["batch_instances_completed"] == 5
+
+
+def test_a_tiny_slice_of_the_real_traces(tmp_path: Path) -> None:
+    """8 VMs of the Bitbrains week for 2 hours, the Alibaba hour scaled to them: both modes, exact figures."""
+    out = tmp_path / "out.json"
+    args = ["replay", "colocation", "--ls-trace", str(LS_DIR), "--batch-trace", str(BATCH_DIR), "--vms", "8",
+            "--days", str(2 / 24), "--node-cpu", "16", "--node-memory", "64Gi", "-o", "json"]
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(args) == 0
+    out.write_text(buf.getvalue())
+    doc = json.loads(out.read_text())
+    k, f = doc["modes"]["kubernetes"]["summary"], doc["modes"]["koordfw"]["summary"]
+    assert doc["nodes"] == EXPECTED["nodes"]
+    for key in ("cpu_utilisation_mean", "batch_instances_completed", "batch_cpu_hours", "evictions",
+                "ls_starved_slots"):
+        assert (k[key], f[key]) == EXPECTED[key], key
+    assert len(doc["modes"]["koordfw"]["hours"]) == 2
+    for s in (k, f):
+        assert 0 <= s["cpu_utilisation_mean"] <= s["cpu_utilisation_p95"] <= 1
+        assert 0 <= s["node_over_capacity_slot_fraction"] <= 1
+        assert s["ls_starved_slots"] == 0
+    assert f["batch_cpu_hours"] > k["batch_cpu_hours"]
+
+
+EXPECTED: dict = {}
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("missing", "line 1: missing column(s) inst_num"),
+    ("negative", "line 3: column duration_s: negative: '-5'"),
+    ("binary", "line 1: not a CSV file"),
+    ("text", "line 2: column plan_cpu: not a number: 'lots'"),
+])
+def test_bad_batch_trace_names_file_line_and_column(tmp_path: Path, case: str, expected: str) -> None:
+    d = write_batch(tmp_path / "b", [(0, "j_1", "M1", 1, 10, 100, 50), (1, "j_1", "R2_1", 1, 10, 100, 50)])
+    f = d / "batch_task.csv"
+    lines = f.read_text().splitlines()
+    if case == "missing":
+        lines = [",".join(c for c in line.split(",")[:-1]) for line in lines]
+    elif case == "negative":
+        lines[2] = "1,j_1,R2_1,-5,100,0.1,1"
+    elif case == "text":
+        lines[1] = "0,j_1,M1,10,lots,0.1,1"
+    f.write_text("\n".join(lines) + "\n")
+    if case == "binary":
+        f.write_bytes(b"\x00\x01\x02PK\x03\x04" * 10)
+    with pytest.raises(TraceError) as e:
+        load_batch(d)
+    assert str(e.value).startswith(str(f)) and expected in str(e.value)
+
+
+def test_bad_ls_trace_and_the_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    d = write_ls(tmp_path / "ls", [(1, 2, 0.5)], 3)
+    f = d / "vm_usage_5min.csv.gz"
+    text = gzip.decompress(f.read_bytes()).decode().splitlines()
+    text[2] = text[2].replace(",2600.0", ",-3", 1).replace("5200.0", "-3")
+    f.write_bytes(gzip.compress(("\n".join(text) + "\n").encode()))
+    with pytest.raises(TraceError, match=r"vm_usage_5min.csv.gz: line 3: column cap_mhz: negative"):
+        load_ls(d)
+    b = write_batch(tmp_path / "b", [(0, "j_1", "M1", 1, 10, 100, 50)])
+    assert main(["replay", "colocation", "--ls-trace", str(d), "--batch-trace", str(b), "-o", "json"]) == 2
+    err = capsys.readouterr().err
+    assert "koordfw: error:" in err and "line 3: column cap_mhz" in err
+
+
+def test_plot_without_matplotlib_fails_before_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    import builtins
+
+    real = builtins.__import__
+
+    def no_mpl(name: str, *a: object, **kw: object) -> object:
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    # the traces do not exist: had the run started, the error would name them
+    assert main(["replay", "colocation", "--ls-trace", str(tmp_path / "none"), "--batch-trace",
+                 str(tmp_path / "none"), "--plot", str(tmp_path / "x.png")]) == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().err
+    assert main(["replay", "openb", "--nodes", str(tmp_path / "n.csv"), "--pods", str(tmp_path / "p.csv"),
+                 "--plot", str(tmp_path / "x.png")]) == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().err
+
+
+def test_replay_is_a_shared_group() -> None:
+    import argparse
+
+    from koordfw import Commands
+
+    parser = argparse.ArgumentParser()
+    top = Commands.nested(parser, dest="command")
+    a = top.group("replay", help="x")
+    b = top.group("replay", help="ignored")
+    assert a is b
+    a.add("one", help="1").set_defaults(func=lambda _a: 1)
+    b.add("two", help="2").set_defaults(func=lambda _a: 2)
+    assert parser.parse_args(["replay", "two"]).func(None) == 2
+    assert parser.parse_args(["replay"]).func(None) == 2  # the group alone prints its help
+    assert not math.isnan(0.0)
