@@ -4,6 +4,7 @@
     python bench/throughput.py --table            # 500, 1,000, 5,000, 10,000 nodes
     python bench/throughput.py --nodes 10000 --pods 100000 --json   # memory: 100k pods placed
     python bench/throughput.py --scenario cpu-topology   # 1,000 NUMA nodes, 20% LSR: plugin on vs off
+    python bench/throughput.py --scenario topology       # 5,000 nodes: kube's scheduler_perf workloads
 
 Prints pods/s, per-pod scheduling-cycle p50/p99 (ms), the kernel's overhead (time in scheduling
 cycles outside plugin bodies, as % of cycle time) and peak RSS. Runs on one core (one event loop).
@@ -86,6 +87,102 @@ def run(nodes: int, pods: int, seed: int = 1) -> dict:
     return anyio.run(_run, nodes, pods, seed)
 
 
+# -- kube-scheduler's scheduler_perf workloads (test/integration/scheduler_perf/*/performance-config.yaml) --------
+#: kube's CI floor for each workload at 5,000 nodes (pods/s, Go, 16 threads)
+KUBE_THRESHOLDS = {"SchedulingBasic": 680, "SchedulingPodAntiAffinity": 60, "TopologySpreading": 460,
+                   "SchedulingPodAffinity": 35}
+HOST, ZONE = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
+
+
+def _anti(j: int, ns: str) -> object:
+    # pod-with-pod-anti-affinity.yaml: color=green, required anti-affinity to color=green on the hostname
+    return make_pod(f"anti-{ns}-{j}", ns, labels={"color": "green"}, requests={"cpu": "100m", "memory": "500Mi"},
+                    affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                        "labelSelector": {"matchLabels": {"color": "green"}}, "topologyKey": HOST,
+                        "namespaceSelector": {}}]}})
+
+
+def _spread(j: int, ns: str) -> object:
+    # pod-with-topology-spreading.yaml: color=blue, maxSkew 5 over zones, DoNotSchedule
+    return make_pod(f"spread-{ns}-{j}", ns, labels={"color": "blue"}, requests={"cpu": "100m", "memory": "500Mi"},
+                    topologySpreadConstraints=[{"maxSkew": 5, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+                                                "labelSelector": {"matchLabels": {"color": "blue"}}}])
+
+
+def _affinity(j: int, ns: str) -> object:
+    # pod-with-pod-affinity.yaml: color=blue, required affinity to color=blue in the zone
+    return make_pod(f"aff-{ns}-{j}", ns, labels={"color": "blue"}, requests={"cpu": "100m", "memory": "500Mi"},
+                    affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                        "labelSelector": {"matchLabels": {"color": "blue"}}, "topologyKey": ZONE,
+                        "namespaceSelector": {}}]}})
+
+
+def _plain(j: int, ns: str) -> object:
+    return make_pod(f"plain-{ns}-{j}", ns, requests={"cpu": "100m", "memory": "500Mi"})
+
+
+WORKLOADS = {  # name: (kube's workload, init pod maker, measured pod makers (cycled))
+    "basic": ("SchedulingBasic", _plain, (_plain,)),
+    "anti-affinity": ("SchedulingPodAntiAffinity", _anti, (_anti,)),
+    "topology-spread": ("TopologySpreading", _plain, (_spread,)),
+    "pod-affinity": ("SchedulingPodAffinity", _affinity, (_affinity,)),
+    # 30% anti-affinity, 30% zone spread, 40% plain
+    "mix-30-30": ("", _plain, (_anti, _spread, _plain, _anti, _spread, _plain, _anti, _spread, _plain, _plain)),
+}
+
+
+async def _run_workload(name: str, nodes: int, init: int, measure: int, seed: int) -> dict:
+    kube, make_init, makers = WORKLOADS[name]
+    cluster = ClusterState()
+    for i in range(nodes):
+        cluster.add_node(make_node(f"node-{i}", allocatable={"cpu": "4", "memory": "32Gi", "pods": "110"},
+                                   labels={HOST: f"node-{i}", ZONE: f"zone-{i % 3}"}))
+    rng = np.random.default_rng(seed)
+    # init pods bound directly (scheduler_perf creates them before measuring), one per node at random
+    for j, i in enumerate(rng.permutation(nodes)[:init].tolist()):
+        p = make_init(j, "init")
+        cluster.add_pod(p)
+        cluster.assume(p, f"node-{i}")
+    pending = [makers[j % len(makers)](j, "measure") for j in range(measure)]
+    registry = build_registry(None, autoload=False)
+    engine = EmbeddedEngine(registry, cluster, seed=seed, start_time=1_000_000.0)
+    for p in pending:
+        cluster.add_pod(p)
+    gc.collect()
+    t0 = time.perf_counter()
+    await engine.run()
+    wall = time.perf_counter() - t0
+    cycles = np.array(engine.cycle_seconds)
+    return {"workload": name, "kube_workload": kube, "nodes": nodes, "init_pods": init, "pods": measure,
+            "bound": len(engine.bind_events), "seconds": round(wall, 3), "pods_per_second": round(measure / wall, 1),
+            "p50_ms": round(float(np.percentile(cycles, 50)) * 1000, 3),
+            "p99_ms": round(float(np.percentile(cycles, 99)) * 1000, 3),
+            "kube_threshold": KUBE_THRESHOLDS.get(kube)}
+
+
+def topology_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description="kube scheduler_perf workloads through the built-ins")
+    ap.add_argument("--nodes", type=int, default=5000)
+    ap.add_argument("--init-pods", type=int, default=1000)
+    ap.add_argument("--pods", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--workload", action="append", choices=sorted(WORKLOADS))
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    rows = [anyio.run(_run_workload, w, a.nodes, a.init_pods, a.pods, a.seed) for w in (a.workload or list(WORKLOADS))]
+    if a.json:
+        print(json.dumps(rows))
+        return 0
+    print(f"{'workload':<18} {'kube workload':<26} {'pods/s':>9} {'kube floor':>10} {'ratio':>6} {'p50 ms':>7} "
+          f"{'p99 ms':>7} {'bound':>6}")
+    for r in rows:
+        floor = r["kube_threshold"]
+        ratio = f"{r['pods_per_second'] / floor:.1f}x" if floor else ""
+        print(f"{r['workload']:<18} {r['kube_workload']:<26} {r['pods_per_second']:>9} {floor or '':>10} {ratio:>6} "
+              f"{r['p50_ms']:>7} {r['p99_ms']:>7} {r['bound']:>6}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--scenario" in argv:
@@ -96,8 +193,10 @@ def main(argv: list[str] | None = None) -> int:
             import cpu_topology
 
             return cpu_topology.main(rest)
+        if scenario == "topology":
+            return topology_main(rest)
         if scenario != "builtins":
-            print(f"unknown scenario {scenario!r}: use builtins or cpu-topology", file=sys.stderr)
+            print(f"unknown scenario {scenario!r}: use builtins, topology or cpu-topology", file=sys.stderr)
             return 2
         argv = rest
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
