@@ -287,12 +287,17 @@ def _pod_manifests(pods: list[tuple[str, str, str]]) -> str:
 
 def agent_cost_100_pods(rounds: int, plugins: tuple[str, ...] = ("be_suppress",), config: dict | None = None) -> dict:
     """CPU time of one agent round with 100 pod cgroups (1 container each), on real cgroups, with ``plugins``
-    installed (their ``pluginConfig`` ``config``; default be_suppress cfsQuota alone)."""
+    installed (their ``pluginConfig`` ``config``; default be_suppress cfsQuota alone).
+
+    The rounds run back to back, but on a virtual clock advanced by the agent's interval (1 s) before each,
+    so whatever the agent and its plugins do by time (CPU rates, windows, koordlet's reconcile intervals,
+    the executor's 60 s re-reads) happens as in ``rounds`` seconds of a live agent."""
     import anyio
 
     from koordfw.agent.cgroups import CgroupLayout
     from koordfw.agent.executor import Executor
     from koordfw.agent.loop import Agent
+    from koordfw.core.clock import VirtualClock
     from koordfw.core.plugins import Registry
     from koordfw.core.profile import profile_from_dict
 
@@ -310,8 +315,9 @@ def agent_cost_100_pods(rounds: int, plugins: tuple[str, ...] = ("be_suppress",)
         reg = Registry(prof).load(only=set(plugins))
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "pods.yaml").write_text(_pod_manifests(pods))
+            clock = VirtualClock(time.time())
             agent = Agent(reg, CgroupLayout(ROOT, 1, "cgroupfs", tree.kubepods), Executor({"cgroup": ROOT}),
-                          node_name="bench", pods_from=tmp)
+                          node_name="bench", pods_from=tmp, clock=clock)
             planned: list[int] = []
 
             async def count(evictions: list, ns: object) -> None:  # no API server: count, do not log each
@@ -324,6 +330,7 @@ def agent_cost_100_pods(rounds: int, plugins: tuple[str, ...] = ("be_suppress",)
                 await agent.run_once()  # warm-up (first samples)
                 agent.cpu_seconds, agent.rounds = 0.0, 0
                 for _ in range(rounds):
+                    clock.advance(agent.interval)
                     await agent.run_once()
                 await agent.shutdown()
 
