@@ -95,6 +95,9 @@ class _CycleData:
     matched: dict[str, list[Reservation]]
     affinity: ReservationAffinity | None
     ignored: bool
+    #: the same by node index, and a bool mask over node indices of those nodes (for the batch hooks)
+    by_index: dict[int, list[Reservation]] = attrs.field(factory=dict)
+    mask: np.ndarray = attrs.field(factory=lambda: np.zeros(0, dtype=bool))
     #: node name → the reservation nominated there (PreScore / Reserve)
     nominated: dict[str, Reservation | None] = attrs.field(factory=dict)
     preferred_node: str = ""
@@ -127,6 +130,8 @@ class ReservationPlugin:
         #: be indexed (an owner with no name, uid, matchLabels or controller): every pod is a candidate
         self._by_owner_key: dict[tuple[str, str], set[str]] = {}
         self._unindexed: set[str] = set()
+        #: the reservations that are not allocateOnce (their owners may go away and give their share back)
+        self._shared: set[str] = set()
         self._expiry: list[tuple[float, str]] = []
         self._free_gen = -1
         self._started = False
@@ -212,8 +217,9 @@ class ReservationPlugin:
         if gen == self._free_gen:
             return
         self._free_gen = gen
-        for r in self.reservations.values():
-            if r.allocate_once or not r.current_owners or r.phase != AVAILABLE:
+        for uid in self._shared:
+            r = self.reservations[uid]
+            if not r.current_owners or r.phase != AVAILABLE:
                 continue
             gone = [uid for uid in r.current_owners
                     if (p := cluster.pod(uid)) is None or p.is_terminal or p.node_name != r.node_name]
@@ -235,6 +241,7 @@ class ReservationPlugin:
         self._indexed_at.clear()
         self._by_owner_key.clear()
         self._unindexed.clear()
+        self._shared.clear()
         self._expiry.clear()
         if not objs:
             return
@@ -245,6 +252,8 @@ class ReservationPlugin:
             if (obj := objs.get(r.name)) is not None and (obj.get("metadata") or {}).get("deletionTimestamp"):
                 continue
             self.reservations[r.uid] = r
+            if not r.allocate_once:
+                self._shared.add(r.uid)
             if r.is_terminal:
                 continue
             when = r.expiry(now)
@@ -335,7 +344,10 @@ class ReservationPlugin:
             if not ignored and not self._usable(res, pod, affinity, cluster):
                 continue
             matched.setdefault(res.node_name, []).append(res)
-        state[STATE] = _CycleData(matched, affinity, ignored)
+        by_index = {i: rs for name, rs in matched.items() if (i := cluster.node_index(name)) is not None}
+        mask = np.zeros(cluster.num_nodes, dtype=bool)
+        mask[list(by_index)] = True
+        state[STATE] = _CycleData(matched, affinity, ignored, by_index, mask)
         if not matched:
             if affinity is not None:
                 return Status.unresolvable(ERR_AFFINITY)
@@ -382,15 +394,15 @@ class ReservationPlugin:
             return None
         out: dict[str, Any] = {}
         cluster = nodes.cluster
-        for v in nodes:
-            rs = data.matched.get(v.name)
-            if not rs:
-                if data.affinity is not None:
-                    out[v.name] = Status.unresolvable(ERR_AFFINITY)
-                continue
-            if data.ignored:
-                continue  # everything on the node was restored: node_resources_fit decides
-            st = self._filter_with_reservations(pod, v, rs, data, cluster)
+        views = cluster.views
+        hit = data.mask[nodes.idx]
+        if data.affinity is not None and not hit.all():  # (pre_filter narrowed the nodes to these already)
+            out.update({views[int(i)].name: Status.unresolvable(ERR_AFFINITY) for i in nodes.idx[~hit]})
+        if data.ignored:
+            return out or None  # everything on the node was restored: node_resources_fit decides
+        for gi in nodes.idx[hit].tolist():
+            v = views[gi]
+            st = self._filter_with_reservations(pod, v, data.by_index[gi], data, cluster)
             if st is not None:
                 out[v.name] = st
         return out or None
@@ -398,10 +410,16 @@ class ReservationPlugin:
     def _filter_reserve_pod(self, r: Reservation, nodes: Any) -> Any:
         node = r.reserve_pod.annotations.get("scheduling.koordinator.sh/reservation-node")
         out: dict[str, Any] = {}
-        for v in nodes:
-            if node and v.name != node:
-                out[v.name] = Status.unresolvable(ERR_NODE_NOT_MATCH)
-                continue
+        if node:
+            names = nodes.names
+            out.update({n: Status.unresolvable(ERR_NODE_NOT_MATCH) for n in names if n != node})
+            views = [v for v in nodes if v.name == node]
+        else:
+            cluster = nodes.cluster
+            mask = np.zeros(cluster.num_nodes, dtype=bool)
+            mask[[i for n in self._on_node if (i := cluster.node_index(n)) is not None]] = True
+            views = [cluster.views[i] for i in nodes.idx[mask[nodes.idx]].tolist()]
+        for v in views:
             # ReservationAllocatePolicyDefault cannot coexist with other allocate policies on a node
             for other in self._on_node.get(v.name, {}).values():
                 mine, theirs = r.allocate_policy, other.allocate_policy
@@ -496,10 +514,9 @@ class ReservationPlugin:
         if data is None or data.ignored or not data.matched:
             return Status.skip()
         best = 0
-        for v in nodes:
-            rs = data.matched.get(v.name)
-            if not rs:
-                continue
+        views = nodes.cluster.views
+        for gi in nodes.idx[data.mask[nodes.idx]].tolist():
+            v, rs = views[gi], data.by_index[gi]
             order = min((r.order for r in rs if r.order), default=0)
             if order and (not best or order < best):
                 best, data.preferred_node = order, v.name
@@ -528,11 +545,14 @@ class ReservationPlugin:
         if data is None:
             return None
         out = np.zeros(len(nodes), dtype=np.int64)
-        for j, v in enumerate(nodes):
-            if v.name == data.preferred_node:
+        views = nodes.cluster.views
+        idx = nodes.idx
+        for j in np.flatnonzero(data.mask[idx]).tolist():
+            name = views[int(idx[j])].name
+            if name == data.preferred_node:
                 out[j] = MOST_PREFERRED_SCORE
                 continue
-            r = data.nominated.get(v.name)
+            r = data.nominated.get(name)
             if r is not None:
                 out[j] = score_reservation(pod.requests, r)
         return out
