@@ -211,13 +211,11 @@ class CgroupLayout:
                 if uid is None:
                     continue
                 rel_dir = f"{self.kubepods}/{sub}/{e.name}" if sub else f"{self.kubepods}/{e.name}"
-                containers = []
-                try:
-                    for c in sorted(os.scandir(e.path), key=lambda c: c.name):
-                        if c.is_dir(follow_symlinks=False):
-                            containers.append((_container_id(c.name), f"{rel_dir}/{c.name}"))
+                try:  # only the sub-directories are sorted: a pod dir lists some 20 control files too
+                    names = sorted(c.name for c in os.scandir(e.path) if c.is_dir(follow_symlinks=False))
                 except OSError:
                     continue  # the pod vanished while we looked
+                containers = [(_container_id(n), f"{rel_dir}/{n}") for n in names]
                 out.append(DiscoveredPod(uid, qos, rel_dir, tuple(containers)))
         return out
 

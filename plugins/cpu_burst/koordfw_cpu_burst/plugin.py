@@ -11,7 +11,9 @@ container's cgroup is ``<pod dir>/<id>`` (systemd: ``<runtime prefix><id>.scope`
 
 from __future__ import annotations
 
+import functools
 import os
+import types
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -175,13 +177,9 @@ class CPUBurst:
 
     # -- files ---------------------------------------------------------------------------------------
     @staticmethod
-    def files(ns: NodeState, rel_dir: str) -> dict[str, str]:
+    def files(ns: NodeState, rel_dir: str) -> Mapping[str, str]:
         """The files this plugin reads of a pod or container dir: quota, burst, cpu.stat, usage."""
-        v1 = ns.cgroup_version == 1
-        return {"quota": ns.cpu_quota_file(rel_dir),
-                "burst": ns.cgroup_file("cpu", rel_dir, "cpu.cfs_burst_us" if v1 else "cpu.max.burst"),
-                "stat": ns.cgroup_file("cpu", rel_dir, "cpu.stat"),
-                "usage": ns.cgroup_file("cpuacct", rel_dir, "cpuacct.usage") if v1 else ""}
+        return _files(ns.cgroup_version, rel_dir)
 
     # -- node QoS loop -------------------------------------------------------------------------------
     @hookimpl
@@ -446,6 +444,18 @@ def read_file(path: str) -> str | None:
         return data.decode().strip()
     except UnicodeDecodeError:
         return None
+
+
+@functools.lru_cache(maxsize=16384)
+def _files(version: int, rel_dir: str) -> Mapping[str, str]:
+    """:meth:`CPUBurst.files`, remembered: the same dirs' paths are needed several times every round."""
+    ns = NodeState(cgroup_version=version)
+    v1 = version == 1
+    return types.MappingProxyType({
+        "quota": ns.cpu_quota_file(rel_dir),
+        "burst": ns.cgroup_file("cpu", rel_dir, "cpu.cfs_burst_us" if v1 else "cpu.max.burst"),
+        "stat": ns.cgroup_file("cpu", rel_dir, "cpu.stat"),
+        "usage": ns.cgroup_file("cpuacct", rel_dir, "cpuacct.usage") if v1 else ""})
 
 
 def _needs_usage(cfg: BurstConfig) -> bool:
