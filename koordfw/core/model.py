@@ -232,6 +232,8 @@ class Pod:
     topology_spread_constraints: tuple[Mapping[str, Any], ...] = ()
     #: the controller owner reference, if any
     controller: OwnerRef | None = None
+    #: ``image`` of each init container, then of each container ("" when unset)
+    images: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -285,6 +287,20 @@ class Node:
     taints: tuple[Taint, ...] = ()
     creation_timestamp: float | None = None
     raw: Mapping[str, Any] | None = attrs.field(default=None, repr=False)
+    #: ``status.images``: (names, sizeBytes) of each image the node holds
+    images: tuple[tuple[tuple[str, ...], int], ...] = ()
+
+
+def _node_images(status: Mapping[str, Any], ctx: str) -> tuple[tuple[tuple[str, ...], int], ...]:
+    out = []
+    for i, img in enumerate(_list(status.get("images"), "status.images", ctx)):
+        w = f"status.images[{i}]"
+        img = _map(img, w, ctx)
+        names = tuple(_scalar(n, f"{w}.names[{j}]", ctx) for j, n in enumerate(_list(img.get("names"), f"{w}.names", ctx)))
+        size = img.get("sizeBytes")
+        size = 0 if size is None else _int_field(size, f"{w}.sizeBytes", ctx, 0, 2**63 - 1)
+        out.append((names, size))
+    return tuple(out)
 
 
 def _make_replace_pod() -> Callable[..., Pod]:
@@ -748,6 +764,9 @@ def _pod(obj: Mapping[str, Any], meta: dict, name: str, ns: str, ctx: str) -> Po
         host_ports=_host_ports(raw_containers, raw_init, ctx),
         topology_spread_constraints=validate_spread_constraints(spec.get("topologySpreadConstraints"), ctx),
         controller=_controller(owners, ctx),
+        images=tuple(_scalar(c.get("image"), f"{part}[{i}].image", ctx) if isinstance(c, dict) else ""
+                     for part, items in (("spec.initContainers", raw_init), ("spec.containers", raw_containers))
+                     for i, c in enumerate(items)),
         creation_timestamp=parse_time(meta.get("creationTimestamp"), obj=ctx, field="metadata.creationTimestamp"),
         deletion_timestamp=parse_time(meta.get("deletionTimestamp"), obj=ctx, field="metadata.deletionTimestamp"),
         phase=_scalar(status.get("phase"), "status.phase", ctx) or ("Running" if node_name else "Pending"),
@@ -804,7 +823,7 @@ def node_from_manifest(obj: Mapping[str, Any], *, file: str | None = None) -> No
             capacity=capacity, allocatable=allocatable, unschedulable=bool(unschedulable),
             taints=tuple(taints),
             creation_timestamp=parse_time(meta.get("creationTimestamp"), obj=ctx, field="metadata.creationTimestamp"),
-            raw=raw,
+            raw=raw, images=_node_images(status, ctx),
         )
     except ManifestError as e:
         if e.file is None and file is not None:
