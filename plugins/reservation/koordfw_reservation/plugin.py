@@ -510,6 +510,8 @@ class ReservationPlugin:
     # -- scoring -----------------------------------------------------------------------------------
     @hookimpl
     def pre_score(self, pod: Any, nodes: Any, state: CycleState, handle: Any) -> Any:
+        if not self.reservations:  # the common case: nothing to do, as fast as possible
+            return Status.skip()
         data = state.get(STATE)
         if data is None or data.ignored or not data.matched:
             return Status.skip()
@@ -564,6 +566,8 @@ class ReservationPlugin:
     # -- reserve / unreserve (the reservation cache's assume / forget) -------------------------------
     @hookimpl
     def reserve(self, pod: Any, node: Any, state: CycleState, handle: Any) -> Any:
+        if not self.reservations:  # the common case: nothing to do, as fast as possible
+            return None
         r = self.reservations.get(pod.uid)
         if r is not None and handle.is_placeholder(pod.uid):
             return None
@@ -610,6 +614,8 @@ class ReservationPlugin:
 
     @hookimpl
     def unreserve(self, pod: Any, state: CycleState, handle: Any) -> None:
+        if not self.reservations:  # the common case: nothing to do, as fast as possible
+            return None
         data = state.get(STATE)
         if data is None or data.assumed is None:
             return
@@ -624,6 +630,8 @@ class ReservationPlugin:
     # -- binding ----------------------------------------------------------------------------------------
     @hookimpl
     def pre_bind(self, pod: Any, state: CycleState, handle: Any) -> Any:
+        if not self.reservations:  # the common case: nothing to do, as fast as possible
+            return None
         if handle.is_placeholder(pod.uid) or is_reservation_ignored(pod):
             return None
         data = state.get(STATE)
@@ -656,6 +664,8 @@ class ReservationPlugin:
 
     @hookimpl
     def post_bind(self, pod: Any, state: CycleState, handle: Any) -> None:
+        if not self.reservations:  # the common case: nothing to do, as fast as possible
+            return None
         data = state.get(STATE)
         if data is None or data.assumed is None:
             return
