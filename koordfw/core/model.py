@@ -234,6 +234,21 @@ class Pod:
     controller: OwnerRef | None = None
     #: ``image`` of each init container, then of each container ("" when unset)
     images: tuple[str, ...] = ()
+    #: ``spec.volumes``, shape-checked (a name each; claim names and disk identities strings)
+    volumes: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def claim_names(self) -> tuple[str, ...]:
+        """The PersistentVolumeClaims the pod uses: ``persistentVolumeClaim.claimName``, and
+        ``<pod>-<volume>`` for generic ephemeral volumes (kube's ephemeral.VolumeClaimName)."""
+        out = []
+        for v in self.volumes:
+            pvc = v.get("persistentVolumeClaim")
+            if pvc is not None:
+                out.append(str(pvc.get("claimName") or ""))
+            elif v.get("ephemeral") is not None:
+                out.append(f"{self.name}-{v['name']}")
+        return tuple(out)
 
     @property
     def key(self) -> str:
@@ -550,6 +565,38 @@ def _host_ports(raw_containers: list, raw_init: list, ctx: str) -> tuple[HostPor
     return tuple(out)
 
 
+#: volume sources whose identity fields the scheduler reads (volume_restrictions), and those fields
+_VOLUME_FIELDS = {"persistentVolumeClaim": ("claimName",), "gcePersistentDisk": ("pdName",),
+                  "awsElasticBlockStore": ("volumeID",), "iscsi": ("iqn", "targetPortal"), "rbd": ("image",)}
+
+
+def validate_volumes(raw: object, ctx: str, where: str = "spec.volumes") -> tuple[Mapping[str, Any], ...]:
+    """``spec.volumes``: each a mapping with a name; the sources the scheduler reads have their
+    identity fields as strings (``readOnly`` a boolean, ``rbd.monitors`` a list of strings)."""
+    out = []
+    for i, v in enumerate(_list(raw, where, ctx)):
+        w = f"{where}[{i}]"
+        v = _map(v, w, ctx)
+        if not isinstance(v.get("name"), str) or not v.get("name"):
+            raise ManifestError("a volume needs a name (a string)", obj=ctx, field=f"{w}.name")
+        for src, fields in _VOLUME_FIELDS.items():
+            if v.get(src) is None:
+                continue
+            body = _map(v[src], f"{w}.{src}", ctx)
+            for f in fields:
+                if not isinstance(body.get(f), str) or not body.get(f):
+                    raise ManifestError("expected a non-empty string", obj=ctx, field=f"{w}.{src}.{f}")
+            ro = body.get("readOnly")
+            if ro is not None and not isinstance(ro, bool):
+                raise ManifestError(f"expected true or false, got {_short(ro)}", obj=ctx, field=f"{w}.{src}.readOnly")
+        if v.get("rbd") is not None:
+            for j, m in enumerate(_list(v["rbd"].get("monitors"), f"{w}.rbd.monitors", ctx)):
+                if not isinstance(m, str):
+                    raise ManifestError("expected a string", obj=ctx, field=f"{w}.rbd.monitors[{j}]")
+        out.append(v)
+    return tuple(out)
+
+
 _UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")
 _POLICIES = ("Honor", "Ignore")
 
@@ -764,6 +811,7 @@ def _pod(obj: Mapping[str, Any], meta: dict, name: str, ns: str, ctx: str) -> Po
         host_ports=_host_ports(raw_containers, raw_init, ctx),
         topology_spread_constraints=validate_spread_constraints(spec.get("topologySpreadConstraints"), ctx),
         controller=_controller(owners, ctx),
+        volumes=validate_volumes(spec.get("volumes"), ctx),
         images=tuple(_scalar(c.get("image"), f"{part}[{i}].image", ctx) if isinstance(c, dict) else ""
                      for part, items in (("spec.initContainers", raw_init), ("spec.containers", raw_containers))
                      for i, c in enumerate(items)),

@@ -32,7 +32,8 @@ BUILTIN_DISTRIBUTION = "koordfw"
 #: installed metadata does not keep (hatchling writes entry_points.txt sorted by name). What the built-ins
 #: are and where they live comes from those entry points alone; one missing here loads after these.
 BUILTIN_ORDER: tuple[str, ...] = ("priority_sort", "node_unschedulable", "node_selector", "taint_toleration",
-                                  "node_ports", "node_resources_fit", "pod_topology_spread",
+                                  "node_ports", "node_resources_fit", "volume_restrictions",
+                                  "volume_zone", "pod_topology_spread",
                                   "inter_pod_affinity", "image_locality",
                                   "default_preemption", "default_binder")
 
