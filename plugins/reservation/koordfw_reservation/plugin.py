@@ -344,14 +344,14 @@ class ReservationPlugin:
             if not ignored and not self._usable(res, pod, affinity, cluster):
                 continue
             matched.setdefault(res.node_name, []).append(res)
+        if not matched:  # most pods: nothing to restore, filter or score
+            if affinity is not None:
+                return Status.unresolvable(ERR_AFFINITY)
+            return Status.skip()
         by_index = {i: rs for name, rs in matched.items() if (i := cluster.node_index(name)) is not None}
         mask = np.zeros(cluster.num_nodes, dtype=bool)
         mask[list(by_index)] = True
         state[STATE] = _CycleData(matched, affinity, ignored, by_index, mask)
-        if not matched:
-            if affinity is not None:
-                return Status.unresolvable(ERR_AFFINITY)
-            return Status.skip()
         for node_name, usable in matched.items():
             vec = None
             for res in usable:
