@@ -30,6 +30,7 @@ plan``) there is no feedback: Koordinator's budget.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -133,12 +134,17 @@ def _read_all(path: Path, limit: int = 1 << 20) -> str | None:
         return None
 
 
-def _read(path: Path) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read(MAX_READ).decode("ascii", "replace")
+def _read(path: Path | str) -> str | None:
+    try:  # raw os calls: every LS pod's cpu.stat is read each round
+        fd = os.open(path, os.O_RDONLY)
     except (OSError, ValueError):
         return None
+    try:
+        return os.read(fd, MAX_READ).decode("ascii", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 @attrs.define
@@ -207,7 +213,7 @@ class FeedbackState:
         if cgroup_root:
             cur: dict[str, tuple[int, int, int]] = {}
             for p in ls_pods:
-                st = parse_cpu_stat(_read(Path(cgroup_root) / ns.cgroup_file("cpu", p.cgroup_dir, "cpu.stat")))
+                st = parse_cpu_stat(_read(f"{cgroup_root}/{ns.cgroup_file('cpu', p.cgroup_dir, 'cpu.stat')}"))
                 if "nr_periods" not in st or "nr_throttled" not in st:
                     continue
                 t_ns = st["throttled_time"] if "throttled_time" in st else st.get("throttled_usec", 0) * 1000
