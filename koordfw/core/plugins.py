@@ -33,7 +33,7 @@ BUILTIN_DISTRIBUTION = "koordfw"
 #: are and where they live comes from those entry points alone; one missing here loads after these.
 BUILTIN_ORDER: tuple[str, ...] = ("priority_sort", "node_unschedulable", "node_selector", "taint_toleration",
                                   "node_ports", "node_resources_fit", "volume_restrictions",
-                                  "volume_zone", "pod_topology_spread",
+                                  "volume_binding", "volume_zone", "pod_topology_spread",
                                   "inter_pod_affinity", "image_locality",
                                   "default_preemption", "default_binder")
 

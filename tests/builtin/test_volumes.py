@@ -62,8 +62,8 @@ def test_disk_conflicts(name, existing, incoming, fits):
         assert r.results[r.cluster.pod_by_key("default/incoming").uid].reason == DISK
 
 
-def pvc(name, modes=("ReadWriteOnce",), volume="", sc=None, ns="default"):
-    spec = {"accessModes": list(modes), "resources": {"requests": {"storage": "1Gi"}}}
+def pvc(name, modes=("ReadWriteOnce",), volume="", sc=None, ns="default", size="1Gi"):
+    spec = {"accessModes": list(modes), "resources": {"requests": {"storage": size}}}
     if volume:
         spec["volumeName"] = volume
     if sc is not None:
@@ -166,7 +166,7 @@ def test_unbound_claims_by_binding_mode(mode, fits, reason):
     b = zone_cluster({"topology.kubernetes.io/zone": "us-west1-a"}, {"topology.kubernetes.io/zone": "us-west1-a"},
                      sc=sc("standard", mode))
     b.pod("p", volumes=claim_vol("pvc-unbound"))
-    r = schedule(b)
+    r = schedule(b, profile={"disable": ["volume_binding"]})  # its pre_filter runs first and says Unresolvable too
     res = r.results[r.cluster.pod_by_key("default/p").uid]
     assert (res.node == "host1") is fits
     if reason:
@@ -177,3 +177,127 @@ def test_switching_off():
     b = zone_cluster({"topology.kubernetes.io/zone": "us-west1-b"}, {"topology.kubernetes.io/zone": "us-west1-a"})
     b.pod("p", volumes=claim_vol("pvc-1"))
     assert schedule(b, profile={"disable": ["volume_zone"]}).placements()["default/p"] == "host1"
+
+
+# -- volume_binding ----------------------------------------------------------------------------------------
+NODE_CONFLICT = "node(s) had volume node affinity conflict"
+BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
+
+
+def local_pv(name, node_name, size="10Gi", sc_name="local", claim_ref=None):
+    out = pv(name)
+    out["spec"].update({"capacity": {"storage": size}, "storageClassName": sc_name,
+                        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node_name]}]}]}}})
+    if claim_ref:
+        out["spec"]["claimRef"] = {"namespace": "default", "name": claim_ref}
+    return out
+
+
+def two_nodes():
+    b = ClusterBuilder()
+    b.node("node-a", labels={"kubernetes.io/hostname": "node-a", "topology.kubernetes.io/zone": "z1"})
+    b.node("node-b", labels={"kubernetes.io/hostname": "node-b", "topology.kubernetes.io/zone": "z2"})
+    return b
+
+
+def outcome(b, *claims):
+    b.pod("p", volumes=[{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)])
+    r = schedule(b, profile={"disable": ["volume_zone"]})
+    res = r.results[r.cluster.pod_by_key("default/p").uid]
+    return res.node, res.reason
+
+
+def test_bound_claim_follows_its_local_pv():
+    b = two_nodes().obj(local_pv("pv-a", "node-b"), pvc("pvc-a", volume="pv-a"))
+    assert outcome(b, "pvc-a")[0] == "node-b"
+
+
+def test_bound_claim_whose_pv_fits_no_node():
+    b = two_nodes().obj(local_pv("pv-a", "node-c"), pvc("pvc-a", volume="pv-a"))
+    assert outcome(b, "pvc-a") == (None, f"0/2 nodes are available: 2 {NODE_CONFLICT}.")
+
+
+def test_missing_pvc_and_pv_and_immediate_claims_are_unresolvable():
+    b = two_nodes().obj(pvc("other", volume="x"))
+    assert 'persistentvolumeclaim "pvc-a" not found' in outcome(b, "pvc-a")[1]
+    b = two_nodes().obj(pvc("pvc-a", volume="pv-gone"))
+    assert 'persistentvolume "pv-gone" not found' in outcome(b, "pvc-a")[1]
+    b = two_nodes().obj(sc("fast", "Immediate"), pvc("pvc-a", sc="fast"))
+    assert "pod has unbound immediate PersistentVolumeClaims" in outcome(b, "pvc-a")[1]
+
+
+LOCAL = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "local"},
+         "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"}
+
+
+def test_wait_for_first_consumer_matches_a_static_pv_on_the_node():
+    # 5Gi does not fit the 1Gi PV on node-a; the 10Gi PV on node-b does
+    b = two_nodes().obj(LOCAL, local_pv("pv-small", "node-a", size="1Gi"), local_pv("pv-big", "node-b"),
+                        pvc("pvc-a", sc="local", size="5Gi"))
+    assert outcome(b, "pvc-a")[0] == "node-b"
+
+
+def test_a_pv_pre_bound_to_another_claim_is_not_a_candidate():
+    b = two_nodes().obj(LOCAL, local_pv("pv-a", "node-a", claim_ref="someone-else"), pvc("pvc-a", sc="local"))
+    assert outcome(b, "pvc-a") == (None, f"0/2 nodes are available: 2 {BIND_CONFLICT}.")
+
+
+def test_wait_for_first_consumer_without_pv_or_provisioner():
+    b = two_nodes().obj(LOCAL, pvc("pvc-a", sc="local"))
+    assert outcome(b, "pvc-a") == (None, f"0/2 nodes are available: 2 {BIND_CONFLICT}.")
+
+
+def test_bound_and_unbound_unsatisfied_give_both_reasons():
+    b = two_nodes().obj(LOCAL, local_pv("pv-a", "node-c"), pvc("pvc-a", volume="pv-a"), pvc("pvc-b", sc="local"))
+    node, reason = outcome(b, "pvc-a", "pvc-b")
+    assert node is None
+    assert reason == f"0/2 nodes are available: 2 {BIND_CONFLICT}, 2 {NODE_CONFLICT}."
+
+
+def test_provisioning_follows_allowed_topologies_and_selected_node():
+    zonal = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "zonal"},
+             "provisioner": "pd.csi.storage.gke.io", "volumeBindingMode": "WaitForFirstConsumer",
+             "allowedTopologies": [{"matchLabelExpressions": [
+                 {"key": "topology.kubernetes.io/zone", "values": ["z2"]}]}]}
+    b = two_nodes().obj(zonal, pvc("pvc-a", sc="zonal"))
+    assert outcome(b, "pvc-a")[0] == "node-b"
+    claim = pvc("pvc-a", sc="standard")
+    claim["metadata"]["annotations"] = {"volume.kubernetes.io/selected-node": "node-a"}
+    b = two_nodes().obj(sc("standard", "WaitForFirstConsumer"), claim)
+    assert outcome(b, "pvc-a")[0] == "node-a"
+
+
+def test_a_statefulset_pod_with_a_zonal_claim_in_simulate(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from koordfw.cli import main
+
+    nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"worker-{i}", "labels": {
+        "kubernetes.io/hostname": f"worker-{i}", "topology.kubernetes.io/zone": f"eu-west-1{'abc'[i]}"}},
+        "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}}} for i in range(3)]
+    zonal = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "ssd"},
+             "provisioner": "ebs.csi.aws.com", "volumeBindingMode": "WaitForFirstConsumer",
+             "allowedTopologies": [{"matchLabelExpressions": [
+                 {"key": "topology.kubernetes.io/zone", "values": ["eu-west-1c"]}]}]}
+    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "default"},
+           "spec": {"serviceName": "db", "replicas": 1, "selector": {"matchLabels": {"app": "db"}}}}
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": "data-db-0", "namespace": "default", "labels": {"app": "db"}},
+             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "ssd",
+                      "resources": {"requests": {"storage": "20Gi"}}}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "db-0", "namespace": "default", "labels": {"app": "db"},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "s1",
+                             "controller": True}]},
+        "spec": {"containers": [{"name": "postgres", "image": "postgres:16",
+                                 "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
+                                 "volumeMounts": [{"name": "data", "mountPath": "/var/lib/postgresql"}]}],
+                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}]}}
+    f = tmp_path / "db.yaml"
+    f.write_text(yaml.safe_dump_all([*nodes, zonal, sts, claim, pod]))
+    assert main(["simulate", str(f), "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {p["name"]: p["node"] for p in out["pods"]} == {"db-0": "worker-2"}
