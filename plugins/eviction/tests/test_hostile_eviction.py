@@ -45,3 +45,19 @@ def test_unreadable_be_cgroup_values_skip_cpu_eviction():
         except ManifestError:
             continue  # the state file refuses a bad cpu list itself
         plan_cpu(ns, args)  # never raises; an unreadable quota counts as unlimited
+
+
+@pytest.mark.parametrize("value", ["9" * 100000, "-" + "1" * 30, "+", "-", "１２", "1e3", "0x10", "\x00", " 7", "7 "])
+def test_hostile_eviction_priority_and_priority_label_read_as_koordlet_falls_back(value):
+    """MemoryEvict's annotation koordinator.sh/eviction-priority (int32, else 0) and label koordinator.sh/priority
+    (an integer, else the pod's priority) never raise and never take a value Go's strconv would refuse."""
+    from koordfw_eviction import pod_eviction_priority, pod_priority_label, sorted_priority_memory_pods
+
+    p = pod("a", "BE", 100, "1G", annotations={"koordinator.sh/eviction-priority": value})
+    p["metadata"]["labels"].update({"koordinator.sh/eviction-enabled": "true", "koordinator.sh/priority": value})
+    ns = state([p])
+    ps = ns.pods[0]
+    assert pod_eviction_priority(ps) == 0 and pod_priority_label(ps, 100) == 100
+    assert [i.pod.uid for i in sorted_priority_memory_pods(ns, 3000)] == ["a"]
+    args = Args(memory_evict_enable=False, memory_evict_by_priority_enable=True, evict_enabled_priority_threshold=3000)
+    assert [e.pod_uid for e in plan_memory(ns, args)] == ["a"]
