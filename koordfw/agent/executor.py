@@ -197,6 +197,7 @@ class Executor:
         self.clock = clock
         #: cgroup path → (the value last written or found equal, when)
         self._cache: dict[str, tuple[str, float]] = {}
+        self._pruned: float | None = None
         self.stats = ExecutorStats()
         self._metrics = executor_metrics()
 
@@ -245,6 +246,7 @@ class Executor:
         equal to its entry is skipped without re-reading the file (a value changed behind the agent's
         back since the read is corrected the next round)."""
         known = dict(current or {})
+        self._prune()
         out = []
         for w in writes:
             if w.rmdir:
@@ -275,6 +277,15 @@ class Executor:
 
     def _now(self) -> float:
         return float(self.clock.now()) if self.clock is not None else time.monotonic()
+
+    def _prune(self) -> None:
+        """Drop cache entries past the force-update period (at most once a period): nothing trusts them
+        any more, and the files of pods the kubelet removed would otherwise stay in the cache."""
+        now = self._now()
+        if self._pruned is not None and 0 <= now - self._pruned < self.force_update_seconds:
+            return
+        self._pruned = now
+        self._cache = {p: v for p, v in self._cache.items() if 0 <= now - v[1] < self.force_update_seconds}
 
     def _cached(self, w: FileWrite) -> str | None:
         """The value the cache holds for ``w``'s file when it equals ``w.value`` and is fresh, else ``None``."""

@@ -108,3 +108,14 @@ async def test_collected_reads_join_the_node_state(fake_node):
     quota = ns.cgroup_file("cpu", be, "cpu.cfs_quota_us" if ns.cgroup_version == 1 else "cpu.max")
     assert ns.cgroups[quota] != "999"  # the agent's own read wins
     assert ns.metrics["reader.x"] == 1 and NodeState.COLLECTED_CGROUPS not in ns.metrics
+
+
+def test_expired_entries_are_dropped(tmp_path):
+    """Files of pods the kubelet removed (never through the executor) do not stay in the cache."""
+    root, clock = _root(tmp_path), VirtualClock(0.0)
+    ex = Executor({"cgroup": root}, cgroup_version=1, clock=clock)
+    ex.apply([FileWrite(Q, "5000")])
+    assert Q in ex._cache
+    clock.advance_to(FORCE_UPDATE_SECONDS)
+    ex.apply([])
+    assert ex._cache == {}
