@@ -1,9 +1,10 @@
 """PersistentVolumeClaims, PersistentVolumes and StorageClasses as the volume built-ins read them from the
-cluster's objects (the embedded cluster holds those in its input).
+cluster's objects (the embedded cluster holds those of its input; the live scheduler's and extender's
+caches watch them, as kube-scheduler's informers do).
 
-The live engines do not watch these kinds yet: a cluster holding no PersistentVolumeClaim at all is taken
-as one whose claims are unknown (the volume checks that need the claim skip, instead of calling every
-claim missing, which kube would answer Unresolvable).
+A cluster holding no PersistentVolumeClaim at all (an embedded input without claims, or a cache whose
+claims reflector could not list them) is taken as one whose claims are unknown: the volume checks that
+need the claim skip, instead of calling every claim missing, which kube would answer Unresolvable.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ merged in from the pod's labels; ``minDomains`` default 1; ``nodeAffinityPolicy`
 profile's ``defaultConstraints``) with kube's ``DefaultSelector``: the selectors of the Services that
 select the pod, and of its controller when that is a ReplicationController, ReplicaSet or StatefulSet
 the cluster knows. The embedded cluster knows the Services, ReplicaSets, StatefulSets and
-ReplicationControllers in its input; a pod whose owner is not among them (a bare pod, or a live cluster,
-whose cache does not watch those kinds) has no default constraints, as in kube when the listers do not
-find the owner.
+ReplicationControllers of its input, the live caches watch them; a pod whose owner is not among them (a
+bare pod, a Deployment's pods in an input without their ReplicaSet) has no default constraints, as in
+kube when the listers do not find the owner.
 
 Filter (DoNotSchedule constraints): the node must have every constraint's key (else
 UnschedulableAndUnresolvable, "node(s) didn't match pod topology spread constraints (missing required

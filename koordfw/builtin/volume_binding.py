@@ -17,8 +17,8 @@ skips the plugin. filter, per node (kube's ``FindPodVolumes``):
 
 Every failing node is UnschedulableAndUnresolvable with the reasons that apply, as kube's. Not modelled
 yet: the binding itself (kube's Reserve/PreBind write ``volume.kubernetes.io/selected-node`` on the claim
-or bind the PV) and CSIStorageCapacity; a live cluster's cache does not watch claims yet
-(:mod:`koordfw.builtin._volumes`).
+or bind the PV) and CSIStorageCapacity (see :mod:`koordfw.builtin._volumes` for claims the cluster does
+not hold).
 """
 
 from __future__ import annotations

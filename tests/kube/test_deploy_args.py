@@ -545,8 +545,18 @@ BUILTIN_RULES: dict[str, list[dict]] = {
         {"apiGroups": [""], "resources": ["bindings", "pods/binding"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["replicationcontrollers", "services"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["apps", "extensions"], "resources": ["replicasets"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims", "persistentvolumes"],
+         "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["storage.k8s.io"], "resources": ["csinodes"], "verbs": ["get", "list", "watch"]},
     ],
-    "system:volume-scheduler": [],
+    "system:volume-scheduler": [
+        {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get", "list", "patch", "update", "watch"]},
+        {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "patch", "update", "watch"]},
+    ],
 }
 
 

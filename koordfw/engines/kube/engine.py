@@ -54,6 +54,17 @@ DEFAULT_OBJECTS = {
     "ElasticQuota": "/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas",
     "Device": f"/apis/{SCHEDULING_GROUP_VERSION}/devices",
     "NodeResourceTopology": "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies",
+    # what kube-scheduler's own informers watch for its plugins (namespaceSelector terms, the default
+    # topology spread selector, the volume plugins); system:kube-scheduler and system:volume-scheduler grant them
+    "Namespace": "/api/v1/namespaces",
+    "Service": "/api/v1/services",
+    "ReplicationController": "/api/v1/replicationcontrollers",
+    "ReplicaSet": "/apis/apps/v1/replicasets",
+    "StatefulSet": "/apis/apps/v1/statefulsets",
+    "PersistentVolumeClaim": "/api/v1/persistentvolumeclaims",
+    "PersistentVolume": "/api/v1/persistentvolumes",
+    "StorageClass": "/apis/storage.k8s.io/v1/storageclasses",
+    "CSINode": "/apis/storage.k8s.io/v1/csinodes",
 }
 
 
