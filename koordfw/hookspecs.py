@@ -288,7 +288,9 @@ _section("Node QoS loop (node agent)")
 def collect(node_state: NodeState, args: Any, handle: AgentHandle) -> dict | None:
     """Gather metrics for this round. ``node_state`` is the agent's
     :class:`koordfw.core.nodestate.NodeState`. Return a mapping merged into ``node_state.metrics`` or
-    ``None``. May be async. Must tolerate vanished cgroups."""
+    ``None``; under the key ``NodeState.COLLECTED_CGROUPS`` (``"cgroups"``) it may also return the cgroup
+    files it read (path → text), which join ``node_state.cgroups`` so the executor compares this round's
+    writes with them instead of reading the files again. May be async. Must tolerate vanished cgroups."""
 
 
 @hookspec
