@@ -236,6 +236,8 @@ class Pod:
     images: tuple[str, ...] = ()
     #: ``spec.volumes``, shape-checked (a name each; claim names and disk identities strings)
     volumes: tuple[Mapping[str, Any], ...] = ()
+    #: the names of ``spec.schedulingGates``
+    scheduling_gates: tuple[str, ...] = ()
 
     @property
     def claim_names(self) -> tuple[str, ...]:
@@ -642,6 +644,16 @@ def validate_spread_constraints(raw: object, ctx: str,
     return tuple(out)
 
 
+def _gates(raw: object, ctx: str) -> tuple[str, ...]:
+    out = []
+    for i, g in enumerate(_list(raw, "spec.schedulingGates", ctx)):
+        name = _map(g, f"spec.schedulingGates[{i}]", ctx).get("name")
+        if not isinstance(name, str) or not name:
+            raise ManifestError("a scheduling gate needs a name (a string)", obj=ctx, field=f"spec.schedulingGates[{i}].name")
+        out.append(name)
+    return tuple(out)
+
+
 def _controller(owners: list, ctx: str) -> OwnerRef | None:
     for i, o in enumerate(owners):
         if isinstance(o, dict) and o.get("controller") is True:
@@ -812,6 +824,7 @@ def _pod(obj: Mapping[str, Any], meta: dict, name: str, ns: str, ctx: str) -> Po
         topology_spread_constraints=validate_spread_constraints(spec.get("topologySpreadConstraints"), ctx),
         controller=_controller(owners, ctx),
         volumes=validate_volumes(spec.get("volumes"), ctx),
+        scheduling_gates=_gates(spec.get("schedulingGates"), ctx),
         images=tuple(_scalar(c.get("image"), f"{part}[{i}].image", ctx) if isinstance(c, dict) else ""
                      for part, items in (("spec.initContainers", raw_init), ("spec.containers", raw_containers))
                      for i, c in enumerate(items)),

@@ -31,7 +31,7 @@ BUILTIN_DISTRIBUTION = "koordfw"
 #: The default order of the built-ins, by name: their order in koordfw's pyproject.toml, which the
 #: installed metadata does not keep (hatchling writes entry_points.txt sorted by name). What the built-ins
 #: are and where they live comes from those entry points alone; one missing here loads after these.
-BUILTIN_ORDER: tuple[str, ...] = ("priority_sort", "node_unschedulable", "node_selector", "taint_toleration",
+BUILTIN_ORDER: tuple[str, ...] = ("priority_sort", "scheduling_gates", "node_unschedulable", "node_selector", "taint_toleration",
                                   "node_ports", "node_resources_fit", "volume_restrictions",
                                   "volume_binding", "volume_zone", "pod_topology_spread",
                                   "inter_pod_affinity", "image_locality",
