@@ -22,7 +22,14 @@ import attrs
 import numpy as np
 import structlog
 
-from koordfw import Code, Migration, PostFilterResult, StateKey, Status, canonical, hookimpl
+from koordfw import Code, Migration, PostFilterResult, PreFilterResult, StateKey, Status, canonical, hookimpl
+from koordfw.extension import ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD, KIND_RESERVATION
+
+reservation_from_manifest: Any
+try:  # reservations (plugins/reservation): what a reservation holds is its owners' quota, charged once
+    from koordfw_reservation.api import reservation_from_manifest
+except ImportError:  # pragma: no cover - without the reservation package there are no reserve pods
+    reservation_from_manifest = None
 
 from .quotas import DEFAULT, LABEL_PREEMPTIBLE, ROOT, SYSTEM, QuotaTree, build_quotas, fmt, fmt_map
 
@@ -104,6 +111,10 @@ class ElasticQuota:
         #: quota → (Σ requests, Σ used, Σ non-preemptible used) of its own pods, kept incrementally
         self._sums: dict[str, tuple[dict, dict, dict]] = {}
         self._nominated_by_uid: dict[str, tuple[str, Any]] = {}
+        #: quota → uid → the placed reserve pods charged to it (what Reservations hold for their owners)
+        self._holds: dict[str, dict[str, Any]] = {}
+        #: id(Reservation object) → (object, its owners' reader or None when unreadable)
+        self._reservations: dict[int, tuple[Any, Any]] = {}
 
     @property
     def _nominated(self) -> list[tuple[str, Any]]:
@@ -135,17 +146,24 @@ class ElasticQuota:
                 continue
             if old is not None:
                 self._apply(old, -1)
+                if old[1] is not None:
+                    self._holds.get(old[1], {}).pop(uid, None)
             quota = None if p.is_terminal else self._quota_for(p, tree)
             new = (p, quota, assigned, is_preemptible(p))
             self._apply(new, 1)
             acct[uid] = new
+            if quota is not None and assigned and p.annotations.get(ANNOTATION_RESERVE_POD) == "true":
+                self._holds.setdefault(quota, {})[uid] = p
             if quota is not None and not assigned and p.nominated_node_name:
                 nominated[uid] = (quota, p)
             else:
                 nominated.pop(uid, None)
         if len(acct) != len(pods):
             for uid in [u for u in acct if u not in pods]:
-                self._apply(acct.pop(uid), -1)
+                gone = acct.pop(uid)
+                self._apply(gone, -1)
+                if gone[1] is not None:
+                    self._holds.get(gone[1], {}).pop(uid, None)
                 nominated.pop(uid, None)
                 self._pod_quota.pop(uid, None)
 
@@ -171,6 +189,7 @@ class ElasticQuota:
             self._quotas = build_quotas(o for _, o in sorted(objs.items()))
             self._quota_sig = sig
             self._pod_quota.clear()
+            self._holds.clear()
             self._acct.clear()
             self._sums.clear()
             self._nominated_by_uid.clear()
@@ -218,6 +237,34 @@ class ElasticQuota:
                     used[r] = used.get(r, 0) + v
         return used
 
+    def reserved_for(self, pod: Any, name: str, cluster: Any) -> list[tuple[str, dict[str, int]]]:
+        """What each placed Reservation charged to quota ``name`` holds for ``pod`` (an owner of it), with
+        its node: (node, the part of the pod's requests it covers). On that node the pod allocates it from
+        the reservation rather than adding it (so it must not be counted twice); anywhere else it adds.
+        Empty for pods that own none, reserve pods, and without the reservation package."""
+        holds = self._holds.get(name)
+        if not holds or reservation_from_manifest is None or pod.annotations.get(ANNOTATION_RESERVE_POD) == "true":
+            return []
+        out: list[tuple[str, dict[str, int]]] = []
+        for h in holds.values():
+            obj = cluster.get_object(KIND_RESERVATION, h.annotations.get(ANNOTATION_RESERVATION_NAME, ""))
+            if obj is None:
+                continue
+            hit = self._reservations.get(id(obj))
+            if hit is None or hit[0] is not obj:
+                try:
+                    hit = (obj, reservation_from_manifest(obj))
+                except Exception:  # noqa: BLE001 - the reservation plugin reports a malformed Reservation
+                    hit = (obj, None)
+                self._reservations[id(obj)] = hit
+            r = hit[1]
+            if r is None or not r.matches_owner(pod):
+                continue
+            take = {k: min(v, h.requests.get(k, 0)) for k, v in pod.requests.items() if v and h.requests.get(k, 0)}
+            if take and h.node_name:
+                out.append((h.node_name, take))
+        return out
+
     @staticmethod
     def exceeded(tree: QuotaTree, name: str, request: Mapping[str, int], args: Args, *,
                  used: Mapping[str, int] | None = None) -> str | None:
@@ -249,14 +296,25 @@ class ElasticQuota:
         state[STATE_KEY] = name
         if name in tree.invalid:
             return Status.unresolvable(f"the pod's quota is invalid: {tree.invalid[name].error}")
-        why = self.exceeded(tree, name, pod.requests, args, used=self.used_with_nominated(tree, name, pod))
-        if why is None and args.enable_check_parent_quota:
-            for anc in tree.ancestors(name):
-                why = self.exceeded(tree, anc, pod.requests, args, used=self.used_with_nominated(tree, anc, pod))
+        def why_not(reserved: Mapping[str, int]) -> str | None:
+            for q in (name, *(tree.ancestors(name) if args.enable_check_parent_quota else ())):
+                used = self.used_with_nominated(tree, q, pod)
+                for k, v in reserved.items():
+                    used[k] = max(used.get(k, 0) - v, 0)
+                why = self.exceeded(tree, q, pod.requests, args, used=used)
                 if why is not None:
-                    break
+                    return why
+            return None
+
+        why = why_not({})
+        only: frozenset[str] | None = None
         if why is not None:
-            return Status.unschedulable(why)
+            # an owner of a reservation charged to this quota fits on the reservation's node, where it
+            # allocates from what is already charged (reservations: charged once)
+            nodes = frozenset(node for node, take in self.reserved_for(pod, name, handle.cluster) if why_not(take) is None)
+            if not nodes:
+                return Status.unschedulable(why)
+            only = nodes
         if not is_preemptible(pod):
             st = tree.states[name]
             q = st.quota
@@ -266,7 +324,7 @@ class ElasticQuota:
                 return Status.unschedulable(f"Insufficient non-preemptible quota {name}: " + "; ".join(
                     f"{r} non-preemptible used {fmt(r, st.non_preemptible_used.get(r, 0))} + request "
                     f"{fmt(r, pod.requests.get(r, 0))} > min {fmt(r, q.min[r])}" for r in bad))
-        return None
+        return PreFilterResult(only) if only is not None else None
 
     @hookimpl
     async def post_filter(self, pod: Any, state: Any, statuses: Any, args: Args, handle: Any) -> PostFilterResult | None:
