@@ -301,3 +301,53 @@ def test_a_statefulset_pod_with_a_zonal_claim_in_simulate(tmp_path, capsys):
     assert main(["simulate", str(f), "-o", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {p["name"]: p["node"] for p in out["pods"]} == {"db-0": "worker-2"}
+
+
+# -- node_volume_limits ------------------------------------------------------------------------------------
+EXCEED = "node(s) exceed max volume count"
+
+
+def csi_pv(name, handle, driver="ebs.csi.aws.com"):
+    out = pv(name)
+    out["spec"]["csi"] = {"driver": driver, "volumeHandle": handle}
+    return out
+
+
+def csinode(name, count, driver="ebs.csi.aws.com"):
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": name},
+            "spec": {"drivers": [{"name": driver, "nodeID": name, "allocatable": {"count": count}}]}}
+
+
+def limits_cluster(count):
+    b = ClusterBuilder().node("n1").obj(csinode("n1", count))
+    for i in range(3):
+        b.obj(csi_pv(f"pv-{i}", f"vol-{i}"), pvc(f"pvc-{i}", volume=f"pv-{i}"))
+    b.pod("existing", node="n1", volumes=[{"name": "a", "persistentVolumeClaim": {"claimName": "pvc-0"}},
+                                          {"name": "b", "persistentVolumeClaim": {"claimName": "pvc-1"}}])
+    return b
+
+
+@pytest.mark.parametrize(("count", "claims", "fits"), [
+    (3, ["pvc-2"], True),            # 2 attached + 1 new = 3
+    (2, ["pvc-2"], False),           # 2 attached + 1 new > 2
+    (2, ["pvc-0"], True),            # the same volume counts once
+    (2, ["pvc-0", "pvc-2"], False),
+])
+def test_csi_volume_limits(count, claims, fits):
+    b = limits_cluster(count)
+    b.pod("p", volumes=[{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)])
+    r = schedule(b)
+    res = r.results[r.cluster.pod_by_key("default/p").uid]
+    assert (res.node == "n1") is fits
+    if not fits:
+        assert res.reason == f"0/1 nodes are available: 1 {EXCEED}."
+
+
+def test_an_unbound_claim_counts_for_its_provisioner_and_other_drivers_do_not():
+    b = limits_cluster(2)
+    b.obj(sc("gp3", "WaitForFirstConsumer") | {"provisioner": "ebs.csi.aws.com"}, pvc("pvc-new", sc="gp3"))
+    b.obj(sc("nfs", "WaitForFirstConsumer") | {"provisioner": "nfs.csi.k8s.io"}, pvc("pvc-nfs", sc="nfs"))
+    b.pod("p", volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "pvc-new"}}])
+    b.pod("q", volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "pvc-nfs"}}])
+    got = schedule(b, profile={"disable": ["volume_zone"]}).placements()
+    assert got["default/p"] is None and got["default/q"] == "n1"
