@@ -181,9 +181,13 @@ def print_tables(doc: dict[str, Any], *, hours: bool = False) -> None:
           f"{format_quantity('memory', int(doc['node_memory']))} (the LS requests at ~95% allocation unless "
           f"--nodes); {doc['vms']} LS pods, one per VM, requests = the week's maximum provisioned "
           f"({doc['vms_resized']} VMs resized); {doc['slots']} slots of 5 min")
+    unplaced = max(d["summary"]["ls_pods_unplaced"] for d in doc["modes"].values())
+    if unplaced:
+        print(f"warning: {unplaced} LS pod(s) fit on no node (a VM larger than a node): left out of the replay")
     print(f"batch: the Alibaba hour tiled, {100 * doc['batch_job_fraction']:.2f}% of its jobs each hour (seed "
           f"{doc['seed']}): --batch-load {doc['batch_load']:g} × {doc['batch_holdable_cores']:.0f} cores of batch "
-          f"resources at measured usage; executor pods of ~4 planned cores run the instances back to back")
+          f"resources at measured usage; executor pods (up to 8 planned cores, one task shape each) run the "
+          f"instances back to back")
     w = 38
     print(f"{'':<{w}}" + "".join(f"{m:>16}" for m in modes))
     for key, label, kind in ROWS:

@@ -57,15 +57,15 @@ from koordfw.extension import BATCH_CPU, BATCH_MEMORY, LABEL_POD_QOS
 from .traces import SLOT, LSTrace, Task, TraceError
 
 GiB = 2**30
-#: planned cores of one executor pod (its lanes × the shape's cores, at least one lane)
-EXECUTOR_CORES = 4.0
+#: planned cores of the largest executor pod (its lanes × the shape's cores, at least one lane)
+EXECUTOR_CORES = 8.0
 #: shape grid: plan cpu rounded up to a multiple of 0.5 core, plan memory to a multiple of 0.25 GiB
 CPU_GRID = 0.5
 MEM_GRID = 0.25
 #: most executor pods pending at once, in all and per shape (the pool stops asking while the scheduler
 #: cannot place them); a pod still pending after a slot's scheduling is withdrawn (asked again later)
-MAX_PENDING = 24
-MAX_PENDING_PER_SHAPE = 6
+MAX_PENDING = 12
+MAX_PENDING_PER_SHAPE = 3
 #: a pending executor is withdrawn after this long, or at once when its shape's queue wants no lanes
 PENDING_TIMEOUT = 6 * 300
 #: most new executors one slot asks for
@@ -78,7 +78,7 @@ POOL_TEMPLATE = "pool:alibaba-batch"
 #: the agents report NodeMetrics every REPORT_SLOTS slots (metricCollectPolicy reportIntervalSeconds and
 #: aggregateDurationSeconds 600: koordlet's defaults are 60 and 300, the trace has one sample per 5 min),
 #: and the manager recomputes the batch resources on each report; the QoS plan runs every slot
-REPORT_SLOTS = 2
+REPORT_SLOTS = 3
 SUPPRESS_QUOTA_FILE = "cpu/kubepods/besteffort/cpu.cfs_quota_us"
 CFS_PERIOD = 100_000
 
@@ -95,6 +95,9 @@ def recommended_profile() -> dict[str, Any]:
     return {"pluginConfig": {
         "batch_resource": {"enable": True},
         "be_suppress": {"enable": True, "cpuSuppressPolicy": "cfsQuota", "cpuSuppressThresholdPercent": 65},
+        # NodeMetrics come every REPORT_SLOTS slots: load_aware's expiry is three report intervals, as its
+        # default (180 s) is for koordlet's 60 s reports
+        "load_aware": {"nodeMetricExpirationSeconds": 3 * REPORT_SLOTS * SLOT},
         "resource_profile": {"enable": True},
     }}
 
@@ -237,15 +240,39 @@ class Replay:
         wall = time.perf_counter() - t_wall
         return self.stats.result(self, wall)
 
+    async def place_only(self) -> int:
+        """Build the cluster and place the LS pods only; the number left unplaced."""
+        self.cluster = ClusterState()
+        cpu_m, mem_b = int(self.node_cpu * 1000), int(self.node_memory)
+        for i in range(self.n):
+            self.cluster.add_node(make_node(f"node-{i:03d}", allocatable={"cpu": f"{cpu_m}m", "memory": str(mem_b),
+                                                                          "pods": "512"}))
+        self.engine = EmbeddedEngine(self._registry(), self.cluster, seed=self.seed, start_time=float(self.ls.start))
+        self.s = self.engine.scheduler
+        await self.s.startup()
+        import anyio
+
+        async with anyio.create_task_group() as tg:
+            self.tg = tg
+            await self._place_ls()
+        await self.s.shutdown()
+        return self.ls_unplaced
+
     async def _place_ls(self) -> None:
         ls = self.ls
         self.ls_pods = []
-        for j, vm in enumerate(ls.vms):
+        # created largest first (as an operator migrating VMs places the big ones first), so that the
+        # scheduler's spreading does not strand the large VMs
+        order = sorted(range(len(ls.vms)), key=lambda j: (-ls.request_cores[j], -ls.request_memory[j], j))
+        pods: dict[int, Any] = {}
+        for j in order:
+            vm = ls.vms[j]
             p = make_pod(f"vm-{vm}", "services", requests={"cpu": f"{int(math.ceil(ls.request_cores[j] * 1000))}m",
                                                             "memory": str(int(ls.request_memory[j]))},
                          labels={LABEL_POD_QOS: "LS", "app": f"vm-{vm}"}, priorityClassName="koord-prod", priority=9000)
-            self.ls_pods.append(p)
+            pods[j] = p
             await self.s.add_pod(p)
+        self.ls_pods = [pods[j] for j in range(len(ls.vms))]
         while await self.s.schedule_next(self.tg) is not None:
             pass
         names = {v.name: v.index for v in self.cluster.nodes}
@@ -277,6 +304,12 @@ class Replay:
         self.qhead = [0] * len(self.shapes)
         #: free lanes of the bound executors, per shape
         self.free_lanes = [0] * len(self.shapes)
+        #: lanes the queued tasks still want, per shape
+        self.want = [0] * len(self.shapes)
+        #: lanes of the next executor of each shape: the most (EXECUTOR_CORES), halved while the scheduler
+        #: cannot place one, doubled back as they are placed (an autoscaler fitting its requests to the room)
+        self.max_lanes = [max(1, int(EXECUTOR_CORES // cpu)) for cpu, _m in self.shapes]
+        self.exec_lanes = list(self.max_lanes)
         self.heap: list[tuple[float, int, int]] = []
         self.executors: dict[str, Executor] = {}
         #: task → (executor, lanes) it runs on
@@ -320,10 +353,15 @@ class Replay:
     async def _arrivals(self, now: float) -> None:
         self._arrivals_until(now)
 
+    def _cap(self, i: int) -> int:
+        t = self.tasks[i]
+        return min(t.parallelism, t.inst)
+
     def _ready(self, i: int, t: float) -> None:
         self.state[i] = 2
         self.ready_at[i] = t
         self.queues[self.shape[i]].append(i)
+        self.want[self.shape[i]] += self._cap(i)
 
     def _be_demand(self) -> tuple[np.ndarray, np.ndarray]:
         demand = np.zeros(self.n)
@@ -419,6 +457,7 @@ class Replay:
         self.remaining[i] = 0.0
         self.rate[i] = 0.0
         touched = {int(self.shape[i])}
+        self.want[int(self.shape[i])] -= max(self._cap(i) - int(self.assigned[i]), 0)
         for e, lanes in self.holders.pop(i, []):
             e.used -= lanes
             if e.node >= 0:
@@ -472,6 +511,7 @@ class Replay:
                     self._settle(i, now)
                 e.used += take
                 self.free_lanes[sh] -= take
+                self.want[sh] -= take
                 e.tasks[i] = e.tasks.get(i, 0) + take
                 self.holders.setdefault(i, []).append((e, take))
                 self.assigned[i] += take
@@ -494,15 +534,7 @@ class Replay:
     # -- the executor pool ----------------------------------------------------------------------------
     async def _autoscale(self, now: float) -> None:
         s = self.s
-        wants = []
-        for sh in range(len(self.shapes)):
-            q, h = self.queues[sh], self.qhead[sh]
-            want = 0
-            for i in q[h:h + 20000]:
-                if self.state[i] == 2:
-                    t = self.tasks[i]
-                    want += max(min(t.parallelism, t.inst) - int(self.assigned[i]), 0)
-            wants.append(want)
+        wants = self.want
         # idle executors (no lane used for a whole slot) leave; a request the scheduler has not placed for
         # PENDING_TIMEOUT, or that its shape's queue no longer wants, is withdrawn
         for e in list(self.executors.values()):
@@ -516,7 +548,7 @@ class Replay:
             want = wants[sh]
             if want == 0:
                 continue
-            lanes = max(1, int(EXECUTOR_CORES // cpu))
+            lanes = self.exec_lanes[sh]
             free = sum(e.lanes - e.used for e in self.by_shape[sh] if e.node >= 0)
             pend = [e for e in self.by_shape[sh] if e.node < 0]
             need = want - free - sum(e.lanes for e in pend)
@@ -529,6 +561,17 @@ class Replay:
         while await s.schedule_next(self.tg) is not None:
             pass
         self._bound(now)
+        for sh in range(len(self.shapes)):
+            stuck = [e for e in self.by_shape[sh] if e.node < 0]
+            if stuck:
+                # a request the scheduler could not place: the next ones are smaller, and the pending
+                # requests larger than that are withdrawn (asked again at the new size next slot)
+                self.exec_lanes[sh] = max(1, self.exec_lanes[sh] // 2)
+                for e in stuck:
+                    if e.lanes > self.exec_lanes[sh]:
+                        await self._delete(e)
+            elif self.exec_lanes[sh] < self.max_lanes[sh] and self.by_shape[sh]:
+                self.exec_lanes[sh] = min(self.max_lanes[sh], self.exec_lanes[sh] * 2)
         self._dispatch_all(now)
 
     async def _create(self, sh: int, lanes: int, cpu: float, mem: int, now: float) -> None:
@@ -588,6 +631,7 @@ class Replay:
             hs = self.holders.get(i, [])
             self.holders[i] = [(x, k) for x, k in hs if x is not e]
             self.assigned[i] -= lanes
+            self.want[int(self.shape[i])] += lanes
             self._set_rate(i, now)
             sh = self.shape[i]
             self.queues[sh].append(i)
@@ -773,9 +817,20 @@ def _wpct(samples: list[tuple[float, float]], qs: tuple[float, ...]) -> tuple[fl
 
 
 def default_nodes(ls: LSTrace, node_cpu: float, node_memory: int) -> int:
-    """Enough nodes for the LS requests at ~95 % allocation (cpu and memory)."""
-    return max(1, math.ceil(max(ls.request_cores.sum() / (LS_ALLOCATION * node_cpu),
-                                ls.request_memory.sum() / (LS_ALLOCATION * node_memory))))
+    """Enough nodes for the LS requests at ~95 % allocation (cpu and memory): the ratio's count, plus a
+    node at a time while the scheduler (built-in plugins) cannot place every LS pod on them."""
+    n = max(1, math.ceil(max(ls.request_cores.sum() / (LS_ALLOCATION * node_cpu),
+                             ls.request_memory.sum() / (LS_ALLOCATION * node_memory))))
+    import anyio
+
+    # a VM larger than a node fits on none (it is reported unplaced): it does not ask for more nodes
+    too_big = int(((ls.request_cores > node_cpu) | (ls.request_memory > node_memory)).sum())
+    for extra in range(8):
+        r = Replay(ls, [], mode="kubernetes", nodes=n + extra, node_cpu=node_cpu, node_memory=node_memory,
+                   slots=0, batch_fraction=0.0, seed=0, profile={})
+        if anyio.run(r.place_only) <= too_big:
+            return n + extra
+    return n + 8
 
 
 def batch_fraction(ls: LSTrace, tasks: list[Task], nodes: int, node_cpu: float, load: float,

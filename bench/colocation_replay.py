@@ -1,0 +1,112 @@
+"""The tables of issue 20 from ``koordfw replay colocation`` (docs/benchmarks.md, "Colocation replay").
+
+    .venv/bin/python bench/colocation_replay.py [--days 7] [--knobs] [--nodes-search] [--json]
+
+1. The main table: the shipped week at the default size, kubernetes mode against koordfw mode with the
+   recommended profile (profiling on), and koordfw mode with Koordinator's defaults (no profiling).
+2. ``--nodes-search``: the nodes kubernetes mode needs to deliver the batch CPU-hours koordfw mode
+   delivers on the default cluster (kubernetes mode rerun with more nodes, the same jobs: the batch
+   sample is fixed from the default node count), and the saving.
+3. ``--knobs``: koordfw mode as the operator's knobs move: cpuReclaimThresholdPercent, the suppress
+   threshold, load_aware's cpu usage threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+
+import anyio
+from koordfw_colocation_replay import (
+    Replay,
+    batch_fraction,
+    default_nodes,
+    koordinator_profile,
+    load_batch,
+    load_ls,
+    recommended_profile,
+)
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+GiB = 2**30
+KEYS = ("cpu_utilisation_mean", "cpu_utilisation_p95", "allocation_mean", "batch_instances_completed",
+        "batch_cpu_hours", "batch_wait_p50_s", "batch_wait_p99_s", "be_throttled_cpu_hours", "evictions",
+        "ls_starved_slots", "node_over_capacity_slot_fraction", "node_slots_above_suppress_threshold_fraction",
+        "executor_pods_created", "wall_seconds")
+
+
+def run(ls, tasks, mode, nodes, frac, profile, seed=42):
+    r = Replay(ls, tasks, mode=mode, nodes=nodes, node_cpu=32.0, node_memory=128 * GiB, slots=ls.slots,
+               batch_fraction=frac, seed=seed, profile=profile)
+    res = anyio.run(r.run)
+    return {k: res.summary[k] for k in KEYS} | {"nodes": nodes}
+
+
+def with_knob(profile, plugin, key, value):
+    p = copy.deepcopy(profile)
+    p.setdefault("pluginConfig", {}).setdefault(plugin, {})[key] = value
+    return p
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--days", type=float, default=None)
+    ap.add_argument("--knobs", action="store_true")
+    ap.add_argument("--nodes-search", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    from koordfw.log import configure
+
+    configure("console", "warning")
+    t0 = time.perf_counter()
+    ls = load_ls(DATA / "bitbrains-rnd-2013-07", days=a.days)
+    tasks = load_batch(DATA / "alibaba-batch-v2018")
+    n = default_nodes(ls, 32.0, 128 * GiB)
+    frac, _ = batch_fraction(ls, tasks, n, 32.0, 1.0)
+    rows: dict[str, dict] = {}
+    rows["kubernetes"] = run(ls, tasks, "kubernetes", n, frac, recommended_profile())
+    rows["koordfw (recommended)"] = run(ls, tasks, "koordfw", n, frac, recommended_profile())
+    rows["koordfw (Koordinator defaults)"] = run(ls, tasks, "koordfw", n, frac, koordinator_profile())
+    if a.nodes_search:
+        goal = rows["koordfw (recommended)"]["batch_cpu_hours"]
+        lo = n
+        for extra in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0):
+            k = round(n * (1 + extra))
+            r = run(ls, tasks, "kubernetes", k, frac, recommended_profile())
+            rows[f"kubernetes, {k} nodes"] = r
+            if r["batch_cpu_hours"] >= goal:
+                lo = k
+                break
+        rows["_nodes"] = {"koordfw_nodes": n, "kubernetes_nodes_for_same_batch_cpu_hours": lo,
+                          "fewer_nodes_fraction": round(1 - n / lo, 3) if lo > n else 0.0}
+    if a.knobs:
+        base = recommended_profile()
+        for plugin, key, values in (("batch_resource", "cpuReclaimThresholdPercent", (50, 70)),
+                                    ("be_suppress", "cpuSuppressThresholdPercent", (55, 75)),
+                                    ("load_aware", "usageThresholds", ({"cpu": 80, "memory": 95},)),
+                                    ("resource_profile", "cpuPercentile", (50,))):
+            for v in values:
+                rows[f"{plugin}.{key}={v}"] = run(ls, tasks, "koordfw", n, frac, with_knob(base, plugin, key, v))
+        p50 = with_knob(base, "resource_profile", "cpuPercentile", 50)
+        rows["cpuPercentile=50 + cpuReclaimThresholdPercent=70"] = run(
+            ls, tasks, "koordfw", n, frac, with_knob(p50, "batch_resource", "cpuReclaimThresholdPercent", 70))
+    if a.json:
+        json.dump(rows, sys.stdout, indent=1)
+        print()
+    else:
+        print(f"{'row':<44}" + "".join(f"{k[:10]:>12}" for k in KEYS))
+        for name, r in rows.items():
+            if name.startswith("_"):
+                print(name, r)
+                continue
+            print(f"{name:<44}" + "".join(f"{r[k]:>12}" for k in KEYS))
+    print(f"total {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
