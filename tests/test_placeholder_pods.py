@@ -160,3 +160,28 @@ def test_bind_of_a_placeholder_calls_its_own_plugin_only():
         assert plugin.bound == ["n1"] and calls == []
 
     anyio.run(main)
+
+
+def test_descheduling_never_moves_a_placeholder():
+    from koordfw import Migration
+
+    plugin = Holder()
+    plugin.placeholder = attrs.evolve(plugin.placeholder, node_name="n1")
+
+    class MoveAll:
+        @hookimpl
+        def deschedule(self, cluster):
+            return [Migration(pod=p.key, from_node="n1", to=None, reason="test") for p in cluster.pods_on("n1")]
+
+    b = ClusterBuilder().node("n1", cpu="8").pod("a", cpu="1", node="n1")
+
+    async def main() -> None:
+        cluster = b.build().to_cluster()
+        engine = EmbeddedEngine(build_registry(plugins={"holder": plugin, "move_all": MoveAll()}, autoload=False),
+                                cluster, start_time=0.0)
+        await engine.run()
+        plan = await engine.deschedule()
+        assert [m.pod for m in plan] == ["default/a"]
+        assert cluster.pod(plugin.placeholder.uid).node_name == "n1"
+
+    anyio.run(main)

@@ -363,6 +363,8 @@ class EmbeddedEngine(SchedulerEvents):
         s = self.scheduler
         plans, _ = await self.deschedule_plans()
         plan = [m for ms in plans.values() for m in ms]
+        if s.placeholders:  # placeholder pods (reservations' reserve pods) are never evicted: not a migration
+            plan = [m for m in plan if (p := self.cluster.pod_by_key(m.pod)) is None or p.uid not in s.placeholders]
         for m in plan:
             pod = self.cluster.pod_by_key(m.pod)
             if pod is None or pod.node_name != m.from_node:
