@@ -282,7 +282,7 @@ class ReservationPlugin:
 
     def _sync_owners(self, r: Reservation, cluster: Any) -> None:
         """The controller's syncStatus: owners are the pods on its node whose reservation-allocated names
-        its uid; allocated is their requests, masked to what it reserves (kept as read when none is)."""
+        its uid; allocated is their requests, masked to what it reserves (the status read is replaced)."""
         owners: dict[str, dict[str, str]] = {}
         reqs: dict[str, dict[str, int]] = {}
         names = r.resource_names
@@ -297,13 +297,11 @@ class ReservationPlugin:
             if isinstance(ref, dict) and ref.get("uid") == r.uid:
                 owners[p.uid] = {"namespace": p.namespace, "name": p.name, "uid": p.uid}
                 reqs[p.uid] = _masked(p.requests, names)
-        if owners:
-            r.current_owners, r.owner_requests = owners, reqs
-            alloc: dict[str, int] = {}
-            for q in reqs.values():
-                for k, v in q.items():
-                    alloc[k] = alloc.get(k, 0) + v
-            r.allocated = alloc
+        alloc: dict[str, int] = {}
+        for q in reqs.values():
+            for k, v in q.items():
+                alloc[k] = alloc.get(k, 0) + v
+        r.current_owners, r.owner_requests, r.allocated = owners, reqs, alloc
 
     # -- queueing hints ------------------------------------------------------------------------------
     @hookimpl

@@ -229,3 +229,16 @@ def test_placeholder_events_reach_the_queue():
     assert res.placements()["default/web"] == "n1"
     assert res.results[res.cluster.pod_by_key("default/web").uid].attempts == 2
     assert rows(res)["r"]["phase"] == "Succeeded"
+
+
+def test_input_status_owners_are_re_read_from_the_pods():
+    """The controller's syncStatus: currentOwners and allocated come from the pods on the node that carry
+    reservation-allocated with its uid, whatever the status said."""
+    r = reservation("r", {"cpu": "4"}, node="n1", allocateOnce=False)
+    r["status"].update(allocated={"cpu": "3"}, currentOwners=[{"namespace": "default", "name": "gone", "uid": "x"}])
+    owner = pod("web-0", {"cpu": "1"}, labels=WEB, node="n1",
+                annotations={"scheduling.koordinator.sh/reservation-allocated": '{"name":"r","uid":"uid-r"}'})
+    res = run(r, owner, pod("web-1", {"cpu": "3"}, labels=WEB), nodes={"n1": FOUR})
+    assert res.placements()["default/web-1"] == "n1"
+    assert rows(res)["r"]["owners"] == ["default/web-0", "default/web-1"]
+    assert rows(res)["r"]["allocated"] == {"cpu": "4"}
