@@ -25,13 +25,13 @@ import structlog
 from koordfw import Code, Migration, PostFilterResult, PreFilterResult, StateKey, Status, canonical, hookimpl
 from koordfw.extension import ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD, KIND_RESERVATION
 
+from .quotas import DEFAULT, LABEL_PREEMPTIBLE, ROOT, SYSTEM, QuotaTree, build_quotas, fmt, fmt_map
+
 reservation_from_manifest: Any
 try:  # reservations (plugins/reservation): what a reservation holds is its owners' quota, charged once
     from koordfw_reservation.api import reservation_from_manifest
 except ImportError:  # pragma: no cover - without the reservation package there are no reserve pods
     reservation_from_manifest = None
-
-from .quotas import DEFAULT, LABEL_PREEMPTIBLE, ROOT, SYSTEM, QuotaTree, build_quotas, fmt, fmt_map
 
 log = structlog.get_logger("koordfw.elastic_quota")
 
