@@ -185,3 +185,33 @@ def test_descheduling_never_moves_a_placeholder():
         assert cluster.pod(plugin.placeholder.uid).node_name == "n1"
 
     anyio.run(main)
+
+
+def test_removing_a_placeholder_while_its_cycle_runs_waits_for_the_cycle():
+    """A timer (here: an async plugin's hook) removing a placeholder whose cycle is awaiting a plugin: the
+    removal happens once that cycle is over, and nothing is left held."""
+    plugin = Holder()
+
+    class RemoveDuringFilter:
+        def __init__(self) -> None:
+            self.done = False
+
+        @hookimpl
+        async def pre_filter(self, pod, handle):
+            if handle.is_placeholder(pod.uid) and not self.done:
+                self.done = True
+                assert handle.remove_placeholder(pod.uid) is not None
+                assert handle.cluster.pod(pod.uid) is not None  # not yet: its cycle is running
+
+    b = ClusterBuilder().node("n1", cpu="4")
+
+    async def main() -> None:
+        cluster = b.build().to_cluster()
+        engine = EmbeddedEngine(build_registry(plugins={"holder": plugin, "remover": RemoveDuringFilter()},
+                                               autoload=False), cluster, start_time=0.0)
+        await engine.run()
+        await engine.scheduler.flush()
+        assert cluster.pod(plugin.placeholder.uid) is None
+        assert int(cluster.requested[0, cluster.resource_index("cpu")]) == 0
+
+    anyio.run(main)

@@ -197,8 +197,9 @@ class Handle(PluginsRunner, Protocol):
         step, so a timer callback may call this. Not while the placeholder's own cycle runs."""
     def remove_placeholder(self, uid: str) -> Pod | None:
         """Remove a placeholder pod of this scheduler (queued, waiting at permit or placed), releasing what
-        it holds; the queue hears ``ASSIGNED_POD_DELETE`` at the next scheduling step. Returns the pod as
-        it was, or None if it is not a placeholder."""
+        it holds; the queue hears ``ASSIGNED_POD_DELETE`` at the next scheduling step. While its own cycle
+        runs (a timer fired during an awaiting plugin) it is removed once that cycle is over. Returns the
+        pod as it was, or None if it is not a placeholder."""
     def is_placeholder(self, uid: str) -> bool:
         """Was this uid added by :meth:`add_placeholder` (by any plugin)?"""
     def restore_requests(self, state: CycleState, node_name: str, requests: np.ndarray) -> None:

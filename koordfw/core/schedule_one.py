@@ -347,6 +347,12 @@ class Scheduler:
         wp = self.waiting_pods.get(uid)
         if wp is not None:
             wp.reject("", "placeholder removed")
+        elif uid in self.queue.in_flight:
+            # its cycle is running (awaiting a plugin; a timer fired meanwhile): removed once it is over
+            cur = self.cluster.pod(uid)
+            if cur is not None:
+                self._deferred.append((None, cur, None))
+            return cur
         self.queue.done(uid)
         old = self.cluster.remove_pod(uid)
         if self.nominator:
@@ -360,7 +366,9 @@ class Scheduler:
         while self._deferred:
             batch, self._deferred = self._deferred, []
             for event, old, new in batch:
-                if event is None:
+                if event is None and new is None and old is not None:  # a removal put off by its cycle
+                    self.remove_placeholder(old.uid)
+                elif event is None:
                     if new is not None and self.cluster.pod(new.uid) is new:  # not replaced or removed since
                         await self.enqueue(new)
                 else:
