@@ -250,7 +250,10 @@ class InterPodAffinity:
 
     @hookimpl
     def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:
-        st = self._filter_state(pod, handle.cluster)
+        cluster = handle.cluster
+        if not pod.has_pod_affinity and cluster.pods_with_required_anti_affinity == 0:
+            return Status.skip()
+        st = self._filter_state(pod, cluster)
         if st is None:
             return Status.skip()
         state[FILTER_STATE] = st
@@ -338,6 +341,9 @@ class InterPodAffinity:
     @hookimpl
     def pre_score(self, pod: Pod, nodes: NodeBatch, state: CycleState) -> Status | None:
         cluster = nodes.cluster
+        if not pod.has_pod_affinity and (self.args.ignore_preferred_terms_of_existing_pods
+                                         or cluster.pods_with_affinity == 0):
+            return Status.skip()
         pref_aff = pod_terms(pod, "podAffinity")[1]
         pref_anti = pod_terms(pod, "podAntiAffinity")[1]
         has_constraints = bool(pref_aff or pref_anti)

@@ -214,6 +214,9 @@ SCORE_STATE: StateKey[_Score] = StateKey("pod_topology_spread/score")
 class PodTopologySpread:
     def __init__(self, args: Args) -> None:
         self.args = args
+        defaults = SYSTEM_DEFAULT_CONSTRAINTS if args.defaulting_type == "System" else args.default_constraints
+        self._default_filter = any(c.get("whenUnsatisfiable") == "DoNotSchedule" for c in defaults)
+        self._default_score = any(c.get("whenUnsatisfiable") == "ScheduleAnyway" for c in defaults)
         self._domains = Domains()
         self._tallies = TallyCache(256)
         self._masks: dict[Hashable, tuple[int, np.ndarray]] = {}
@@ -227,6 +230,11 @@ class PodTopologySpread:
         if self.args.defaulting_type == "System":
             return SYSTEM_DEFAULT_CONSTRAINTS
         return tuple(self.args.default_constraints)
+
+    @staticmethod
+    def _may_default(pod: Pod, cluster: Any) -> bool:
+        """Could DefaultSelector find anything: a controller, or Services in the cluster."""
+        return pod.controller is not None or bool(cluster.objects_of("Service"))
 
     def constraints(self, pod: Pod, cluster: Any, action: str) -> tuple[list[Constraint], bool]:
         """(the constraints for ``action``, whether they are the pod's own)."""
@@ -349,8 +357,7 @@ class PodTopologySpread:
 
     @hookimpl
     def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:
-        if not pod.topology_spread_constraints and not any(
-                c.get("whenUnsatisfiable") == "DoNotSchedule" for c in self._defaults()):
+        if not pod.topology_spread_constraints and not (self._default_filter and self._may_default(pod, handle.cluster)):
             return Status.skip()
         st = self._filter_state(pod, handle.cluster)
         if st is None:
@@ -390,10 +397,9 @@ class PodTopologySpread:
     # -- score -------------------------------------------------------------------------------------------
     @hookimpl
     def pre_score(self, pod: Pod, nodes: NodeBatch, state: CycleState) -> Status | None:
-        if not pod.topology_spread_constraints and not any(
-                c.get("whenUnsatisfiable") == "ScheduleAnyway" for c in self._defaults()):
-            return Status.skip()
         cluster = nodes.cluster
+        if not pod.topology_spread_constraints and not (self._default_score and self._may_default(pod, cluster)):
+            return Status.skip()
         constraints, own = self.constraints(pod, cluster, "ScheduleAnyway")
         if not constraints or len(nodes) == 0:
             return Status.skip()
