@@ -90,3 +90,8 @@ class SchedulerEvents:
     async def evict(self, pod: Pod, reason: str) -> Any:
         """Evict a running pod (preemption, descheduling)."""
         raise RuntimeError(f"this engine does not evict pods (asked to evict {pod.key}: {reason})")
+
+    def object_status_written(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A plugin wrote an object's status (``handle.update_object_status``): ``obj`` is the cached object
+        with its new ``status``, already in the scheduler's cluster. The live engine writes it through the
+        API; an in-memory engine has nothing more to do."""

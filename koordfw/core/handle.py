@@ -12,7 +12,7 @@ This mirrors kube-scheduler's ``framework.Handle`` (snapshot, waiting pods, ``Ac
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -208,6 +208,25 @@ class Handle(PluginsRunner, Protocol):
         cycle's filters and scores run (``run_filters`` and ``run_scores`` what-ifs included): taken off the
         node's ``requested`` column meanwhile and put back after each call. Koordinator's
         restore-reservation transformer; call it from ``pre_filter``. Calls for one node add up."""
+
+    # -- the engine's other objects (CRDs a plugin keeps the status of) --------------------------------
+    def watch_objects(self, kind: str, callback: Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]
+                      ) -> None:
+        """Call ``callback(key, old, new)`` (sync) whenever an object of ``kind`` changes in the engine's
+        cluster (``new`` None: deleted; ``old`` None: added; ``key`` as :meth:`ClusterView.get_object`
+        takes it), outside any plugin call. What is there at ``startup`` is in ``objects_of``; changes come
+        through here. The live scheduler starts its caches after ``startup``: once they have synced (nodes
+        and pods listed), it delivers every object it listed as an add, then each watch event; a
+        plugin's own :meth:`update_object_status` is not delivered back to it, its watch echo is (as a
+        change). Register from ``startup``; registrations end with the scheduler."""
+    def update_object_status(self, kind: str, key: str, status: Mapping[str, Any]) -> bool:
+        """Write ``status`` as the whole ``status`` of the object ``key`` of ``kind`` (its status
+        subresource, as Koordinator's controllers' ``UpdateStatus``). The engine's cluster view has it at
+        once (the embedded cluster keeps it in memory; ``koordfw simulate`` reports it); the live
+        scheduler also queues a PUT of the object's ``/status`` carrying the cached ``resourceVersion``,
+        re-read and retried on a 409 Conflict, coalesced per object (the newest status wins) and skipped
+        when not leading. Sync; may be called from a timer. Returns False (nothing written) when the object
+        is not in the cluster (a deleted object is never recreated)."""
 
 
 @runtime_checkable

@@ -11,8 +11,9 @@ engine driving the scheduler hears of outcomes through :class:`~.events.Schedule
 
 from __future__ import annotations
 
+import copy
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -175,6 +176,14 @@ class SchedulerHandle:
         prev = restored.get(i)
         restored[i] = requests.copy() if prev is None else _add_vectors(prev, requests)
 
+    # -- other objects -------------------------------------------------------------------------------
+    def watch_objects(self, kind: str, callback: Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]
+                      ) -> None:
+        self._s.object_watchers.setdefault(kind, []).append((self.plugin_name, callback))
+
+    def update_object_status(self, kind: str, key: str, status: Mapping[str, Any]) -> bool:
+        return self._s.update_object_status(kind, key, status, writer=self.plugin_name)
+
     # -- PluginsRunner -----------------------------------------------------------------------------
     async def run_pre_filters(self, pod: Pod, state: CycleState) -> tuple[Status, frozenset[str] | None]:
         return await self._s.framework.run_pre_filter(pod, state)
@@ -240,6 +249,10 @@ class Scheduler:
         #: placeholder pods (they exist only in this scheduler, e.g. reservations' reserve pods): uid → the
         #: plugin that added them (its bind hook alone binds them)
         self.placeholders: dict[str, str] = {}
+        #: kind → (plugin, callback) of ``handle.watch_objects``; ``objects_live``: changes are delivered (the
+        #: live engine sets it, replaying what it listed, once its caches have synced)
+        self.object_watchers: dict[str, list[tuple[str, Callable[[str, Any, Any], None]]]] = {}
+        self.objects_live = True
         #: placeholder changes made by sync calls, delivered to the queue at the next scheduling step
         self._deferred: list[tuple[ClusterEvent | None, Pod | None, Pod | None]] = []
         self.queue = SchedulingQueue(self._sort_key, initial_backoff=self.profile.pod_initial_backoff_seconds,
@@ -314,6 +327,40 @@ class Scheduler:
         if self.nominator:
             self.nominator.forget(uid)
         await self.cluster_event(ASSIGNED_POD_DELETE if old is not None and old.node_name else POD_DELETE, old, None)
+
+    # -- other objects ------------------------------------------------------------------------------
+    def object_changed(self, kind: str, key: str, old: dict | None, new: dict | None, *, skip: str = "") -> None:
+        """An object of ``kind`` changed in the cluster (already applied there): tell the plugins watching
+        the kind (``handle.watch_objects``) but ``skip``; a watcher's exception is logged, never raised."""
+        if not self.objects_live:
+            return
+        for plugin, cb in self.object_watchers.get(kind, ()):
+            if plugin == skip:
+                continue
+            try:
+                cb(key, old, new)
+            except Exception:
+                log.exception("object watcher failed", plugin=plugin, kind=kind, key=key)
+
+    def replay_objects(self) -> None:
+        """Start delivering object changes, first every cached object of a watched kind as an add (the live
+        engine, once its caches have synced)."""
+        self.objects_live = True
+        for kind in list(self.object_watchers):
+            for key, obj in sorted(self.cluster.objects_of(kind).items()):
+                self.object_changed(kind, key, None, obj)
+
+    def update_object_status(self, kind: str, key: str, status: Mapping[str, Any], *, writer: str = "") -> bool:
+        """``handle.update_object_status``: the cached object gets ``status`` (a new dict, so that readers of
+        the old one are not changed under them) and the engine writes it; watchers but ``writer`` hear."""
+        old = self.cluster.get_object(kind, key)
+        if old is None:
+            return False
+        new = {**old, "status": copy.deepcopy(dict(status))}
+        self.cluster.set_object(kind, new)
+        self.engine.object_status_written(kind, new)
+        self.object_changed(kind, key, old, new, skip=writer)
+        return True
 
     # -- placeholder pods ---------------------------------------------------------------------------
     def add_placeholder(self, pod: Pod, plugin: str) -> None:

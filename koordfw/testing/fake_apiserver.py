@@ -92,6 +92,12 @@ RESOURCES: dict[str, ResourceType] = {r.plural: r for r in (
     # the NodeResourceTopology CRD (noderesourcetopology-api) has no status subresource: zones are top-level
     ResourceType("/apis/topology.node.k8s.io/v1alpha1", "noderesourcetopologies", "NodeResourceTopology", False,
                  ("metadata.name",)),
+    # Koordinator's Reservation and PodMigrationJob CRDs: cluster-scoped, with a status subresource (a PUT of
+    # the object keeps its status, a PUT of /status changes nothing else)
+    ResourceType("/apis/scheduling.koordinator.sh/v1alpha1", "reservations", "Reservation", False,
+                 ("metadata.name",), True),
+    ResourceType("/apis/scheduling.koordinator.sh/v1alpha1", "podmigrationjobs", "PodMigrationJob", False,
+                 ("metadata.name",), True),
     ResourceType("/apis/scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", False, ("metadata.name",)),
     ResourceType("/apis/config.koordinator.sh/v1alpha1", "clustercolocationprofiles", "ClusterColocationProfile",
                  False, ("metadata.name",), True),

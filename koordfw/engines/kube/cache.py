@@ -205,10 +205,14 @@ class ClusterFeeder:
         async def handle(etype: str, obj: dict, old: dict | None) -> None:
             meta = obj.get("metadata") or {}
             key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta.get("name"))
+            cached = self.cluster.get_object(kind, key)
             if etype == "DELETED":
                 self.cluster.delete_object(kind, key)
             else:
                 self.cluster.set_object(kind, obj)
+            if self.s.object_watchers.get(kind):  # plugins keeping these objects (handle.watch_objects)
+                self.s.object_changed(kind, key, cached, None if etype == "DELETED" else obj)
+                self._wake()
             now = time.monotonic()
             if now - self._last_object_event >= self.object_event_interval:
                 self._last_object_event = now

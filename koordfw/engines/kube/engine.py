@@ -53,6 +53,8 @@ DEFAULT_OBJECTS = {
     "PodGroup": "/apis/scheduling.sigs.k8s.io/v1alpha1/podgroups",
     "ElasticQuota": "/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas",
     "Device": f"/apis/{SCHEDULING_GROUP_VERSION}/devices",
+    # the reservation plugin keeps their status (handle.update_object_status: PUT .../reservations/<name>/status)
+    "Reservation": f"/apis/{SCHEDULING_GROUP_VERSION}/reservations",
     "NodeResourceTopology": "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies",
     # what kube-scheduler's own informers watch for its plugins (namespaceSelector terms, the default
     # topology spread selector, the volume plugins); system:kube-scheduler and system:volume-scheduler grant them
@@ -77,6 +79,7 @@ def build_cache(registry: Registry, client: KubeClient, *, scheduler_name: str |
                 engine: SchedulerEvents | None = None) -> tuple[Scheduler, ClusterFeeder, list[Reflector]]:
     """A Scheduler over an empty cluster plus the reflectors that fill it (not started)."""
     sched = Scheduler(registry, ClusterState(), RealClock(), engine=engine, seed=seed)
+    sched.objects_live = False  # watchers hear of objects once the caches have synced (replay_objects)
     feeder = ClusterFeeder(sched, scheduler_name=scheduler_name)
     refl = [Reflector(client, "/api/v1/nodes", feeder.on_node, name="nodes", watch_timeout=watch_timeout),
             Reflector(client, "/api/v1/pods", feeder.on_pod, field_selector=NON_TERMINAL, name="pods",
@@ -107,6 +110,8 @@ class KubeSchedulerEngine(SchedulerEvents):
         self._run_started: float | None = None
         #: pods whose nomination the kernel held when they last failed (written to the API)
         self._nominated: set[str] = set()
+        #: kind → collection path of the other objects cached (status writes go to <path>/<name>/status)
+        self.object_paths = dict(DEFAULT_OBJECTS if objects is None else objects)
         self.scheduler, self.feeder, self.reflectors = build_cache(
             registry, client, scheduler_name=self.scheduler_name, seed=seed, objects=objects,
             watch_timeout=watch_timeout, engine=self)
@@ -156,6 +161,21 @@ class KubeSchedulerEngine(SchedulerEvents):
 
     async def bind(self, pod: Pod, node_name: str, annotations: Mapping[str, str]) -> bool:
         return await self._bind(pod, node_name, dict(annotations))
+
+    def object_status_written(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A plugin's ``handle.update_object_status``: PUT the object's ``/status`` (the writer coalesces and
+        retries on conflicts)."""
+        base = self.object_paths.get(kind)
+        if base is None:
+            log.warning("not writing the status of an object of a kind not watched", kind=kind)
+            return
+        meta = obj.get("metadata") or {}
+        if meta.get("namespace"):
+            group, plural = base.rsplit("/", 1)
+            path = f"{group}/namespaces/{meta['namespace']}/{plural}/{meta['name']}/status"
+        else:
+            path = f"{base}/{meta['name']}/status"
+        self.writer.object_status(path, dict(obj))
 
     async def evict(self, pod: Pod, reason: str) -> bool:
         """Preemption (and any plugin's handle.evict) deletes through the API, never in memory."""
@@ -280,6 +300,8 @@ class KubeSchedulerEngine(SchedulerEvents):
                         bg.cancel_scope.cancel()
                         return
                     bg.start_soon(self._hold_leadership)
+                # plugins watching objects (handle.watch_objects) hear of what was listed, nodes and pods there
+                self.scheduler.replay_objects()
                 log.info("scheduling", scheduler=self.scheduler_name, nodes=self.cluster.num_nodes,
                          pending=len(self.scheduler.queue))
                 self.started.set()

@@ -12,6 +12,11 @@ when the kernel no longer nominates it (``nominated=""``); a nomination that end
 bound is cleared by ``clear_nomination`` (servers with ClearingNominatedNodeNameAfterBinding clear it
 at binding, and then nothing is written).
 
+Object statuses (a plugin's ``handle.update_object_status``, e.g. a Reservation's) are PUT to the
+object's ``/status`` with the cached ``resourceVersion``, coalesced per object; on a 409 Conflict the object
+is read again and the status put on the newest version (client-go's ``RetryOnConflict``, which
+Koordinator's controllers use), a 404 drops it (the object is gone).
+
 Every write first asks ``leading()``: a replica that is not (or no longer) the leader writes nothing,
 and what it had queued is dropped (the new leader writes its own).
 """
@@ -53,6 +58,10 @@ class Writer:
         self.not_leading_dropped = 0
         self.nominations_cleared = 0
         self._events: list[dict] = []
+        #: path of an object's status subresource → the object with the status to write
+        self._objects: OrderedDict[str, dict] = OrderedDict()
+        self.object_status_writes = 0
+        self.object_status_conflicts = 0
         self._last_failure_note: dict[str, str] = {}
         self._wake = anyio.Event()
         self.max_events = max_events
@@ -81,6 +90,13 @@ class Writer:
         if pod.uid in self._status:
             return  # a queued patch for this pod is newer than this request
         self._status[pod.uid] = (pod, "", "", "")
+        self._wake.set()
+
+    def object_status(self, path: str, obj: dict) -> None:
+        """Queue a PUT of ``obj``'s status to ``path`` (``.../<plural>/<name>/status``); a newer one for the same
+        object replaces it."""
+        self._objects[path] = obj
+        self._objects.move_to_end(path)
         self._wake.set()
 
     def _may_write(self, what: str) -> bool:
@@ -117,7 +133,7 @@ class Writer:
 
     @property
     def pending(self) -> int:
-        return len(self._status) + len(self._events)
+        return len(self._status) + len(self._events) + len(self._objects)
 
     # -- writing ------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -131,11 +147,16 @@ class Writer:
         with anyio.move_on_after(timeout):
             while self._status:
                 await self._write_one_status()
+            while self._objects:
+                await self._write_one_object()
             while self._events:
                 await self._write_one_event()
 
     async def _run_status(self) -> None:
         while True:
+            if self._objects:
+                await self._write_one_object()
+                continue
             if not self._status:
                 self._wake = anyio.Event()
                 await self._wake.wait()
@@ -183,6 +204,46 @@ class Writer:
             if e.retryable and uid not in self._status:
                 self._status[uid] = (pod, reason, message, nominated)
                 await anyio.sleep(0.5)
+
+    async def _write_one_object(self, attempts: int = 5) -> None:
+        path, obj = self._objects.popitem(last=False)
+        meta = obj.get("metadata") or {}
+        what = f"status of {obj.get('kind')} {meta.get('name')}"
+        if not self._may_write(what):
+            return
+        body = obj
+        for _ in range(attempts):
+            try:
+                await self.client.request("PUT", path, body=body)
+                self.object_status_writes += 1
+                return
+            except ApiError as e:
+                if e.status == 404:
+                    return
+                if e.status == 409:
+                    # the object changed since it was cached: put the status on its newest version
+                    self.object_status_conflicts += 1
+                    try:
+                        cur = await self.client.request("GET", path.rsplit("/", 1)[0])
+                    except ApiError as g:
+                        if g.status == 404:
+                            return
+                        log.warning("could not re-read an object to write its status", what=what, error=str(g))
+                        break
+                    if (cur.get("metadata") or {}).get("uid") != meta.get("uid"):
+                        return  # deleted and recreated: the status was about the old object
+                    body = {**cur, "status": obj.get("status")}
+                    if not self._may_write(what):
+                        return
+                    continue
+                log.warning("could not write an object's status", what=what, error=str(e))
+                if e.retryable and path not in self._objects:
+                    self._objects[path] = obj
+                    await anyio.sleep(0.5)
+                return
+        if path not in self._objects:  # still conflicting: try again later
+            self._objects[path] = obj
+            await anyio.sleep(0.5)
 
     async def _write_one_event(self) -> None:
         ev = self._events.pop(0)

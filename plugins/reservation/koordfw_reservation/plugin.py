@@ -23,6 +23,12 @@ its reservation controller keeps.
   is not ``allocateOnce``. At expiry (``expires``, creation + ``ttl``; ``ttl: 0`` never) a reservation
   is Failed and releases its node.
 * ``report`` adds ``reservations`` to ``koordfw simulate``'s output.
+* The status (phase, the Scheduled and Ready conditions with Koordinator's reasons, nodeName, allocatable,
+  allocated, currentOwners) is written through ``handle.update_object_status`` whenever it changes (the
+  live scheduler PUTs the Reservation's ``/status``); Reservations created, deleted or recreated after
+  startup arrive through ``handle.watch_objects`` (the live scheduler replays what it listed once its
+  caches have synced: Available ones are placed on their nodes at once, their owners re-read from the
+  pods' ``reservation-allocated``). A deleted Reservation releases what it held.
 
 Without Reservation objects every hook returns at once.
 """
@@ -46,6 +52,7 @@ from koordfw import (
     ClusterEvent,
     ClusterEventWithHint,
     CycleState,
+    ManifestError,
     PreFilterResult,
     QueueingHint,
     StateKey,
@@ -135,6 +142,8 @@ class ReservationPlugin:
         self._expiry: list[tuple[float, str]] = []
         self._free_gen = -1
         self._started = False
+        #: uid → the status last written (nothing is written when it is unchanged)
+        self._written: dict[str, dict[str, Any]] = {}
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def _index(self, r: Reservation) -> None:
@@ -189,11 +198,12 @@ class ReservationPlugin:
 
     def _expire(self, r: Reservation, handle: Any) -> None:
         """SetReservationExpired: Failed, Ready False (Expired); what it held is released."""
-        if r.is_terminal:
+        if r.is_terminal or self.reservations.get(r.uid) is not r:  # ended, or deleted meanwhile
             return
         r.phase = FAILED
         r.set_condition("Ready", "False", "Expired", _now_str(handle.now()))
         self._release(r, handle)
+        self._write_status(r, handle)
         log.info("reservation expired", reservation=r.name, node=r.node_name or None)
 
     def _succeed(self, r: Reservation, handle: Any) -> None:
@@ -201,7 +211,50 @@ class ReservationPlugin:
         r.phase = SUCCEEDED
         r.set_condition("Ready", "False", "Succeeded", _now_str(handle.now()))
         self._release(r, handle)
+        self._write_status(r, handle)
 
+    def _write_status(self, r: Reservation, handle: Any) -> None:
+        """Write r's status through the engine when it changed (the reservation controller's UpdateStatus)."""
+        status = status_of(r)
+        if self._written.get(r.uid) == status:
+            return
+        self._written[r.uid] = status
+        handle.update_object_status(KIND_RESERVATION, r.name, status)
+
+    def _forget(self, r: Reservation, handle: Any) -> None:
+        """The Reservation was deleted: what it held is released and it is forgotten."""
+        if handle.is_placeholder(r.uid):
+            handle.remove_placeholder(r.uid)
+        r.phase = FAILED  # gone: unindexed
+        self._index(r)
+        self.reservations.pop(r.uid, None)
+        self._shared.discard(r.uid)
+        self._written.pop(r.uid, None)
+        log.info("reservation deleted", reservation=r.name, node=r.node_name or None)
+
+    def _on_object(self, handle: Any, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """A Reservation added, changed or deleted after startup (``handle.watch_objects``): a new one is
+        admitted as at startup, a deleted (or terminating) one forgotten; a known one's other changes (its
+        status written back, spec edits) change nothing (Koordinator's spec is fixed once scheduled)."""
+        obj = new if new is not None else old
+        meta = (obj or {}).get("metadata") or {}
+        name = str(meta.get("name") or key)
+        uid = str(meta.get("uid") or f"reservation-{name}")
+        known = self.reservations.get(uid)
+        if new is None or meta.get("deletionTimestamp"):
+            if known is not None:
+                self._forget(known, handle)
+            return
+        if known is not None:
+            return
+        try:
+            r = reservation_from_manifest(new)
+        except ManifestError as e:
+            log.error("ignoring a Reservation the plugin cannot read", reservation=name, error=str(e))
+            return
+        for other in [x for x in self.reservations.values() if x.name == r.name]:  # deleted and recreated
+            self._forget(other, handle)
+        self._admit(r, handle)
     def _tick(self, handle: Any) -> None:
         """Expire what is due and give back the shares of owners that went away (the reservation
         controller's sync), cheaply when nothing changed."""
@@ -231,11 +284,11 @@ class ReservationPlugin:
                     r.allocated[res] = max(r.allocated.get(res, 0) - v, 0)
             r.allocated = {k: v for k, v in r.allocated.items() if v}
             self._hold(r, handle)
+            self._write_status(r, handle)
 
     # -- lifecycle ----------------------------------------------------------------------------------
     @hookimpl
     def startup(self, handle: Any) -> None:
-        objs = handle.cluster.objects_of(KIND_RESERVATION)
         self.reservations.clear()
         self._on_node.clear()
         self._indexed_at.clear()
@@ -243,42 +296,55 @@ class ReservationPlugin:
         self._unindexed.clear()
         self._shared.clear()
         self._expiry.clear()
+        self._written.clear()
+        if hasattr(handle, "watch_objects"):
+            handle.watch_objects(KIND_RESERVATION, lambda key, old, new: self._on_object(handle, key, old, new))
+        objs = handle.cluster.objects_of(KIND_RESERVATION)
         if not objs:
             return
+        parsed = [(reservation_from_manifest(o), o) for _, o in sorted(objs.items())]
+        for r, obj in parsed:
+            if (obj.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            self._admit(r, handle)
+
+    def _admit(self, r: Reservation, handle: Any) -> None:
+        """Take a Reservation in (at startup, or when it appears): a terminal one is kept for the report, an
+        expired one fails, one Available on a node is placed there (its owners re-read from the pods), a
+        Pending one is queued as a reserve pod. Its status is written if that changed it."""
         now = handle.now()
         cluster = handle.cluster
-        parsed = [reservation_from_manifest(o) for _, o in sorted(objs.items())]
-        for r in parsed:
-            if (obj := objs.get(r.name)) is not None and (obj.get("metadata") or {}).get("deletionTimestamp"):
-                continue
-            self.reservations[r.uid] = r
-            if not r.allocate_once:
-                self._shared.add(r.uid)
-            if r.is_terminal:
-                continue
-            when = r.expiry(now)
-            if when is not None and when <= now:
+        self.reservations[r.uid] = r
+        if not r.allocate_once:
+            self._shared.add(r.uid)
+        self._written[r.uid] = status_of(r)  # what the object carries
+        if r.is_terminal:
+            return
+        when = r.expiry(now)
+        if when is not None and when <= now:
+            self._expire(r, handle)
+            return
+        if when is not None:
+            heapq.heappush(self._expiry, (when, r.uid))
+            handle.clock.call_at(when, lambda r=r: self._expire(r, handle))
+        if r.node_name and r.phase in (AVAILABLE, WAITING):
+            if cluster.node(r.node_name) is None:  # the controller expires it (missingNode)
                 self._expire(r, handle)
-                continue
-            if when is not None:
-                heapq.heappush(self._expiry, (when, r.uid))
-                handle.clock.call_at(when, lambda r=r: self._expire(r, handle))
-            if r.node_name and r.phase in (AVAILABLE, WAITING):
-                if cluster.node(r.node_name) is None:  # the controller expires it (missingNode)
-                    self._expire(r, handle)
-                    continue
-                if not r.allocatable:
-                    r.allocatable = dict(r.reserve_pod.requests)
-                self._sync_owners(r, cluster)
-                if r.allocate_once and r.current_owners:
-                    r.phase = SUCCEEDED
-                    r.set_condition("Ready", "False", "Succeeded", _now_str(now))
-                    continue
-                self._index(r)
-                self._hold(r, handle)
-            else:
-                r.phase, r.node_name = PENDING, ""
-                handle.add_placeholder(r.reserve_pod)
+                return
+            if not r.allocatable:
+                r.allocatable = dict(r.reserve_pod.requests)
+            self._sync_owners(r, cluster)
+            if r.allocate_once and r.current_owners:
+                r.phase = SUCCEEDED
+                r.set_condition("Ready", "False", "Succeeded", _now_str(now))
+                self._write_status(r, handle)
+                return
+            self._index(r)
+            self._hold(r, handle)
+        else:
+            r.phase, r.node_name = PENDING, ""
+            handle.add_placeholder(r.reserve_pod)
+        self._write_status(r, handle)
 
     def _sync_owners(self, r: Reservation, cluster: Any) -> None:
         """The controller's syncStatus: owners are the pods on its node whose reservation-allocated names
@@ -656,6 +722,7 @@ class ReservationPlugin:
         r.set_condition("Scheduled", "True", "Scheduled", now)
         r.set_condition("Ready", "True", "Available", now)
         self._index(r)
+        self._write_status(r, handle)
         handle.events.eventf(f"{KIND_RESERVATION} {r.name}", "Normal", "Scheduled",
                              f"Successfully assigned {r.name} to {node.name}")
         return True
@@ -670,6 +737,8 @@ class ReservationPlugin:
         r = data.assumed
         if r.allocate_once and not r.is_terminal:
             self._succeed(r, handle)
+        else:
+            self._write_status(r, handle)
 
     # -- output -----------------------------------------------------------------------------------------
     @hookimpl
@@ -684,6 +753,25 @@ class ReservationPlugin:
                          "allocated": {k: format_quantity(k, v) for k, v in sorted(r.allocated.items()) if v},
                          "owners": sorted(f"{o['namespace']}/{o['name']}" for o in r.current_owners.values())})
         return {"reservations": rows}
+
+
+def status_of(r: Reservation) -> dict[str, Any]:
+    """The Reservation's ``status`` as the API carries it (ReservationStatus; empty fields omitted,
+    quantities as Kubernetes quantity strings, currentOwners as object references)."""
+    st: dict[str, Any] = {"phase": r.phase}
+    if r.conditions:
+        st["conditions"] = [dict(c) for c in r.conditions]
+    if r.node_name:
+        st["nodeName"] = r.node_name
+    if r.allocatable:
+        st["allocatable"] = {k: format_quantity(k, v) for k, v in sorted(r.allocatable.items())}
+    if any(r.allocated.values()):
+        st["allocated"] = {k: format_quantity(k, v) for k, v in sorted(r.allocated.items()) if v}
+    if r.current_owners:
+        st["currentOwners"] = [dict(o) for _, o in sorted(r.current_owners.items(),
+                                                          key=lambda kv: (kv[1].get("namespace", ""),
+                                                                          kv[1].get("name", ""), kv[0]))]
+    return st
 
 
 def owner_keys(r: Reservation) -> list[tuple[str, str]] | None:

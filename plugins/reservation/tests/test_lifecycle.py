@@ -95,3 +95,16 @@ def test_gang_of_owners_all_or_nothing_with_reservations():
     res = schedule(b, only=["reservation", "gang"])
     assert set(res.placements().values()) == {None}
     assert {(r["phase"], tuple(r["owners"])) for r in rows(res).values()} == {("Available", ())}
+
+
+def test_the_status_is_written_through_the_handle_into_the_clusters_object():
+    """handle.update_object_status: the embedded cluster keeps the status in its copy of the object (the live
+    scheduler PUTs it, tests/kube/test_reservation_live.py)."""
+    res = run(reservation("r1", {"cpu": "2"}),
+              pod("web-0", {"cpu": "1"}, labels={"app": "web"}, t=1))
+    st = res.cluster.get_object("Reservation", "r1")["status"]
+    assert st["phase"] == "Succeeded" and st["nodeName"] == "n1"
+    assert st["allocatable"] == {"cpu": "2"} and st["allocated"] == {"cpu": "1"}
+    assert st["currentOwners"] == [{"namespace": "default", "name": "web-0", "uid": "uid-default-web-0"}]
+    assert {c["type"]: (c["status"], c["reason"]) for c in st["conditions"]} == {
+        "Scheduled": ("True", "Scheduled"), "Ready": ("False", "Succeeded")}
