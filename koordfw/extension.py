@@ -163,3 +163,13 @@ ANNOTATION_RESERVATION_NODE = "scheduling.koordinator.sh/reservation-node"  # An
 __all__ += ["ANNOTATION_RESERVATION_AFFINITY", "ANNOTATION_RESERVATION_ALLOCATED", "ANNOTATION_RESERVATION_NAME",
             "ANNOTATION_RESERVATION_NODE", "ANNOTATION_RESERVATION_RESTRICTED_OPTIONS", "ANNOTATION_RESERVE_POD",
             "KIND_RESERVATION", "LABEL_RESERVATION_IGNORED", "LABEL_RESERVATION_ORDER"]
+
+# -- pod migration (apis/scheduling/v1alpha1/pod_migration_job_types.go; pkg/descheduler/controllers/migration)
+KIND_POD_MIGRATION_JOB = "PodMigrationJob"
+POD_MIGRATION_MODE_RESERVATION_FIRST = "ReservationFirst"  # PodMigrationJobModeReservationFirst
+POD_MIGRATION_MODE_EVICT_DIRECTLY = "EvictDirectly"  # PodMigrationJobModeEvictionDirectly
+#: the label the migration controller puts on the Reservations it creates (reservation.LabelCreatedBy)
+LABEL_CREATED_BY = "app.kubernetes.io/created-by"
+
+__all__ += ["KIND_POD_MIGRATION_JOB", "LABEL_CREATED_BY", "POD_MIGRATION_MODE_EVICT_DIRECTLY",
+            "POD_MIGRATION_MODE_RESERVATION_FIRST"]

@@ -22,11 +22,21 @@ so its reservation is kept (until the replacement takes it or the TTL ends), not
 
 Evictions are rate-limited (``max_evictions_per_minute``). ``dry_run`` (the default) plans and logs
 without evicting or reserving anything.
+
+**PodMigrationJobs** (when the cluster serves the CRD and the profile loads the reservation plugin,
+``migration_jobs``): each planned migration is instead created as a ``PodMigrationJob`` (ReservationFirst,
+the target in its reservation template) and the migration controller (:mod:`koordfw.engines.migration`)
+runs every job each round: a Reservation owned by the pod's controller holds the target (the reservation
+plugin schedules it; it is in the API, so it survives a restart of the scheduler), the pod is evicted once
+it is Available, and the replacement allocates from it. A pod with a job still running is not planned
+again. The in-memory reservation above is then not used.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -36,6 +46,8 @@ import structlog
 from ...core.caller import PluginFailure
 from ...core.model import Migration, Pod, replace_pod
 from ...core.schedule_one import Scheduler
+from ...extension import KIND_POD_MIGRATION_JOB, KIND_RESERVATION, SCHEDULING_GROUP_VERSION
+from ..migration import MigrationController, PodMigrationJob, job_manifest
 from .client import ApiError, KubeClient
 
 log = structlog.get_logger("koordfw.kube.deschedule")
@@ -63,12 +75,96 @@ class Outcome:
     result: str  # "evicted" | "dry-run" | "blocked: ..." | "skipped: ..."
 
 
+_RESERVATIONS = f"/apis/{SCHEDULING_GROUP_VERSION}/reservations"
+_JOBS = f"/apis/{SCHEDULING_GROUP_VERSION}/podmigrationjobs"
+
+
+async def evict_pod(client: KubeClient, pod: Pod, delete_options: Mapping[str, Any] | None = None) -> None:
+    """POST pods/eviction (policy/v1) with a UID precondition; raises ApiError."""
+    opts = dict(delete_options or {})
+    opts["preconditions"] = {**(opts.get("preconditions") or {}), "uid": pod.uid}
+    await client.request("POST", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/eviction",
+                         body={"apiVersion": "policy/v1", "kind": "Eviction",
+                               "metadata": {"name": pod.name, "namespace": pod.namespace}, "deleteOptions": opts})
+
+
+class KubeMigrationIO:
+    """The migration controller's reads (the scheduler's cache) and writes (the API)."""
+
+    def __init__(self, scheduler: Scheduler, client: KubeClient) -> None:
+        self.scheduler, self.client = scheduler, client
+
+    def now(self) -> float:
+        return time.time()
+
+    def pod(self, namespace: str, name: str) -> Pod | None:
+        return self.scheduler.cluster.pod_by_key(f"{namespace}/{name}")
+
+    def reservation(self, name: str) -> Mapping[str, Any] | None:
+        return self.scheduler.cluster.get_object(KIND_RESERVATION, name)
+
+    async def create_reservation(self, obj: dict[str, Any]) -> dict[str, Any]:
+        try:
+            created: dict[str, Any] = await self.client.request("POST", _RESERVATIONS, body=obj)
+            return created
+        except ApiError as e:
+            if e.status != 409:
+                raise
+            existing: dict[str, Any] = await self.client.request("GET", f"{_RESERVATIONS}/{obj['metadata']['name']}")
+            return existing
+
+    async def delete_reservation(self, name: str) -> None:
+        try:
+            await self.client.request("DELETE", f"{_RESERVATIONS}/{name}")
+        except ApiError as e:
+            if e.status != 404:
+                log.warning("could not delete a migration's reservation", reservation=name, error=str(e))
+
+    async def _read_modify_write(self, job: PodMigrationJob, path: str, change: Callable[[dict], None]) -> None:
+        for _ in range(5):
+            cur = await self.client.request("GET", f"{_JOBS}/{job.name}")
+            if job.uid and (cur.get("metadata") or {}).get("uid") != job.uid:
+                return  # deleted and recreated
+            change(cur)
+            try:
+                await self.client.request("PUT", path, body=cur)
+                return
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+        raise RuntimeError(f"{KIND_POD_MIGRATION_JOB} {job.name}: still conflicting after 5 attempts")
+
+    async def set_reservation_ref(self, job: PodMigrationJob, ref: dict[str, str]) -> None:
+        def change(o: dict) -> None:
+            o.setdefault("spec", {}).setdefault("reservationOptions", {})["reservationRef"] = ref
+        await self._read_modify_write(job, f"{_JOBS}/{job.name}", change)
+
+    async def write_status(self, job: PodMigrationJob, status: dict[str, Any]) -> None:
+        def change(o: dict) -> None:
+            o["status"] = status
+        await self._read_modify_write(job, f"{_JOBS}/{job.name}/status", change)
+
+    async def evict(self, pod: Pod, delete_options: Mapping[str, Any] | None) -> str | None:
+        try:
+            await evict_pod(self.client, pod, delete_options)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            return "disruption budget" if e.status == 429 else f"{e.status} {e}"
+        log.info("evicted for migration", pod=pod.key)
+        return None
+
+
 class LiveDescheduler:
     def __init__(self, scheduler: Scheduler, client: KubeClient, *, interval: float = 60.0, dry_run: bool = True,
                  max_evictions_per_minute: int = 10, reservation_ttl: float = 300.0,
-                 clock: Any = time.monotonic, leading: Any = None) -> None:
+                 clock: Any = time.monotonic, leading: Any = None,
+                 migration_jobs: Callable[[], bool] | None = None) -> None:
         """``leading()`` (None: always) is asked before every eviction: a replica that is not the leader
-        evicts nothing."""
+        evicts nothing. ``migration_jobs()`` (None: never) says whether plans become PodMigrationJobs."""
+        self.migration_jobs = migration_jobs
+        self.controller = MigrationController(KubeMigrationIO(scheduler, client))
+        self.jobs_created = 0
         self.scheduler, self.client = scheduler, client
         self.leading = leading
         self.interval, self.dry_run = interval, dry_run
@@ -142,6 +238,8 @@ class LiveDescheduler:
         return len(self._evicted_at) < self.max_per_minute
 
     async def run_once(self) -> list[Outcome]:
+        if self.migration_jobs is not None and self.migration_jobs():
+            return await self._run_jobs()
         self.expire()
         out: list[Outcome] = []
         for m in await self.plan():
@@ -188,6 +286,57 @@ class LiveDescheduler:
             self._evicted_at.append(self.clock())
             log.info("evicted for migration", pod=m.pod, source=m.from_node, target=m.to, plugin=m.plugin)
             out.append(Outcome(m, "evicted"))
+        self.history.extend(out)
+        return out
+
+    async def _run_jobs(self) -> list[Outcome]:
+        """A round with PodMigrationJobs: the plan's new migrations become jobs, then every job is reconciled."""
+        cluster = self.scheduler.cluster
+        jobs = dict(cluster.objects_of(KIND_POD_MIGRATION_JOB))
+        migrating = set()
+        for obj in jobs.values():
+            ref = (obj.get("spec") or {}).get("podRef") or {}
+            if ((obj.get("status") or {}).get("phase") or "Pending") in ("Pending", "Running"):
+                migrating.add(f"{ref.get('namespace') or 'default'}/{ref.get('name')}")
+        out: list[Outcome] = []
+        for m in await self.plan():
+            pod = cluster.pod_by_key(m.pod)
+            if pod is None or pod.node_name != m.from_node:
+                out.append(Outcome(m, "skipped: the pod is no longer on its source node"))
+                continue
+            if pod.uid in self.scheduler.placeholders:
+                continue  # a reservation's reserve pod: its plugin owns it
+            if m.pod in migrating or pod.deletion_timestamp is not None:
+                out.append(Outcome(m, "skipped: the pod is already being migrated"))
+                continue
+            if self.dry_run:
+                log.info("would migrate", pod=m.pod, source=m.from_node, target=m.to, plugin=m.plugin, reason=m.reason)
+                out.append(Outcome(m, "dry-run"))
+                continue
+            if not self._rate_ok():
+                out.append(Outcome(m, "skipped: eviction rate limit"))
+                continue
+            if self.leading is not None and not self.leading():
+                out.append(Outcome(m, "skipped: not the leader"))
+                continue
+            mode = "ReservationFirst" if m.to else "EvictDirectly"
+            body = job_manifest(f"{pod.name}-{uuid.uuid4().hex[:8]}", pod, mode=mode, ttl=self.ttl, target=m.to,
+                                reason=m.reason, plugin=m.plugin)
+            try:
+                created = await self.client.request("POST", _JOBS, body=body)
+            except ApiError as e:
+                log.warning("could not create a PodMigrationJob", pod=m.pod, error=str(e))
+                out.append(Outcome(m, f"blocked: {e.status} {e}"))
+                continue
+            jobs[created["metadata"]["name"]] = created  # the watch brings it into the cache soon
+            migrating.add(m.pod)
+            self._evicted_at.append(self.clock())
+            self.jobs_created += 1
+            log.info("migration job created", job=created["metadata"]["name"], pod=m.pod, source=m.from_node,
+                     target=m.to, plugin=m.plugin, mode=mode)
+            out.append(Outcome(m, f"job: {created['metadata']['name']}"))
+        if not self.dry_run and (self.leading is None or self.leading()):
+            await self.controller.run_once(jobs)
         self.history.extend(out)
         return out
 

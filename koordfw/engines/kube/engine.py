@@ -55,6 +55,8 @@ DEFAULT_OBJECTS = {
     "Device": f"/apis/{SCHEDULING_GROUP_VERSION}/devices",
     # the reservation plugin keeps their status (handle.update_object_status: PUT .../reservations/<name>/status)
     "Reservation": f"/apis/{SCHEDULING_GROUP_VERSION}/reservations",
+    # the live descheduler's migrations (deschedule.py: PodMigrationJobs, run by engines/migration.py)
+    "PodMigrationJob": f"/apis/{SCHEDULING_GROUP_VERSION}/podmigrationjobs",
     "NodeResourceTopology": "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies",
     # what kube-scheduler's own informers watch for its plugins (namespaceSelector terms, the default
     # topology spread selector, the volume plugins); system:kube-scheduler and system:volume-scheduler grant them
@@ -139,7 +141,14 @@ class KubeSchedulerEngine(SchedulerEvents):
             self.descheduler = LiveDescheduler(self.scheduler, client, interval=deschedule_interval,
                                                dry_run=deschedule_dry_run,
                                                max_evictions_per_minute=max_evictions_per_minute,
-                                               reservation_ttl=reservation_ttl, leading=self.may_write)
+                                               reservation_ttl=reservation_ttl, leading=self.may_write,
+                                               migration_jobs=self._migration_jobs)
+
+    def _migration_jobs(self) -> bool:
+        """Plans become PodMigrationJobs when the API serves them and this profile schedules Reservations."""
+        refl = next((r for r in self.reflectors if r.name == "PodMigrationJob"), None)
+        return (refl is not None and refl.available and refl.synced.is_set()
+                and "reservation" in self.scheduler.registry.plugins)
 
     # -- SchedulerEvents ------------------------------------------------------------------------------
     def pod_enqueued(self, pod: Pod) -> Pod | None:
