@@ -9,6 +9,7 @@ waiting at permit.
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections import Counter
@@ -37,7 +38,15 @@ from ..core.quantity import MAX_CANONICAL, format_quantity
 from ..core.schedule_one import Scheduler
 from ..core.state import CycleState
 from ..core.status import Status
-from ..extension import COLOCATION_CONFIG_KEY, CONFIG_NAMESPACE, LABEL_METADATA_NAME, SLO_CTRL_CONFIG_MAP
+from ..extension import (
+    COLOCATION_CONFIG_KEY,
+    CONFIG_NAMESPACE,
+    KIND_POD_MIGRATION_JOB,
+    KIND_RESERVATION,
+    LABEL_METADATA_NAME,
+    SLO_CTRL_CONFIG_MAP,
+)
+from .migration import MigrationController, PodMigrationJob, job_manifest
 
 log = structlog.get_logger("koordfw.embedded")
 
@@ -120,6 +129,8 @@ class SimulationResult:
                            "pods_per_second": round(scheduled / self.seconds, 1) if self.seconds > 0 else 0.0}}
         if self.migrations:
             out["migrations"] = [attrs.asdict(m) for m in self.migrations]
+        if e.migration_controller is not None and e.migration_controller.jobs:
+            out["migrationJobs"] = e.migration_controller.report()
         for k, v in self.extra.items():
             out.setdefault(k, v)
         return out
@@ -182,6 +193,9 @@ class EmbeddedEngine(SchedulerEvents):
         #: task group when it drives ``scheduler.schedule_next`` itself
         self.scheduler = Scheduler(registry, cluster, self.clock, engine=self, seed=seed,
                                    inline_binding=inline_binding, events_complete=True)
+        #: the in-memory migration controller (``deschedule`` with the reservation plugin loaded)
+        self.migration_controller: MigrationController | None = None
+        self._jobs_made = 0
         #: the ColocationCfg the node_resources hooks got: the slo-controller-config ConfigMap of the cluster
         #: when they last ran (read then: the cluster may be filled after the engine is made)
         self.colocation: dict[str, Any] | None = None
@@ -244,6 +258,38 @@ class EmbeddedEngine(SchedulerEvents):
         await s.enqueue(fresh)
         await s.cluster_event(ASSIGNED_POD_DELETE, cur, None)
         return True
+
+    async def run_migration_jobs(self, plan: list[Migration], *, max_rounds: int = 8) -> None:
+        """The plan as PodMigrationJobs (ReservationFirst with a target, else EvictDirectly) run by the migration
+        controller in memory: each round reconciles every job, then the cluster is driven (reservations and
+        evicted pods scheduled), until every job has ended or nothing changes."""
+        if self.migration_controller is None:
+            self.migration_controller = MigrationController(EmbeddedMigrationIO(self))
+        io = self.migration_controller.io
+        running = {f"{(j.get('spec') or {}).get('podRef', {}).get('namespace', 'default')}/"
+                   f"{(j.get('spec') or {}).get('podRef', {}).get('name')}"
+                   for j in self.cluster.objects_of(KIND_POD_MIGRATION_JOB).values()
+                   if ((j.get("status") or {}).get("phase") or "Pending") in ("Pending", "Running")}
+        for m in plan:
+            pod = self.cluster.pod_by_key(m.pod)
+            if pod is None or pod.node_name != m.from_node or m.pod in running:
+                continue
+            self._jobs_made += 1
+            obj = job_manifest(f"{pod.name}-migration-{self._jobs_made}", pod,
+                               mode="ReservationFirst" if m.to else "EvictDirectly", target=m.to,
+                               reason=m.reason, plugin=m.plugin)
+            assert isinstance(io, EmbeddedMigrationIO)
+            self.cluster.set_object(KIND_POD_MIGRATION_JOB, io._stamp(obj))
+            running.add(m.pod)
+        for _ in range(max_rounds):
+            before = json.dumps(self.cluster.objects_of(KIND_POD_MIGRATION_JOB), sort_keys=True, default=str)
+            jobs = await self.migration_controller.run_once(dict(self.cluster.objects_of(KIND_POD_MIGRATION_JOB)))
+            await self.drive()
+            if all(j.is_terminal or j.paused for j in jobs):
+                break
+            after = json.dumps(self.cluster.objects_of(KIND_POD_MIGRATION_JOB), sort_keys=True, default=str)
+            if after == before and not self.scheduler.queue.peek_active():
+                break
 
     async def refresh_node_resources(self) -> None:
         """Run the node_resources hooks for every node and merge their results into allocatable."""
@@ -359,12 +405,17 @@ class EmbeddedEngine(SchedulerEvents):
         return plans, errors
 
     async def deschedule(self) -> list[Migration]:
-        """Run the descheduling plugins once and apply their plan in memory; evicted pods are rescheduled."""
+        """Run the descheduling plugins once and apply their plan in memory; evicted pods are rescheduled.
+        With the reservation plugin loaded, the plan runs as PodMigrationJobs through the live descheduler's
+        migration controller (:meth:`run_migration_jobs`)."""
         s = self.scheduler
         plans, _ = await self.deschedule_plans()
         plan = [m for ms in plans.values() for m in ms]
         if s.placeholders:  # placeholder pods (reservations' reserve pods) are never evicted: not a migration
             plan = [m for m in plan if (p := self.cluster.pod_by_key(m.pod)) is None or p.uid not in s.placeholders]
+        if "reservation" in s.registry.plugins:
+            await self.run_migration_jobs(plan)
+            return plan
         for m in plan:
             pod = self.cluster.pod_by_key(m.pod)
             if pod is None or pod.node_name != m.from_node:
@@ -376,6 +427,70 @@ class EmbeddedEngine(SchedulerEvents):
                     s.nominate_pending(fresh, m.to)
         await self.drive()
         return plan
+
+
+class EmbeddedMigrationIO:
+    """The migration controller's reads and writes on the embedded cluster: objects in memory, the reservation
+    plugin told of the Reservations created and deleted (as a watch would), evictions in memory."""
+
+    def __init__(self, engine: EmbeddedEngine) -> None:
+        self.engine = engine
+        self.cluster = engine.cluster
+        self._n = 0
+
+    def now(self) -> float:
+        return self.engine.clock.now()
+
+    def pod(self, namespace: str, name: str) -> Pod | None:
+        return self.cluster.pod_by_key(f"{namespace}/{name}")
+
+    def reservation(self, name: str) -> Mapping[str, Any] | None:
+        return self.cluster.get_object(KIND_RESERVATION, name)
+
+    def _stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self._n += 1
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", f"{obj['kind'].lower()}-{meta['name']}")
+        meta.setdefault("creationTimestamp", _iso(self.now()))
+        meta.setdefault("resourceVersion", str(self._n))
+        return obj
+
+    async def create_reservation(self, obj: dict[str, Any]) -> dict[str, Any]:
+        name = obj["metadata"]["name"]
+        existing = self.cluster.get_object(KIND_RESERVATION, name)
+        if existing is not None:
+            return existing
+        obj = self._stamp(copy.deepcopy(obj))
+        self.cluster.set_object(KIND_RESERVATION, obj)
+        self.engine.scheduler.object_changed(KIND_RESERVATION, name, None, obj)
+        return obj
+
+    async def delete_reservation(self, name: str) -> None:
+        old = self.cluster.get_object(KIND_RESERVATION, name)
+        if old is not None:
+            self.cluster.delete_object(KIND_RESERVATION, name)
+            self.engine.scheduler.object_changed(KIND_RESERVATION, name, old, None)
+
+    async def set_reservation_ref(self, job: PodMigrationJob, ref: dict[str, str]) -> None:
+        cur = copy.deepcopy(self.cluster.get_object(KIND_POD_MIGRATION_JOB, job.name) or {})
+        if cur:
+            cur.setdefault("spec", {}).setdefault("reservationOptions", {})["reservationRef"] = ref
+            self.cluster.set_object(KIND_POD_MIGRATION_JOB, cur)
+
+    async def write_status(self, job: PodMigrationJob, status: dict[str, Any]) -> None:
+        cur = self.cluster.get_object(KIND_POD_MIGRATION_JOB, job.name)
+        if cur is not None:
+            self.cluster.set_object(KIND_POD_MIGRATION_JOB, {**cur, "status": copy.deepcopy(status)})
+
+    async def evict(self, pod: Pod, delete_options: Mapping[str, Any] | None) -> str | None:
+        ok = await self.engine.evict(pod, "migrated by a PodMigrationJob")
+        return None if ok else "the pod could not be evicted"
+
+
+def _iso(ts: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def build_registry(profile: Profile | str | Path | dict | None = None, *, plugins: dict[str, Any] | None = None,
