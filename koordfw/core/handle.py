@@ -210,6 +210,11 @@ class Handle(PluginsRunner, Protocol):
         restore-reservation transformer; call it from ``pre_filter``. Calls for one node add up."""
 
     # -- the engine's other objects (CRDs a plugin keeps the status of) --------------------------------
+    @property
+    def scheduler_name(self) -> str | None:
+        """The ``schedulerName`` this scheduler is responsible for (the live scheduler's profile: it queues
+        only pods naming it), or None when it schedules every pod it is given (the embedded cluster, the
+        extender). A plugin that makes pods of its own (a Reservation's reserve pod) asks it likewise."""
     def watch_objects(self, kind: str, callback: Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]
                       ) -> None:
         """Call ``callback(key, old, new)`` (sync) whenever an object of ``kind`` changes in the engine's

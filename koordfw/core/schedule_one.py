@@ -177,6 +177,10 @@ class SchedulerHandle:
         restored[i] = requests.copy() if prev is None else _add_vectors(prev, requests)
 
     # -- other objects -------------------------------------------------------------------------------
+    @property
+    def scheduler_name(self) -> str | None:
+        return self._s.responsible_for
+
     def watch_objects(self, kind: str, callback: Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]
                       ) -> None:
         self._s.object_watchers.setdefault(kind, []).append((self.plugin_name, callback))
@@ -253,6 +257,8 @@ class Scheduler:
         #: live engine sets it, replaying what it listed, once its caches have synced)
         self.object_watchers: dict[str, list[tuple[str, Callable[[str, Any, Any], None]]]] = {}
         self.objects_live = True
+        #: the schedulerName this scheduler is responsible for (None: every pod it is given)
+        self.responsible_for: str | None = None
         #: placeholder changes made by sync calls, delivered to the queue at the next scheduling step
         self._deferred: list[tuple[ClusterEvent | None, Pod | None, Pod | None]] = []
         self.queue = SchedulingQueue(self._sort_key, initial_backoff=self.profile.pod_initial_backoff_seconds,

@@ -128,3 +128,22 @@ async def test_status_write_retries_on_a_stale_resource_version(api, client):
         await client.request("PUT", f"/apis/{GV}/reservations/r1/status",
                              body={**cached, "status": {"phase": "Failed"}})
     assert e.value.status == 409
+
+
+async def test_a_reservation_of_another_scheduler_is_left_to_it_but_held_once_placed(api, client):
+    other = reservation("theirs", "3")
+    other["spec"]["template"]["spec"]["schedulerName"] = "koord-scheduler"
+    api.create(node("n0", cpu="4"))
+    api.create(other)
+    eng = engine(client)
+    async with running(eng):
+        api.create(pod("filler-probe", "100m"))
+        await wait_for(lambda: node_of(api, "filler-probe") == "n0", what="the scheduler runs")
+        assert status(api, "theirs") == {}  # not ours to schedule (isResponsibleForReservation)
+        assert not eng.scheduler.placeholders
+        # koord-scheduler places it: from then on it holds n0 here too
+        api.update("reservations", "theirs", lambda o: o.update(status={
+            "phase": "Available", "nodeName": "n0", "allocatable": {"cpu": "3", "memory": "1Gi"}}))
+        await wait_for(lambda: bool(eng.scheduler.placeholders), what="held")
+        api.create(pod("other", "2"))
+        await wait_for(lambda: unschedulable(api, "other"), what="the non-owner refused")

@@ -82,6 +82,7 @@ def build_cache(registry: Registry, client: KubeClient, *, scheduler_name: str |
     """A Scheduler over an empty cluster plus the reflectors that fill it (not started)."""
     sched = Scheduler(registry, ClusterState(), RealClock(), engine=engine, seed=seed)
     sched.objects_live = False  # watchers hear of objects once the caches have synced (replay_objects)
+    sched.responsible_for = scheduler_name
     feeder = ClusterFeeder(sched, scheduler_name=scheduler_name)
     refl = [Reflector(client, "/api/v1/nodes", feeder.on_node, name="nodes", watch_timeout=watch_timeout),
             Reflector(client, "/api/v1/pods", feeder.on_pod, field_selector=NON_TERMINAL, name="pods",

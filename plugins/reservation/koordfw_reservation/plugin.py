@@ -246,7 +246,13 @@ class ReservationPlugin:
                 self._forget(known, handle)
             return
         if known is not None:
-            return
+            st = new.get("status") or {}
+            if (known.phase == PENDING and not handle.is_placeholder(uid) and st.get("nodeName")
+                    and st.get("phase") in (AVAILABLE, WAITING)):
+                # another scheduler placed it (not ours to schedule): now it holds its node here too
+                self._forget(known, handle)
+            else:
+                return
         try:
             r = reservation_from_manifest(new)
         except ManifestError as e:
@@ -343,6 +349,10 @@ class ReservationPlugin:
             self._hold(r, handle)
         else:
             r.phase, r.node_name = PENDING, ""
+            mine = getattr(handle, "scheduler_name", None)
+            if mine is not None and r.reserve_pod.scheduler_name != mine:
+                # isResponsibleForReservation: another scheduler places it (its template's schedulerName)
+                return
             handle.add_placeholder(r.reserve_pod)
         self._write_status(r, handle)
 
