@@ -11,7 +11,9 @@ What it reproduces, from the API server's own behaviour (see docs/kubernetes.md)
   watch sending ``DELETED`` (old object) when an object stops matching and ``ADDED`` when it starts;
 * ``pods/{name}/binding`` with the server's exact 201/400/404/409 answers, ``pods/{name}/status``
   strategic-merge patches (conditions merge on ``type``), events.k8s.io/v1 events, coordination
-  leases with optimistic concurrency, and Koordinator ``NodeMetric`` and ``NodeSLO`` objects;
+  leases with optimistic concurrency, and Koordinator ``NodeMetric`` and ``NodeSLO`` objects (and
+  ``Reservation`` / ``PodMigrationJob``, cluster-scoped with a status subresource: a PUT of ``/status``
+  changes only the status, of the object everything but it; a stale ``resourceVersion`` is a 409);
 * LIST's ``resourceVersion``/``resourceVersionMatch`` as the apiserver serves them: none is a quorum
   read of the newest state; ``0`` is served from the watch cache (which ``freeze_watch_cache()`` makes
   lag behind, as a real one can); ``NotOlderThan`` (and a bare RV without ``limit``) is the newest state
