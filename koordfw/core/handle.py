@@ -181,7 +181,7 @@ class Handle(PluginsRunner, Protocol):
         A placeholder pod is never evicted (the result is False): its plugin removes it."""
 
     # -- placeholder pods (Koordinator's reserve pods) -------------------------------------------------
-    def add_placeholder(self, pod: Pod) -> None:
+    def add_placeholder(self, pod: Pod, *, on_unschedulable: Callable[[Pod, Status], None] | None = None) -> None:
         """Add (or replace, by uid) a **placeholder pod**: a pod that exists only in this scheduler, such
         as the reserve pod a Reservation is scheduled as.
 
@@ -194,7 +194,9 @@ class Handle(PluginsRunner, Protocol):
         not in reports) and ``evict`` refuses it; it shows in the cluster view (``pods_on``,
         ``requested``), so every other plugin sees the node's resources held. The queue hears of the
         change (``ASSIGNED_POD_DELETE`` of what it replaced, ``ASSIGNED_POD_ADD``) at the next scheduling
-        step, so a timer callback may call this. Not while the placeholder's own cycle runs."""
+        step, so a timer callback may call this. Not while the placeholder's own cycle runs.
+        ``on_unschedulable(pod, status)`` (sync) is called after each failed attempt to schedule it, with the
+        cycle's status (its message kube's fit error), e.g. to write why on the object it stands for."""
     def remove_placeholder(self, uid: str) -> Pod | None:
         """Remove a placeholder pod of this scheduler (queued, waiting at permit or placed), releasing what
         it holds; the queue hears ``ASSIGNED_POD_DELETE`` at the next scheduling step. While its own cycle

@@ -157,8 +157,8 @@ class SchedulerHandle:
         return await self._s.engine.evict(pod, reason)
 
     # -- placeholder pods ----------------------------------------------------------------------------
-    def add_placeholder(self, pod: Pod) -> None:
-        self._s.add_placeholder(pod, self.plugin_name)
+    def add_placeholder(self, pod: Pod, *, on_unschedulable: Callable[[Pod, Status], None] | None = None) -> None:
+        self._s.add_placeholder(pod, self.plugin_name, on_unschedulable=on_unschedulable)
 
     def remove_placeholder(self, uid: str) -> Pod | None:
         return self._s.remove_placeholder(uid)
@@ -259,6 +259,8 @@ class Scheduler:
         self.objects_live = True
         #: the schedulerName this scheduler is responsible for (None: every pod it is given)
         self.responsible_for: str | None = None
+        #: placeholder uid → its plugin's ``on_unschedulable`` callback
+        self._placeholder_failed: dict[str, Callable[[Pod, Status], None]] = {}
         #: placeholder changes made by sync calls, delivered to the queue at the next scheduling step
         self._deferred: list[tuple[ClusterEvent | None, Pod | None, Pod | None]] = []
         self.queue = SchedulingQueue(self._sort_key, initial_backoff=self.profile.pod_initial_backoff_seconds,
@@ -369,7 +371,8 @@ class Scheduler:
         return True
 
     # -- placeholder pods ---------------------------------------------------------------------------
-    def add_placeholder(self, pod: Pod, plugin: str) -> None:
+    def add_placeholder(self, pod: Pod, plugin: str, *,
+                        on_unschedulable: Callable[[Pod, Status], None] | None = None) -> None:
         """Add, or replace, a placeholder pod of ``plugin`` (see :meth:`koordfw.Handle.add_placeholder`):
         with ``node_name`` it is accounted on that node at once, without it queued at the next scheduling
         step. The queue hears of it (an enqueue, ``ASSIGNED_POD_DELETE`` of what it replaced,
@@ -378,6 +381,10 @@ class Scheduler:
         if uid in self.queue.in_flight:
             raise ValueError(f"placeholder {pod.key} is in its scheduling or binding cycle")
         self.placeholders[uid] = plugin
+        if on_unschedulable is not None:
+            self._placeholder_failed[uid] = on_unschedulable
+        else:
+            self._placeholder_failed.pop(uid, None)
         old = self.cluster.pod(uid)
         if old is not None:
             self.queue.done(uid)
@@ -407,6 +414,7 @@ class Scheduler:
                 self._deferred.append((None, cur, None))
             return cur
         self.queue.done(uid)
+        self._placeholder_failed.pop(uid, None)
         old = self.cluster.remove_pod(uid)
         if self.nominator:
             self.nominator.forget(uid)
@@ -774,6 +782,11 @@ class Scheduler:
                           plugins=rejectors(st))
         if not placeholder:
             await self.engine.pod_unschedulable(pod, st)
+        elif (cb := self._placeholder_failed.get(pod.uid)) is not None:
+            try:
+                cb(pod, st)
+            except Exception:
+                log.exception("placeholder failure callback failed", pod=pod.key, plugin=self.placeholders.get(pod.uid))
 
     # -- the back half of a cycle, for a pod another scheduler placed ------------------------------
     async def reserve_placed(self, pod: Pod, node_name: str) -> tuple[Status, CycleState]:

@@ -68,6 +68,7 @@ REASON_TIMEOUT = "Timeout"
 REASON_FAILED_CREATE_RESERVATION = "FailedCreateReservation"
 REASON_RESERVATION_EXPIRED = "ReservationExpired"
 REASON_MISSING_POD = "MissingPod"
+REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_MISSING_RESERVATION = "MissingReservation"
 REASON_FORBIDDEN_MIGRATE_POD = "ForbiddenMigratePod"
 REASON_EVICTING = "Evicting"
@@ -434,6 +435,12 @@ class MigrationController:
             return
         owners = rst.get("currentOwners") or []
         if rphase == "Pending" or not rst.get("nodeName"):
+            # syncReservationScheduleFailed: the reservation's Unschedulable message goes onto the job (it waits)
+            unsched = next((c for c in rst.get("conditions") or [] if c.get("type") == "Scheduled"
+                            and c.get("reason") == REASON_UNSCHEDULABLE and c.get("status") == "False"), None)
+            if unsched is not None:
+                await self._update(job, cond=(COND_RESERVATION_SCHEDULED, "False", REASON_UNSCHEDULABLE,
+                                              str(unsched.get("message") or "")))
             return  # not scheduled yet
         node = rst["nodeName"]
         if pod is not None and pod.node_name == node and not evicted_ok:

@@ -122,6 +122,18 @@ async def test_evict_directly_and_arbitration_per_workload(api, client):
         b = api.create(job_manifest("b", p1, mode="EvictDirectly"), "podmigrationjobs")
         await c.run_once({"a": a, "b": b})
         assert api.get("podmigrationjobs", "a")["status"]["phase"] == "Running"
+        # its reservation cannot be placed (no n9): Scheduled False, Unschedulable, copied onto the job, which waits
+        ra = api.get("podmigrationjobs", "a")["spec"]["reservationOptions"]["reservationRef"]["name"]
+
+        def unsched(o):
+            return {c["type"]: (c["status"], c.get("reason")) for c in ((o or {}).get("status") or {}).get("conditions") or []
+                    }.get("Scheduled") == ("False", "Unschedulable")
+        await wait_for(lambda: unsched(eng.cluster.get_object("Reservation", ra)), what="reservation unschedulable")
+        assert api.get("reservations", ra)["status"]["phase"] == "Pending"
+        await c.run_once({"a": api.get("podmigrationjobs", "a")})
+        ja = api.get("podmigrationjobs", "a")
+        assert conds(ja)["ReservationScheduled"] == ("False", "Unschedulable") and ja["status"]["phase"] == "Running"
+        assert "node" in next(x for x in ja["status"]["conditions"] if x["type"] == "ReservationScheduled")["message"]
         assert (api.get("podmigrationjobs", "b").get("status") or {}).get("phase") in (None, "Pending")  # waits
         assert api.evictions == []
         api.update("podmigrationjobs", "a", lambda o: o["status"].update(phase="Aborted"))  # as a user would

@@ -353,7 +353,19 @@ class ReservationPlugin:
             if mine is not None and r.reserve_pod.scheduler_name != mine:
                 # isResponsibleForReservation: another scheduler places it (its template's schedulerName)
                 return
-            handle.add_placeholder(r.reserve_pod)
+            handle.add_placeholder(r.reserve_pod, on_unschedulable=lambda _p, st, r=r: self._unschedulable(r, st, handle))
+        self._write_status(r, handle)
+
+    def _unschedulable(self, r: Reservation, st: Status, handle: Any) -> None:
+        """SetReservationUnschedulable: the reserve pod failed a cycle; the Reservation stays Pending (it is
+        tried again) with Scheduled False, Unschedulable and the scheduler's message."""
+        if self.reservations.get(r.uid) is not r or r.phase != PENDING:
+            return
+        msg = st.message or ""
+        if any(c.get("type") == "Scheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+               and c.get("message") == msg for c in r.conditions):
+            return  # told already: each retry does not write again
+        r.set_condition("Scheduled", "False", "Unschedulable", _now_str(handle.now()), st.message or "")
         self._write_status(r, handle)
 
     def _sync_owners(self, r: Reservation, cluster: Any) -> None:

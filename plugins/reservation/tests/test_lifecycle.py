@@ -108,3 +108,12 @@ def test_the_status_is_written_through_the_handle_into_the_clusters_object():
     assert st["currentOwners"] == [{"namespace": "default", "name": "web-0", "uid": "uid-default-web-0"}]
     assert {c["type"]: (c["status"], c["reason"]) for c in st["conditions"]} == {
         "Scheduled": ("True", "Scheduled"), "Ready": ("False", "Succeeded")}
+
+
+def test_an_unschedulable_reservation_stays_pending_with_koordinators_condition():
+    res = run(reservation("big", {"cpu": "64"}))
+    st = res.cluster.get_object("Reservation", "big")["status"]
+    assert st["phase"] == "Pending"
+    [c] = st["conditions"]
+    assert (c["type"], c["status"], c["reason"]) == ("Scheduled", "False", "Unschedulable")
+    assert "Insufficient cpu" in c["message"]
