@@ -48,6 +48,8 @@ KOORDINATOR_CRDS = {
                                           False),
     "reservations.scheduling.koordinator.sh": ("scheduling.koordinator.sh", "v1alpha1", "Reservation", "reservations",
                                                "Cluster", True),
+    "podmigrationjobs.scheduling.koordinator.sh": ("scheduling.koordinator.sh", "v1alpha1", "PodMigrationJob",
+                                                   "podmigrationjobs", "Cluster", True),
     "clustercolocationprofiles.config.koordinator.sh": ("config.koordinator.sh", "v1alpha1",
                                                         "ClusterColocationProfile", "clustercolocationprofiles",
                                                         "Cluster", True),
