@@ -147,3 +147,18 @@ async def test_a_reservation_of_another_scheduler_is_left_to_it_but_held_once_pl
         await wait_for(lambda: bool(eng.scheduler.placeholders), what="held")
         api.create(pod("other", "2"))
         await wait_for(lambda: unschedulable(api, "other"), what="the non-owner refused")
+
+
+async def test_an_expired_reservation_fails_and_releases_its_node(api, client):
+    api.create(node("n0", cpu="4"))
+    r = reservation("short", "3")
+    r["spec"]["ttl"] = "2s"
+    api.create(r)
+    eng = engine(client)
+    async with running(eng):
+        await wait_for(lambda: status(api, "short").get("phase") == "Available", what="placed")
+        await wait_for(lambda: status(api, "short").get("phase") == "Failed", timeout=10, what="expired")
+        ready = {c["type"]: c for c in status(api, "short")["conditions"]}["Ready"]
+        assert (ready["status"], ready["reason"]) == ("False", "Expired")
+        api.create(pod("other", "3"))
+        await wait_for(lambda: node_of(api, "other") == "n0", what="its node released")
