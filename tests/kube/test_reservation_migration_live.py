@@ -157,3 +157,23 @@ async def test_evict_directly_and_arbitration_per_workload(api, client):
         assert (st["phase"], st["reason"]) == ("Failed", "Timeout")
         assert api.get("reservations", rname) is None
         assert api.evictions == [("default", "web-1")]
+
+
+async def test_a_users_job_is_reconciled_between_planning_rounds(api, client):
+    """Jobs are reconciled every job_interval (at most 2 s), not only every planning interval; a job made with
+    kubectl runs like the descheduler's own."""
+    from koordfw.engines.migration import job_manifest
+
+    api.create(node("n0", cpu="4"))
+    api.create(web("web-0", node_name="n0"))
+    reg = build_registry(None, only=["reservation"])
+    eng = KubeSchedulerEngine(reg, client, deschedule_interval=3600, deschedule_dry_run=False)
+    assert eng.descheduler is not None and eng.descheduler.job_interval == 2.0
+    eng.descheduler.job_interval = 0.1
+    async with running(eng):
+        await wait_for(lambda: eng.cluster.pod_by_key("default/web-0") is not None, what="cached")
+        api.create(job_manifest("by-hand", eng.cluster.pod_by_key("default/web-0"), mode="EvictDirectly"),
+                   "podmigrationjobs")
+        await wait_for(lambda: (api.get("podmigrationjobs", "by-hand").get("status") or {}).get("phase") == "Succeeded",
+                       what="the job ran")
+    assert api.evictions == [("default", "web-0")]

@@ -163,6 +163,8 @@ class LiveDescheduler:
         """``leading()`` (None: always) is asked before every eviction: a replica that is not the leader
         evicts nothing. ``migration_jobs()`` (None: never) says whether plans become PodMigrationJobs."""
         self.migration_jobs = migration_jobs
+        #: how often PodMigrationJobs are reconciled between planning rounds (Koordinator requeues in seconds)
+        self.job_interval = min(interval, 2.0)
         self.controller = MigrationController(KubeMigrationIO(scheduler, client))
         self.jobs_created = 0
         self.scheduler, self.client = scheduler, client
@@ -340,13 +342,28 @@ class LiveDescheduler:
         self.history.extend(out)
         return out
 
+    async def reconcile_jobs(self) -> None:
+        """Reconcile the PodMigrationJobs between planning rounds (the controller's requeue)."""
+        if self.dry_run or (self.leading is not None and not self.leading()):
+            return
+        await self.controller.run_once(dict(self.scheduler.cluster.objects_of(KIND_POD_MIGRATION_JOB)))
+
     async def run(self, stop: anyio.Event) -> None:
+        """Plan every ``interval``; with PodMigrationJobs, reconcile them every ``job_interval`` meanwhile (a
+        ReservationFirst job takes several steps: reserve, wait for Available, evict, wait for the owner)."""
+        next_plan = self.clock() + self.interval
         while not stop.is_set():
-            with anyio.move_on_after(self.interval):
+            jobs = self.migration_jobs is not None and self.migration_jobs()
+            wait = max(0.0, next_plan - self.clock())
+            with anyio.move_on_after(min(wait, self.job_interval) if jobs else wait):
                 await stop.wait()
             if stop.is_set():
                 return
             try:
-                await self.run_once()
+                if self.clock() >= next_plan:
+                    next_plan = self.clock() + self.interval
+                    await self.run_once()
+                elif jobs:
+                    await self.reconcile_jobs()
             except Exception as e:  # a failing round must not stop the scheduler
                 log.error("descheduling round failed", error=f"{type(e).__name__}: {e}", exc_info=True)
