@@ -266,9 +266,12 @@ async def update_node_resources(engine: EmbeddedEngine, last_update: MutableMapp
     written = []
     for view in list(engine.cluster.nodes):
         merged: dict[str, int] = {}
+        # the hooks compare with what the node carries now (its allocatable with the extended resources
+        # written before), as they compare with node.status on a live cluster
+        current = _NodeWithAllocatable(view)
         for impl in impls:
             try:
-                res = await s.caller.call(impl, node=view, pods=engine.cluster.pods_on(view.name),
+                res = await s.caller.call(impl, node=current, pods=engine.cluster.pods_on(view.name),
                                           metric=engine.cluster.node_metric(view.name), now=now,
                                           last_update=last_update.get(view.name), colocation=engine.colocation)
             except PluginFailure:
@@ -280,6 +283,20 @@ async def update_node_resources(engine: EmbeddedEngine, last_update: MutableMapp
             last_update[view.name] = now
             written.append(view.name)
     return written
+
+
+class _NodeWithAllocatable:
+    """A NodeView whose ``node`` carries the view's current allocatable (the embedded cluster keeps
+    written extended resources in its columns, not in the Node object)."""
+
+    def __init__(self, view: NodeView) -> None:
+        import attrs
+
+        self._view = view
+        self.node = attrs.evolve(view.node, allocatable=view.allocatable)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
 
 
 def __getattr__(name: str) -> Any:

@@ -211,3 +211,56 @@ def test_replay_is_a_shared_group() -> None:
     b.add("two", help="2").set_defaults(func=lambda _a: 2)
     assert parser.parse_args(["replay", "two"]).func(None) == 2
     assert parser.parse_args(["replay"]).func(None) == 2  # the group alone prints its help
+
+
+def test_front_doors_node_planner_and_update_node_resources() -> None:
+    """The agent's plan and the manager's node-resource step as the replay drives them."""
+    from koordfw import (
+        ClusterState,
+        EmbeddedEngine,
+        NodePlanner,
+        NodeState,
+        PodState,
+        VirtualClock,
+        build_registry,
+        make_node,
+        make_pod,
+        update_node_resources,
+    )
+    from koordfw.extension import BATCH_CPU
+
+    ls = make_pod("ls", "default", requests={"cpu": "4"}, labels={"koordinator.sh/qosClass": "LS"})
+    be = make_pod("be", "default", requests={BATCH_CPU: "1000"}, labels={"koordinator.sh/qosClass": "BE"},
+                  priorityClassName="koord-batch")
+    reg = build_registry({"pluginConfig": {"be_suppress": {"enable": True, "cpuSuppressPolicy": "cfsQuota"}}},
+                         only=("be_suppress",))
+    planner = NodePlanner(reg, VirtualClock(0.0))
+    quota = "cpu/kubepods/besteffort/cpu.cfs_quota_us"
+    ns = NodeState(name="n", capacity={"cpu": 8000, "memory": 32 * GiB}, allocatable={"cpu": 8000, "memory": 32 * GiB},
+                   usage={"cpu": 3000, "memory": GiB}, cgroups={quota: "-1"},
+                   pods=(PodState(ls.uid, ls, "LS", "Burstable", "kubepods/burstable/podls", usage={"cpu": 2000}),
+                         PodState(be.uid, be, "BE", "BestEffort", "kubepods/besteffort/podbe", usage={"cpu": 1000})))
+    plan = anyio.run(planner.plan, ns)
+    # 65 % of 8 cores minus the LS pod's 2: 3.2 cores, 320,000 µs per 100 ms period
+    assert [(w.path, w.value, w.plugin) for w in plan.writes if w.path == quota] == [(quota, "320000", "be_suppress")]
+    assert plan.evictions == [] and plan.errors == []
+
+    cluster = ClusterState()
+    cluster.add_node(make_node("n", allocatable={"cpu": "8", "memory": "32Gi", "pods": "110"}))
+    engine = EmbeddedEngine(build_registry({"pluginConfig": {"batch_resource": {"enable": True}}},
+                                           only=("batch_resource",)), cluster, start_time=1000.0)
+
+    def metric(cpu: str) -> dict:
+        return {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric", "metadata": {"name": "n"},
+                "status": {"updateTime": "1970-01-01T00:16:40Z",
+                           "nodeMetric": {"nodeUsage": {"resources": {"cpu": cpu, "memory": "1Gi"}},
+                                          "systemUsage": {"resources": {"cpu": "0", "memory": "0"}}}}}
+
+    last: dict[str, float] = {}
+    cluster.set_object("NodeMetric", metric("1"))
+    assert anyio.run(update_node_resources, engine, last) == ["n"] and last == {"n": 1000.0}
+    assert cluster.node("n").allocatable[BATCH_CPU] == 8000 * 60 // 100
+    cluster.set_object("NodeMetric", metric("1100m"))  # batch-cpu moves by < 10 %, written just now: no write
+    assert anyio.run(update_node_resources, engine, last) == []
+    engine.clock.advance_to(1301.0)  # more than updateTimeThresholdSeconds (300) since the write: written
+    assert anyio.run(update_node_resources, engine, last) == ["n"] and last == {"n": 1301.0}
