@@ -239,6 +239,18 @@ class LiveDescheduler:
         self._evicted_at = [t for t in self._evicted_at if now - t < 60.0]
         return len(self._evicted_at) < self.max_per_minute
 
+    def _held(self, m: Migration) -> Outcome | None:
+        """Why a planned migration does not go ahead this round (a dry run, the rate limit, another
+        replica leading), or None when it may."""
+        if self.dry_run:
+            log.info("would migrate", pod=m.pod, source=m.from_node, target=m.to, plugin=m.plugin, reason=m.reason)
+            return Outcome(m, "dry-run")
+        if not self._rate_ok():
+            return Outcome(m, "skipped: eviction rate limit")
+        if self.leading is not None and not self.leading():
+            return Outcome(m, "skipped: not the leader")
+        return None
+
     async def run_once(self) -> list[Outcome]:
         if self.migration_jobs is not None and self.migration_jobs():
             return await self._run_jobs()
@@ -254,15 +266,9 @@ class LiveDescheduler:
                 # evicting again would only refresh the reservation and spend the rate limit
                 out.append(Outcome(m, "skipped: the pod is already being migrated"))
                 continue
-            if self.dry_run:
-                log.info("would migrate", pod=m.pod, source=m.from_node, target=m.to, plugin=m.plugin, reason=m.reason)
-                out.append(Outcome(m, "dry-run"))
-                continue
-            if not self._rate_ok():
-                out.append(Outcome(m, "skipped: eviction rate limit"))
-                continue
-            if self.leading is not None and not self.leading():
-                out.append(Outcome(m, "skipped: not the leader"))
+            held = self._held(m)
+            if held is not None:
+                out.append(held)
                 continue
             res = self._reserve(pod, m.to) if m.to else None
             try:
@@ -311,15 +317,9 @@ class LiveDescheduler:
             if m.pod in migrating or pod.deletion_timestamp is not None:
                 out.append(Outcome(m, "skipped: the pod is already being migrated"))
                 continue
-            if self.dry_run:
-                log.info("would migrate", pod=m.pod, source=m.from_node, target=m.to, plugin=m.plugin, reason=m.reason)
-                out.append(Outcome(m, "dry-run"))
-                continue
-            if not self._rate_ok():
-                out.append(Outcome(m, "skipped: eviction rate limit"))
-                continue
-            if self.leading is not None and not self.leading():
-                out.append(Outcome(m, "skipped: not the leader"))
+            held = self._held(m)
+            if held is not None:
+                out.append(held)
                 continue
             mode = "ReservationFirst" if m.to else "EvictDirectly"
             body = job_manifest(f"{pod.name}-{uuid.uuid4().hex[:8]}", pod, mode=mode, ttl=self.ttl, target=m.to,
