@@ -10,13 +10,16 @@ those). The scheduler calls, for each pod:
 * on success ``bind`` (from the bind plugin) then ``pod_bound`` — within the cycle when binding runs
   inline (the embedded cluster), later in the binding task otherwise;
 * on failure ``attempt_failed`` (before post_filter runs) then ``pod_unschedulable`` once requeued;
-* ``pod_removed`` when a pod leaves the cluster; ``evict`` when a plugin evicts a pod.
+* ``pod_removed`` when a pod leaves the cluster; ``evict`` when a plugin evicts a pod;
+* ``object_status_written`` and ``patch_object`` when a plugin writes another object (a Reservation's
+  status; a PersistentVolume's ``claimRef``, a claim's ``selected-node``).
 """
 
 from __future__ import annotations
 
+import copy
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -48,6 +51,20 @@ class EventLog:
     def eventf(self, regarding: str, type: str, reason: str, message: str) -> None:
         self.events.append(Event(regarding, type, reason, message))
         log.info("event", regarding=regarding, type=type, reason=reason, message=message)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: ``patch`` applied to a deep copy of ``target`` (a ``None`` value deletes a
+    key, a mapping merges into a mapping, anything else, lists included, replaces)."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(dict(target)) if isinstance(target, Mapping) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
 
 
 class SchedulerEvents:
@@ -95,3 +112,11 @@ class SchedulerEvents:
         """A plugin wrote an object's status (``handle.update_object_status``): ``obj`` is the cached object
         with its new ``status``, already in the scheduler's cluster. The live engine writes it through the
         API; an in-memory engine has nothing more to do."""
+
+    async def patch_object(self, kind: str, obj: Mapping[str, Any], patch: Mapping[str, Any],
+                           precondition: Callable[[Mapping[str, Any]], bool] | None = None) -> dict[str, Any] | None:
+        """A plugin's ``handle.patch_object``: write the merge ``patch`` (metadata and spec) on ``obj``, the
+        cached object, and return the object as written, or None if it was not (gone; ``precondition`` false
+        of a newer version). The scheduler puts the result in its cluster. In memory (this default): the
+        patch merged into ``obj``; the live engine PATCHes it through the API."""
+        return merge_patch(obj, patch)

@@ -234,6 +234,22 @@ class Handle(PluginsRunner, Protocol):
         re-read and retried on a 409 Conflict, coalesced per object (the newest status wins) and skipped
         when not leading. Sync; may be called from a timer. Returns False (nothing written) when the object
         is not in the cluster (a deleted object is never recreated)."""
+    def patch_object(self, kind: str, key: str, patch: Mapping[str, Any], *,
+                     precondition: Callable[[Mapping[str, Any]], bool] | None = None
+                     ) -> Awaitable[dict[str, Any] | None]:
+        """Write an RFC 7386 JSON merge ``patch`` of the object ``key`` of ``kind``'s ``metadata`` and ``spec``
+        (a ``status`` key is refused with ValueError: use :meth:`update_object_status`), as kube's volume
+        binder updates a PersistentVolume's ``spec.claimRef`` or annotates a claim with
+        ``volume.kubernetes.io/selected-node``. Await it (from ``pre_bind``, say); it returns the object as
+        written, or None when nothing was written: the object is not in the cluster (404 included),
+        ``precondition(current)`` is false, or the API refused it. ``precondition`` is checked on the cached
+        object first and, on the live cluster, again on each newer version: the PATCH carries the cached
+        ``resourceVersion`` and a 409 Conflict re-reads the object and retries (a few times) while
+        ``precondition`` still holds, so a change made meanwhile (another scheduler bound the PV) is never
+        overwritten. The embedded cluster changes its object in memory (``koordfw simulate`` reports it, later
+        cycles see it; a PersistentVolume's ``claimRef`` is completed as the PV controller would, binding the
+        claim); the live scheduler's cache gets the API's answer. Other plugins watching the kind hear of it
+        (:meth:`watch_objects`), this one does not. Not when leadership is lost (None)."""
 
 
 @runtime_checkable

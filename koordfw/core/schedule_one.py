@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -187,6 +187,11 @@ class SchedulerHandle:
 
     def update_object_status(self, kind: str, key: str, status: Mapping[str, Any]) -> bool:
         return self._s.update_object_status(kind, key, status, writer=self.plugin_name)
+
+    def patch_object(self, kind: str, key: str, patch: Mapping[str, Any], *,
+                     precondition: Callable[[Mapping[str, Any]], bool] | None = None
+                     ) -> Awaitable[dict[str, Any] | None]:
+        return self._s.patch_object(kind, key, patch, precondition=precondition, writer=self.plugin_name)
 
     # -- PluginsRunner -----------------------------------------------------------------------------
     async def run_pre_filters(self, pod: Pod, state: CycleState) -> tuple[Status, frozenset[str] | None]:
@@ -369,6 +374,27 @@ class Scheduler:
         self.engine.object_status_written(kind, new)
         self.object_changed(kind, key, old, new, skip=writer)
         return True
+
+    async def patch_object(self, kind: str, key: str, patch: Mapping[str, Any], *,
+                           precondition: Callable[[Mapping[str, Any]], bool] | None = None,
+                           writer: str = "") -> dict[str, Any] | None:
+        """``handle.patch_object``: the engine writes the merge patch (checking ``precondition``), then the
+        cluster keeps what it wrote, unless the cache already holds a newer version (the watch's echo of a
+        later change); watchers but ``writer`` hear."""
+        if "status" in patch:
+            raise ValueError("patch_object writes metadata and spec; a status goes through update_object_status")
+        old = self.cluster.get_object(kind, key)
+        if old is None or (precondition is not None and not precondition(old)):
+            return None
+        new = await self.engine.patch_object(kind, old, patch, precondition)
+        if new is None:
+            return None
+        cur = self.cluster.get_object(kind, key)
+        if cur is not None and _newer(cur, new):
+            return new
+        self.cluster.set_object(kind, new)
+        self.object_changed(kind, key, cur, new, skip=writer)
+        return new
 
     # -- placeholder pods ---------------------------------------------------------------------------
     def add_placeholder(self, pod: Pod, plugin: str, *,
@@ -840,3 +866,12 @@ class Scheduler:
 class _Failed(Exception):
     def __init__(self, status: Status) -> None:
         self.status = status
+
+
+def _newer(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Is object ``a`` a later version than ``b`` (both with numeric resourceVersions)?"""
+    try:
+        return int((a.get("metadata") or {}).get("resourceVersion") or "") > int(
+            (b.get("metadata") or {}).get("resourceVersion") or "")
+    except (TypeError, ValueError):
+        return False

@@ -28,7 +28,7 @@ from ..core.caller import PluginFailure
 from ..core.clock import VirtualClock
 from ..core.cluster import ClusterState
 from ..core.errors import ManifestError
-from ..core.events import SchedulerEvents
+from ..core.events import SchedulerEvents, merge_patch
 from ..core.hints import ASSIGNED_POD_DELETE
 from ..core.manifests import Manifests, load_manifests
 from ..core.model import Migration, Pod, pod_from_manifest
@@ -127,6 +127,9 @@ class SimulationResult:
         out = {"pods": pods, "nodes": nodes,
                "summary": {**summary, "seconds": round(self.seconds, 6),
                            "pods_per_second": round(scheduled / self.seconds, 1) if self.seconds > 0 else 0.0}}
+        claims = claims_report(self.cluster)
+        if claims:
+            out["claims"] = claims
         if self.migrations:
             out["migrations"] = [attrs.asdict(m) for m in self.migrations]
         if e.migration_controller is not None and e.migration_controller.jobs:
@@ -134,6 +137,19 @@ class SimulationResult:
         for k, v in self.extra.items():
             out.setdefault(k, v)
         return out
+
+
+def claims_report(cluster: ClusterState) -> list[dict[str, Any]]:
+    """The ``claims`` section of a simulation: every PersistentVolumeClaim as the run left it (bound to a
+    static PV by volume_binding's pre_bind, or annotated with the node chosen for provisioning)."""
+    rows = []
+    for key, obj in sorted(cluster.objects_of("PersistentVolumeClaim").items()):
+        meta = obj.get("metadata") or {}
+        rows.append({"namespace": meta.get("namespace") or "default", "name": meta.get("name") or key,
+                     "phase": (obj.get("status") or {}).get("phase") or "Pending",
+                     "volumeName": (obj.get("spec") or {}).get("volumeName") or None,
+                     "selectedNode": (meta.get("annotations") or {}).get("volume.kubernetes.io/selected-node")})
+    return rows
 
 
 def _bad_amounts(res: Any) -> dict[str, str]:
@@ -238,6 +254,32 @@ class EmbeddedEngine(SchedulerEvents):
     async def bind(self, pod: Pod, node_name: str, annotations: Mapping[str, str]) -> bool:
         self.cluster.confirm_bound(pod, node_name, annotations)
         return True
+
+    async def patch_object(self, kind: str, obj: Mapping[str, Any], patch: Mapping[str, Any],
+                           precondition: Callable[[Mapping[str, Any]], bool] | None = None) -> dict[str, Any] | None:
+        """In memory; a PersistentVolume given a ``claimRef`` to an unbound claim is then bound as kube's PV
+        controller binds it (``syncVolume``/``bind``: the PV Bound, the claim's ``volumeName``, its
+        ``pv.kubernetes.io/bind-completed`` annotation, phase Bound with the PV's capacity). A claim annotated
+        for provisioning stays Pending: the embedded cluster has no provisioner."""
+        new = merge_patch(obj, patch)
+        if kind != "PersistentVolume":
+            return new
+        ref = (new.get("spec") or {}).get("claimRef") or {}
+        key = f"{ref.get('namespace')}/{ref.get('name')}"
+        pvc = self.cluster.get_object("PersistentVolumeClaim", key)
+        if pvc is None or (pvc.get("spec") or {}).get("volumeName") \
+                or (ref.get("uid") and ref["uid"] != (pvc.get("metadata") or {}).get("uid")):
+            return new
+        pv_name = (new.get("metadata") or {}).get("name")
+        bound = merge_patch(pvc, {
+            "metadata": {"annotations": {"pv.kubernetes.io/bind-completed": "yes",
+                                         "pv.kubernetes.io/bound-by-controller": "yes"}},
+            "spec": {"volumeName": pv_name},
+            "status": {"phase": "Bound", "accessModes": (new.get("spec") or {}).get("accessModes") or [],
+                       "capacity": (new.get("spec") or {}).get("capacity") or {}}})
+        self.cluster.set_object("PersistentVolumeClaim", bound)
+        self.scheduler.object_changed("PersistentVolumeClaim", key, pvc, bound)
+        return {**new, "status": {**(new.get("status") or {}), "phase": "Bound"}}
 
     async def evict(self, pod: Pod, reason: str) -> bool:
         """Evict in memory: the pod leaves its node and comes back pending (its controller recreates it)."""

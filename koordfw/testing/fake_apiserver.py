@@ -101,6 +101,12 @@ RESOURCES: dict[str, ResourceType] = {r.plural: r for r in (
     ResourceType("/apis/scheduling.koordinator.sh/v1alpha1", "podmigrationjobs", "PodMigrationJob", False,
                  ("metadata.name",), True),
     ResourceType("/apis/scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", False, ("metadata.name",)),
+    # the volume built-ins' kinds: claims and volumes with a status subresource (the volume binder PATCHes a
+    # PV's spec.claimRef and a claim's selected-node annotation; the PV controller writes their status)
+    ResourceType("/api/v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, has_status=True),
+    ResourceType("/api/v1", "persistentvolumes", "PersistentVolume", False, ("metadata.name",), True),
+    ResourceType("/apis/storage.k8s.io/v1", "storageclasses", "StorageClass", False, ("metadata.name",)),
+    ResourceType("/apis/storage.k8s.io/v1", "csinodes", "CSINode", False, ("metadata.name",)),
     ResourceType("/apis/config.koordinator.sh/v1alpha1", "clustercolocationprofiles", "ClusterColocationProfile",
                  False, ("metadata.name",), True),
 )}

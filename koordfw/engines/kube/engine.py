@@ -13,7 +13,7 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -115,6 +115,9 @@ class KubeSchedulerEngine(SchedulerEvents):
         self._nominated: set[str] = set()
         #: kind → collection path of the other objects cached (status writes go to <path>/<name>/status)
         self.object_paths = dict(DEFAULT_OBJECTS if objects is None else objects)
+        #: handle.patch_object's PATCHes written, and the 409 Conflicts they met
+        self.object_patches = 0
+        self.object_patch_conflicts = 0
         self.scheduler, self.feeder, self.reflectors = build_cache(
             registry, client, scheduler_name=self.scheduler_name, seed=seed, objects=objects,
             watch_timeout=watch_timeout, engine=self)
@@ -175,17 +178,64 @@ class KubeSchedulerEngine(SchedulerEvents):
     def object_status_written(self, kind: str, obj: Mapping[str, Any]) -> None:
         """A plugin's ``handle.update_object_status``: PUT the object's ``/status`` (the writer coalesces and
         retries on conflicts)."""
-        base = self.object_paths.get(kind)
-        if base is None:
+        path = self._object_path(kind, obj)
+        if path is None:
             log.warning("not writing the status of an object of a kind not watched", kind=kind)
             return
+        self.writer.object_status(path + "/status", dict(obj))
+
+    def _object_path(self, kind: str, obj: Mapping[str, Any]) -> str | None:
+        base = self.object_paths.get(kind)
+        if base is None:
+            return None
         meta = obj.get("metadata") or {}
         if meta.get("namespace"):
             group, plural = base.rsplit("/", 1)
-            path = f"{group}/namespaces/{meta['namespace']}/{plural}/{meta['name']}/status"
-        else:
-            path = f"{base}/{meta['name']}/status"
-        self.writer.object_status(path, dict(obj))
+            return f"{group}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
+        return f"{base}/{meta['name']}"
+
+    async def patch_object(self, kind: str, obj: Mapping[str, Any], patch: Mapping[str, Any],
+                           precondition: Callable[[Mapping[str, Any]], bool] | None = None,
+                           attempts: int = 5) -> dict[str, Any] | None:
+        """A plugin's ``handle.patch_object``: a JSON merge PATCH carrying the cached ``resourceVersion``; on a
+        409 Conflict the object is read again and, while ``precondition`` holds of it (and its uid is the
+        cached one's), patched at its new version (client-go's ``RetryOnConflict``). None: not written."""
+        path = self._object_path(kind, obj)
+        meta = obj.get("metadata") or {}
+        what = f"{kind} {meta.get('namespace', '') + '/' if meta.get('namespace') else ''}{meta.get('name')}"
+        if path is None:
+            log.warning("not writing an object of a kind not watched", kind=kind)
+            return None
+        rv = meta.get("resourceVersion")
+        for _ in range(attempts):
+            if not self.may_write():
+                log.info("not leading: not writing", what=what)
+                return None
+            body = {**patch, "metadata": {**(patch.get("metadata") or {}),
+                                          **({"resourceVersion": rv} if rv else {})}}
+            try:
+                out: dict[str, Any] = await self.client.request("PATCH", path, body=body,
+                                                                content_type="application/merge-patch+json")
+                self.object_patches += 1
+                return out
+            except ApiError as e:
+                if e.status == 404:
+                    return None
+                if e.status != 409:
+                    log.warning("could not patch an object", what=what, error=str(e))
+                    return None
+                self.object_patch_conflicts += 1
+            try:
+                cur = await self.client.request("GET", path)
+            except ApiError as g:
+                log.warning("could not re-read an object to patch it", what=what, error=str(g))
+                return None
+            if (cur.get("metadata") or {}).get("uid") != meta.get("uid") or (
+                    precondition is not None and not precondition(cur)):
+                return None  # recreated, or changed so that the patch no longer applies
+            rv = (cur.get("metadata") or {}).get("resourceVersion")
+        log.warning("could not patch an object: it kept changing", what=what)
+        return None
 
     async def evict(self, pod: Pod, reason: str) -> bool:
         """Preemption (and any plugin's handle.evict) deletes through the API, never in memory."""
