@@ -116,13 +116,24 @@ def _defaults(plural: str, obj: dict) -> None:
     """The API server's defaulting of the kinds that have one here (pkg/apis/core/v1/defaults.go
     SetDefaults_Namespace, pkg/apis/scheduling/v1/defaults.go SetDefaults_PriorityClass), on create and
     update: every named Namespace carries ``kubernetes.io/metadata.name``, a PriorityClass a
-    ``preemptionPolicy``."""
+    ``preemptionPolicy``, a PersistentVolumeClaim or PersistentVolume a ``volumeMode`` and a Pending phase (a PV
+    a ``Retain`` reclaim policy)."""
     if plural == "namespaces" and obj["metadata"].get("name"):
         labels = obj["metadata"].get("labels")
         obj["metadata"]["labels"] = {**(labels if isinstance(labels, dict) else {}),
                                      "kubernetes.io/metadata.name": obj["metadata"]["name"]}
     elif plural == "priorityclasses":
         obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    elif plural in ("persistentvolumeclaims", "persistentvolumes"):
+        # SetDefaults_PersistentVolumeClaim / SetDefaults_PersistentVolume
+        spec, status = obj.get("spec"), obj.get("status")
+        if isinstance(spec, dict):
+            spec.setdefault("volumeMode", "Filesystem")
+            if plural == "persistentvolumes":
+                spec.setdefault("persistentVolumeReclaimPolicy", "Retain")
+        if not isinstance(status, dict):
+            status = obj["status"] = {}
+        status.setdefault("phase", "Pending")
 
 
 @attrs.define

@@ -58,6 +58,7 @@ async def test_a_wait_for_first_consumer_claim_is_annotated_with_the_chosen_node
         chosen = node_of(api, "db-0")
         got = api.get("persistentvolumeclaims", "data-db-0", "default")
         assert annotations(got)[SELECTED_NODE] == chosen
+        assert got["status"] == {"phase": "Pending"} and got["spec"]["volumeMode"] == "Filesystem"  # defaulted
         assert eng.object_patches == 1 and eng.object_patch_conflicts == 0
         # the cache has the written claim (the API's answer, or its watch echo)
         cached = eng.cluster.get_object("PersistentVolumeClaim", "default/data-db-0")
