@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from typing import Any
 
@@ -19,7 +19,7 @@ import structlog
 
 from .. import hookspecs
 from .errors import ConfigError, PluginLoadError
-from .profile import CONVERTER, Profile, structure_args
+from .profile import CONVERTER, PluginSet, Profile, structure_args
 
 log = structlog.get_logger("koordfw.plugins")
 
@@ -202,6 +202,13 @@ class Registry:
                 raise PluginLoadError(f"plugin {name!r}: {e}") from None
             info.obj = obj
             self._impls.clear()
+
+    def disable_at(self, plugin: str, points: Iterable[str]) -> None:
+        """Run ``plugin`` at none of ``points`` from now on (as the profile's ``plugins.<point>.disabled``
+        would), for an engine where something else does that part of its work."""
+        for point in points:
+            self.profile.plugins.setdefault(point, PluginSet()).disabled.add(plugin)
+        self._impls.clear()
 
     def plugin(self, name: str) -> Any:
         """The constructed object of plugin ``name`` (module or instance), for engines and tests."""

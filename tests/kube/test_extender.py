@@ -136,6 +136,16 @@ async def test_info_names_plugins_needing_state(stateless):
         assert "koordfw_schedule_attempts" in await r.text() or r.status == 200
 
 
+def test_kube_schedulers_own_volume_binding_is_not_run_again_at_bind():
+    # kube-scheduler's VolumeBinding reserves and pre-binds the volumes before it calls the extender's
+    # bind: with the built-ins alone a bind needs no state, and volume_binding runs no binding-cycle hook
+    reg = build_registry(None, autoload=False)
+    ext = Extender(reg)
+    assert not ext.binds_with_state and ext.plugins_needing_state == []
+    assert not any(i.plugin == "volume_binding" for h in ("reserve", "unreserve", "pre_bind") for i in reg.impls(h))
+    assert "volume_binding" in {i.plugin for i in reg.impls("filter")}  # its filter still answers
+
+
 async def test_bind_without_client_says_why(stateless):
     _, http = stateless
     status, out = await post(http, "/colo/bind", {"PodName": "p", "PodNamespace": "default", "PodUID": "u",

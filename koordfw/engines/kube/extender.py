@@ -326,6 +326,10 @@ class Extender:
 
     def __init__(self, registry: Registry, *, client: KubeClient | None = None, seed: int = 0,
                  unhealthy_after: float = DEFAULT_UNHEALTHY_AFTER) -> None:
+        # kube-scheduler runs its own VolumeBinding (Reserve writes the assumed bindings, PreBind the PV
+        # claimRef and the claim's selected-node) before it calls the extender's bind: ours must not run
+        # those again, nor make every bind a stateful one
+        registry.disable_at("volume_binding", ("reserve", "unreserve", "pre_bind"))
         self.registry = registry
         self.client = client
         #: ``/healthz`` is 500 once the API has been unreachable, or the cache unsynced since the start,
