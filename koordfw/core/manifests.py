@@ -20,6 +20,7 @@ from .errors import ManifestError
 from .model import Node, Pod, node_from_manifest, object_name, object_namespace, parse_time, pod_from_manifest
 from .quantity import QuantityError, canonical
 from .safeload import InputError, load_yaml_all, loads_json, read_text
+from .storage import STORAGE_KINDS, check_storage_object
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -195,7 +196,8 @@ def _documents(path: Path) -> list[Any]:
 _KIND = re.compile(r"[A-Z][A-Za-z0-9]*")
 #: kinds whose spelling is checked, so that ``pod`` or ``Node `` is an error rather than an ignored object
 KNOWN_KINDS = ("Pod", "Node", "NodeMetric", "Device", "PodGroup", "ElasticQuota", "NodeResourceTopology",
-               "PodDisruptionBudget", "NodeSLO", "Reservation", "ConfigMap", "Namespace", "PriorityClass")
+               "PodDisruptionBudget", "NodeSLO", "Reservation", "ConfigMap", "Namespace", "PriorityClass",
+               *STORAGE_KINDS)
 _KNOWN_FOLDED = {k.lower(): k for k in KNOWN_KINDS}
 
 
@@ -267,6 +269,8 @@ def load_objects(docs: Iterable[Any], *, file: str = "<input>", into: Manifests 
                 _record(out, kind, key, file, f"{kind} {key}")
                 if kind in ADMISSION_KINDS:
                     check_object(kind, obj, file=file)
+                elif kind in STORAGE_KINDS:
+                    check_storage_object(kind, obj, file=file)
                 out.objects.append((kind, obj))
     return out
 
