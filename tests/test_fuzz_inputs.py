@@ -11,6 +11,7 @@ Deterministic (``derandomize``); ``KOORDFW_FUZZ_EXAMPLES`` sets the examples per
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -70,6 +71,21 @@ def pod(draw, name, node_names):
             "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}
     if draw(st.booleans()):
         spec["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+    # the kube-scheduler built-ins' inputs: pod (anti-)affinity, topology spread, host ports, a claim
+    if draw(st.booleans()):
+        spec.setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "a"}}, "topologyKey": "kubernetes.io/hostname"}],
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10, "podAffinityTerm": {
+                "labelSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["b"]}]},
+                "topologyKey": "zone", "matchLabelKeys": ["app"]}}]}
+    if draw(st.booleans()):
+        spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable":
+                                              draw(st.sampled_from(["DoNotSchedule", "ScheduleAnyway"])),
+                                              "labelSelector": {"matchLabels": {"app": "a"}}, "minDomains": 2}]
+    if draw(st.booleans()):
+        spec["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080, "protocol": "TCP"}]
+    if draw(st.booleans()):
+        spec["volumes"] = [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default", "labels": draw(labels),
                          "creationTimestamp": "2024-01-01T00:00:00Z",
@@ -90,6 +106,23 @@ def cluster(draw):
     objs = [draw(node(n)) for n in node_names]
     objs += [draw(pod(f"p{i}", node_names)) for i in range(draw(st.integers(1, 4)))]
     objs.append(node_metric(node_names[0]))
+    if draw(st.booleans()):  # the volume built-ins' objects
+        objs += [{"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": "default"},
+                  "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "wait",
+                           "resources": {"requests": {"storage": "1Gi"}}}},
+                 {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "wait"},
+                  "provisioner": "csi.example.com", "volumeBindingMode": "WaitForFirstConsumer"},
+                 {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv1"},
+                  "spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "2Gi"}, "storageClassName": "wait",
+                           "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                               {"key": "zone", "operator": "In", "values": ["a"]}]}]}}}}]
+    if draw(st.booleans()):  # a Reservation (plugins/reservation)
+        objs.append({"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+                     "metadata": {"name": "hold"},
+                     "spec": {"template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {
+                         "cpu": draw(cpu), "memory": draw(memory)}}}]}},
+                              "owners": [{"labelSelector": {"matchLabels": {"app": "a"}}}], "ttl": "1h",
+                              "allocatePolicy": draw(st.sampled_from(["", "Aligned", "Restricted"]))}})
     return objs
 
 
@@ -141,7 +174,9 @@ def mutated(draw, base):
         if how == "drop":
             del container[key]
         else:
-            container[key] = draw(HOSTILE)
+            # a copy: a later mutation may go inside a mapping or list value, which must not change HOSTILE
+            # itself (the next examples would then draw differently: hypothesis' FlakyStrategyDefinition)
+            container[key] = copy.deepcopy(draw(HOSTILE))
     return base
 
 

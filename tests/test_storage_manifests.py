@@ -79,3 +79,23 @@ def test_malformed_storage_fields_are_named(obj, path, value, field, words):
 def test_a_misspelt_storage_kind_is_an_error():
     with pytest.raises(ManifestError, match="did you mean 'PersistentVolumeClaim'"):
         load_objects([with_(PVC, "kind", "persistentvolumeclaim")], file="in.yaml")
+
+
+def test_a_plugins_error_about_an_input_object_names_its_file(tmp_path):
+    # a plugin reads its objects at startup (the reservation plugin its Reservations): its error names the
+    # object and field; the kernel adds the file the object came from, and the command exits 2 on one line
+    import yaml
+
+    from koordfw.testing.hostile import check_cli_outcome, run_cli
+
+    f = tmp_path / "cluster.yaml"
+    f.write_text(yaml.safe_dump_all([
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"},
+         "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": 110}}},
+        {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation", "metadata": {"name": "hold"},
+         "spec": {"template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1x"}}}]}},
+                  "owners": [{"labelSelector": {"matchLabels": {"app": "a"}}}]}}]))
+    for argv in (["simulate", str(f), "-o", "json"], ["deschedule", str(f), "-o", "json"]):
+        out = run_cli(argv, timeout=60)
+        assert check_cli_outcome(out, names=[str(f), "Reservation hold", "field spec.template.spec.containers[0]"]) \
+            == "error"

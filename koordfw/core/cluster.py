@@ -142,6 +142,9 @@ class ClusterState:
         self.extra_allocatable: dict[str, dict[str, int]] = {}
         #: other objects by kind, then by "namespace/name" (or name for cluster-scoped)
         self.objects: dict[str, dict[str, dict]] = {}
+        #: (kind, key) -> the input file an object came from (the embedded cluster's input), so that an
+        #: error a plugin raises about it can name the file
+        self.sources: dict[tuple[str, str], str] = {}
         #: bumped on any change; ``free_generation`` only when capacity appears or is freed
         self.generation = 0
         self.free_generation = 0

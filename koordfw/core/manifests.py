@@ -160,6 +160,7 @@ class Manifests:
             cluster.add_node(n)
         for kind, obj in self.objects:
             cluster.set_object(kind, obj)
+        cluster.sources.update(self.sources)
         for p in self.pods:
             cluster.add_pod(p)
         return cluster

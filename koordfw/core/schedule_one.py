@@ -22,9 +22,10 @@ import attrs
 import numpy as np
 import structlog
 
+from .caller import PluginFailure
 from .clock import Clock
 from .cluster import ClusterState, NodeView
-from .errors import PluginLoadError
+from .errors import ManifestError, PluginLoadError
 from .events import EventLog, SchedulerEvents
 from .hints import (
     ASSIGNED_POD_ADD,
@@ -570,10 +571,23 @@ class Scheduler:
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def startup(self) -> None:
-        for impl, _, st in await self.caller.call_safe("startup"):
-            if st is not None:  # the caller logged the cause (with a traceback when it is a plugin bug)
-                raise PluginLoadError(f"plugin {impl.plugin} failed at startup: {st.message}")
+        for impl in self.caller.impls("startup"):
+            try:
+                await self.caller.call(impl)
+            except PluginFailure as f:  # the caller logged the cause (with a traceback when it is a plugin bug)
+                if isinstance(f.__cause__, ManifestError):  # bad input the plugin read: the user's error
+                    raise self._in_its_file(f.__cause__) from None
+                raise PluginLoadError(f"plugin {impl.plugin} failed at startup: {f.status.message}") from None
         self.hints = await self.framework.events_to_register()
+
+    def _in_its_file(self, e: ManifestError) -> ManifestError:
+        """``e`` naming the input file of the object it is about (its ``obj``, "Kind key" as plugins name
+        objects), when it does not say and the cluster knows (the embedded cluster's input)."""
+        if e.file or not e.obj or " " not in e.obj:
+            return e
+        kind, key = e.obj.split(" ", 1)
+        src = self.cluster.sources.get((kind, key))
+        return ManifestError(e.detail, file=src, obj=e.obj, field=e.field) if src else e
 
     async def shutdown(self) -> None:
         await self.caller.call_safe("shutdown")
