@@ -587,7 +587,10 @@ class Replay:
                     "metadata": {"name": name, "namespace": "batch", "uid": f"uid-{name}",
                                  "labels": {BATCH_LABEL: "batch", "shape": str(sh)},
                                  "annotations": {ANNOTATION_TEMPLATES: templates}},
-                    "spec": {"containers": [{"name": "executor", "resources": {"requests": req}}]}}
+                    # executors never preempt: they are the cluster's lowest priority, so a preemption
+                    # attempt could find no victim and only costs the scheduler a search
+                    "spec": {"containers": [{"name": "executor", "resources": {"requests": req}}],
+                             "preemptionPolicy": "Never"}}
         if self.admission is not None:
             pod = await self.admission.admit(manifest)
         else:

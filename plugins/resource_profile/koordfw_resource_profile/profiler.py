@@ -13,6 +13,7 @@ task class → everything), and to the request itself when none has.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 
@@ -73,13 +74,19 @@ class Recommendation:
     memory_key: str = ""
 
 
+_EDGE_LIST = _EDGES.tolist()
+
+
 class _Histogram:
-    __slots__ = ("weights", "ref", "half_life")
+    __slots__ = ("weights", "ref", "half_life", "_sum", "_pct")
 
     def __init__(self, half_life: float) -> None:
         self.weights = np.zeros(NBUCKETS)
         self.ref: float | None = None
         self.half_life = half_life
+        #: the weights' sum (kept as they are added) and the percentiles asked since the last add
+        self._sum = 0.0
+        self._pct: dict[float, float] = {}
 
     def add(self, ratio: float, weight: float, now: float) -> None:
         if self.ref is None:
@@ -87,9 +94,13 @@ class _Histogram:
         exp = (now - self.ref) / self.half_life
         if exp > _MAX_EXPONENT:  # rebase: every weight scaled by the same factor, percentiles unchanged
             self.weights *= 2.0 ** (-exp)
+            self._sum *= 2.0 ** (-exp)
             self.ref, exp = now, 0.0
-        b = int(np.searchsorted(_EDGES, min(max(ratio, RATIO_MIN), RATIO_MAX), side="right")) - 1
-        self.weights[min(max(b, 0), NBUCKETS - 1)] += weight * 2.0 ** exp
+        b = bisect.bisect_right(_EDGE_LIST, min(max(ratio, RATIO_MIN), RATIO_MAX)) - 1
+        w = weight * 2.0 ** exp
+        self.weights[min(max(b, 0), NBUCKETS - 1)] += w
+        self._sum += w
+        self._pct.clear()
 
     def total(self, now: float) -> float:
         """The weight in plain pod-seconds at ``now`` (decayed; a ``now`` before the samples counts them
@@ -97,14 +108,17 @@ class _Histogram:
         if self.ref is None:
             return 0.0
         exp = min(max(now - self.ref, 0.0) / self.half_life, 1000.0)
-        return float(self.weights.sum()) * 2.0 ** (-exp)
+        return self._sum * 2.0 ** (-exp)
 
     def percentile(self, q: float) -> float:
         """The upper edge of the bucket holding the ``q``-th percentile (as VPA: a conservative estimate)."""
-        c = np.cumsum(self.weights)
-        b = int(np.searchsorted(c, c[-1] * q / 100.0, side="left"))
-        b = min(b, NBUCKETS - 1)
-        return float(_EDGES[b + 1] if b + 1 < NBUCKETS else _EDGES[b])
+        got = self._pct.get(q)
+        if got is None:
+            c = np.cumsum(self.weights)
+            b = int(np.searchsorted(c, c[-1] * q / 100.0, side="left"))
+            b = min(b, NBUCKETS - 1)
+            got = self._pct[q] = float(_EDGES[b + 1] if b + 1 < NBUCKETS else _EDGES[b])
+        return got
 
 
 class Profiler:
@@ -141,7 +155,8 @@ class Profiler:
         hists, q = (self._cpu, a.cpu_percentile) if resource == "cpu" else (self._mem, a.memory_percentile)
         for key in keys:
             h = hists.get(key)
-            if h is not None and h.total(now) >= a.min_weight and h.total(now) > 0:
+            total = h.total(now) if h is not None else 0.0
+            if h is not None and total >= a.min_weight and total > 0:
                 r = h.percentile(q) * (1.0 + a.safety_margin_percent / 100.0)
                 return min(max(r, a.min_ratio), a.max_ratio), key
         return None
