@@ -58,7 +58,7 @@ from .core.nodestate import (
     parse_cpuset,
     parse_reservation,
 )
-from .core.profile import Profile, load_profile, profile_from_dict
+from .core.profile import Profile, camel, load_profile, profile_from_dict
 from .core.quantity import QuantityError, canonical, format_quantity, parse_duration, parse_quantity
 from .core.runtime import NodeStatuses, PostFilterResult, PreFilterResult, fit_error
 from .core.safeload import InputError, load_yaml, load_yaml_all, loads_json, shorten
@@ -78,7 +78,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ASSIGNED_POD_ADD", "ASSIGNED_POD_DELETE", "NODE_ADD", "NODE_DELETE", "NODE_UPDATE", "POD_ADD", "POD_DELETE",
     "add_plugin_options", "AdmissionHandle", "AgentHandle",
-    "build_registry", "canonical", "CFS_PERIOD_US", "ClusterState", "ClusterView",
+    "build_registry", "camel", "canonical", "CFS_PERIOD_US", "ClusterState", "ClusterView",
     "ClusterEvent", "ClusterEventWithHint", "Code", "Commands", "ConfigError", "CPUInfo", "CycleState",
     "EmbeddedEngine", "EventRecorder", "Eviction", "field_list",
     "field_mapping", "FileWrite", "fit_error", "format_cpuset", "format_quantity",

@@ -37,6 +37,8 @@ POINTS = hookspecs.PROFILE_POINTS
 
 
 def camel(name: str) -> str:
+    """A plugin args field's wire name (``cpu_suppress_threshold_percent`` → ``cpuSuppressThresholdPercent``),
+    as the profile's converter spells it: what an args validator's error names."""
     head, *rest = name.split("_")
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 

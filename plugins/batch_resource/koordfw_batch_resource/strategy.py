@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import loads_json, selector_matches, warn_once
+from koordfw import camel, loads_json, selector_matches, warn_once
 
 ANNOTATION_COLOCATION_STRATEGY = "node.koordinator.sh/colocation-strategy"
 LABEL_CPU_RECLAIM_RATIO = "node.koordinator.sh/cpu-reclaim-ratio"
@@ -38,7 +38,7 @@ INT_MAX = 2**31 - 1
 
 
 def _name(attribute: attrs.Attribute) -> str:
-    return _camel(attribute.name)
+    return camel(attribute.name)
 
 
 def _int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -115,13 +115,8 @@ class ColocationStrategy:
     batch_resource: bool = attrs.field(default=True, validator=_bool, metadata={"node_side": True})
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
-
-
 #: camelCase key → field name, for the fields a node may override
-OVERRIDABLE: dict[str, str] = {_camel(f.name): f.name for f in attrs.fields(ColocationStrategy)
+OVERRIDABLE: dict[str, str] = {camel(f.name): f.name for f in attrs.fields(ColocationStrategy)
                                if f.name != "node_configs" and not f.metadata.get("node_side")}
 
 
@@ -205,7 +200,7 @@ _POSITIVE = ("degrade_time_minutes", "update_time_threshold_seconds", "resource_
 def _check_valid(s: ColocationStrategy, where: str) -> None:
     for name in _POSITIVE:
         if getattr(s, name) <= 0:
-            raise ValueError(f"{where}: {_camel(name)}: must be > 0, got {getattr(s, name)!r}")
+            raise ValueError(f"{where}: {camel(name)}: must be > 0, got {getattr(s, name)!r}")
 
 
 def from_colocation_config(cfg: Mapping[str, Any], where: str, warned: set | None = None) -> ColocationStrategy:

@@ -19,7 +19,18 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import CFS_PERIOD_US, AgentHandle, CPUInfo, FileWrite, NodeState, format_cpuset, hookimpl, loads_json, warn_once
+from koordfw import (
+    CFS_PERIOD_US,
+    AgentHandle,
+    CPUInfo,
+    FileWrite,
+    NodeState,
+    camel,
+    format_cpuset,
+    hookimpl,
+    loads_json,
+    warn_once,
+)
 from koordfw import parse_cpuset as _parse_cpuset
 from koordfw.extension import (
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
@@ -44,16 +55,11 @@ SUPPRESS_BYPASS_QUOTA_DELTA_RATIO = 0.01
 BE_MAX_INCREASE_CPU_PERCENT = 0.1
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
-
-
 def _percent(inst: Any, attribute: Any, value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value <= 100):
-        raise ValueError(f"{_camel(attribute.name)}: must be between 0 and 100, got {value!r}")
+        raise ValueError(f"{camel(attribute.name)}: must be between 0 and 100, got {value!r}")
 
 
 #: (object, annotation value) already warned about: the plan runs every round, the warning once

@@ -38,7 +38,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import NodeState, warn_once
+from koordfw import NodeState, camel, warn_once
 
 log = structlog.get_logger("koordfw.be_suppress")
 
@@ -50,15 +50,10 @@ MAX_READ = 4096
 MAX_TASKS = 4096
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
-
-
 def _pct(inst: Any, attribute: Any, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value <= 100) \
             or not math.isfinite(value):
-        raise ValueError(f"lsPressureFeedback.{_camel(attribute.name)}: must be between 0 and 100, got {value!r}")
+        raise ValueError(f"lsPressureFeedback.{camel(attribute.name)}: must be between 0 and 100, got {value!r}")
 
 
 def _factor(inst: Any, attribute: Any, value: Any) -> None:

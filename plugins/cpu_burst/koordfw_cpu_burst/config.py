@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from koordfw import loads_json
+from koordfw import camel, loads_json
 
 #: CPUBurstPolicy values (apis/slo/v1alpha1/nodeslo_types.go)
 POLICY_NONE = "none"
@@ -19,16 +19,11 @@ POLICY_AUTO = "auto"
 POLICIES = (POLICY_NONE, POLICY_CPU_BURST_ONLY, POLICY_CFS_QUOTA_BURST_ONLY, POLICY_AUTO)
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
-
-
 def _range(lo: int, hi: int | None) -> Any:
     def check(inst: Any, attribute: Any, value: Any) -> None:
         if value < lo or (hi is not None and value > hi):
             bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
-            raise ValueError(f"{_camel(attribute.name)}: must be {bound}, got {value!r}")
+            raise ValueError(f"{camel(attribute.name)}: must be {bound}, got {value!r}")
     return check
 
 

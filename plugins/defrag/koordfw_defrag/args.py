@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from koordfw import parse_duration
+from koordfw import camel, parse_duration
 
 DEFAULT_POOL = "__default_node_pool__"
 
@@ -88,11 +88,6 @@ def _resource_weights(value: Any) -> dict[str, int]:
     return _named(_weights, "resourceWeights", value)
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
-
-
 #: counts and weights are int32-sized
 INT_MAX = 2**31 - 1
 
@@ -100,18 +95,18 @@ INT_MAX = 2**31 - 1
 def _non_negative(inst, attribute, value) -> None:
     """A finite number >= 0 (an int32 for integer fields)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{_camel(attribute.name)}: expected a finite number >= 0, got {value!r}")
+        raise ValueError(f"{camel(attribute.name)}: expected a finite number >= 0, got {value!r}")
     if value < 0:
-        raise ValueError(f"{_camel(attribute.name)}: must be >= 0, got {value}")
+        raise ValueError(f"{camel(attribute.name)}: must be >= 0, got {value}")
     if isinstance(value, int) and value > INT_MAX:
-        raise ValueError(f"{_camel(attribute.name)}: must be at most {INT_MAX}, got {str(value)[:40]}")
+        raise ValueError(f"{camel(attribute.name)}: must be at most {INT_MAX}, got {str(value)[:40]}")
 
 
 def _percent(inst, attribute, value) -> None:
     """A finite percentage in [0, 100]."""
     _non_negative(inst, attribute, value)
     if value > 100:
-        raise ValueError(f"{_camel(attribute.name)}: must be at most 100, got {value}")
+        raise ValueError(f"{camel(attribute.name)}: must be at most 100, got {value}")
 
 
 @attrs.define

@@ -22,7 +22,7 @@ import attrs
 import numpy as np
 import structlog
 
-from koordfw import Code, Migration, PostFilterResult, PreFilterResult, StateKey, Status, canonical, hookimpl
+from koordfw import Code, Migration, PostFilterResult, PreFilterResult, StateKey, Status, camel, canonical, hookimpl
 from koordfw.extension import ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD, KIND_RESERVATION
 
 from .quotas import DEFAULT, LABEL_PREEMPTIBLE, ROOT, SYSTEM, QuotaTree, build_quotas, fmt, fmt_map
@@ -45,12 +45,7 @@ def _resource_list(instance: Any, attribute: attrs.Attribute, value: Any) -> Non
             if canonical(str(k), v) < 0:
                 raise ValueError("negative")
         except ValueError as e:
-            raise ValueError(f"{_camel(attribute.name)}.{k}: invalid quantity {v!r} ({e})") from None
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+            raise ValueError(f"{camel(attribute.name)}.{k}: invalid quantity {v!r} ({e})") from None
 
 
 #: the longest delay accepted (seconds, ~31 years): Go's Duration holds 292 years
@@ -61,7 +56,7 @@ def _seconds(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     """A finite number of seconds in [0, 1e9] (Koordinator refuses negative durations)."""
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
             or not 0 <= value <= MAX_SECONDS):
-        raise ValueError(f"{_camel(attribute.name)}: expected a number of seconds in [0, {MAX_SECONDS:g}], "
+        raise ValueError(f"{camel(attribute.name)}: expected a number of seconds in [0, {MAX_SECONDS:g}], "
                          f"got {value!r}")
 
 

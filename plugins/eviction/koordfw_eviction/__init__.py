@@ -54,7 +54,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import Eviction, InputError, NodeState, PodState, hookimpl, loads_json
+from koordfw import Eviction, InputError, NodeState, PodState, camel, hookimpl, loads_json
 from koordfw.extension import (
     ANNOTATION_POD_EVICT_POLICY,
     ANNOTATION_POD_EVICTION_PRIORITY,
@@ -91,35 +91,30 @@ MEMORY_EVICT_USED_SCALE = 1000
 MAX_SAMPLES = 100_000
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
-
-
 def _percent(inst: Any, attribute: Any, value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not (0 <= value <= 100):
-        raise ValueError(f"{_camel(attribute.name)}: must be an integer between 0 and 100, got {value!r}")
+        raise ValueError(f"{camel(attribute.name)}: must be an integer between 0 and 100, got {value!r}")
 
 
 def _seconds(inst: Any, attribute: Any, value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not (0 < value <= 86400):
-        raise ValueError(f"{_camel(attribute.name)}: must be an integer number of seconds 1..86400, got {value!r}")
+        raise ValueError(f"{camel(attribute.name)}: must be an integer number of seconds 1..86400, got {value!r}")
 
 
 def _cool(inst: Any, attribute: Any, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not (0 <= value <= 86400):
-        raise ValueError(f"{_camel(attribute.name)}: must be an integer number of seconds 0..86400, got {value!r}")
+        raise ValueError(f"{camel(attribute.name)}: must be an integer number of seconds 0..86400, got {value!r}")
 
 
 def _int32(inst: Any, attribute: Any, value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not (-(2**31) <= value < 2**31):
-        raise ValueError(f"{_camel(attribute.name)}: must be a 32-bit integer (a pod priority), got {value!r}")
+        raise ValueError(f"{camel(attribute.name)}: must be a 32-bit integer (a pod priority), got {value!r}")
 
 
 def _policy(inst: Any, attribute: Any, value: Any) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from koordfw import StateKey, Status, format_quantity, hookimpl
+from koordfw import StateKey, Status, camel, format_quantity, hookimpl
 from koordfw.extension import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 
 from . import (
@@ -56,11 +56,6 @@ def _policy(value: str) -> str:
     return v
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
-
-
 def _number(lo: float | None = None, hi: float | None = None, *, integer: bool = False):
     """attrs validator: a finite number (an integer with ``integer``) within [lo, hi]; the message names
     the field in the profile's camelCase."""
@@ -72,7 +67,7 @@ def _number(lo: float | None = None, hi: float | None = None, *, integer: bool =
         ok = (not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
               and (integer or math.isfinite(value)) and (lo is None or value >= lo) and (hi is None or value <= hi))
         if not ok:
-            raise ValueError(f"{_camel(attribute.name)}: expected {kind}{bounds}, got {value!r}")
+            raise ValueError(f"{camel(attribute.name)}: expected {kind}{bounds}, got {value!r}")
     return check
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import attrs
 
+from koordfw import camel
+
 from .resctrl import DEFAULT_ROOT
 
 
@@ -29,19 +31,14 @@ class InvalidArg(TypeError):
 
 def _opt_bool(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and not isinstance(value, bool):
-        raise InvalidArg(f"{_camel(attribute.name)} must be true or false, got {value!r}")
+        raise InvalidArg(f"{camel(attribute.name)} must be true or false, got {value!r}")
 
 
 def _opt_percent(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
-        raise InvalidArg(f"{_camel(attribute.name)} must be an integer percentage in [0, 100], got {value!r}")
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+        raise InvalidArg(f"{camel(attribute.name)} must be an integer percentage in [0, 100], got {value!r}")
 
 
 @attrs.frozen

@@ -6,14 +6,11 @@ from typing import Any
 
 import attrs
 
+from koordfw import camel
+
 from .metric import parse_duration
 
 AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
 def _int_map(lo: int, hi: int, what: str):
@@ -25,7 +22,7 @@ def _int_map(lo: int, hi: int, what: str):
             return
         for k, v in value.items():
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise ValueError(f"{_camel(attribute.name)}.{k}: expected {what} in [{lo}, {hi}], got {v!r}")
+                raise ValueError(f"{camel(attribute.name)}.{k}: expected {what} in [{lo}, {hi}], got {v!r}")
     return check
 
 
@@ -36,14 +33,14 @@ _factors = _int_map(1, 100, "an integer percentage")
 
 def _agg_type(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value and value not in AGGREGATION_TYPES:
-        raise ValueError(f"{_camel(attribute.name)}: unknown aggregation type {value!r}; "
+        raise ValueError(f"{camel(attribute.name)}: unknown aggregation type {value!r}; "
                          f"use one of {', '.join(AGGREGATION_TYPES)}")
 
 
 def _duration(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None:
-        if parse_duration(value, where=_camel(attribute.name)) < 0:
-            raise ValueError(f"{_camel(attribute.name)}: must be >= 0, got {value!r}")
+        if parse_duration(value, where=camel(attribute.name)) < 0:
+            raise ValueError(f"{camel(attribute.name)}: must be >= 0, got {value!r}")
 
 
 #: seconds fields: at most ~31 years, far inside float precision and Go's time.Duration
@@ -54,18 +51,18 @@ def _seconds(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SECONDS:
-        raise ValueError(f"{_camel(attribute.name)}: expected an integer number of seconds in [0, {MAX_SECONDS}], "
+        raise ValueError(f"{camel(attribute.name)}: expected an integer number of seconds in [0, {MAX_SECONDS}], "
                          f"got {value!r}")
 
 
 def _dominant(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
-        raise ValueError(f"{_camel(attribute.name)}: expected an integer weight in [0, 100], got {value!r}")
+        raise ValueError(f"{camel(attribute.name)}: expected an integer weight in [0, 100], got {value!r}")
 
 
 def _estimator(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value != "defaultEstimator":
-        raise ValueError(f"{_camel(attribute.name)}: unknown estimator {value!r}; only defaultEstimator is available")
+        raise ValueError(f"{camel(attribute.name)}: unknown estimator {value!r}; only defaultEstimator is available")
 
 
 @attrs.define
