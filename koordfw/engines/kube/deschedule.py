@@ -49,6 +49,7 @@ from ...core.schedule_one import Scheduler
 from ...extension import KIND_POD_MIGRATION_JOB, KIND_RESERVATION, SCHEDULING_GROUP_VERSION
 from ..migration import MigrationController, PodMigrationJob, job_manifest
 from .client import ApiError, KubeClient
+from .evictor import post_eviction
 
 log = structlog.get_logger("koordfw.kube.deschedule")
 
@@ -77,15 +78,6 @@ class Outcome:
 
 _RESERVATIONS = f"/apis/{SCHEDULING_GROUP_VERSION}/reservations"
 _JOBS = f"/apis/{SCHEDULING_GROUP_VERSION}/podmigrationjobs"
-
-
-async def evict_pod(client: KubeClient, pod: Pod, delete_options: Mapping[str, Any] | None = None) -> None:
-    """POST pods/eviction (policy/v1) with a UID precondition; raises ApiError."""
-    opts = dict(delete_options or {})
-    opts["preconditions"] = {**(opts.get("preconditions") or {}), "uid": pod.uid}
-    await client.request("POST", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/eviction",
-                         body={"apiVersion": "policy/v1", "kind": "Eviction",
-                               "metadata": {"name": pod.name, "namespace": pod.namespace}, "deleteOptions": opts})
 
 
 class KubeMigrationIO:
@@ -146,7 +138,7 @@ class KubeMigrationIO:
 
     async def evict(self, pod: Pod, delete_options: Mapping[str, Any] | None) -> str | None:
         try:
-            await evict_pod(self.client, pod, delete_options)
+            await post_eviction(self.client, pod.namespace, pod.name, pod.uid, delete_options)
         except ApiError as e:
             if e.status == 404:
                 return None
@@ -272,11 +264,7 @@ class LiveDescheduler:
                 continue
             res = self._reserve(pod, m.to) if m.to else None
             try:
-                await self.client.request(
-                    "POST", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/eviction",
-                    body={"apiVersion": "policy/v1", "kind": "Eviction",
-                          "metadata": {"name": pod.name, "namespace": pod.namespace},
-                          "deleteOptions": {"preconditions": {"uid": pod.uid}}})
+                await post_eviction(self.client, pod.namespace, pod.name, pod.uid)
             except ApiError as e:
                 if e.status == 0:
                     # no answer (the connection broke, the reply was lost): the eviction may have gone

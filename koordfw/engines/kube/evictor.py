@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as _dt
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -36,6 +36,19 @@ from ...extension import QOS_BE, QOS_SYSTEM
 from .client import ApiError, KubeClient
 
 log = structlog.get_logger("koordfw.kube.evictor")
+
+
+async def post_eviction(client: KubeClient, namespace: str, name: str, uid: str,
+                        delete_options: Mapping[str, Any] | None = None) -> None:
+    """``POST pods/{name}/eviction`` (policy/v1) with the pod's UID as precondition (a pod recreated under
+    the name is not evicted), ``delete_options`` merged in; raises :class:`ApiError` (429: a disruption
+    budget refused it)."""
+    opts = dict(delete_options or {})
+    opts["preconditions"] = {**(opts.get("preconditions") or {}), "uid": uid}
+    await client.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction",
+                         body={"apiVersion": "policy/v1", "kind": "Eviction",
+                               "metadata": {"name": name, "namespace": namespace}, "deleteOptions": opts})
+
 
 #: koordlet's evicted-pods cache (expireCache.NewCacheDefault): how long an evicted uid is remembered
 EVICTED_TTL_SECONDS = 300.0
@@ -144,11 +157,7 @@ class NodeEvictor:
         except ApiError as err:
             log.warning("could not mark the pod before evicting it", pod=e.pod, error=str(err))
         try:
-            await self.client.request(
-                "POST", base + "/eviction",
-                body={"apiVersion": "policy/v1", "kind": "Eviction",
-                      "metadata": {"name": e.name, "namespace": e.namespace},
-                      "deleteOptions": {"preconditions": {"uid": e.pod_uid}}})
+            await post_eviction(self.client, e.namespace, e.name, e.pod_uid)
         except ApiError as err:
             why = "disruption budget" if err.status == 429 else f"{err.status} {err}"
             await self._event(pod, EVENT_FAIL, f"evict Pod:{e.pod}, reason: {e.reason}, plugin: {e.plugin}, "
