@@ -571,13 +571,18 @@ class Scheduler:
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def startup(self) -> None:
+        """Every plugin's ``startup`` (all of them run); the first that failed then fails the start: its
+        bad-input error as the user's error, naming the input file, or a :class:`PluginLoadError`."""
+        failed: Exception | None = None
         for impl in self.caller.impls("startup"):
             try:
                 await self.caller.call(impl)
             except PluginFailure as f:  # the caller logged the cause (with a traceback when it is a plugin bug)
-                if isinstance(f.__cause__, ManifestError):  # bad input the plugin read: the user's error
-                    raise self._in_its_file(f.__cause__) from None
-                raise PluginLoadError(f"plugin {impl.plugin} failed at startup: {f.status.message}") from None
+                if failed is None:
+                    failed = (self._in_its_file(f.__cause__) if isinstance(f.__cause__, ManifestError)
+                              else PluginLoadError(f"plugin {impl.plugin} failed at startup: {f.status.message}"))
+        if failed is not None:
+            raise failed
         self.hints = await self.framework.events_to_register()
 
     def _in_its_file(self, e: ManifestError) -> ManifestError:
