@@ -7,11 +7,13 @@ API versions) and ``koordfw.hookspecs``.
 
 from __future__ import annotations
 
+import os as _os
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as _np
 
+from .agent.cgroups import CGROUP_FILES as _CGROUP_FILES
 from .command_api import Commands, add_plugin_options, registry_from_args
 from .core.caller import PluginFailure
 from .core.clock import VirtualClock
@@ -89,7 +91,8 @@ __all__ = [
     "parse_quantity", "parse_reservation", "parse_time", "plan_writes", "PluginFailure", "PluginLoadError", "Pod",
     "PodMetric", "PodState",
     "PostFilterResult", "PreFilterResult", "Profile", "QueueingHint", "Reservation", "profile_from_dict", "QuantityError",
-    "raw_allocatable", "read_node_metric", "registry_from_args", "resource_map", "Scheduler", "SchedulerEvents",
+    "raw_allocatable", "read_cgroup_file", "read_node_metric", "registry_from_args", "resource_map", "Scheduler",
+    "SchedulerEvents",
     "selector_matches", "shorten", "simulate", "StateKey", "Status", "Taint", "VirtualClock", "WaitingPodView", "warn_once",
     "NodeStatuses", "PluginsRunner",
     "CollectPolicy", "NodeMetricReporter", "NodePlan", "NodePlanner", "PodAdmission", "update_node_resources",
@@ -104,6 +107,14 @@ def normalize(scores: Any, reverse: bool = False, max_priority: int = 100) -> _n
         return _np.full_like(arr, max_priority if reverse else 0)
     out = max_priority * arr // top
     return max_priority - out if reverse else out
+
+
+def read_cgroup_file(path: str | _os.PathLike[str], limit: int = 65536) -> bytes | None:
+    """The first ``limit`` bytes of a cgroup file (``None`` when absent, unreadable or not a path), read as
+    the agent reads its own: a file on a mounted cgroup filesystem through a descriptor kept open and read
+    again at offset 0 (the kernel builds the content anew), any other file opened and closed; see
+    :class:`koordfw.agent.cgroups.CgroupFiles`. For node plugins that read cgroup files every round."""
+    return _CGROUP_FILES.read_bytes(path, limit)
 
 
 def simulate(*a: Any, **kw: Any) -> SimulationResult:

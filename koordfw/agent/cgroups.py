@@ -21,14 +21,18 @@ for the node) and turned into milli-cores by :class:`UsageTracker` from two samp
 
 from __future__ import annotations
 
+import collections
+import errno
 import math
 import os
 import re
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
+import structlog
 
 from ..core.model import BEST_EFFORT, BURSTABLE, GUARANTEED
 from ..core.nodestate import MAX_CPUS, CPUInfo, NodeState, parse_cpuset
@@ -53,6 +57,8 @@ POD_FILES = {
     1: (("cpuset", "cpuset.cpus"),),
     2: (("cpuset", "cpuset.cpus"),),
 }
+
+log = structlog.get_logger("koordfw.agent")
 
 
 def _uint(text: str | None, digits: int = 20) -> int | None:
@@ -114,22 +120,168 @@ def container_dir_name(driver: str, container_id: str) -> str:
 
 #: the most bytes :func:`read_value` reads of a file
 READ_LIMIT = 65536
+#: the filesystem types whose files :class:`CgroupFiles` keeps open
+CGROUP_FSTYPES = ("cgroup", "cgroup2")
+#: errors of a kept file descriptor whose file went away: its cgroup was removed (kernfs says ENODEV, also
+#: when a cgroup of the same path was created since), or a stale handle; the path is opened once more
+_GONE = (errno.ENODEV, errno.ENOENT, errno.ESTALE)
+
+
+def cgroup_devices(mountinfo: str = "/proc/self/mountinfo") -> frozenset[int]:
+    """The device numbers (``st_dev``) of the mounted cgroup and cgroup2 filesystems, from ``mountinfo``
+    (each cgroup v1 hierarchy is a filesystem of its own); empty when it cannot be read."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return frozenset()
+    out: set[int] = set()
+    for line in lines:
+        head, sep, tail = line.partition(" - ")
+        fields, fstype = head.split(), tail.split()[:1]
+        if not sep or len(fields) < 3 or fstype[0:1] == [] or fstype[0] not in CGROUP_FSTYPES:
+            continue
+        major, _, minor = fields[2].partition(":")
+        if major.isdigit() and minor.isdigit():
+            out.add(os.makedev(int(major), int(minor)))
+    return frozenset(out)
+
+
+def _default_max_fds() -> int:
+    """min(4096, half the soft RLIMIT_NOFILE): the rest of the process keeps room for its own files."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 256
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return 4096
+    return max(1, min(4096, soft // 2))
+
+
+class CgroupFiles:
+    """Reads of cgroup files through file descriptors kept open between reads.
+
+    A cgroup file is a kernfs seq_file: a read at offset 0 (``pread(fd, n, 0)``) builds its content anew,
+    so a kept descriptor always reads the current value, without the path lookup, open and close
+    (about 11 µs of a 13 µs read on cgroup v1; the agent reads several hundred such files a round).
+
+    * Only files on a mounted cgroup or cgroup2 filesystem are kept (the opened file's device is one of
+      :func:`cgroup_devices`, looked up once); any other file (a test's fake tree of plain files, which a
+      test may rewrite or replace; ``/proc``) is opened, read and closed each time as before.
+    * At most ``max_fds`` descriptors are open (least recently read closed first; default
+      min(4096, soft RLIMIT_NOFILE / 2)); :meth:`forget` closes those under cgroup dirs that went away.
+    * A kept descriptor whose cgroup was removed (``ENODEV``; also when it was created again since under
+      the same path) or stale (``ESTALE``) is closed and the path opened once more: the new cgroup's file,
+      or ``None`` when it is gone, as for a file that was never there.
+
+    Thread-safe (a lock around each read: a threaded plugin hook may read while another does).
+    """
+
+    def __init__(self, max_fds: int | None = None, *, mountinfo: str = "/proc/self/mountinfo") -> None:
+        self.max_fds = _default_max_fds() if max_fds is None else max(0, int(max_fds))
+        self._mountinfo = mountinfo
+        self._devices: frozenset[int] | None = None
+        self._fds: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        #: opens of files (kept or not) and reads through a kept descriptor, since the start
+        self.opens = 0
+        self.kept_reads = 0
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._fds
+
+    def devices(self) -> frozenset[int]:
+        """The cgroup filesystems' device numbers (:func:`cgroup_devices`), read on first use."""
+        if self._devices is None:
+            self._devices = cgroup_devices(self._mountinfo)
+        return self._devices
+
+    def read_bytes(self, path: str | os.PathLike[str], limit: int = READ_LIMIT) -> bytes | None:
+        """The first ``limit`` bytes of a file; ``None`` when absent, unreadable or not a path (NUL)."""
+        key = path if type(path) is str else os.fspath(path)
+        with self._lock:
+            fd = self._fds.get(key)
+            if fd is not None:
+                try:
+                    data = os.pread(fd, limit, 0)
+                except OSError as e:
+                    self._close(key)
+                    if e.errno not in _GONE:
+                        return None
+                    log.debug("cgroup file went away; opening it again", file=key[:300], error=e.strerror)
+                else:
+                    self.kept_reads += 1
+                    self._fds.move_to_end(key)
+                    return data
+            try:
+                fd = os.open(key, os.O_RDONLY)
+            except (OSError, ValueError):
+                return None
+            self.opens += 1
+            try:
+                data = os.read(fd, limit)
+            except OSError:
+                os.close(fd)
+                return None
+            if self.max_fds and self._keep(fd):
+                while len(self._fds) >= self.max_fds:
+                    _, old = self._fds.popitem(last=False)
+                    os.close(old)
+                self._fds[key] = fd
+            else:
+                os.close(fd)
+            return data
+
+    def read(self, path: str | os.PathLike[str], limit: int = READ_LIMIT) -> str | None:
+        """:meth:`read_bytes` decoded (invalid bytes replaced) and stripped."""
+        data = self.read_bytes(path, limit)
+        return None if data is None else data.decode(errors="replace").strip()
+
+    def _keep(self, fd: int) -> bool:
+        try:
+            return os.fstat(fd).st_dev in self.devices()
+        except OSError:
+            return False
+
+    def _close(self, key: str) -> None:
+        fd = self._fds.pop(key, None)
+        if fd is not None:
+            os.close(fd)
+
+    def forget(self, dirs: Iterable[str]) -> int:
+        """Close the kept descriptors of files under any of ``dirs`` (cgroup dirs, absolute or relative to
+        a controller's root, e.g. a removed pod's ``kubepods/besteffort/pod<uid>``); how many were closed."""
+        needles = tuple(f"/{d.strip('/')}/" for d in dirs if d.strip("/"))
+        if not needles:
+            return 0
+        with self._lock:
+            gone = [k for k in self._fds if any(n in k for n in needles)]
+            for k in gone:
+                self._close(k)
+        return len(gone)
+
+    def close(self) -> None:
+        """Close every kept descriptor (reads go on, opening files anew)."""
+        with self._lock:
+            while self._fds:
+                os.close(self._fds.popitem()[1])
+
+
+#: the process's cgroup file reader: the agent's collection, its executor and (through
+#: :func:`koordfw.read_cgroup_file`) the node plugins read through it
+CGROUP_FILES = CgroupFiles()
 
 
 def read_value(path: str | Path) -> str | None:
     """The stripped value of a file (its first :data:`READ_LIMIT` bytes), ``None`` when absent or
-    unreadable, or when the path is not one (a NUL byte). Raw os.open/os.read: several hundred small
-    cgroup files are read per round."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except (OSError, ValueError):
-        return None
-    try:
-        return os.read(fd, READ_LIMIT).decode(errors="replace").strip()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    unreadable, or when the path is not one (a NUL byte). Read through :data:`CGROUP_FILES`: a cgroup
+    file's descriptor is kept open and read again at offset 0; any other file is opened and closed."""
+    return CGROUP_FILES.read(path)
 
 
 @attrs.frozen
@@ -372,5 +524,6 @@ def monotonic() -> float:
     return time.monotonic()
 
 
-__all__ = ["KUBEPODS", "CgroupLayout", "DiscoveredPod", "NodeState", "UsageTracker", "container_dir_name",
-           "detect_driver", "detect_version", "read_cpu_topology", "read_meminfo", "read_proc_stat", "resolve_driver"]
+__all__ = ["CGROUP_FILES", "KUBEPODS", "CgroupFiles", "CgroupLayout", "DiscoveredPod", "NodeState", "UsageTracker",
+           "cgroup_devices", "container_dir_name", "detect_driver", "detect_version", "read_cpu_topology", "read_meminfo",
+           "read_proc_stat", "read_value", "resolve_driver"]

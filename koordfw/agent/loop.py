@@ -57,6 +57,7 @@ from ..core.status import Status
 from ..extension import BATCH_CPU, BATCH_MEMORY
 from ..metrics import REGISTRY, track_caller
 from .cgroups import (
+    CGROUP_FILES,
     POD_FILES,
     QOS_FILES,
     CgroupLayout,
@@ -280,6 +281,8 @@ class Agent:
         self.usage = UsageTracker()
         self.topology = read_cpu_topology(sys_root)
         self._seen: set[str] = set()
+        #: the pod and container cgroup dirs found last round (kept descriptors of the ones gone are closed)
+        self._dirs: set[str] = set()
         self.metrics = agent_metrics()
         self.rounds = 0
         self.last_results: list[WriteResult] = []
@@ -341,6 +344,10 @@ class Agent:
                                  usage=usage))
             dirs.append(d.cgroup_dir)
             # containers: no read; their cpusets follow their pod's, and the executor trusts what it wrote
+        found_dirs = {d.cgroup_dir for d in found} | {c for d in found for _, c in d.containers}
+        if self._dirs - found_dirs:  # removed pods and containers: close the files kept open of them
+            CGROUP_FILES.forget(self._dirs - found_dirs)
+        self._dirs = found_dirs
         apps = []
         for a in self.host_apps:
             key = f"hostapp:{a.name}"

@@ -29,7 +29,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import ManifestError, NodeState, PodState, format_quantity, hookimpl, warn_once
+from koordfw import ManifestError, NodeState, PodState, format_quantity, hookimpl, read_cgroup_file, warn_once
 from koordfw.extension import ANNOTATION_CPU_NORMALIZATION_RATIO, BATCH_CPU, BATCH_MEMORY, COLOCATION_CONFIG_KEY
 
 from .calculator import BatchResult, calculate, needs_sync
@@ -161,16 +161,11 @@ class BatchResource:
             return {RECONCILE_KEY: False}
         current = {}
         for path in files_to_read(node_state, node_state.pods, self.warned):
-            try:  # raw os calls: two files of every BE pod and container a round
-                fd = os.open(os.path.join(root, path), os.O_RDONLY)
-            except OSError:
+            # two files of every BE pod and container, through the agent's kept descriptors
+            data = read_cgroup_file(os.path.join(root, path), 4096)
+            if data is None:
                 continue  # the cgroup vanished (or has no such file): nothing to order by
-            try:
-                current[path] = os.read(fd, 4096).decode("utf-8", errors="replace").strip()
-            except OSError:
-                continue
-            finally:
-                os.close(fd)
+            current[path] = data.decode("utf-8", errors="replace").strip()
         return {CURRENT_KEY: current, NodeState.COLLECTED_CGROUPS: current, RECONCILE_KEY: True}
 
     def _reconcile_due(self, ns: NodeState, args: ColocationStrategy, handle: Any) -> bool:

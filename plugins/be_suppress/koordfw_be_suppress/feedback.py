@@ -30,7 +30,6 @@ plan``) there is no feedback: Koordinator's budget.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import NodeState, camel, warn_once
+from koordfw import NodeState, camel, read_cgroup_file, warn_once
 
 log = structlog.get_logger("koordfw.be_suppress")
 
@@ -130,16 +129,9 @@ def _read_all(path: Path, limit: int = 1 << 20) -> str | None:
 
 
 def _read(path: Path | str) -> str | None:
-    try:  # raw os calls: every LS pod's cpu.stat is read each round
-        fd = os.open(path, os.O_RDONLY)
-    except (OSError, ValueError):
-        return None
-    try:
-        return os.read(fd, MAX_READ).decode("ascii", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    # through the agent's kept descriptors (koordfw.read_cgroup_file): every LS pod's cpu.stat each round
+    data = read_cgroup_file(path, MAX_READ)
+    return None if data is None else data.decode("ascii", "replace")
 
 
 @attrs.define

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import AgentHandle, FileWrite, NodeState, PodState, hookimpl, warn_once
+from koordfw import AgentHandle, FileWrite, NodeState, PodState, hookimpl, read_cgroup_file, warn_once
 from koordfw.extension import ANNOTATION_POD_CPU_BURST, LABEL_POD_QOS, QOS_BE, QOS_LSE, QOS_LSR
 
 from .burst import (
@@ -430,16 +430,12 @@ def parse_kv(text: str | None) -> dict[str, int]:
 
 
 def read_file(path: str) -> str | None:
-    try:  # raw os calls: a few hundred small files a round
-        fd = os.open(path, os.O_RDONLY)
-    except (OSError, ValueError):  # absent (a vanished cgroup, a kernel without the file) or not a path (NUL)
+    """A cgroup file's stripped text; ``None`` when absent (a vanished cgroup, a kernel without the file),
+    not a path (NUL), unreadable or not UTF-8. Through :func:`koordfw.read_cgroup_file` (a kept descriptor
+    re-read: a few hundred small files a round)."""
+    data = read_cgroup_file(path, READ_LIMIT)
+    if data is None:
         return None
-    try:
-        data = os.read(fd, READ_LIMIT)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     try:
         return data.decode().strip()
     except UnicodeDecodeError:

@@ -11,14 +11,13 @@ every QoS level, active pod and container back to what it is without memory QoS:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import structlog
 
-from koordfw import AgentHandle, NodeState, PodState, hookimpl, warn_once
+from koordfw import AgentHandle, NodeState, PodState, hookimpl, read_cgroup_file, warn_once
 from koordfw.extension import ANNOTATION_POD_MEMORY_QOS
 
 from .config import MemoryQOSArgs, PodPolicy, parse_pod_policy, pod_settings
@@ -33,16 +32,8 @@ _READ_LIMIT = 4096
 
 
 def _read(path: str) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except (OSError, ValueError):
-        return None
-    try:
-        return os.read(fd, _READ_LIMIT).decode(errors="replace").strip()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    data = read_cgroup_file(path, _READ_LIMIT)  # the agent's kept descriptors on real cgroups
+    return None if data is None else data.decode(errors="replace").strip()
 
 
 def _cgroup_root(handle: Any) -> str:

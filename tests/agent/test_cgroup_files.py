@@ -1,0 +1,175 @@
+"""The agent's cgroup file reader (:class:`koordfw.agent.cgroups.CgroupFiles`): descriptors of real cgroup
+files kept open and read again at offset 0, plain files opened and closed each time.
+
+The real-cgroup tests create groups under a unique parent (``/sys/fs/cgroup/cpu/koordfw-test-<pid>-<rand>``)
+and remove them afterwards; they are skipped where cgroup v1 ``cpu`` is not mounted or not writable, or
+without root.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+import koordfw
+from koordfw.agent.cgroups import CGROUP_FILES, CgroupFiles, cgroup_devices, read_value
+from koordfw.testing.cgroups import make_real_cgroup, real_cgroups_unavailable, remove_real_cgroups
+
+ROOT = Path("/sys/fs/cgroup")
+REASON = real_cgroups_unavailable(("cpu",))
+real = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+
+def open_fds() -> set[str]:
+    """What this process's descriptors point at (``/proc/self/fd``)."""
+    out = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            out.add(os.readlink(f"/proc/self/fd/{name}"))
+        except OSError:  # the listing's own descriptor, closed by now
+            pass
+    return out
+
+
+@pytest.fixture
+def cg():
+    """A fresh cgroup ``cpu/koordfw-test-<pid>-<rand>`` (removed with any children afterwards)."""
+    parent = ROOT / "cpu" / f"koordfw-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    make_real_cgroup(parent)
+    try:
+        yield parent
+    finally:
+        remove_real_cgroups([p for p in parent.rglob("*") if p.is_dir()] + [parent])
+
+
+# -- plain files: never kept ----------------------------------------------------------------------------
+def test_plain_files_are_opened_and_closed_each_time(tmp_path):
+    files = CgroupFiles()
+    f = tmp_path / "cpu.shares"
+    f.write_text("1024\n")
+    assert files.read(f) == "1024"
+    assert len(files) == 0 and str(f) not in open_fds()
+    f.write_text("2\n")  # rewritten in place
+    assert files.read(f) == "2"
+    f.unlink()
+    f.write_text("3\n")  # replaced by a new file
+    assert files.read(str(f)) == "3"
+    f.unlink()
+    assert files.read(f) is None
+    assert files.read(str(tmp_path / "a\0b")) is None  # not a path
+    assert files.opens == 3 and files.kept_reads == 0
+
+
+def test_mountinfo_parsing(tmp_path):
+    info = tmp_path / "mountinfo"
+    info.write_text(
+        "22 27 0:21 / /sys rw,nosuid - sysfs sysfs rw\n"
+        "30 25 0:26 / /sys/fs/cgroup/cpu rw,relatime shared:11 - cgroup cgroup rw,cpu\n"
+        "31 25 0:27 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
+        "32 25 0:28 / /sys/fs/cgroup/odd\\040name rw master:1 - cgroup cgroup rw,memory\n"
+        "garbage\n")
+    assert cgroup_devices(str(info)) == {os.makedev(0, 26), os.makedev(0, 27), os.makedev(0, 28)}
+    assert cgroup_devices(str(tmp_path / "missing")) == frozenset()
+    # no cgroup filesystem known: nothing is kept, even a real cgroup file
+    files = CgroupFiles(mountinfo=str(tmp_path / "missing"))
+    assert files.read("/proc/self/stat") is not None and len(files) == 0
+
+
+# -- real cgroups ---------------------------------------------------------------------------------------
+@real
+def test_a_kept_descriptor_reads_the_current_value(cg):
+    files = CgroupFiles()
+    path = str(cg / "cpu.shares")
+    assert files.read(path) == "1024"
+    assert path in files and path in open_fds()
+    for value in ("333", "777", "2"):
+        (cg / "cpu.shares").write_text(value)
+        assert files.read(path) == value
+    assert files.opens == 1 and files.kept_reads == 3
+    assert files.read_bytes(path, 1) == b"2"  # a shorter read of the same descriptor, from the start
+    assert files.read(path) == "2"
+
+
+@real
+def test_a_cgroup_removed_and_recreated_is_opened_again(cg):
+    files = CgroupFiles()
+    child = cg / "pod1"
+    make_real_cgroup(child)
+    (child / "cpu.shares").write_text("500")
+    path = str(child / "cpu.shares")
+    assert files.read(path) == "500"
+    child.rmdir()
+    make_real_cgroup(child)  # the same path, a new cgroup (the kept descriptor now fails with ENODEV)
+    (child / "cpu.shares").write_text("600")
+    assert files.read(path) == "600"
+    assert files.opens == 2 and path in files
+    (child / "cpu.shares").write_text("700")
+    assert files.read(path) == "700"  # the new descriptor is kept
+    assert files.opens == 2
+
+
+@real
+def test_a_removed_cgroup_is_skipped_and_its_descriptor_closed(cg):
+    files = CgroupFiles()
+    child = cg / "pod2"
+    make_real_cgroup(child)
+    path = str(child / "cpu.shares")
+    assert files.read(path) == "1024"
+    before = len(open_fds())
+    child.rmdir()
+    assert files.read(path) is None  # no exception
+    assert path not in files and len(files) == 0
+    assert len(open_fds()) == before - 1
+    assert files.read(path) is None
+
+
+@real
+def test_the_number_of_kept_descriptors_is_bounded(cg):
+    files = CgroupFiles(max_fds=5)
+    names = sorted(p.name for p in cg.iterdir() if p.is_file() and os.access(p, os.R_OK))
+    paths = [str(cg / n) for n in names]
+    assert len(paths) > 5
+    base = len(open_fds())
+    for p in paths:
+        files.read(p)
+        assert len(files) <= 5
+        assert len(open_fds()) - base <= 5
+    kept = [p for p in paths if p in files]
+    assert kept == paths[-5:]  # the least recently read are closed first
+    files.read(paths[-5])  # a read makes a file the most recent
+    files.read(paths[0])
+    assert paths[-5] in files and paths[-4] not in files
+    files.close()
+    assert len(files) == 0 and len(open_fds()) == base
+
+
+@real
+def test_forget_closes_the_descriptors_of_removed_dirs(cg):
+    files = CgroupFiles()
+    for name in ("podA", "podB"):
+        make_real_cgroup(cg / name)
+        make_real_cgroup(cg / name / "ctr")
+        files.read(cg / name / "cpu.shares")
+        files.read(cg / name / "ctr" / "cpu.shares")
+    assert len(files) == 4
+    rel = f"{cg.name}/podA"  # a dir relative to the controller's root, as the agent names pods
+    assert files.forget([rel]) == 2
+    assert len(files) == 2 and str(cg / "podB" / "ctr" / "cpu.shares") in files
+    assert files.forget(["", "/"]) == 0
+
+
+@real
+def test_the_agent_and_plugins_share_the_process_reader(cg):
+    (cg / "cpu.shares").write_text("42")
+    path = str(cg / "cpu.shares")
+    try:
+        assert read_value(path) == "42"
+        assert path in CGROUP_FILES
+        (cg / "cpu.shares").write_text("43")
+        assert koordfw.read_cgroup_file(path) == b"43\n"
+    finally:
+        CGROUP_FILES.forget([cg.name])
+    assert path not in CGROUP_FILES
