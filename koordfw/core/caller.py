@@ -14,8 +14,8 @@ import inspect
 import time
 import types
 from collections import defaultdict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import Any, NoReturn
 
 import anyio
 import anyio.to_thread
@@ -71,6 +71,85 @@ class PluginFailure(Exception):
     def __init__(self, status: Status) -> None:
         super().__init__(status.message)
         self.status = status
+
+
+def _raise_failure(impl: Impl, e: Exception) -> NoReturn:
+    """The :class:`PluginFailure` for an exception out of ``impl`` (a timeout, a failure, anything else),
+    logged; raised from inside the ``except`` clause that caught ``e``."""
+    if isinstance(e, TimeoutError):
+        msg = f"plugin {impl.plugin} timed out after {impl.timeout:g}s in {impl.point}"
+        log.error("plugin timed out", plugin=impl.plugin, hook=impl.point, timeout=impl.timeout)
+        raise PluginFailure(Status.error(msg, impl.plugin)) from None
+    if isinstance(e, PluginFailure):
+        raise e
+    msg = f"plugin {impl.plugin} raised {type(e).__name__} in {impl.point}: {e}"
+    # a KoordfwError is bad data the plugin met (it names the object and field): no traceback;
+    # anything else is a bug in the plugin, and its traceback is what its author needs
+    log.error("plugin raised", plugin=impl.plugin, hook=impl.point, error=f"{type(e).__name__}: {e}",
+              exc_info=not isinstance(e, KoordfwError))
+    raise PluginFailure(Status.error(msg, impl.plugin)) from e
+
+
+def _invoker(fn: Callable[..., Any], argnames: tuple[str, ...], passed: tuple[str, ...],
+             consts: dict[str, Any]) -> Callable[..., Any]:
+    """``fn`` called with the keyword arguments it names, from positional ``passed`` values and ``consts``:
+    ``invoke(pod, nodes, state)`` → ``fn(pod=pod, nodes=nodes, args=<args>)`` (generated once per
+    implementation, so a call builds no dictionaries). Arguments neither passed nor constant are left out
+    (:class:`Prepared` reports them as missing before any call)."""
+    given = set(passed)
+    parts = [f"{a}={a}" if a in given else f"{a}=_c_{a}" for a in argnames if a in given or a in consts]
+    src = f"def invoke({', '.join(passed)}):\n    return _fn({', '.join(parts)})\n"
+    ns: dict[str, Any] = {"_fn": fn, **{f"_c_{k}": v for k, v in consts.items()}}
+    exec(src, ns)  # noqa: S102 - names are identifiers from fn's signature and the kernel's call sites
+    invoke: Callable[..., Any] = ns["invoke"]
+    return invoke
+
+
+class Prepared:
+    """One implementation made ready for :meth:`HookCaller.call_sync` at one call site: its plugin's
+    handle, args and timing entry bound in, the call site's arguments by position."""
+
+    __slots__ = ("durations", "impl", "invoke", "missing", "plugin", "sync")
+
+    def __init__(self, impl: Impl, passed: tuple[str, ...], handle: Any, durations: list[float]) -> None:
+        self.impl = impl
+        self.plugin = impl.plugin
+        #: a plain function (async and threaded implementations go through :meth:`HookCaller.call`)
+        self.sync = not impl.is_async and not impl.threaded
+        self.durations = durations
+        consts = {"args": impl.args, "handle": handle}
+        gone = next((a for a in impl.argnames if a not in passed and a not in consts), None)
+        #: what :meth:`HookCaller.call` says when the call site lacks an argument the implementation names
+        self.missing = None if gone is None else f"kernel did not pass {KeyError(gone)} to {impl.plugin}.{impl.point}"
+        self.invoke = _invoker(impl.fn, impl.argnames, passed, consts)
+
+
+class Pending:
+    """An awaitable result of a plain-function implementation (:meth:`HookCaller.call_sync`): awaiting it
+    finishes the call as :meth:`HookCaller.call` does (a coroutine run eagerly, then under the plugin's
+    timeout; anything else awaitable under the timeout), then stops its timer."""
+
+    __slots__ = ("caller", "p", "res", "t0", "token")
+
+    def __init__(self, caller: HookCaller, p: Prepared, res: Any, t0: float,
+                 token: contextvars.Token[str | None]) -> None:
+        self.caller, self.p, self.res, self.t0, self.token = caller, p, res, t0, token
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._finish().__await__()
+
+    async def _finish(self) -> Any:
+        impl = self.p.impl
+        try:
+            res = self.res
+            if inspect.iscoroutine(res):
+                return await _finish(res, impl.timeout)
+            with anyio.fail_after(impl.timeout):
+                return await res
+        except Exception as e:
+            _raise_failure(impl, e)
+        finally:
+            self.caller._done(self.p.durations, self.t0, self.token)
 
 
 class HookCaller:
@@ -130,19 +209,8 @@ class HookCaller:
                 with anyio.fail_after(impl.timeout):
                     res = await res
             return res
-        except TimeoutError:
-            msg = f"plugin {impl.plugin} timed out after {impl.timeout:g}s in {impl.point}"
-            log.error("plugin timed out", plugin=impl.plugin, hook=impl.point, timeout=impl.timeout)
-            raise PluginFailure(Status.error(msg, impl.plugin)) from None
-        except PluginFailure:
-            raise
         except Exception as e:
-            msg = f"plugin {impl.plugin} raised {type(e).__name__} in {impl.point}: {e}"
-            # a KoordfwError is bad data the plugin met (it names the object and field): no traceback;
-            # anything else is a bug in the plugin, and its traceback is what its author needs
-            log.error("plugin raised", plugin=impl.plugin, hook=impl.point, error=f"{type(e).__name__}: {e}",
-                      exc_info=not isinstance(e, KoordfwError))
-            raise PluginFailure(Status.error(msg, impl.plugin)) from e
+            _raise_failure(impl, e)
         finally:
             dt = time.perf_counter() - t0
             CURRENT_PLUGIN.reset(token)
@@ -150,6 +218,49 @@ class HookCaller:
             d[0] += 1
             d[1] += dt
             self.plugin_seconds += dt
+
+    def prepared(self, impl: Impl, passed: tuple[str, ...]) -> Prepared:
+        """``impl`` made ready for :meth:`call_sync` with the arguments named ``passed``, given by position."""
+        p = self._prep.get(id(impl))
+        if p is None or p[0] is not impl:
+            p = self._prepare(impl)
+        return Prepared(impl, passed, p[1], p[2])
+
+    def call_sync(self, p: Prepared, *values: Any) -> Any:
+        """:meth:`call` of an implementation that is a plain function (``p.sync``), without a coroutine:
+        the same arguments, failures, plugin context and timing. A result that is awaitable is returned
+        as a :class:`Pending` (its time still running, its plugin context still set) for the caller to
+        await, which finishes it as :meth:`call` would."""
+        if p.missing is not None:
+            raise PluginFailure(Status.error(p.missing, p.plugin))
+        token = CURRENT_PLUGIN.set(p.plugin)
+        t0 = time.perf_counter()
+        try:
+            res = p.invoke(*values)
+        except Exception as e:
+            try:
+                _raise_failure(p.impl, e)
+            finally:
+                self._done(p.durations, t0, token)
+        except BaseException:
+            self._done(p.durations, t0, token)
+            raise
+        if res is None or type(res) in _PLAIN or not (inspect.iscoroutine(res) or inspect.isawaitable(res)):
+            dt = time.perf_counter() - t0
+            CURRENT_PLUGIN.reset(token)
+            d = p.durations
+            d[0] += 1
+            d[1] += dt
+            self.plugin_seconds += dt
+            return res
+        return Pending(self, p, res, t0, token)
+
+    def _done(self, d: list[float], t0: float, token: contextvars.Token[str | None]) -> None:
+        dt = time.perf_counter() - t0
+        CURRENT_PLUGIN.reset(token)
+        d[0] += 1
+        d[1] += dt
+        self.plugin_seconds += dt
 
     async def call_safe(self, point: str, **kw: Any) -> list[tuple[Impl, Any, Status | None]]:
         """Call every implementation; a failing plugin is logged and reported, the others still run."""

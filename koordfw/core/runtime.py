@@ -30,7 +30,7 @@ import attrs
 import numpy as np
 import structlog
 
-from .caller import HookCaller, PluginFailure
+from .caller import HookCaller, Pending, PluginFailure, Prepared
 from .clock import Clock, TimerHandle
 from .cluster import ClusterState, NodeBatch, NodeView
 from .hints import ClusterEventWithHint
@@ -44,6 +44,14 @@ log = structlog.get_logger("koordfw")
 
 MAX_NODE_SCORE = 100
 MAX_PERMIT_TIMEOUT = 15 * 60.0
+
+#: the arguments each point's call site passes (by position, to :meth:`HookCaller.call_sync`)
+_PASSED: dict[str, tuple[str, ...]] = {
+    "pre_enqueue": ("pod",), "pre_filter": ("pod", "state"), "filter": ("pod", "nodes", "state"),
+    "pre_score": ("pod", "nodes", "state"), "score": ("pod", "nodes", "state"),
+    "normalize_score": ("pod", "nodes", "scores", "state")}
+#: per-node filters and scores, and the points after a node is chosen
+_ON_NODE: tuple[str, ...] = ("pod", "node", "state")
 
 __all__ = ["Framework", "MAX_NODE_SCORE", "MAX_PERMIT_TIMEOUT", "NodeStatuses", "PostFilterResult",
            "PreFilterResult", "RESTORED_REQUESTS", "WaitingPod", "fit_error"]
@@ -189,6 +197,8 @@ class Framework:
         self.profile = registry.profile
         self.caller = HookCaller(registry, handle_for)
         self._pos = np.full(0, -1, dtype=np.int64)
+        #: point → (the implementation list they were made from, prepared calls)
+        self._calls: dict[str, tuple[list[Impl], list[Prepared]]] = {}
         self.refresh()
 
     def refresh(self) -> None:
@@ -199,6 +209,30 @@ class Framework:
         self.has_scoring = bool(reg.impls("score"))
         self._filter_impls = reg.impls("filter")
         self._normalizers = {i.plugin: i for i in reg.impls("normalize_score")}
+        self._calls = {}
+        self._normalize_calls: dict[str, Prepared] = {}
+
+    def _prepared(self, point: str, impls: list[Impl] | None = None) -> list[Prepared]:
+        """The point's implementations prepared for :meth:`HookCaller.call_sync` (made again when the
+        registry's list changes; ``impls``: a list other than the registry's, the filters read at refresh)."""
+        if impls is None:
+            impls = self.registry.impls(point)
+        c = self._calls.get(point)
+        if c is not None and c[0] is impls:
+            return c[1]
+        passed = _PASSED.get(point, _ON_NODE)
+        prepared = [self.caller.prepared(i, _ON_NODE if i.per_node else passed) for i in impls]
+        self._calls[point] = (impls, prepared)
+        return prepared
+
+    def _normalizer(self, plugin: str) -> Prepared | None:
+        p = self._normalize_calls.get(plugin)
+        if p is None:
+            impl = self._normalizers.get(plugin)
+            if impl is None:
+                return None
+            p = self._normalize_calls[plugin] = self.caller.prepared(impl, _PASSED["normalize_score"])
+        return p
 
     # -- queue ----------------------------------------------------------------------------------
     def queue_sort_key(self, pod: Pod) -> Any:
@@ -214,9 +248,16 @@ class Framework:
             return None
 
     async def run_pre_enqueue(self, pod: Pod) -> Status:
-        for impl in self.caller.impls("pre_enqueue"):
+        caller = self.caller
+        for p in self._prepared("pre_enqueue"):
             try:
-                st = as_status(await self.caller.call(impl, pod=pod), impl.plugin)
+                if p.sync:
+                    res = caller.call_sync(p, pod)
+                    if type(res) is Pending:
+                        res = await res
+                else:
+                    res = await caller.call(p.impl, pod=pod)
+                st = as_status(res, p.plugin)
             except PluginFailure as f:
                 return f.status
             if not st.ok:
@@ -251,13 +292,23 @@ class Framework:
         Unresolvable or Error status stops at once, Unschedulable lets the rest run."""
         candidates: frozenset[str] | None = None
         unsched: Status | None = None
-        for impl in self.caller.impls("pre_filter"):
+        caller = self.caller
+        for p in self._prepared("pre_filter"):
             try:
-                res = await self.caller.call(impl, pod=pod, state=state)
+                if p.sync:
+                    res = caller.call_sync(p, pod, state)
+                    if type(res) is Pending:
+                        res = await res
+                else:
+                    res = await caller.call(p.impl, pod=pod, state=state)
             except PluginFailure as f:
                 return f.status, None
             if res is None:
                 continue
+            if type(res) is Status and res.code == Code.SKIP:  # the common answer: no tagged copy needed
+                state.skip_filter.add(p.plugin)
+                continue
+            impl = p.impl
             if isinstance(res, PreFilterResult):
                 if res.node_names is not None:
                     names = frozenset(res.node_names)
@@ -325,17 +376,24 @@ class Framework:
         statuses = NodeStatuses(cluster)
         cur = sub
         skip = state.skip_filter
-        call = self.caller.call
-        for impl in self._filter_impls:
-            if skip and impl.plugin in skip:
+        caller = self.caller
+        call_sync = caller.call_sync
+        for p in self._prepared("filter", self._filter_impls):
+            if skip and p.plugin in skip:
                 continue
             n = len(cur)
             if n == 0:
                 break
+            impl = p.impl
             if impl.per_node:
-                cur = await self._filter_per_node(impl, pod, state, cur, statuses)
+                cur = await self._filter_per_node(p, pod, state, cur, statuses)
                 continue
-            res = await call(impl, pod=pod, nodes=NodeBatch(cluster, cur), state=state)
+            if p.sync:
+                res = call_sync(p, pod, NodeBatch(cluster, cur), state)
+                if type(res) is Pending:
+                    res = await res
+            else:
+                res = await caller.call(impl, pod=pod, nodes=NodeBatch(cluster, cur), state=state)
             if res is None:
                 continue
             if type(res) is tuple and len(res) == 2 and type(res[0]) is np.ndarray:
@@ -351,7 +409,7 @@ class Framework:
                 if reason is None or type(reason) is str or isinstance(reason, Status):
                     statuses.add(cur[~ok], self._shared_status(impl, reason))
                 else:
-                    bad = np.flatnonzero(~ok)
+                    bad = (~ok).nonzero()[0]
                     reasons = reason if type(reason) is list else list(reason)
                     statuses.add(cur[bad], self._statuses(impl, [reasons[j] for j in bad.tolist()]))
                 cur = cur[ok]
@@ -368,12 +426,18 @@ class Framework:
             cur = cur[keep]
         return cur, statuses
 
-    async def _filter_per_node(self, impl: Impl, pod: Pod, state: CycleState, cur: np.ndarray,
+    async def _filter_per_node(self, p: Prepared, pod: Pod, state: CycleState, cur: np.ndarray,
                                statuses: NodeStatuses) -> np.ndarray:
         views = self.cluster.views
         keep = np.ones(len(cur), dtype=bool)
+        caller, impl = self.caller, p.impl
         for j, gi in enumerate(cur.tolist()):
-            res = await self.caller.call(impl, pod=pod, node=views[gi], state=state)
+            if p.sync:
+                res = caller.call_sync(p, pod, views[gi], state)
+                if type(res) is Pending:
+                    res = await res
+            else:
+                res = await caller.call(impl, pod=pod, node=views[gi], state=state)
             if res is None or res is True:
                 continue
             st = as_status(res, impl.plugin)
@@ -411,7 +475,7 @@ class Framework:
             if ok.shape != (n,):
                 raise PluginFailure(Status.error(
                     f"plugin {impl.plugin} returned a mask of {ok.size} for {n} nodes", impl.plugin))
-            bad = np.flatnonzero(ok == 0)
+            bad = (ok == 0).nonzero()[0]
             if isinstance(reason, (str, Status)) or reason is None:
                 return bad, reason or f"node(s) rejected by {impl.plugin}"
             reasons = list(reason)
@@ -439,7 +503,7 @@ class Framework:
             if res.shape != (n,):
                 raise PluginFailure(Status.error(
                     f"plugin {impl.plugin} returned {res.size} filter results for {n} nodes", impl.plugin))
-            return np.flatnonzero(~res), f"node(s) rejected by {impl.plugin}"
+            return (~res).nonzero()[0], f"node(s) rejected by {impl.plugin}"
         try:
             items = list(res)
         except TypeError:
@@ -499,11 +563,21 @@ class Framework:
     async def _score_nodes_now(self, pod: Pod, state: CycleState, feasible: np.ndarray) -> tuple[np.ndarray, int]:
         cluster = self.cluster
         caller = self.caller
+        call_sync = caller.call_sync
         batch = NodeBatch(cluster, feasible)
-        for impl in caller.impls("pre_score"):
-            res = await caller.call(impl, pod=pod, nodes=batch, state=state)
+        for p in self._prepared("pre_score"):
+            if p.sync:
+                res = call_sync(p, pod, batch, state)
+                if type(res) is Pending:
+                    res = await res
+            else:
+                res = await caller.call(p.impl, pod=pod, nodes=batch, state=state)
             if res is None:
                 continue
+            if type(res) is Status and res.code == Code.SKIP:  # the common answer: no tagged copy needed
+                state.skip_score.add(p.plugin)
+                continue
+            impl = p.impl
             st = as_status(res, impl.plugin)
             if st.code == Code.SKIP:
                 state.skip_score.add(impl.plugin)
@@ -511,26 +585,42 @@ class Framework:
                 raise PluginFailure(st if st.code == Code.ERROR else Status.error(st.message, impl.plugin))
         total: np.ndarray | None = None
         max_total = 0
-        normalizers = self._normalizers
         skip = state.skip_score
-        for impl in caller.impls("score"):
-            if skip and impl.plugin in skip:
+        for p in self._prepared("score"):
+            if skip and p.plugin in skip:
                 continue
+            impl = p.impl
             if impl.per_node:
                 vals = []
                 for v in batch:
-                    vals.append(await caller.call(impl, pod=pod, node=v, state=state) or 0)
+                    if p.sync:
+                        r = call_sync(p, pod, v, state)
+                        if type(r) is Pending:
+                            r = await r
+                    else:
+                        r = await caller.call(impl, pod=pod, node=v, state=state)
+                    vals.append(r or 0)
                 arr = np.asarray(vals, dtype=np.int64)
             else:
-                res = await caller.call(impl, pod=pod, nodes=batch, state=state)
+                if p.sync:
+                    res = call_sync(p, pod, batch, state)
+                    if type(res) is Pending:
+                        res = await res
+                else:
+                    res = await caller.call(impl, pod=pod, nodes=batch, state=state)
                 if res is None:
                     continue
                 arr = self._score_array(impl, res, batch)
-            norm = normalizers.get(impl.plugin)
+            norm = self._normalizer(impl.plugin)
             if norm is not None:
-                out = await caller.call(norm, pod=pod, nodes=batch, scores=arr, state=state)
+                if norm.sync:
+                    out = call_sync(norm, pod, batch, arr, state)
+                    if type(out) is Pending:
+                        out = await out
+                else:
+                    out = await caller.call(norm.impl, pod=pod, nodes=batch, scores=arr, state=state)
                 if out is not None:
-                    arr = self._score_array(norm, out, batch)
+                    arr = self._score_array(norm.impl, out, batch)
             # one reduction checks both bounds: a negative int64 viewed as uint64 is above 100
             if len(arr) and arr.view(np.uint64).max() > MAX_NODE_SCORE:
                 bad = int(arr.max() if arr.max() > MAX_NODE_SCORE else arr.min())
@@ -564,10 +654,19 @@ class Framework:
         return arr
 
     # -- reserve / permit -------------------------------------------------------------------------
+    async def _call_on_node(self, p: Prepared, pod: Pod, node: NodeView, state: CycleState) -> Any:
+        """One call of a point after the node is chosen (raises :class:`PluginFailure`)."""
+        if p.sync:
+            res = self.caller.call_sync(p, pod, node, state)
+            if type(res) is Pending:
+                res = await res
+            return res
+        return await self.caller.call(p.impl, pod=pod, node=node, state=state)
+
     async def run_reserve(self, pod: Pod, node: NodeView, state: CycleState) -> Status:
-        for impl in self.caller.impls("reserve"):
+        for p in self._prepared("reserve"):
             try:
-                st = as_status(await self.caller.call(impl, pod=pod, node=node, state=state), impl.plugin)
+                st = as_status(await self._call_on_node(p, pod, node, state), p.plugin)
             except PluginFailure as f:
                 return f.status
             if not st.ok:
@@ -576,18 +675,19 @@ class Framework:
 
     async def run_unreserve(self, pod: Pod, node: NodeView, state: CycleState) -> None:
         """unreserve of every reserve plugin, in reverse order; a failing one does not stop the rest."""
-        for impl in reversed(self.caller.impls("unreserve")):
+        for p in reversed(self._prepared("unreserve")):
             try:
-                await self.caller.call(impl, pod=pod, node=node, state=state)
+                await self._call_on_node(p, pod, node, state)
             except PluginFailure:
                 pass  # logged by the caller; unreserve of the others must still run
 
     async def run_permit(self, pod: Pod, node: NodeView, state: CycleState) -> tuple[Status, dict[str, float]]:
         """(status, plugin → seconds to wait) — a Wait from any plugin holds the pod at Permit."""
         waits: dict[str, float] = {}
-        for impl in self.caller.impls("permit"):
+        for p in self._prepared("permit"):
+            impl = p.impl
             try:
-                res = await self.caller.call(impl, pod=pod, node=node, state=state)
+                res = await self._call_on_node(p, pod, node, state)
             except PluginFailure as f:
                 return f.status, {}
             st = as_status(res, impl.plugin)
@@ -602,9 +702,10 @@ class Framework:
     # -- binding ------------------------------------------------------------------------------------
     async def run_pre_bind(self, pod: Pod, node: NodeView, state: CycleState) -> Status:
         """pre_bind in profile order; annotation dicts are collected into ``state.annotations``."""
-        for impl in self.caller.impls("pre_bind"):
+        for p in self._prepared("pre_bind"):
+            impl = p.impl
             try:
-                res = await self.caller.call(impl, pod=pod, node=node, state=state)
+                res = await self._call_on_node(p, pod, node, state)
             except PluginFailure as f:
                 return f.status
             if res is None:
@@ -621,11 +722,12 @@ class Framework:
         """The first bind plugin that returns something other than None or Skip binds the pod (or fails).
         ``only``: call that plugin's bind alone (a placeholder pod's own plugin), None or Skip from it
         meaning bound (there is nothing else to bind)."""
-        for impl in self.caller.impls("bind"):
+        for p in self._prepared("bind"):
+            impl = p.impl
             if only is not None and impl.plugin != only:
                 continue
             try:
-                res = await self.caller.call(impl, pod=pod, node=node, state=state)
+                res = await self._call_on_node(p, pod, node, state)
             except PluginFailure as f:
                 return f.status
             if res is None:
