@@ -176,6 +176,9 @@ class CgroupFiles:
       the same path) or stale (``ESTALE``) is closed and the path opened once more: the new cgroup's file,
       or ``None`` when it is gone, as for a file that was never there.
 
+    Directories the agent lists every round (pod dirs, for their containers) are kept the same way
+    (:meth:`subdirs`).
+
     Thread-safe (a lock around each read: a threaded plugin hook may read while another does).
     """
 
@@ -184,6 +187,8 @@ class CgroupFiles:
         self._mountinfo = mountinfo
         self._devices: frozenset[int] | None = None
         self._fds: collections.OrderedDict[str, int] = collections.OrderedDict()
+        #: the inode numbers of the kept directories (:meth:`subdirs`)
+        self._inos: dict[str, int] = {}
         self._lock = threading.Lock()
         #: opens of files (kept or not) and reads through a kept descriptor, since the start
         self.opens = 0
@@ -230,8 +235,7 @@ class CgroupFiles:
                 return None
             if self.max_fds and self._keep(fd):
                 while len(self._fds) >= self.max_fds:
-                    _, old = self._fds.popitem(last=False)
-                    os.close(old)
+                    self._evict()
                 self._fds[key] = fd
             else:
                 os.close(fd)
@@ -239,8 +243,84 @@ class CgroupFiles:
 
     def read(self, path: str | os.PathLike[str], limit: int = READ_LIMIT) -> str | None:
         """:meth:`read_bytes` decoded (invalid bytes replaced) and stripped."""
-        data = self.read_bytes(path, limit)
+        data: bytes | None = None
+        if type(path) is str:
+            with self._lock:  # the common case inline: a kept descriptor that reads
+                fd = self._fds.get(path)
+                if fd is not None:
+                    try:
+                        data = os.pread(fd, limit, 0)
+                    except OSError:  # gone, or else: read_bytes sorts it out
+                        pass
+                    else:
+                        self.kept_reads += 1
+                        self._fds.move_to_end(path)
+        if data is None:
+            data = self.read_bytes(path, limit)
         return None if data is None else data.decode(errors="replace").strip()
+
+    def on_cgroup_fs(self, path: str | os.PathLike[str]) -> bool:
+        """Whether ``path`` (followed) is on a mounted cgroup filesystem; False when it cannot be stat'ed."""
+        try:
+            return os.stat(path).st_dev in self.devices()
+        except (OSError, ValueError):
+            return False
+
+    def subdirs(self, path: str, ino: int, *, keep: bool = True) -> list[str] | None:
+        """The names of the sub-directories of the directory ``path`` (in the kernel's order), ``None`` when
+        it cannot be listed (gone). ``ino`` is its inode number as its parent's listing just showed it
+        (``os.DirEntry.inode()``). With ``keep`` (the caller knows ``path`` is on a cgroup filesystem) the
+        directory's descriptor is kept and listed again by descriptor (9 µs instead of 21 for a pod dir on
+        cgroup v1: no path lookup), as long as ``ino`` is the same (a cgroup removed and created again under
+        the same path has another); an empty listing (also what a removed cgroup's descriptor lists) is
+        made again by path, so a vanished dir reads as before."""
+        key = path + "/"  # never a file's path
+        with self._lock:
+            fd = self._fds.get(key)
+            if fd is not None:
+                if self._inos.get(key) == ino:
+                    try:
+                        with os.scandir(fd) as it:
+                            names = [c.name for c in it if c.is_dir(follow_symlinks=False)]
+                    except OSError:
+                        names = []
+                    if names:
+                        self.kept_reads += 1
+                        self._fds.move_to_end(key)
+                        return names
+                self._close(key)
+            try:
+                with os.scandir(path) as it:
+                    names = [c.name for c in it if c.is_dir(follow_symlinks=False)]
+            except OSError:
+                return None
+            self.opens += 1
+            if keep and self.max_fds:
+                self._keep_dir(key, path, ino)
+            return names
+
+    def _keep_dir(self, key: str, path: str, ino: int) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except (OSError, ValueError):
+            return
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            return
+        if st.st_ino != ino or st.st_dev not in self.devices():
+            os.close(fd)
+            return
+        while len(self._fds) >= self.max_fds:
+            self._evict()
+        self._fds[key] = fd
+        self._inos[key] = ino
+
+    def _evict(self) -> None:
+        key, fd = self._fds.popitem(last=False)
+        self._inos.pop(key, None)
+        os.close(fd)
 
     def _keep(self, fd: int) -> bool:
         try:
@@ -250,6 +330,7 @@ class CgroupFiles:
 
     def _close(self, key: str) -> None:
         fd = self._fds.pop(key, None)
+        self._inos.pop(key, None)
         if fd is not None:
             os.close(fd)
 
@@ -259,7 +340,7 @@ class CgroupFiles:
         needles = tuple(f"/{d.strip('/')}/" for d in dirs if d.strip("/"))
         if not needles:
             return 0
-        with self._lock:
+        with self._lock:  # a kept dir's key ends in "/": it matches its own needle
             gone = [k for k in self._fds if any(n in k for n in needles)]
             for k in gone:
                 self._close(k)
@@ -268,6 +349,7 @@ class CgroupFiles:
     def close(self) -> None:
         """Close every kept descriptor (reads go on, opening files anew)."""
         with self._lock:
+            self._inos.clear()
             while self._fds:
                 os.close(self._fds.popitem()[1])
 
@@ -302,6 +384,8 @@ class CgroupLayout:
     kubepods: str = "kubepods"
 
     _prefixes: dict[str, str] = attrs.field(factory=dict, init=False, repr=False, eq=False)
+    _paths: dict[tuple[str, str, str], str] = attrs.field(factory=dict, init=False, repr=False, eq=False)
+    _paths_root: Path | None = attrs.field(default=None, init=False, repr=False, eq=False)
 
     def controller_prefix(self, controller: str) -> str:
         """The controller's dir relative to the root (``""`` on v2), e.g. ``cpu`` or ``cpu,cpuacct``.
@@ -352,6 +436,7 @@ class CgroupLayout:
             levels = ((GUARANTEED, ""), (BURSTABLE, "kubepods-burstable.slice"), (BEST_EFFORT, "kubepods-besteffort.slice"))
         else:
             levels = ((GUARANTEED, ""), (BURSTABLE, "burstable"), (BEST_EFFORT, "besteffort"))
+        keep = CGROUP_FILES.on_cgroup_fs(base)  # a real cgroup tree: pod dirs listed through kept descriptors
         for qos, sub in levels:
             d = base / sub if sub else base
             try:
@@ -363,10 +448,11 @@ class CgroupLayout:
                 if uid is None:
                     continue
                 rel_dir = f"{self.kubepods}/{sub}/{e.name}" if sub else f"{self.kubepods}/{e.name}"
-                try:  # only the sub-directories are sorted: a pod dir lists some 20 control files too
-                    names = sorted(c.name for c in os.scandir(e.path) if c.is_dir(follow_symlinks=False))
-                except OSError:
+                # only the sub-directories are sorted: a pod dir lists some 20 control files too
+                names = CGROUP_FILES.subdirs(e.path, e.inode(), keep=keep)
+                if names is None:
                     continue  # the pod vanished while we looked
+                names.sort()
                 containers = [(_container_id(n), f"{rel_dir}/{n}") for n in names]
                 out.append(DiscoveredPod(uid, qos, rel_dir, tuple(containers)))
         return out
@@ -393,8 +479,19 @@ class CgroupLayout:
                     out[rel] = v
         return out
 
-    def _file(self, controller: str, rel_dir: str, name: str) -> str:
-        return f"{self.root}/{self.rel(controller, rel_dir, name)}"
+    def file_path(self, controller: str, rel_dir: str, name: str) -> str:
+        """The absolute path of a file (a plain string), remembered: every pod's are needed every round."""
+        key = (controller, rel_dir, name)
+        hit = self._paths.get(key)
+        if hit is not None and self._paths_root is self.root:
+            return hit
+        if self._paths_root is not self.root or len(self._paths) >= 16384:
+            self._paths.clear()
+            self._paths_root = self.root
+        path = self._paths[key] = f"{self.root}/{self.rel(controller, rel_dir, name)}"
+        return path
+
+    _file = file_path
 
     def cpu_usage_ns(self, rel_dir: str) -> int | None:
         """Cumulative CPU time of a cgroup in ns (v1 cpuacct.usage, v2 cpu.stat usage_usec)."""

@@ -203,22 +203,34 @@ _MEMORY_STAT_KEYS = {
 }
 
 
-#: one ``key value`` line of memory.stat with a key koordlet needs (lines joined by "\n"; the value up to 20
-#: ASCII digits, whitespace around it but no line break)
-_MEMORY_STAT_LINE = {v: re.compile(rf"^({'|'.join(keys)}) [^\S\n]*([0-9]{{1,20}})[^\S\n]*$", re.M)
+#: one ``key value`` line of memory.stat with a key koordlet needs, each line after a "\n" (lines joined by
+#: "\n", one put before the first; the value up to 20 ASCII digits, whitespace around it but no line
+#: break). Led by the literal "\n" rather than a multi-line ``^``, the pattern is searched for, not tried
+#: at every character: 5 µs instead of 13 for a pod's memory.stat
+_MEMORY_STAT_LINE = {v: re.compile(rf"\n({'|'.join(keys)}) [^\S\n]*([0-9]{{1,20}})[^\S\n]*(?=\n|\Z)")
                      for v, keys in _MEMORY_STAT_KEYS.items()}
+
+
+def _memory_stat_lines(text: str) -> str:
+    """``text``'s first 256 lines (str.splitlines) joined by "\n", after a "\n"; ``text`` itself (after
+    the "\n") when that is the same, which kernel output is: ASCII, no other line break, < 256 lines."""
+    # str.splitlines' other line breaks in ASCII: \r \x0b \x0c \x1c \x1d \x1e
+    if (text.isascii() and text.count("\n") < 256 and "\r" not in text and "\x0b" not in text
+            and "\x0c" not in text and "\x1c" not in text and "\x1d" not in text and "\x1e" not in text):
+        return "\n" + text
+    lines = text.splitlines()
+    if len(lines) > 256:
+        lines = lines[:256]
+    return "\n" + "\n".join(lines)
 
 
 def memory_without_cache(layout: CgroupLayout, rel_dir: str) -> int | None:
     """A cgroup's memory usage without page cache, as koordlet measures pods and host applications
     (``MemoryStatRaw.Usage``: inactive_anon + active_anon + unevictable of ``memory.stat``, its first 256
     lines); the raw usage file where ``memory.stat`` is missing or lacks a field koordlet needs."""
-    text = read_value(f"{layout.root}/{layout.rel('memory', rel_dir, 'memory.stat')}")
+    text = read_value(layout.file_path("memory", rel_dir, "memory.stat"))
     if text:
-        lines = text.splitlines()
-        if len(lines) > 256:
-            lines = lines[:256]
-        kv = {k: int(v) for k, v in _MEMORY_STAT_LINE[layout.version].findall("\n".join(lines))}
+        kv = {k: int(v) for k, v in _MEMORY_STAT_LINE[layout.version].findall(_memory_stat_lines(text))}
         keys = _MEMORY_STAT_KEYS[layout.version]
         if len(kv) == len(keys):
             return kv[keys[4]] + kv[keys[5]] + kv[keys[6]]

@@ -9,6 +9,7 @@ without root.
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from pathlib import Path
 
@@ -173,3 +174,66 @@ def test_the_agent_and_plugins_share_the_process_reader(cg):
     finally:
         CGROUP_FILES.forget([cg.name])
     assert path not in CGROUP_FILES
+
+
+@real
+def test_pod_dirs_are_listed_through_kept_descriptors(cg):
+    files = CgroupFiles()
+    pod = cg / "pod3"
+    make_real_cgroup(pod)
+    make_real_cgroup(pod / "c1")
+
+    def ino() -> int:
+        return next(e.inode() for e in os.scandir(cg) if e.name == "pod3")
+
+    assert files.subdirs(str(pod), ino()) == ["c1"]
+    assert files.opens == 1 and str(pod) + "/" in files
+    make_real_cgroup(pod / "c2")  # seen at once through the kept descriptor
+    assert sorted(files.subdirs(str(pod), ino()) or []) == ["c1", "c2"]
+    (pod / "c1").rmdir()
+    assert files.subdirs(str(pod), ino()) == ["c2"]
+    assert files.opens == 1 and files.kept_reads == 2
+    (pod / "c2").rmdir()
+    assert files.subdirs(str(pod), ino()) == []  # empty: listed again by path, as a removed cgroup lists
+    pod.rmdir()
+    make_real_cgroup(pod)  # the same path, another cgroup (another inode): its descriptor is opened anew
+    make_real_cgroup(pod / "c3")
+    assert files.subdirs(str(pod), ino()) == ["c3"]
+    old_ino = ino()
+    (pod / "c3").rmdir()
+    pod.rmdir()
+    assert files.subdirs(str(pod), old_ino) is None  # gone: None, as an OSError of the listing was
+    assert str(pod) + "/" not in files
+    # not a cgroup tree (or keep=False): listed by path, nothing kept
+    assert files.subdirs(str(cg), 0, keep=False) == [] and str(cg) + "/" not in files
+
+
+def test_plain_dirs_are_listed_by_path(tmp_path):
+    files = CgroupFiles()
+    (tmp_path / "pod" / "c1").mkdir(parents=True)
+    (tmp_path / "pod" / "cpu.shares").write_text("2")
+    ino = os.stat(tmp_path / "pod").st_ino
+    assert files.subdirs(str(tmp_path / "pod"), ino) == ["c1"]  # keep asked for, but not a cgroup filesystem
+    assert len(files) == 0
+    assert files.subdirs(str(tmp_path / "gone"), 1) is None
+
+
+@pytest.mark.parametrize("text", [
+    "total_rss 5\ntotal_cache 7",
+    "total_rss 5\r\ntotal_cache 7",  # \r: its own line break for str.splitlines
+    "total_rss 5\x1ctotal_cache 7\x0btotal_unevictable 1",
+    "total_rss 5\x85total_cache 7\u2028anon 3",  # not ASCII
+    "\n".join(["total_rss 1"] * 300 + ["total_cache 2"]),  # beyond the first 256 lines
+    "\n".join(["x 1"] * 255 + ["total_cache 2"]),  # line 256: still read
+    "total_rss  \t 5 \t\ntotal_rss 6\n\ntotal_cache 99999999999999999999999",
+])
+def test_memory_stat_lines_as_splitlines(text):
+    """The agent's memory.stat reading takes kernel text as is: the same lines as str.splitlines' first 256."""
+    from koordfw.agent.loop import _MEMORY_STAT_LINE, _memory_stat_lines
+
+    lines = text.splitlines()[:256]
+    assert _memory_stat_lines(text) == "\n" + "\n".join(lines)
+    for version, rx in _MEMORY_STAT_LINE.items():
+        keys = rx.pattern.split("(", 1)[1].split(")", 1)[0]
+        old = re.compile(rf"^({keys}) [^\S\n]*([0-9]{{1,20}})[^\S\n]*$", re.M)  # the multi-line form it replaced
+        assert rx.findall(_memory_stat_lines(text)) == old.findall("\n".join(lines)), version

@@ -443,6 +443,12 @@ def read_file(path: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=16384)
+def _join(root: str, rel: str) -> str:
+    """``os.path.join(root, rel)``, remembered: the same few hundred paths are read every round."""
+    return os.path.join(root, rel)
+
+
+@functools.lru_cache(maxsize=16384)
 def _files(version: int, rel_dir: str) -> Mapping[str, str]:
     """:meth:`CPUBurst.files`, remembered: the same dirs' paths are needed several times every round."""
     ns = NodeState(cgroup_version=version)
@@ -468,7 +474,7 @@ def read_values(root: str, ns: NodeState, pods: Iterable[PodView]) -> dict[str, 
 
     def read(rel: str) -> None:
         if rel and rel not in out:
-            v = read_file(os.path.join(root, rel))
+            v = read_file(_join(root, rel))
             if v is not None:
                 out[rel] = v
 
