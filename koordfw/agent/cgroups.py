@@ -386,6 +386,8 @@ class CgroupLayout:
     _prefixes: dict[str, str] = attrs.field(factory=dict, init=False, repr=False, eq=False)
     _paths: dict[tuple[str, str, str], str] = attrs.field(factory=dict, init=False, repr=False, eq=False)
     _paths_root: Path | None = attrs.field(default=None, init=False, repr=False, eq=False)
+    #: the last :meth:`discover`'s pods by (QoS level, dir, container dirs...)
+    _discovered: dict[tuple[str, ...], DiscoveredPod] = attrs.field(factory=dict, init=False, repr=False, eq=False)
 
     def controller_prefix(self, controller: str) -> str:
         """The controller's dir relative to the root (``""`` on v2), e.g. ``cpu`` or ``cpu,cpuacct``.
@@ -437,6 +439,7 @@ class CgroupLayout:
         else:
             levels = ((GUARANTEED, ""), (BURSTABLE, "burstable"), (BEST_EFFORT, "besteffort"))
         keep = CGROUP_FILES.on_cgroup_fs(base)  # a real cgroup tree: pod dirs listed through kept descriptors
+        last, found = self._discovered, {}
         for qos, sub in levels:
             d = base / sub if sub else base
             try:
@@ -453,8 +456,14 @@ class CgroupLayout:
                 if names is None:
                     continue  # the pod vanished while we looked
                 names.sort()
-                containers = [(_container_id(n), f"{rel_dir}/{n}") for n in names]
-                out.append(DiscoveredPod(uid, qos, rel_dir, tuple(containers)))
+                key = (qos, rel_dir, *names)
+                pod = last.get(key)  # the same pod as last round (immutable: shared)
+                if pod is None:
+                    containers = [(_container_id(n), f"{rel_dir}/{n}") for n in names]
+                    pod = DiscoveredPod(uid, qos, rel_dir, tuple(containers))
+                found[key] = pod
+                out.append(pod)
+        self._discovered = found
         return out
 
     def _pod_uid(self, name: str) -> str | None:

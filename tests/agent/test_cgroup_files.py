@@ -237,3 +237,23 @@ def test_memory_stat_lines_as_splitlines(text):
         keys = rx.pattern.split("(", 1)[1].split(")", 1)[0]
         old = re.compile(rf"^({keys}) [^\S\n]*([0-9]{{1,20}})[^\S\n]*$", re.M)  # the multi-line form it replaced
         assert rx.findall(_memory_stat_lines(text)) == old.findall("\n".join(lines)), version
+
+
+def test_discover_sees_container_changes_between_rounds(fake_node):
+    """discover reuses last round's pod while its dir and containers are the same, and only then."""
+    from koordfw.agent.cgroups import CgroupLayout
+
+    lay = CgroupLayout(fake_node.root, 1)
+    rel = fake_node.add_pod("u1", "burstable", containers=("c1",))
+    first = lay.discover()
+    assert [c for _, c in first[0].containers] == [f"{rel}/c1"]
+    assert lay.discover()[0] is first[0]
+    fake_node.mkcg(f"{rel}/c2")
+    assert [c for _, c in lay.discover()[0].containers] == [f"{rel}/c1", f"{rel}/c2"]
+    for c in ("cpu", "cpuacct", "cpuset", "memory"):
+        d = fake_node.root / c / rel / "c1"
+        if d.exists():
+            for f in d.iterdir():
+                f.unlink()
+            d.rmdir()
+    assert [c for _, c in lay.discover()[0].containers] == [f"{rel}/c2"]
