@@ -388,6 +388,8 @@ class CgroupLayout:
     _paths_root: Path | None = attrs.field(default=None, init=False, repr=False, eq=False)
     #: the last :meth:`discover`'s pods by (QoS level, dir, container dirs...)
     _discovered: dict[tuple[str, ...], DiscoveredPod] = attrs.field(factory=dict, init=False, repr=False, eq=False)
+    _pod_names: dict[tuple[str, str, str, str], tuple[str, str] | None] = attrs.field(
+        factory=dict, init=False, repr=False, eq=False)
 
     def controller_prefix(self, controller: str) -> str:
         """The controller's dir relative to the root (``""`` on v2), e.g. ``cpu`` or ``cpu,cpuacct``.
@@ -440,6 +442,9 @@ class CgroupLayout:
             levels = ((GUARANTEED, ""), (BURSTABLE, "burstable"), (BEST_EFFORT, "besteffort"))
         keep = CGROUP_FILES.on_cgroup_fs(base)  # a real cgroup tree: pod dirs listed through kept descriptors
         last, found = self._discovered, {}
+        # a dir name (under this driver, kubepods and level) → (uid, dir), or None when not a pod's
+        last_names: dict[tuple[str, str, str, str], tuple[str, str] | None] = self._pod_names
+        names_seen: dict[tuple[str, str, str, str], tuple[str, str] | None] = {}
         for qos, sub in levels:
             d = base / sub if sub else base
             try:
@@ -447,10 +452,17 @@ class CgroupLayout:
             except OSError:
                 continue
             for e in sorted(entries, key=lambda e: e.name):
-                uid = self._pod_uid(e.name)
-                if uid is None:
+                name_key = (self.driver, self.kubepods, sub, e.name)
+                if name_key in last_names:
+                    named = last_names[name_key]
+                else:
+                    uid = self._pod_uid(e.name)
+                    rel_dir = f"{self.kubepods}/{sub}/{e.name}" if sub else f"{self.kubepods}/{e.name}"
+                    named = (uid, rel_dir) if uid is not None else None
+                names_seen[name_key] = named
+                if named is None:
                     continue
-                rel_dir = f"{self.kubepods}/{sub}/{e.name}" if sub else f"{self.kubepods}/{e.name}"
+                uid, rel_dir = named
                 # only the sub-directories are sorted: a pod dir lists some 20 control files too
                 names = CGROUP_FILES.subdirs(e.path, e.inode(), keep=keep)
                 if names is None:
@@ -463,7 +475,7 @@ class CgroupLayout:
                     pod = DiscoveredPod(uid, qos, rel_dir, tuple(containers))
                 found[key] = pod
                 out.append(pod)
-        self._discovered = found
+        self._discovered, self._pod_names = found, names_seen
         return out
 
     def _pod_uid(self, name: str) -> str | None:
