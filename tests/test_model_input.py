@@ -35,6 +35,28 @@ def test_canonical_units(resource, text, canon):
     assert canonical(resource, text) == canon
 
 
+@pytest.mark.parametrize("resource", ["cpu", "memory"])
+def test_canonical_fast_forms_agree_with_the_exact_parse(resource):
+    # plain integers and "<n>m" take a shortcut; it must give what the exact Fraction path gives, or
+    # refuse what it refuses (int64 bounds, non-ASCII digits, empty, signs)
+    from koordfw.core.quantity import to_int, to_milli
+
+    exact = to_milli if resource == "cpu" else to_int
+    texts = ["0", "1", "007", "999", "1001m", "1m", "0m", "m", "", "12a", "\u0661\u0662", "+1", "-1m",
+             "9" * 15, "9" * 14 + "m", "9" * 16, "9" * 19, "9" * 20 + "m", "10Gi", "1e3"]
+    texts += [str(7 ** k) for k in range(1, 20)] + [f"{7 ** k}m" for k in range(1, 20)]
+    for text in texts:
+        try:
+            want: object = exact(text)
+        except QuantityError as e:
+            want = ("error", str(e))
+        try:
+            got: object = canonical(resource, text)
+        except QuantityError as e:
+            got = ("error", str(e))
+        assert got == want, text
+
+
 @pytest.mark.parametrize("resource,amount,text", [
     ("cpu", 2000, "2"), ("cpu", 1500, "1500m"), ("memory", 2**31, "2Gi"), ("memory", 3 * 2**20, "3Mi"), ("pods", 110, "110"),
 ])

@@ -141,6 +141,14 @@ def canonical(resource: str, value: object) -> int:
     """The integer a resource is accounted in: milli for cpu, units (rounded up) otherwise.
 
     Raises :class:`QuantityError` for anything that is not a finite quantity within int64 in that unit."""
+    # the forms the API server and the agents write most (``"1234"``, ``"500m"``), without the exact
+    # Fraction path; 15 digits at most, so that every result is within int64 in either unit
+    if type(value) is str and 0 < len(value) <= 15 and value.isascii():
+        if value.isdigit():
+            return int(value) * 1000 if resource in MILLI_RESOURCES else int(value)
+        if value[-1] == "m" and len(value) > 1 and value[:-1].isdigit():
+            n = int(value[:-1])
+            return n if resource in MILLI_RESOURCES else -(-n // 1000)
     return to_milli(value) if resource in MILLI_RESOURCES else to_int(value)
 
 
