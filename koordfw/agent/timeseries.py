@@ -87,6 +87,16 @@ class Series:
         """(``kind`` of each column over the window, the time range its CPU samples span), or ``None``
         when a column has no sample there (koordlet's query fails then: "metric input is empty")."""
         t, v = self.window(start, end)
+        if not len(t):
+            return None
+        nan = np.isnan(v)
+        if not nan.any():
+            # every sample has both columns (the agent's usual case): one pass, the same figures
+            cpu, mem = v[:, CPU], v[:, MEMORY]
+            if kind == "avg":
+                return {"cpu": float(cpu.sum() / len(cpu)), "memory": float(mem.sum() / len(mem))}, \
+                    float(t.max() - t.min())
+            return {"cpu": aggregate(cpu, kind), "memory": aggregate(mem, kind)}, float(t.max() - t.min())
         out: dict[str, float] = {}
         spans = []
         for c, name in enumerate(COLUMNS):

@@ -223,3 +223,24 @@ def test_load_aware_filters_on_the_aggregated_usage_written():
     p = run({"aggregated": {"usageThresholds": {"cpu": 60}, "usageAggregationType": "p90",
                             "usageAggregatedDuration": "1m"}})
     assert p["node"] is None and "cpu aggregated usage exceed threshold" in p["reason"]
+
+
+def test_series_query_without_gaps_gives_the_per_column_figures():
+    # a window with no missing value takes a one-pass route; it must match the per-column one exactly
+    # (koordlet's avg and percentiles, and the CPU samples' time span)
+    from koordfw.agent.timeseries import AGGREGATIONS, COLUMNS, Series, aggregate
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        cap = int(rng.integers(1, 120))
+        s = Series(cap)
+        for k in range(int(rng.integers(1, 2 * cap + 2))):
+            s.add(float(k), float(rng.random() * 1e6), float(rng.random() * 1e10))
+        start, end = float(rng.integers(0, 2 * cap)), float(rng.integers(0, 3 * cap))
+        t, v = s.window(start, end)
+        for kind in AGGREGATIONS:
+            want = None
+            if len(t):
+                want = ({name: aggregate(v[~np.isnan(v[:, c]), c], kind) for c, name in enumerate(COLUMNS)},
+                        float(t.max() - t.min()))
+            assert s.query(start, end, kind) == want
