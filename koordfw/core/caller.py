@@ -255,6 +255,29 @@ class HookCaller:
             return res
         return Pending(self, p, res, t0, token)
 
+    async def call_prepared(self, p: Prepared, *values: Any) -> Any:
+        """:meth:`call` of a prepared implementation of any kind (async, threaded or plain), with the call
+        site's arguments by position."""
+        if p.sync:
+            res = self.call_sync(p, *values)
+            if type(res) is Pending:
+                res = await res
+            return res
+        if p.missing is not None:
+            raise PluginFailure(Status.error(p.missing, p.plugin))
+        impl = p.impl
+        token = CURRENT_PLUGIN.set(p.plugin)
+        t0 = time.perf_counter()
+        try:
+            if impl.is_async:
+                return await _finish(p.invoke(*values), impl.timeout)
+            with anyio.fail_after(impl.timeout):
+                return await anyio.to_thread.run_sync(functools.partial(p.invoke, *values), abandon_on_cancel=True)
+        except Exception as e:
+            _raise_failure(impl, e)
+        finally:
+            self._done(p.durations, t0, token)
+
     def _done(self, d: list[float], t0: float, token: contextvars.Token[str | None]) -> None:
         dt = time.perf_counter() - t0
         CURRENT_PLUGIN.reset(token)

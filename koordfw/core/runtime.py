@@ -256,7 +256,7 @@ class Framework:
                     if type(res) is Pending:
                         res = await res
                 else:
-                    res = await caller.call(p.impl, pod=pod)
+                    res = await caller.call_prepared(p, pod)
                 st = as_status(res, p.plugin)
             except PluginFailure as f:
                 return f.status
@@ -300,7 +300,7 @@ class Framework:
                     if type(res) is Pending:
                         res = await res
                 else:
-                    res = await caller.call(p.impl, pod=pod, state=state)
+                    res = await caller.call_prepared(p, pod, state)
             except PluginFailure as f:
                 return f.status, None
             if res is None:
@@ -328,7 +328,11 @@ class Framework:
         """The filters over node indices ``idx`` (all of them), nominated pods counted:
         (Error status if a plugin failed, else success; feasible indices; node name → rejection)."""
         try:
-            ok, statuses = await self._filter_nodes(pod, state, idx)
+            restored = state.get(RESTORED_REQUESTS)
+            if restored or self.nominator:
+                ok, statuses = await self._filter_nodes(pod, state, idx)
+            else:  # nothing to count or restore: the filters alone (two coroutines fewer)
+                ok, statuses = await self._run_filter_plugins(pod, state, idx)
         except PluginFailure as f:
             return f.status, np.zeros(0, dtype=np.int64), NodeStatuses(self.cluster)
         return Status.success(), ok, statuses
@@ -393,7 +397,7 @@ class Framework:
                 if type(res) is Pending:
                     res = await res
             else:
-                res = await caller.call(impl, pod=pod, nodes=NodeBatch(cluster, cur), state=state)
+                res = await caller.call_prepared(p, pod, NodeBatch(cluster, cur), state)
             if res is None:
                 continue
             if type(res) is tuple and len(res) == 2 and type(res[0]) is np.ndarray:
@@ -437,7 +441,7 @@ class Framework:
                 if type(res) is Pending:
                     res = await res
             else:
-                res = await caller.call(impl, pod=pod, node=views[gi], state=state)
+                res = await caller.call_prepared(p, pod, views[gi], state)
             if res is None or res is True:
                 continue
             st = as_status(res, impl.plugin)
@@ -547,7 +551,10 @@ class Framework:
         """pre_score, score, normalize_score (validated to [0, 100]) and weights over ``feasible`` node
         indices: (status, weighted totals aligned with ``feasible``, the highest total possible)."""
         try:
-            total, top = await self._score_nodes(pod, state, feasible)
+            if state.get(RESTORED_REQUESTS):
+                total, top = await self._score_nodes(pod, state, feasible)
+            else:
+                total, top = await self._score_nodes_now(pod, state, feasible)
         except PluginFailure as f:
             return f.status, np.zeros(len(feasible), dtype=np.int64), 0
         return Status.success(), total, top
@@ -571,7 +578,7 @@ class Framework:
                 if type(res) is Pending:
                     res = await res
             else:
-                res = await caller.call(p.impl, pod=pod, nodes=batch, state=state)
+                res = await caller.call_prepared(p, pod, batch, state)
             if res is None:
                 continue
             if type(res) is Status and res.code == Code.SKIP:  # the common answer: no tagged copy needed
@@ -598,7 +605,7 @@ class Framework:
                         if type(r) is Pending:
                             r = await r
                     else:
-                        r = await caller.call(impl, pod=pod, node=v, state=state)
+                        r = await caller.call_prepared(p, pod, v, state)
                     vals.append(r or 0)
                 arr = np.asarray(vals, dtype=np.int64)
             else:
@@ -607,7 +614,7 @@ class Framework:
                     if type(res) is Pending:
                         res = await res
                 else:
-                    res = await caller.call(impl, pod=pod, nodes=batch, state=state)
+                    res = await caller.call_prepared(p, pod, batch, state)
                 if res is None:
                     continue
                 arr = self._score_array(impl, res, batch)
@@ -618,7 +625,7 @@ class Framework:
                     if type(out) is Pending:
                         out = await out
                 else:
-                    out = await caller.call(norm.impl, pod=pod, nodes=batch, scores=arr, state=state)
+                    out = await caller.call_prepared(norm, pod, batch, arr, state)
                 if out is not None:
                     arr = self._score_array(norm.impl, out, batch)
             # one reduction checks both bounds: a negative int64 viewed as uint64 is above 100
@@ -654,19 +661,10 @@ class Framework:
         return arr
 
     # -- reserve / permit -------------------------------------------------------------------------
-    async def _call_on_node(self, p: Prepared, pod: Pod, node: NodeView, state: CycleState) -> Any:
-        """One call of a point after the node is chosen (raises :class:`PluginFailure`)."""
-        if p.sync:
-            res = self.caller.call_sync(p, pod, node, state)
-            if type(res) is Pending:
-                res = await res
-            return res
-        return await self.caller.call(p.impl, pod=pod, node=node, state=state)
-
     async def run_reserve(self, pod: Pod, node: NodeView, state: CycleState) -> Status:
         for p in self._prepared("reserve"):
             try:
-                st = as_status(await self._call_on_node(p, pod, node, state), p.plugin)
+                st = as_status(await self.caller.call_prepared(p, pod, node, state), p.plugin)
             except PluginFailure as f:
                 return f.status
             if not st.ok:
@@ -677,7 +675,7 @@ class Framework:
         """unreserve of every reserve plugin, in reverse order; a failing one does not stop the rest."""
         for p in reversed(self._prepared("unreserve")):
             try:
-                await self._call_on_node(p, pod, node, state)
+                await self.caller.call_prepared(p, pod, node, state)
             except PluginFailure:
                 pass  # logged by the caller; unreserve of the others must still run
 
@@ -687,7 +685,7 @@ class Framework:
         for p in self._prepared("permit"):
             impl = p.impl
             try:
-                res = await self._call_on_node(p, pod, node, state)
+                res = await self.caller.call_prepared(p, pod, node, state)
             except PluginFailure as f:
                 return f.status, {}
             st = as_status(res, impl.plugin)
@@ -705,7 +703,7 @@ class Framework:
         for p in self._prepared("pre_bind"):
             impl = p.impl
             try:
-                res = await self._call_on_node(p, pod, node, state)
+                res = await self.caller.call_prepared(p, pod, node, state)
             except PluginFailure as f:
                 return f.status
             if res is None:
@@ -727,7 +725,7 @@ class Framework:
             if only is not None and impl.plugin != only:
                 continue
             try:
-                res = await self._call_on_node(p, pod, node, state)
+                res = await self.caller.call_prepared(p, pod, node, state)
             except PluginFailure as f:
                 return f.status
             if res is None:
@@ -741,4 +739,8 @@ class Framework:
         return Status.error("no bind plugin bound the pod")
 
     async def run_post_bind(self, pod: Pod, node: NodeView, state: CycleState) -> None:
-        await self.caller.call_safe("post_bind", pod=pod, node=node, state=state)
+        for p in self._prepared("post_bind"):
+            try:
+                await self.caller.call_prepared(p, pod, node, state)
+            except PluginFailure:
+                pass  # logged by the caller; the pod is bound, and the other post_bind plugins still run

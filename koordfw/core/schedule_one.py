@@ -689,10 +689,9 @@ class Scheduler:
         st, total, _ = await fw.run_score(pod, state, feasible)
         if not st.ok:
             return st, None
-        pick = int(total.argmax())
-        ties = total == total[pick]
-        if np.count_nonzero(ties) > 1:  # kube's selectHost: a seeded random pick among the best
-            best = np.flatnonzero(ties)
+        best = (total == total.max()).nonzero()[0]
+        pick = int(best[0])
+        if len(best) > 1:  # kube's selectHost: a seeded random pick among the best
             pick = int(best[self.rng.integers(len(best))])
         return Status.success(), cluster.views[int(feasible[pick])]
 
@@ -747,7 +746,8 @@ class Scheduler:
                 found += len(ok)
                 self._pass_rate = 0.9 * self._pass_rate + 0.1 * (found / (pos + last + 1))
                 # statuses of nodes after the last taken one were not "processed"
-                return np.concatenate(feasible_parts), statuses, pos + last + 1
+                feasible = feasible_parts[0] if len(feasible_parts) == 1 else np.concatenate(feasible_parts)
+                return feasible, statuses, pos + last + 1
             feasible_parts.append(ok)
             found += len(ok)
             pos += len(sub)

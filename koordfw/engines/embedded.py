@@ -233,7 +233,9 @@ class EmbeddedEngine(SchedulerEvents):
         self.cycle_seconds.append(seconds)
 
     def pod_bound(self, pod: Pod, node_name: str, state: CycleState) -> None:
-        res = self.results.setdefault(pod.uid, PodResult())
+        res = self.results.get(pod.uid)
+        if res is None:
+            res = self.results[pod.uid] = PodResult()
         res.node, res.reason = node_name, ""
         res.annotations.update(state.annotations)
         res.attempts = self.attempt_counts[pod.uid]
