@@ -5,6 +5,7 @@
     python bench/throughput.py --nodes 10000 --pods 100000 --json   # memory: 100k pods placed
     python bench/throughput.py --scenario cpu-topology   # 1,000 NUMA nodes, 20% LSR: plugin on vs off
     python bench/throughput.py --scenario topology       # 5,000 nodes: kube's scheduler_perf workloads
+    python bench/throughput.py --nodes 5000 --pods 10000 --binds /tmp/binds.txt   # placements, to diff two trees
 
 Prints pods/s, per-pod scheduling-cycle p50/p99 (ms), the kernel's overhead (time in scheduling
 cycles outside plugin bodies, as % of cycle time) and peak RSS. Runs on one core (one event loop).
@@ -56,7 +57,7 @@ def build_cluster(nodes: int, pods: int, seed: int) -> tuple[ClusterState, list]
     return cluster, out
 
 
-async def _run(nodes: int, pods: int, seed: int) -> dict:
+async def _run(nodes: int, pods: int, seed: int, binds: str | None = None) -> dict:
     cluster, pending = build_cluster(nodes, pods, seed)
     registry = build_registry(None, autoload=False)
     engine = EmbeddedEngine(registry, cluster, seed=seed, start_time=1_000_000.0)
@@ -73,6 +74,9 @@ async def _run(nodes: int, pods: int, seed: int) -> dict:
                           if hook not in ("startup", "shutdown", "node_resources"))
     cycle_total = float(cycles.sum())
     bound = len(engine.bind_events)
+    if binds:  # one "uid node" line per bind, in bind order: identical files mean identical placements
+        with open(binds, "w") as f:
+            f.writelines(f"{uid} {node}\n" for uid, node in engine.bind_events)
     return {
         "nodes": nodes, "pods": pods, "bound": bound, "seconds": round(wall, 3),
         "pods_per_second": round(pods / wall, 1),
@@ -83,8 +87,8 @@ async def _run(nodes: int, pods: int, seed: int) -> dict:
     }
 
 
-def run(nodes: int, pods: int, seed: int = 1) -> dict:
-    return anyio.run(_run, nodes, pods, seed)
+def run(nodes: int, pods: int, seed: int = 1, binds: str | None = None) -> dict:
+    return anyio.run(_run, nodes, pods, seed, binds)
 
 
 # -- kube-scheduler's scheduler_perf workloads (test/integration/scheduler_perf/*/performance-config.yaml) --------
@@ -204,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pods", type=int, default=10000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--binds", metavar="FILE", help="write the bind events (uid node, one a line, in bind order)")
     ap.add_argument("--table", action="store_true", help="run 500, 1000, 5000 and 10000 nodes (each in a fresh process)")
     a = ap.parse_args(argv)
     if a.table:
@@ -225,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                       str(r["kernel_overhead_pct"]), str(r["peak_rss_mb"]))
         Console().print(t)
         return 0
-    res = run(a.nodes, a.pods, a.seed)
+    res = run(a.nodes, a.pods, a.seed, a.binds)
     print(json.dumps(res) if a.json else res)
     return 0
 
