@@ -288,14 +288,18 @@ class CgroupFiles:
                         self.kept_reads += 1
                         self._fds.move_to_end(key)
                         return names
-                self._close(key)
+                else:  # another directory under this path now (the old one removed, or renamed away):
+                    self._forget_locked((key,))  # nothing kept under it may serve the new one
+                    fd = None
             try:
                 with os.scandir(path) as it:
                     names = [c.name for c in it if c.is_dir(follow_symlinks=False)]
             except OSError:
+                if fd is not None:
+                    self._close(key)
                 return None
             self.opens += 1
-            if keep and self.max_fds:
+            if fd is None and keep and self.max_fds:
                 self._keep_dir(key, path, ino)
             return names
 
@@ -341,9 +345,12 @@ class CgroupFiles:
         if not needles:
             return 0
         with self._lock:  # a kept dir's key ends in "/": it matches its own needle
-            gone = [k for k in self._fds if any(n in k for n in needles)]
-            for k in gone:
-                self._close(k)
+            return self._forget_locked(needles)
+
+    def _forget_locked(self, needles: tuple[str, ...]) -> int:
+        gone = [k for k in self._fds if any(n in k for n in needles)]
+        for k in gone:
+            self._close(k)
         return len(gone)
 
     def close(self) -> None:

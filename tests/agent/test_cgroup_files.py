@@ -257,3 +257,26 @@ def test_discover_sees_container_changes_between_rounds(fake_node):
                 f.unlink()
             d.rmdir()
     assert [c for _, c in lay.discover()[0].containers] == [f"{rel}/c2"]
+
+
+@real
+def test_a_pod_dir_renamed_away_and_made_again_is_not_read_through_the_old_descriptors(cg):
+    """cgroup v1 dirs can be renamed; a kept descriptor follows the renamed cgroup. When the listing shows
+    another dir under the path (another inode), what was kept under it is closed."""
+    files = CgroupFiles()
+    pod = cg / "pod4"
+    make_real_cgroup(pod)
+    make_real_cgroup(pod / "c1")
+    (pod / "cpu.shares").write_text("111")
+
+    def ino() -> int:
+        return next(e.inode() for e in os.scandir(cg) if e.name == "pod4")
+
+    assert files.subdirs(str(pod), ino()) == ["c1"]
+    assert files.read(pod / "cpu.shares") == "111"
+    pod.rename(cg / "moved")
+    make_real_cgroup(pod)
+    (pod / "cpu.shares").write_text("222")
+    assert files.subdirs(str(pod), ino()) == []
+    assert str(pod / "cpu.shares") not in files
+    assert files.read(pod / "cpu.shares") == "222"
