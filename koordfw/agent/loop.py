@@ -509,6 +509,9 @@ class Agent:
             except OSError as e:
                 log.error("cannot re-read the node on shutdown; restoring from the last state", error=str(e))
             await self._call("shutdown", only=self.node_plugins())
+        # the descriptors kept of the kubepods tree's files (reads after this open them again)
+        CGROUP_FILES.forget([self.layout.kubepods])
+        self._dirs = set()
 
     async def run(self, *, once: bool = False, handle_signals: bool = True) -> None:
         """Run until SIGTERM/SIGINT (or one round with ``once``), then restore through ``shutdown``.

@@ -280,3 +280,33 @@ def test_a_pod_dir_renamed_away_and_made_again_is_not_read_through_the_old_descr
     assert files.subdirs(str(pod), ino()) == []
     assert str(pod / "cpu.shares") not in files
     assert files.read(pod / "cpu.shares") == "222"
+
+
+@real
+def test_the_agent_closes_what_it_kept_on_shutdown(cg):
+    import anyio
+
+    from koordfw.agent.cgroups import CgroupLayout
+    from koordfw.agent.executor import Executor
+    from koordfw.agent.loop import Agent
+
+    from .agent_testkit import make_registry
+
+    kubepods = f"{cg.name}/kubepods"
+    for d in ("kubepods", "kubepods/burstable", "kubepods/besteffort", "kubepods/besteffort/podu1",
+              "kubepods/besteffort/podu1/ctr"):
+        make_real_cgroup(cg / d)
+    agent = Agent(make_registry(), CgroupLayout(ROOT, 1, "cgroupfs", kubepods), Executor({"cgroup": ROOT}),
+                  node_name="n")
+
+    def kept() -> list[str]:
+        return [k for k in list(CGROUP_FILES._fds) if f"/{kubepods}/" in k]
+
+    async def go() -> None:
+        await agent.run_once()
+        assert [p.uid for p in agent.node_state.pods] == ["u1"]  # type: ignore[union-attr]
+        assert kept()  # the pod's usage files, its dir, the QoS level files
+        await agent.shutdown()
+
+    anyio.run(go)
+    assert kept() == []
