@@ -393,6 +393,9 @@ class CgroupLayout:
     _prefixes: dict[str, str] = attrs.field(factory=dict, init=False, repr=False, eq=False)
     _paths: dict[tuple[str, str, str], str] = attrs.field(factory=dict, init=False, repr=False, eq=False)
     _paths_root: Path | None = attrs.field(default=None, init=False, repr=False, eq=False)
+    _rel_paths: dict[tuple[str, str, str], tuple[str, str]] = attrs.field(factory=dict, init=False, repr=False,
+                                                                        eq=False)
+    _rel_root: Path | None = attrs.field(default=None, init=False, repr=False, eq=False)
     #: the last :meth:`discover`'s pods by (QoS level, dir, container dirs...)
     _discovered: dict[tuple[str, ...], DiscoveredPod] = attrs.field(factory=dict, init=False, repr=False, eq=False)
     _pod_names: dict[tuple[str, str, str, str], tuple[str, str] | None] = attrs.field(
@@ -498,13 +501,21 @@ class CgroupLayout:
         out: dict[str, str] = {}
         root = str(self.root)
         pre = [(self.controller_prefix(c), name) for c, name in files]
+        memo = self._rel_paths
+        if self._rel_root is not self.root or len(memo) >= 16384:
+            memo.clear()
+            self._rel_root = self.root
         for d in dirs:
-            d = d.strip("/")
             for prefix, name in pre:
-                rel = f"{prefix}/{d}/{name}" if prefix else f"{d}/{name}"
-                v = read_value(f"{root}/{rel}")
+                key = (prefix, d, name)
+                hit = memo.get(key)
+                if hit is None:
+                    sd = d.strip("/")
+                    rel = f"{prefix}/{sd}/{name}" if prefix else f"{sd}/{name}"
+                    hit = memo[key] = (rel, f"{root}/{rel}")
+                v = read_value(hit[1])
                 if v is not None:
-                    out[rel] = v
+                    out[hit[0]] = v
         return out
 
     def file_path(self, controller: str, rel_dir: str, name: str) -> str:

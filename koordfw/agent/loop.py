@@ -230,10 +230,10 @@ def memory_without_cache(layout: CgroupLayout, rel_dir: str) -> int | None:
     lines); the raw usage file where ``memory.stat`` is missing or lacks a field koordlet needs."""
     text = read_value(layout.file_path("memory", rel_dir, "memory.stat"))
     if text:
-        kv = {k: int(v) for k, v in _MEMORY_STAT_LINE[layout.version].findall(_memory_stat_lines(text))}
+        kv = dict(_MEMORY_STAT_LINE[layout.version].findall(_memory_stat_lines(text)))  # a key's last line wins
         keys = _MEMORY_STAT_KEYS[layout.version]
         if len(kv) == len(keys):
-            return kv[keys[4]] + kv[keys[5]] + kv[keys[6]]
+            return int(kv[keys[4]]) + int(kv[keys[5]]) + int(kv[keys[6]])
     return layout.memory_usage(rel_dir)
 
 
