@@ -145,3 +145,39 @@ def test_call_sync_hands_back_awaitables_as_pending():
 
     anyio.run(main)
     assert caller.durations[("x", "pre_filter")][0] == 1
+
+
+@pytest.mark.parametrize("fn,argnames,positional", [
+    (lambda pod, nodes: (pod, nodes), ("pod", "nodes"), True),
+    (lambda pod, nodes, args: (pod, nodes, args), ("pod", "nodes", "args"), True),
+    (lambda pod, nodes, state, handle: (pod, nodes, state, handle), ("pod", "nodes", "state", "handle"), True),
+    (lambda pod, state, handle: (pod, state, handle), ("pod", "state", "handle"), False),  # nodes skipped: by name
+    (lambda args, pod: (args, pod), ("args", "pod"), False),  # args first: by name
+    (lambda nodes, pod: (nodes, pod), ("nodes", "pod"), False),  # another order: by name
+    (lambda state: (state,), ("state",), False),  # not the first of the call site's: by name
+])
+def test_prepared_calls_bind_as_by_name(fn, argnames, positional):
+    impl = Impl(plugin="x", point="filter", fn=fn, argnames=argnames, is_async=False, args="A")
+    caller = HookCaller(_Reg(impl), lambda name: "H")
+    p = caller.prepared(impl, ("pod", "nodes", "state"))
+    assert (p.n >= 0) == positional
+    given = {"pod": "P", "nodes": "N", "state": "S", "args": "A", "handle": "H"}
+    expected = tuple(given[a] for a in argnames)
+    assert caller.call_sync(p, "P", "N", "S") == expected
+    assert anyio.run(lambda: caller.call(impl, pod="P", nodes="N", state="S")) == expected
+
+
+def test_positional_only_parameter_fails_as_by_name():
+    def f(pod, /, nodes):
+        return "ran"
+
+    impl = Impl(plugin="x", point="filter", fn=f, argnames=("pod", "nodes"), is_async=False)
+    caller = HookCaller(_Reg(impl), lambda name: None)
+    p = caller.prepared(impl, ("pod", "nodes", "state"))
+    assert p.n == -1
+    with pytest.raises(PluginFailure) as sync_err:
+        caller.call_sync(p, 1, 2, 3)
+    with pytest.raises(PluginFailure) as async_err:
+        anyio.run(lambda: caller.call(impl, pod=1, nodes=2, state=3))
+    assert sync_err.value.status == async_err.value.status
+    assert "raised TypeError in filter" in sync_err.value.status.message

@@ -90,38 +90,58 @@ def _raise_failure(impl: Impl, e: Exception) -> NoReturn:
     raise PluginFailure(Status.error(msg, impl.plugin)) from e
 
 
-def _invoker(fn: Callable[..., Any], argnames: tuple[str, ...], passed: tuple[str, ...],
-             consts: dict[str, Any]) -> Callable[..., Any]:
-    """``fn`` called with the keyword arguments it names, from positional ``passed`` values and ``consts``:
-    ``invoke(pod, nodes, state)`` → ``fn(pod=pod, nodes=nodes, args=<args>)`` (generated once per
-    implementation, so a call builds no dictionaries). Arguments neither passed nor constant are left out
-    (:class:`Prepared` reports them as missing before any call)."""
-    given = set(passed)
-    parts = [f"{a}={a}" if a in given else f"{a}=_c_{a}" for a in argnames if a in given or a in consts]
-    src = f"def invoke({', '.join(passed)}):\n    return _fn({', '.join(parts)})\n"
-    ns: dict[str, Any] = {"_fn": fn, **{f"_c_{k}": v for k, v in consts.items()}}
-    exec(src, ns)  # noqa: S102 - names are identifiers from fn's signature and the kernel's call sites
-    invoke: Callable[..., Any] = ns["invoke"]
-    return invoke
+def _positional(fn: Callable[..., Any], argnames: tuple[str, ...]) -> bool:
+    """Can ``fn``'s ``argnames`` be given by position, binding exactly as by name? (They are its leading
+    parameters, in order; a positional-only one must keep failing as it does when named.)"""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if len(params) < len(argnames):
+        return False
+    return all(p.name == a and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p, a in zip(params, argnames))
 
 
 class Prepared:
-    """One implementation made ready for :meth:`HookCaller.call_sync` at one call site: its plugin's
-    handle, args and timing entry bound in, the call site's arguments by position."""
+    """One implementation made ready for :meth:`HookCaller.call_sync` at one call site (whose arguments
+    come by position, named ``passed``): its plugin's handle, args and timing entry bound in.
 
-    __slots__ = ("durations", "impl", "invoke", "missing", "plugin", "sync")
+    When the implementation's arguments are the call site's first ``n`` ones, in that order, followed by
+    any of ``args`` and ``handle``, ``fn`` is the function (with those two bound by ``functools.partial``)
+    and is called with ``values[:n]``; otherwise (``n`` is -1) with the keyword arguments it names, built
+    before its timer starts, as :meth:`HookCaller.call` does. Either way the timed call is the plugin's."""
+
+    __slots__ = ("consts", "durations", "fn", "impl", "missing", "n", "names", "plugin", "sync")
 
     def __init__(self, impl: Impl, passed: tuple[str, ...], handle: Any, durations: list[float]) -> None:
         self.impl = impl
         self.plugin = impl.plugin
-        #: a plain function (async and threaded implementations go through :meth:`HookCaller.call`)
+        #: a plain function (async and threaded implementations go through :meth:`HookCaller.call_prepared`)
         self.sync = not impl.is_async and not impl.threaded
         self.durations = durations
-        consts = {"args": impl.args, "handle": handle}
-        gone = next((a for a in impl.argnames if a not in passed and a not in consts), None)
+        argnames = impl.argnames
+        consts = {k: v for k, v in (("args", impl.args), ("handle", handle)) if k in argnames}
+        gone = next((a for a in argnames if a not in passed and a not in consts), None)
         #: what :meth:`HookCaller.call` says when the call site lacks an argument the implementation names
         self.missing = None if gone is None else f"kernel did not pass {KeyError(gone)} to {impl.plugin}.{impl.point}"
-        self.invoke = _invoker(impl.fn, impl.argnames, passed, consts)
+        given = [a for a in argnames if a not in consts]
+        n = len(given)
+        if (tuple(given) == passed[:n] and tuple(argnames[:n]) == passed[:n]
+                and _positional(impl.fn, argnames[:n])):
+            self.n = n
+            self.fn: Callable[..., Any] = functools.partial(impl.fn, **consts) if consts else impl.fn
+        else:
+            self.n = -1
+            self.fn = impl.fn
+        #: (name, position among the call site's values) of the names given by keyword (``n`` -1)
+        self.names = tuple((a, passed.index(a)) for a in given if a in passed)
+        self.consts = consts
+
+    def arguments(self, values: tuple[Any, ...]) -> dict[str, Any]:
+        """The keyword arguments of a call with ``n`` -1."""
+        kw = {a: values[i] for a, i in self.names}
+        kw.update(self.consts)
+        return kw
 
 
 class Pending:
@@ -233,10 +253,16 @@ class HookCaller:
         await, which finishes it as :meth:`call` would."""
         if p.missing is not None:
             raise PluginFailure(Status.error(p.missing, p.plugin))
+        n = p.n
+        if n < 0:
+            kw = p.arguments(values)
+        elif n != len(values):
+            values = values[:n]
         token = CURRENT_PLUGIN.set(p.plugin)
         t0 = time.perf_counter()
         try:
-            res = p.invoke(*values)
+            res = p.fn(*values) if n >= 0 else p.fn(**kw)
+            t1 = time.perf_counter()
         except Exception as e:
             try:
                 _raise_failure(p.impl, e)
@@ -246,14 +272,14 @@ class HookCaller:
             self._done(p.durations, t0, token)
             raise
         if res is None or type(res) in _PLAIN or not (inspect.iscoroutine(res) or inspect.isawaitable(res)):
-            dt = time.perf_counter() - t0
+            dt = t1 - t0
             CURRENT_PLUGIN.reset(token)
             d = p.durations
             d[0] += 1
             d[1] += dt
             self.plugin_seconds += dt
             return res
-        return Pending(self, p, res, t0, token)
+        return Pending(self, p, res, t0, token)  # awaiting it is the plugin's time too
 
     async def call_prepared(self, p: Prepared, *values: Any) -> Any:
         """:meth:`call` of a prepared implementation of any kind (async, threaded or plain), with the call
@@ -266,13 +292,15 @@ class HookCaller:
         if p.missing is not None:
             raise PluginFailure(Status.error(p.missing, p.plugin))
         impl = p.impl
+        n = p.n
+        call = functools.partial(p.fn, *values[:n]) if n >= 0 else functools.partial(p.fn, **p.arguments(values))
         token = CURRENT_PLUGIN.set(p.plugin)
         t0 = time.perf_counter()
         try:
             if impl.is_async:
-                return await _finish(p.invoke(*values), impl.timeout)
+                return await _finish(call(), impl.timeout)
             with anyio.fail_after(impl.timeout):
-                return await anyio.to_thread.run_sync(functools.partial(p.invoke, *values), abandon_on_cancel=True)
+                return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
         except Exception as e:
             _raise_failure(impl, e)
         finally:
