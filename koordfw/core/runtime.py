@@ -415,7 +415,15 @@ class Framework:
                 else:
                     bad = (~ok).nonzero()[0]
                     reasons = reason if type(reason) is list else list(reason)
-                    statuses.add(cur[bad], self._statuses(impl, [reasons[j] for j in bad.tolist()]))
+                    picked = [reasons[j] for j in bad.tolist()]
+                    first = picked[0]
+                    if all(r is first for r in picked):  # one reason object (one taint, one shortage): shared
+                        st = as_status(first, impl.plugin)
+                        if st.code == Code.ERROR:
+                            raise PluginFailure(st)
+                        statuses.add(cur[bad], st)
+                    else:
+                        statuses.add(cur[bad], self._statuses(impl, picked))
                 cur = cur[ok]
                 continue
             rejected, reasons = self._filter_rejections(impl, res, cur)

@@ -708,7 +708,7 @@ class Scheduler:
 
     async def _filter_search(self, pod: Pod, state: CycleState, idx: np.ndarray, start: int,
                              to_find: int) -> tuple[np.ndarray, NodeStatuses, int]:
-        """Filter ``idx`` from position ``start`` round-robin, in chunks, until ``to_find`` nodes fit;
+        """Filter ``idx`` (node indices, ascending) from position ``start`` round-robin, in chunks, until ``to_find`` nodes fit;
         returns (feasible, statuses, processed).
 
         The feasible nodes are the first ``to_find`` in that order whatever the chunking; chunks are
@@ -728,12 +728,14 @@ class Scheduler:
             chunk = need if rate >= 0.999 else int(need / max(rate, 0.02) * 1.1) + 8
             end = min(pos + max(chunk, 64), n)
             a, b = start + pos, start + end
+            ascending = True  # idx is (the live node indices, or the candidates) in ascending order
             if b <= n:
                 sub = idx[a:b]
             elif a >= n:
                 sub = idx[a - n:b - n]
             else:
                 sub = np.concatenate((idx[a:], idx[:b - n]))
+                ascending = False
             st, ok, sts = await fw.run_filters(pod, state, sub)
             if not st.ok:
                 raise _Failed(st)
@@ -741,7 +743,12 @@ class Scheduler:
             if len(ok) >= need:
                 ok = ok[:need]
                 # processed = nodes up to and including the last one taken
-                last = len(sub) - 1 if len(ok) == len(sub) else int((sub == ok[-1]).argmax())
+                if len(ok) == len(sub):
+                    last = len(sub) - 1
+                elif ascending:
+                    last = int(sub.searchsorted(ok[-1]))
+                else:
+                    last = int((sub == ok[-1]).argmax())
                 feasible_parts.append(ok)
                 found += len(ok)
                 self._pass_rate = 0.9 * self._pass_rate + 0.1 * (found / (pos + last + 1))
