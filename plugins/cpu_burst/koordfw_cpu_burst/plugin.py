@@ -116,6 +116,10 @@ class CPUBurst:
         self._said: set[Any] = set()
         #: the last :meth:`pods` answer: (node state, args, restore, pods)
         self._pods_memo: tuple[NodeState, Args, bool, tuple[PodView, ...]] | None = None
+        #: pod uid → (its inputs, its view's key, config and containers, or ``None`` when skipped): what
+        #: :meth:`_pods` made of the pod last time; reused while the same Pod object (PodSource keeps it
+        #: until the manifests change; frozen), cgroup dir, driver, node config and ``restore`` come back
+        self._views: dict[str, tuple[tuple[Any, ...], tuple[str, BurstConfig, tuple[ContainerView, ...]] | None]] = {}
 
     @staticmethod
     @hookimpl
@@ -145,35 +149,59 @@ class CPUBurst:
     def _pods(self, ns: NodeState, args: Args, restore: bool) -> list[PodView]:
         node_cfg = args.burst_config()
         out = []
+        views = self._views
+        seen: set[str] = set()
         for ps in ns.pods:
-            if ps.pod is None or not ps.cgroup_dir or not is_burstable(ps):
+            pod = ps.pod
+            if pod is None or not ps.cgroup_dir:
                 continue
-            if not restore and ps.pod.phase not in _ACTIVE:
-                continue
-            key = ps.pod.key
-            raw = ps.pod.annotations.get(ANNOTATION_POD_CPU_BURST)
-            cfg = node_cfg
-            if raw is not None:
-                try:
-                    cfg = merge_pod_config(node_cfg, parse_pod_config(raw)) or node_cfg
-                except ValueError as e:  # Koordinator logs it and uses the node's config
-                    warn_once(log, self._said, ("annotation", ps.uid, raw), "ignoring malformed cpu burst annotation",
-                              plugin=NAME, pod=key, annotation=ANNOTATION_POD_CPU_BURST, error=str(e)[:200])
-            if restore:
-                cfg = attrs.evolve(cfg, policy=POLICY_NONE)
-            spec = {c.name: c for c in ps.pod.containers}
-            containers = []
-            for st in _statuses(ps.pod.raw):
-                name, cid = st.get("name"), st.get("containerID") or ""
-                if not isinstance(name, str) or name not in spec or not isinstance(cid, str):
-                    continue
-                state = st.get("state")
-                running = isinstance(state, Mapping) and isinstance(state.get("running"), Mapping)
-                limit = spec[name].limits.get("cpu", -1)
-                containers.append(ContainerView(name, cid, limit, running,
-                                                container_dir(ns.cgroup_driver, ps.cgroup_dir, cid) if cid else ""))
-            out.append(PodView(ps, key, cfg, tuple(containers)))
+            inputs = (pod, ps.cgroup_dir, ns.cgroup_driver, node_cfg, restore)
+            hit = views.get(ps.uid)
+            if hit is not None and hit[0][0] is pod and hit[0][1:] == inputs[1:]:
+                view = hit[1]
+            else:
+                view = self._pod_view(ps, ns, node_cfg, restore)
+                views[ps.uid] = (inputs, view)
+            seen.add(ps.uid)
+            if view is not None:
+                out.append(PodView(ps, *view))
+        if len(views) > len(seen):
+            for uid in [u for u in views if u not in seen]:
+                del views[uid]
         return out
+
+    def _pod_view(self, ps: PodState, ns: NodeState, node_cfg: BurstConfig, restore: bool,
+                  ) -> tuple[str, BurstConfig, tuple[ContainerView, ...]] | None:
+        """A burstable pod's key, merged config and containers (``None``: not burstable, or not active
+        unless ``restore``); a function of the Pod, its cgroup dir, the driver, ``node_cfg`` and ``restore``."""
+        assert ps.pod is not None
+        if not is_burstable(ps):
+            return None
+        if not restore and ps.pod.phase not in _ACTIVE:
+            return None
+        key = ps.pod.key
+        raw = ps.pod.annotations.get(ANNOTATION_POD_CPU_BURST)
+        cfg = node_cfg
+        if raw is not None:
+            try:
+                cfg = merge_pod_config(node_cfg, parse_pod_config(raw)) or node_cfg
+            except ValueError as e:  # Koordinator logs it and uses the node's config
+                warn_once(log, self._said, ("annotation", ps.uid, raw), "ignoring malformed cpu burst annotation",
+                          plugin=NAME, pod=key, annotation=ANNOTATION_POD_CPU_BURST, error=str(e)[:200])
+        if restore:
+            cfg = attrs.evolve(cfg, policy=POLICY_NONE)
+        spec = {c.name: c for c in ps.pod.containers}
+        containers = []
+        for st in _statuses(ps.pod.raw):
+            name, cid = st.get("name"), st.get("containerID") or ""
+            if not isinstance(name, str) or name not in spec or not isinstance(cid, str):
+                continue
+            state = st.get("state")
+            running = isinstance(state, Mapping) and isinstance(state.get("running"), Mapping)
+            limit = spec[name].limits.get("cpu", -1)
+            containers.append(ContainerView(name, cid, limit, running,
+                                            container_dir(ns.cgroup_driver, ps.cgroup_dir, cid) if cid else ""))
+        return key, cfg, tuple(containers)
 
     # -- files ---------------------------------------------------------------------------------------
     @staticmethod
@@ -360,7 +388,7 @@ class CPUBurst:
 
     @staticmethod
     def _quota_write(ns: NodeState, rel_dir: str, quota: int, values: Mapping[str, str]) -> FileWrite:
-        path = ns.cpu_quota_file(rel_dir)
+        path = _files(ns.cgroup_version, rel_dir)["quota"]  # ns.cpu_quota_file(rel_dir), remembered
         if ns.cgroup_version == 1:
             return FileWrite(path, str(quota), plugin=NAME)
         parts = (values.get(path) or "").split()
@@ -388,7 +416,7 @@ def quota_candidates(ns: NodeState, p: PodView, values: Mapping[str, str]) -> li
     for c in p.containers:
         if not c.running or milli_cpu_to_quota(c.limit_milli) <= 0 or not c.cgroup_dir:
             continue
-        if parse_quota(values.get(ns.cpu_quota_file(c.cgroup_dir)), ns.cgroup_version) is None:
+        if parse_quota(values.get(_files(ns.cgroup_version, c.cgroup_dir)["quota"]), ns.cgroup_version) is None:
             continue
         out.append(c)
     return out
@@ -467,25 +495,35 @@ def _needs_usage(cfg: BurstConfig) -> bool:
     return period is not None and period >= 0
 
 
+@functools.lru_cache(maxsize=4096)
+def _pod_reads(root: str, version: int, pod_dir: str, container_dirs: tuple[str, ...], usage: bool,
+               ) -> tuple[tuple[str, str], ...]:
+    """What :func:`read_values` reads of one pod, in its order: (relative path, absolute path) of the pod
+    dir's quota and burst, then of each container dir's quota, burst, cpu.stat (and usage with ``usage``);
+    remembered: the same pods' paths every round."""
+    out: list[tuple[str, str]] = []
+    f = _files(version, pod_dir)
+    rels = [f["quota"], f["burst"]]
+    for d in container_dirs:
+        if d:
+            f = _files(version, d)
+            rels += [f[key] for key in (("quota", "burst", "stat", "usage") if usage else ("quota", "burst", "stat"))]
+    for rel in rels:
+        if rel:
+            out.append((rel, _join(root, rel)))
+    return tuple(out)
+
+
 def read_values(root: str, ns: NodeState, pods: Iterable[PodView]) -> dict[str, str]:
     """The files that exist of the pods' dirs (quota, burst: all the plan reads of a pod) and of their
     containers' (quota, burst, cpu.stat for the throttled ratio, the CPU usage when a bucket needs it)."""
     out: dict[str, str] = {}
-
-    def read(rel: str) -> None:
-        if rel and rel not in out:
-            v = read_file(_join(root, rel))
-            if v is not None:
-                out[rel] = v
-
+    version = ns.cgroup_version
     for p in pods:
-        f = CPUBurst.files(ns, p.state.cgroup_dir)
-        read(f["quota"])
-        read(f["burst"])
-        usage = _needs_usage(p.cfg)
-        for c in p.containers:
-            if c.cgroup_dir:
-                f = CPUBurst.files(ns, c.cgroup_dir)
-                for key in ("quota", "burst", "stat", "usage") if usage else ("quota", "burst", "stat"):
-                    read(f[key])
+        for rel, path in _pod_reads(root, version, p.state.cgroup_dir, tuple(c.cgroup_dir for c in p.containers),
+                                    _needs_usage(p.cfg)):
+            if rel not in out:
+                v = read_file(path)
+                if v is not None:
+                    out[rel] = v
     return out
