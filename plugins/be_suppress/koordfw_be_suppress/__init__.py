@@ -341,12 +341,26 @@ def cpuset_writes(ns: NodeState, cpus: list[int]) -> list[FileWrite]:
     return out
 
 
+#: ``containers`` → (inputs, writes) of the last :func:`recover_writes_cpuset`: its writes depend on the
+#: value, the cgroup layout and each pod's dir and containers only, the same round after round while the
+#: node's pods stay; compared with ``==`` (elements that are the same objects, as the agent's unchanged
+#: pods' container tuples are, compare by identity), never hashed
+_RECOVER_MEMO: dict[bool, tuple[tuple[Any, ...], tuple[FileWrite, ...]]] = {}
+
+
 def recover_writes_cpuset(ns: NodeState, containers: bool = True) -> list[FileWrite]:
     cpus = recover_cpuset(ns)
     if not cpus:
         return []
     value = format_cpuset(cpus)
-    return [FileWrite(ns.cpuset_file(d), value, plugin=NAME) for d in be_cgroup_dirs(ns, containers)]
+    key = (value, ns.cgroup_version, ns.cgroup_driver, ns.kubepods,
+           tuple([(p.cgroup_dir, p.containers) for p in ns.pods]))
+    hit = _RECOVER_MEMO.get(containers)
+    if hit is not None and hit[0] == key:
+        return list(hit[1])
+    writes = tuple(FileWrite(ns.cpuset_file(d), value, plugin=NAME) for d in be_cgroup_dirs(ns, containers))
+    _RECOVER_MEMO[containers] = (key, writes)
+    return list(writes)
 
 
 def recover_writes_quota(ns: NodeState) -> list[FileWrite]:

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import json
 
+import attrs
+import koordfw_be_suppress as bs
 import pytest
 from koordfw_be_suppress import (
     Args,
+    be_cgroup_dirs,
     be_suppress_milli,
     cfs_quota_target,
     cpuset_target,
     pick_cpus,
     plan,
     recover_cpuset,
+    recover_writes_cpuset,
     restore_writes,
 )
 
-from koordfw.core.nodestate import CPUInfo, FileWrite, NodeState
+from koordfw.core.nodestate import ContainerState, CPUInfo, FileWrite, NodeState, format_cpuset
 
 BE_QUOTA = "cpu/kubepods/besteffort/cpu.cfs_quota_us"
 BE_CPUSET = "cpuset/kubepods/besteffort/cpuset.cpus"
@@ -264,3 +268,61 @@ def test_config_keys_are_koordinator_names():
                                              "cpuSuppressMinPercent": 5, "cpuSuppressPolicy": "cfsQuota",
                                              "beCPUIdle": False})
     assert a == Args(True, 70, 5, "cfsQuota", False)
+
+
+# -- recover_writes_cpuset's memo: the same writes while its inputs stay, new ones when any changes --
+
+
+def _fresh(ns, containers=True):
+    """What recover_writes_cpuset computes without its memo."""
+    cpus = recover_cpuset(ns)
+    if not cpus:
+        return []
+    return [FileWrite(ns.cpuset_file(d), format_cpuset(cpus), plugin="be_suppress")
+            for d in be_cgroup_dirs(ns, containers)]
+
+
+def _with_containers(ns, dirs):
+    pods = tuple(attrs.evolve(p, containers=tuple(ContainerState(c, c, f"{p.cgroup_dir}/{c}") for c in dirs))
+                 if p.uid == "be1" else p for p in ns.pods)
+    return attrs.evolve(ns, pods=pods)
+
+
+def _pods():
+    return [pod("ls", "LS", "8"), pod("be1", "BE", "2", "besteffort"), pod("be2", "BE", "1", "besteffort")]
+
+
+def test_same_writes_round_after_round():
+    bs._RECOVER_MEMO.clear()
+    ns = _with_containers(state(pods=_pods(), topo=_topo_dicts(), cpu="8"), ["c1"])
+    first = recover_writes_cpuset(ns)
+    assert first == _fresh(ns) and len(first) == 4
+    again = recover_writes_cpuset(attrs.evolve(ns, usage={"cpu": 1}))  # the next round: only usage moved
+    assert again == first and again is not first
+    again.append("x")  # a caller's list is its own
+    assert recover_writes_cpuset(ns) == first
+    assert recover_writes_cpuset(ns, containers=False) == _fresh(ns, containers=False)
+    assert recover_writes_cpuset(ns) == first
+
+
+def test_new_writes_when_anything_changes():
+    bs._RECOVER_MEMO.clear()
+    base = state(pods=_pods(), topo=_topo_dicts(), cpu="8")
+    ns = _with_containers(base, ["c1"])
+    recover_writes_cpuset(ns)
+    changed = [
+        _with_containers(base, ["c1", "c2"]),                                           # a container added
+        _with_containers(base, []),                                                      # ... removed
+        state(pods=_pods()[:2], topo=_topo_dicts(), cpu="8"),                            # a pod gone
+        state(pods=_pods() + [pod("lse", "LSE", "1", "guaranteed", _status("3"))],      # an LSE pod's CPUs
+              topo=_topo_dicts(), cpu="8"),
+        state(pods=_pods(), topo=_topo_dicts(), cpu="8",                                 # reserved CPUs
+              annotations={"node.koordinator.sh/reservation": json.dumps({"reservedCPUs": "0-1"})}),
+        state(pods=_pods(), topo=_topo_dicts(), cpu="8", version=2),                     # cgroup v2 paths
+        attrs.evolve(ns, cgroup_driver="systemd"),                                       # the driver
+        attrs.evolve(ns, kubepods="kubepods2"),
+    ]
+    for other in changed:
+        got = recover_writes_cpuset(other)
+        assert got == _fresh(other), other
+        assert recover_writes_cpuset(ns) == _fresh(ns)  # and back
