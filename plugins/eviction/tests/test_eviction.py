@@ -236,6 +236,22 @@ def test_be_cpu_sort_without_priority_by_usage_ratio():
     assert [p.uid for p in sorted_be_cpu_pods(state(pods, cgroups=BE_DIR_V1))] == ["p2", "p3", "p1"]
 
 
+def test_be_cpu_sort_with_keys_computed_once_is_the_comparators_order():
+    # sorted_be_cpu_pods computes each pod's priority and ratio once; the order is _cpu_less's, ties and
+    # missing priorities (the comparator's non-transitive cases) included
+    import random
+
+    from koordfw_eviction import BE_CPU_EVICT, _cpu_less, _sorted, be_candidates
+
+    rng = random.Random(19)
+    for _ in range(200):
+        pods = [pod(f"p{i}", "BE", rng.choice([None, 1, 2, 3]), cpu=rng.choice(["0", "0.5", "1", "2"]),
+                    batch_cpu=rng.choice([None, 0, 1000, 2000])) for i in range(rng.randint(0, 12))]
+        ns = state(pods, cgroups=BE_DIR_V1)
+        want = [p.uid for p in _sorted(be_candidates(ns, BE_CPU_EVICT), _cpu_less)]
+        assert [p.uid for p in sorted_be_cpu_pods(ns)] == want
+
+
 def test_live_window_and_cool_down():
     pods = [pod("a", "BE", 1, cpu="4.75", batch_cpu=25000), pod("b", "BE", 2, cpu="4.75", batch_cpu=25000)]
     ns = state(pods, cgroups=BE_DIR_V1, mem_used="1G")
