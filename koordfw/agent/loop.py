@@ -295,6 +295,9 @@ class Agent:
         self._seen: set[str] = set()
         #: the pod and container cgroup dirs found last round (kept descriptors of the ones gone are closed)
         self._dirs: set[str] = set()
+        #: pod cgroup dir → (its discovered containers, their ContainerStates) of last round: the same
+        #: (frozen) ContainerState tuple while a pod's containers stay the same
+        self._containers: dict[str, tuple[tuple[tuple[str, str], ...], tuple[ContainerState, ...]]] = {}
         self.metrics = agent_metrics()
         self.rounds = 0
         self.last_results: list[WriteResult] = []
@@ -336,6 +339,8 @@ class Agent:
         pods: list[PodState] = []
         dirs: list[str] = []
         keys: set[str] = {"node"}
+        last_containers = self._containers
+        new_containers: dict[str, tuple[tuple[tuple[str, str], ...], tuple[ContainerState, ...]]] = {}
         for d in found:
             meta = self.pod_source.pods.get(d.uid)
             cpu = self.usage.rate_milli(d.cgroup_dir, now, lay.cpu_usage_ns(d.cgroup_dir))
@@ -350,13 +355,20 @@ class Agent:
                 qos, kube_qos = meta.qos_class, meta.kube_qos
             else:  # no metadata: the QoS level of the cgroup decides
                 qos, kube_qos = KOORD_QOS_OF_KUBE[d.kube_qos], d.kube_qos
+            hit = last_containers.get(d.cgroup_dir)
+            if hit is not None and hit[0] == d.containers:
+                containers = hit[1]
+            else:
+                containers = tuple(ContainerState(name=cid, id=cid, cgroup_dir=cdir) for cid, cdir in d.containers)
+            new_containers[d.cgroup_dir] = (d.containers, containers)
             pods.append(PodState(uid=d.uid, pod=meta, qos=qos, kube_qos=kube_qos, cgroup_dir=d.cgroup_dir,
-                                 containers=tuple(ContainerState(name=cid, id=cid, cgroup_dir=cdir)
-                                                  for cid, cdir in d.containers),
-                                 usage=usage))
+                                 containers=containers, usage=usage))
             dirs.append(d.cgroup_dir)
             # containers: no read; their cpusets follow their pod's, and the executor trusts what it wrote
-        found_dirs = {d.cgroup_dir for d in found} | {c for d in found for _, c in d.containers}
+        self._containers = new_containers
+        found_dirs = set(dirs)
+        for d in found:
+            found_dirs.update(c for _, c in d.containers)
         if self._dirs - found_dirs:  # removed pods and containers: close the files kept open of them
             CGROUP_FILES.forget(self._dirs - found_dirs)
         self._dirs = found_dirs
@@ -512,6 +524,7 @@ class Agent:
         # the descriptors kept of the kubepods tree's files (reads after this open them again)
         CGROUP_FILES.forget([self.layout.kubepods])
         self._dirs = set()
+        self._containers = {}
 
     async def run(self, *, once: bool = False, handle_signals: bool = True) -> None:
         """Run until SIGTERM/SIGINT (or one round with ``once``), then restore through ``shutdown``.

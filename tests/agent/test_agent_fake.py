@@ -222,3 +222,25 @@ async def test_bad_plugin_plan_is_logged_not_fatal(fake_node):
     agent.caller = HookCaller(reg, agent.handle_for)
     await agent.run_once()
     assert fake_node.read("cpu", be_dir, "cpu.cfs_quota_us") == "-1"
+
+
+def test_collect_state_reuses_a_pods_container_states_while_its_containers_stay(tmp_path):
+    """collect_state builds a pod's ContainerStates once while discover finds the same containers, and
+    anew the round a container is added or removed (the next round sees it)."""
+    node = FakeNode(tmp_path)
+    rel = node.add_pod("u1", "burstable", containers=("c1",))
+    agent = make_agent(node)
+    first = agent.collect_state().pods[0].containers
+    assert [(c.name, c.cgroup_dir) for c in first] == [("c1", f"{rel}/c1")]
+    assert agent.collect_state().pods[0].containers is first
+    node.mkcg(f"{rel}/c2")
+    second = agent.collect_state().pods[0].containers
+    assert [(c.name, c.cgroup_dir) for c in second] == [("c1", f"{rel}/c1"), ("c2", f"{rel}/c2")]
+    for c in ("cpu", "cpuacct", "cpuset", "memory"):
+        d = node.root / c / rel / "c1"
+        if d.exists():
+            for f in d.iterdir():
+                f.unlink()
+            d.rmdir()
+    assert [(c.name, c.cgroup_dir) for c in agent.collect_state().pods[0].containers] == [("c2", f"{rel}/c2")]
+    assert set(agent._containers) == {rel}
