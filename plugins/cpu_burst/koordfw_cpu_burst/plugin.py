@@ -275,11 +275,17 @@ class CPUBurst:
             self._samples.popleft()
         nodes = [s[1] for s in recent if s[1] is not None]
         node_avg = sum(nodes) // len(nodes) if nodes else None
-        sums: dict[str, list[int]] = {}
+        sums: dict[str, int] = {}  # summed in sample order, as sum() of each pod's list was
+        counts: dict[str, int] = {}
         for _, _, pods in recent:
             for uid, v in pods.items():
-                sums.setdefault(uid, []).append(v)
-        return node_avg, {uid: sum(v) // len(v) for uid, v in sums.items()}
+                if uid in sums:
+                    sums[uid] += v
+                    counts[uid] += 1
+                else:
+                    sums[uid] = v
+                    counts[uid] = 1
+        return node_avg, {uid: total // counts[uid] for uid, total in sums.items()}
 
     @hookimpl
     def qos_plan(self, node_state: NodeState, args: Args, handle: Any) -> list | None:
@@ -451,9 +457,9 @@ def parse_kv(text: str | None) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in (text or "").splitlines()[:64]:
         k, _, v = line.partition(" ")
-        n = _uint(v)
-        if n is not None:
-            out[k.strip()] = n
+        t = v.strip()  # _uint inline: this runs for every line of every container's cpu.stat each round
+        if t and len(t) <= 20 and t.isascii() and t.isdigit():
+            out[k.strip()] = int(t)
     return out
 
 

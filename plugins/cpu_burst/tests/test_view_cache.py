@@ -86,3 +86,34 @@ def test_read_values_follows_the_containers(tmp_path):
     (pod_dir / "main-id" / "cpu.stat").write_text("nr_periods 2\nnr_throttled 1\n")
     got = read_values(str(tmp_path), ns, cb._pods(ns, args, False))
     assert got[f"cpu/{a.cgroup_dir}/main-id/cpu.stat"] == "nr_periods 2\nnr_throttled 1"
+
+
+def test_window_averages_as_the_summed_lists_did():
+    """_window's running sums give what sum(list) // len(list) of each pod's samples gave."""
+    import random
+
+    from cpu_burst_helpers import node as make_node
+
+    rng = random.Random(19)
+    cb = CPUBurst()
+    seen: list[tuple[float, dict[str, int]]] = []
+    now = 100.0
+    for _ in range(40):
+        now += rng.choice([0.5, 1.0, 1.0, 3.0])
+        pods = [attrs.evolve(pod_state(manifest(f"p{i}", {"main": 1000}, qos="LS")), usage={"cpu": rng.randint(0, 5000)})
+                for i in range(rng.randint(0, 6))]
+        pods = [p for p in pods if rng.random() < 0.8] + [pod_state(manifest("nousage", {"main": 1000}, qos="LS"))]
+        ns = make_node(pods, usage=rng.randint(0, 16000))
+        node_avg, pod_avg = cb._window(now, ns)
+        # the previous formula over the same samples
+        seen.append((now, {p.uid: p.usage["cpu"] for p in ns.pods if "cpu" in p.usage}))
+        step = seen[-1][0] - seen[-2][0] if len(seen) >= 2 else 0.0
+        span = min(5 * step, 10.0) if len(seen) >= 2 and step > 0 else 0.0
+        recent = [s for s in seen if now - s[0] <= span] or [seen[-1]]
+        sums: dict[str, list[int]] = {}
+        for _, d in recent:
+            for uid, v in d.items():
+                sums.setdefault(uid, []).append(v)
+        assert pod_avg == {uid: sum(v) // len(v) for uid, v in sums.items()}
+        assert list(pod_avg) == list(sums)
+        seen = [s for s in seen if now - s[0] <= 10.0]
