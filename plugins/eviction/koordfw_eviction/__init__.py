@@ -48,7 +48,7 @@ is off (``memoryEvictByPriorityEnable``, needs ``evictEnabledPriorityThreshold``
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any
 
 import attrs
@@ -432,7 +432,7 @@ class BESample:
     real_limit: float
 
 
-def be_cpu_sample(ns: NodeState) -> BESample | None:
+def be_cpu_sample(ns: NodeState, request: Callable[[PodState], int] = pod_batch_milli_cpu_request) -> BESample | None:
     """This state's BE CPU sample (``beResourceCollector``): usage of the pods in the besteffort cgroup
     (and BE host applications under it), the BE pods' batch-cpu requests, the besteffort cgroup's real
     limit. ``None`` without CPU usage (the agent's first round) or without the cgroup's cpuset."""
@@ -440,7 +440,7 @@ def be_cpu_sample(ns: NodeState) -> BESample | None:
     if any("cpu" not in p.usage for p in be_pods):
         return None
     usage = sum(p.usage["cpu"] for p in be_pods) + sum(a.usage.get("cpu", 0) for a in ns.host_apps if a.is_be)
-    request = sum(pod_batch_milli_cpu_request(p) for p in ns.pods if p.pod is not None and p.qos == "BE")
+    requested = sum(request(p) for p in ns.pods if p.pod is not None and p.qos == "BE")
     be_dir = ns.qos_dir("besteffort")
     cpus = ns.cpuset(be_dir)
     if cpus is None:
@@ -449,7 +449,7 @@ def be_cpu_sample(ns: NodeState) -> BESample | None:
     quota = ns.cpu_quota(be_dir)
     if quota is not None and quota != -1:
         limit = min(limit, quota * 1000 // ns.cpu_period(be_dir))
-    return BESample(float(usage), float(request), float(limit))
+    return BESample(float(usage), float(requested), float(limit))
 
 
 def be_milli_allocatable(ns: NodeState) -> float:
@@ -525,16 +525,17 @@ def _cpu_less(a: PodState, b: PodState) -> bool:
     return pa < pb
 
 
-def _cpu_ratio(p: PodState) -> float:
-    req = pod_batch_milli_cpu_request(p)
+def _cpu_ratio(p: PodState, request: Callable[[PodState], int] = pod_batch_milli_cpu_request) -> float:
+    req = request(p)
     return p.usage.get("cpu", 0) / req if req > 0 else 0.0
 
 
-def sorted_be_cpu_pods(ns: NodeState) -> list[PodState]:
+def sorted_be_cpu_pods(ns: NodeState, request: Callable[[PodState], int] = pod_batch_milli_cpu_request,
+                       ) -> list[PodState]:
     """The BE pods in :func:`_cpu_less`'s order. Each pod's priority and ratio are computed once for the
     sort (the comparator asks for them ~2 log n times a pod), then compared exactly as :func:`_cpu_less`."""
     pods = be_candidates(ns, BE_CPU_EVICT)
-    info = {id(p): (spec_priority(p), _cpu_ratio(p)) for p in pods}  # the pods outlive the sort: ids stay theirs
+    info = {id(p): (spec_priority(p), _cpu_ratio(p, request)) for p in pods}  # the pods outlive the sort: ids stay theirs
 
     def less(a: PodState, b: PodState) -> bool:
         (pa, ra), (pb, rb) = info[id(a)], info[id(b)]
@@ -550,7 +551,14 @@ def plan_cpu(ns: NodeState, args: Args, avg: BESample | None = None, current: BE
     ``current`` (default: this state's sample)."""
     if not args.cpu_evict_enable or not args.cpu_configured or ns.capacity.get("cpu", 0) <= 0:
         return []
-    here = be_cpu_sample(ns)
+    requests: dict[int, int] = {}  # pod_batch_milli_cpu_request of each pod once in this plan (id: ns holds them)
+
+    def request(p: PodState) -> int:
+        r = requests.get(id(p))
+        if r is None:
+            r = requests[id(p)] = pod_batch_milli_cpu_request(p)
+        return r
+    here = be_cpu_sample(ns, request)
     current = current if current is not None else here
     avg = avg if avg is not None else current
     if current is None or avg is None:
@@ -563,7 +571,7 @@ def plan_cpu(ns: NodeState, args: Args, avg: BESample | None = None, current: BE
     reason = (f"{EVICT_REASON_PREFIX}{BE_CPU_EVICT}: BE CPU satisfaction {satisfaction:.0f}% <= "
               f"{args.cpu_evict_BE_satisfaction_lower_percent}%, releasing {release}m batch-cpu requests to "
               f"{args.cpu_evict_BE_satisfaction_upper_percent}%")
-    victims = pick(sorted_be_cpu_pods(ns), release, pod_batch_milli_cpu_request, pending)
+    victims = pick(sorted_be_cpu_pods(ns, request), release, request, pending)
     return [Eviction(p.uid, _key(p), reason=reason) for p in victims]
 
 
