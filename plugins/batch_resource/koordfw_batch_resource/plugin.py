@@ -174,7 +174,7 @@ class BatchResource:
         now_fn = getattr(handle, "now", None)
         now = float(now_fn()) if callable(now_fn) else None
         inputs = (args, self._rule(ns), ns.cgroup_version, ns.cgroup_driver,
-                  tuple((ps.uid, ps.pod, ps.cgroup_dir, tuple(c.cgroup_dir for c in ps.containers)) for ps in ns.pods))
+                  tuple([(ps.uid, ps.pod, ps.cgroup_dir, tuple([c.cgroup_dir for c in ps.containers])) for ps in ns.pods]))
         last = self._reconciled
         if (last is not None and now is not None and last[0] == inputs
                 and 0 <= now - last[1] < RECONCILE_INTERVAL_SECONDS):
