@@ -141,15 +141,21 @@ def canonical(resource: str, value: object) -> int:
     """The integer a resource is accounted in: milli for cpu, units (rounded up) otherwise.
 
     Raises :class:`QuantityError` for anything that is not a finite quantity within int64 in that unit."""
-    # the forms the API server and the agents write most (``"1234"``, ``"500m"``), without the exact
-    # Fraction path; 15 digits at most, so that every result is within int64 in either unit
+    # the forms the API server and the agents write most (``"1234"``, ``"500m"``, ``"512Mi"``), without
+    # the exact Fraction path; 15 characters at most, so that plain and milli amounts are within int64
+    # in either unit (binary ones are bounded as the exact path bounds them)
+    milli = resource in MILLI_RESOURCES
     if type(value) is str and 0 < len(value) <= 15 and value.isascii():
         if value.isdigit():
-            return int(value) * 1000 if resource in MILLI_RESOURCES else int(value)
-        if value[-1] == "m" and len(value) > 1 and value[:-1].isdigit():
+            return int(value) * 1000 if milli else int(value)
+        last = value[-1]
+        if last == "m" and len(value) > 1 and value[:-1].isdigit():
             n = int(value[:-1])
-            return n if resource in MILLI_RESOURCES else -(-n // 1000)
-    return to_milli(value) if resource in MILLI_RESOURCES else to_int(value)
+            return n if milli else -(-n // 1000)
+        if last == "i" and len(value) > 2 and value[-2:] in _BINARY and value[:-2].isdigit():
+            n = int(value[:-2]) * _BINARY[value[-2:]]
+            return _bounded(n * 1000, value, "milli-units") if milli else _bounded(n, value, "units")
+    return to_milli(value) if milli else to_int(value)
 
 
 def format_quantity(resource: str, amount: int) -> str:
