@@ -59,23 +59,6 @@ def original_requests(pod: Any) -> tuple[int, int]:
     return int(req.get(BATCH_CPU, req.get("cpu", 0))), int(req.get(BATCH_MEMORY, req.get("memory", 0)))
 
 
-#: binary suffixes of the plain quantities the agent writes (the fast path of :func:`_amount`)
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-
-
-def _amount(resource: str, value: object) -> int:
-    """``canonical(resource, value)``, with a fast path for the plain forms NodeMetrics carry (``"250m"``,
-    ``"3"``, ``"512Mi"``): learning reads every BE pod's entry of every NodeMetric."""
-    if isinstance(value, str):
-        if value.isdigit():
-            return int(value) * 1000 if resource == "cpu" else int(value)
-        if resource == "cpu" and value.endswith("m") and value[:-1].isdigit():
-            return int(value[:-1])
-        if resource != "cpu" and value[-2:] in _BINARY and value[:-2].isdigit():
-            return int(value[:-2]) * _BINARY[value[-2:]]
-    return canonical(resource, value)
-
-
 def _is_be(pod: Mapping[str, Any]) -> bool:
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -131,8 +114,8 @@ class ResourceProfile:
             if not isinstance(res, Mapping):
                 continue
             try:
-                cpu = _amount("cpu", res["cpu"]) if "cpu" in res else None
-                mem = _amount("memory", res["memory"]) if "memory" in res else None
+                cpu = canonical("cpu", res["cpu"]) if "cpu" in res else None
+                mem = canonical("memory", res["memory"]) if "memory" in res else None
             except (KoordfwError, ValueError, TypeError):
                 continue
             cpu_req, mem_req = original_requests(pod)
