@@ -84,16 +84,18 @@ def main() -> int:
         rows["_nodes"] = {"koordfw_nodes": n, "kubernetes_nodes_for_same_batch_cpu_hours": lo,
                           "fewer_nodes_fraction": round(1 - n / lo, 3) if lo > n else 0.0}
     if a.knobs:
-        base = recommended_profile()
+        # Koordinator's defaults with one knob moved, then the recommended profile (profiling on, median)
+        # and it with the reclaim threshold raised
+        base = koordinator_profile()
         for plugin, key, values in (("batch_resource", "cpuReclaimThresholdPercent", (50, 70)),
                                     ("be_suppress", "cpuSuppressThresholdPercent", (55, 75)),
-                                    ("load_aware", "usageThresholds", ({"cpu": 80, "memory": 95},)),
-                                    ("resource_profile", "cpuPercentile", (50,))):
+                                    ("load_aware", "usageThresholds", ({"cpu": 80, "memory": 95},))):
             for v in values:
                 rows[f"{plugin}.{key}={v}"] = run(ls, tasks, "koordfw", n, frac, with_knob(base, plugin, key, v))
-        p50 = with_knob(base, "resource_profile", "cpuPercentile", 50)
-        rows["cpuPercentile=50 + cpuReclaimThresholdPercent=70"] = run(
-            ls, tasks, "koordfw", n, frac, with_knob(p50, "batch_resource", "cpuReclaimThresholdPercent", 70))
+        rec = recommended_profile()
+        rows["recommended (resource_profile cpuPercentile=50)"] = rows["koordfw (recommended)"]
+        rows["recommended + cpuReclaimThresholdPercent=70"] = run(
+            ls, tasks, "koordfw", n, frac, with_knob(rec, "batch_resource", "cpuReclaimThresholdPercent", 70))
     if a.json:
         json.dump(rows, sys.stdout, indent=1)
         print()

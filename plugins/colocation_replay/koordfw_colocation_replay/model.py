@@ -8,10 +8,14 @@ Batch (the pod granularity): a Spark/YARN-style executor pool. A task's instance
 of the task's shape class (plan cpu and memory rounded up to a grid); an executor has ``lanes`` instance
 slots (``EXECUTOR_CORES`` cores of planned requests) and runs instances back to back, several tasks at
 once. The queue dispatches ready tasks (arrived, every DAG parent done) in FIFO order onto free lanes, a
-task taking at most its trace parallelism; the pool asks for more executors (new pending pods, through
-admission) when queued lanes exceed its free ones and deletes an executor idle for a whole slot. So the
-scheduler sees executors (thousands a week), not the hour's three million instances, and the kernel
-with the real plugins does every placement.
+task taking at most its trace parallelism. Each slot the pool asks for executors (new pods, through
+admission) for the queued lanes its free ones do not cover, shape by shape in the order of each shape's
+longest-waiting task, each request no larger than the lanes wanted and scheduled as it is made (as the
+scheduler places a new pod within its cycle); a request no node can take is withdrawn, its shape's next
+requests are half the size (doubled back as they are placed), and the pool stops asking for the slot
+after ``MAX_FAILS`` of them. An executor idle for a whole slot is deleted. So the scheduler sees
+executors (tens of thousands a week), not the three million instances a day, and the kernel with the
+real plugins does every placement.
 
 Per slot and node (``koordfw`` mode): the agent's NodeMetric aggregation (:class:`koordfw.NodeMetricReporter`
 on the node state), its QoS plan (:class:`koordfw.NodePlanner` with be_suppress and eviction) on the node
@@ -62,11 +66,10 @@ EXECUTOR_CORES = 8.0
 #: shape grid: plan cpu rounded up to a multiple of 0.5 core, plan memory to a multiple of 0.25 GiB
 CPU_GRID = 0.5
 MEM_GRID = 0.25
-#: most executor pods pending at once, in all and per shape (the pool stops asking while the scheduler
-#: cannot place them); a pod still pending after a slot's scheduling is withdrawn (asked again later)
-MAX_PENDING = 12
-MAX_PENDING_PER_SHAPE = 3
-#: a pending executor is withdrawn after this long, or at once when its shape's queue wants no lanes
+#: the pool stops asking for executors in a slot after this many requests the scheduler could not place
+MAX_FAILS = 8
+#: an evicted executor still pending is withdrawn after this long, or at once when its shape's queue
+#: wants no lanes
 PENDING_TIMEOUT = 6 * 300
 #: most new executors one slot asks for
 MAX_NEW_PER_SLOT = 96
@@ -233,6 +236,8 @@ class Replay:
             self.reporters = [NodeMetricReporter(policy, sample_interval=SLOT) for _ in range(self.n)]
             self.quota = np.full(self.n, -1.0)  # the besteffort cfs quota in force (µs per period; -1 none)
             self.last_update: dict[str, float] = {}
+            self._ls_static: list[tuple[int, int, Any, str]] | None = None
+            self._ls_pods_of: list[list[Any]] = []
         await self.s.startup()
         self.stats = _Stats(self.slots, self.n)
         async with anyio.create_task_group() as tg:
@@ -309,7 +314,7 @@ class Replay:
         self.free_lanes = [0] * len(self.shapes)
         #: lanes the queued tasks still want, per shape
         self.want = [0] * len(self.shapes)
-        #: lanes of the next executor of each shape: the most (EXECUTOR_CORES), halved while the scheduler
+        #: lanes of the next executor of each shape: the most (EXECUTOR_CORES), halved when the scheduler
         #: cannot place one, doubled back as they are placed (an autoscaler fitting its requests to the room)
         self.max_lanes = [max(1, int(EXECUTOR_CORES // cpu)) for cpu, _m in self.shapes]
         self.exec_lanes = list(self.max_lanes)
@@ -538,7 +543,7 @@ class Replay:
     async def _autoscale(self, now: float) -> None:
         s = self.s
         wants = self.want
-        # idle executors (no lane used for a whole slot) leave; a request the scheduler has not placed for
+        # idle executors (no lane used for a whole slot) leave; an evicted executor still pending after
         # PENDING_TIMEOUT, or that its shape's queue no longer wants, is withdrawn
         for e in list(self.executors.values()):
             if e.node >= 0:
@@ -546,38 +551,56 @@ class Replay:
                     await self._delete(e)
             elif now - e.idle_since >= PENDING_TIMEOUT or wants[e.shape] == 0:
                 await self._delete(e)
-        budget = MAX_NEW_PER_SLOT
-        for sh, (cpu, mem) in enumerate(self.shapes):
-            want = wants[sh]
-            if want == 0:
-                continue
-            lanes = self.exec_lanes[sh]
-            free = sum(e.lanes - e.used for e in self.by_shape[sh] if e.node >= 0)
-            pend = [e for e in self.by_shape[sh] if e.node < 0]
-            need = want - free - sum(e.lanes for e in pend)
-            k = min(math.ceil(need / lanes), budget, MAX_PENDING - len(self.pending),
-                    MAX_PENDING_PER_SHAPE - len(pend)) if need > 0 else 0
-            for _ in range(max(k, 0)):
-                await self._create(sh, lanes, cpu, mem, now)
-                budget -= 1
         await s.flush()
-        while await s.schedule_next(self.tg) is not None:
-            pass
-        self._bound(now)
+        await self._schedule(now)
+        # the shapes in the order of their longest-waiting queued task (the queue is FIFO across shapes)
+        heads = []
         for sh in range(len(self.shapes)):
-            stuck = [e for e in self.by_shape[sh] if e.node < 0]
-            if stuck:
-                # a request the scheduler could not place: the next ones are smaller, and the pending
-                # requests larger than that are withdrawn (asked again at the new size next slot)
-                self.exec_lanes[sh] = max(1, self.exec_lanes[sh] // 2)
-                for e in stuck:
-                    if e.lanes > self.exec_lanes[sh]:
-                        await self._delete(e)
-            elif self.exec_lanes[sh] < self.max_lanes[sh] and self.by_shape[sh]:
-                self.exec_lanes[sh] = min(self.max_lanes[sh], self.exec_lanes[sh] * 2)
+            if wants[sh] > 0:
+                q, h = self.queues[sh], self.qhead[sh]
+                while h < len(q) and self.state[q[h]] != 2:
+                    h += 1
+                if h < len(q):
+                    heads.append((float(self.ready_at[q[h]]), sh))
+        heads.sort()
+        budget, fails = MAX_NEW_PER_SLOT, 0
+        failed: list[tuple[float, int]] = []
+        for _ready, sh in heads:
+            if budget <= 0 or fails >= MAX_FAILS:
+                break
+            cpu, mem = self.shapes[sh]
+            free = sum(e.lanes - e.used for e in self.by_shape[sh] if e.node >= 0)
+            need = wants[sh] - free - sum(e.lanes for e in self.by_shape[sh] if e.node < 0)
+            # each request is scheduled as it is made (the scheduler places a new pod within its cycle):
+            # the shape asks until the queue's lanes are covered or a request finds no node; that
+            # request is withdrawn and the shape's next ones are half the size
+            while need > 0 and budget > 0:
+                lanes = min(self.exec_lanes[sh], need)
+                c, m = lanes * cpu, lanes * mem
+                if any(fc <= c + 1e-9 and fm <= m for fc, fm in failed):
+                    self.exec_lanes[sh] = max(1, lanes // 2)
+                    break
+                e = await self._create(sh, lanes, cpu, mem, now)
+                budget -= 1
+                await self._schedule(now)
+                if e.node < 0:
+                    await self._delete(e)
+                    failed.append((c, m))
+                    self.exec_lanes[sh] = max(1, lanes // 2)
+                    fails += 1
+                    break
+                need -= lanes
+                if self.exec_lanes[sh] < self.max_lanes[sh]:
+                    self.exec_lanes[sh] = min(self.max_lanes[sh], self.exec_lanes[sh] * 2)
         self._dispatch_all(now)
 
-    async def _create(self, sh: int, lanes: int, cpu: float, mem: int, now: float) -> None:
+    async def _schedule(self, now: float) -> None:
+        """Run the scheduling cycles of the pods queued; record the executors bound."""
+        while await self.s.schedule_next(self.tg) is not None:
+            pass
+        self._bound(now)
+
+    async def _create(self, sh: int, lanes: int, cpu: float, mem: int, now: float) -> Executor:
         self._exec_seq += 1
         name = f"exec-{self._exec_seq}"
         req = {"cpu": f"{int(round(lanes * cpu * 1000))}m", "memory": str(lanes * mem)}
@@ -587,10 +610,9 @@ class Replay:
                     "metadata": {"name": name, "namespace": "batch", "uid": f"uid-{name}",
                                  "labels": {BATCH_LABEL: "batch", "shape": str(sh)},
                                  "annotations": {ANNOTATION_TEMPLATES: templates}},
-                    # executors never preempt: they are the cluster's lowest priority, so a preemption
-                    # attempt could find no victim and only costs the scheduler a search
-                    "spec": {"containers": [{"name": "executor", "resources": {"requests": req}}],
-                             "preemptionPolicy": "Never"}}
+                    # no preemptionPolicy: koord-batch's (PreemptLowerPriority, as Koordinator ships it)
+                    # applies, set by the colocation profile's priority class
+                    "spec": {"containers": [{"name": "executor", "resources": {"requests": req}}]}}
         if self.admission is not None:
             pod = await self.admission.admit(manifest)
         else:
@@ -603,6 +625,7 @@ class Replay:
         self.pending[e.uid] = e
         self.by_shape[sh].append(e)
         await self.s.add_pod(pod)
+        return e
 
     def _bound(self, now: float) -> None:
         for uid, e in list(self.pending.items()):
@@ -659,14 +682,21 @@ class Replay:
         ls = self.ls
         k = int((now - ls.start) // SLOT) - 1
         report = k % REPORT_SLOTS == 0
+        if self._ls_static is None:
+            # the placed LS pods: (vm, node, pod, cgroup dir), and each node's LS pods (they never move)
+            self._ls_static = [(j, int(nd), p, f"kubepods/burstable/pod{p.uid}")
+                               for j, (p, nd) in enumerate(zip(self.ls_pods, self.ls_node.tolist(), strict=True))
+                               if nd >= 0]
+            self._ls_pods_of = [[] for _ in range(self.n)]
+            for _j, nd, p, _d in self._ls_static:
+                self._ls_pods_of[nd].append(p)
         by_node: list[list[PodState]] = [[] for _ in range(self.n)]
-        pods_of: list[list[Any]] = [[] for _ in range(self.n)]
-        for j, p in enumerate(self.ls_pods):
-            nd = self.ls_node[j]
-            if nd >= 0:
-                by_node[nd].append(PodState(p.uid, p, "LS", "Burstable", f"kubepods/burstable/pod{p.uid}",
-                                            usage={"cpu": int(ls.cpu[k, j] * 1000), "memory": int(ls.memory[k, j])}))
-                pods_of[nd].append(p)
+        pods_of: list[list[Any]] = [list(ps) for ps in self._ls_pods_of]
+        # int() of each value truncates as astype does for these non-negative amounts
+        cpu_k = (ls.cpu[k] * 1000).astype(np.int64).tolist()
+        mem_k = ls.memory[k].astype(np.int64).tolist()
+        for j, nd, p, cg in self._ls_static:
+            by_node[nd].append(PodState(p.uid, p, "LS", "Burstable", cg, usage={"cpu": cpu_k[j], "memory": mem_k[j]}))
         demand = np.zeros(self.n)
         per_exec: list[tuple[Executor, float, float]] = []
         for e in self.executors.values():
