@@ -73,14 +73,22 @@ def main() -> int:
     rows["koordfw (Koordinator defaults)"] = run(ls, tasks, "koordfw", n, frac, koordinator_profile())
     if a.nodes_search:
         goal = rows["koordfw (recommended)"]["batch_cpu_hours"]
-        lo = n
+        lo, prev = n, n
         for extra in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0):
             k = round(n * (1 + extra))
             r = run(ls, tasks, "kubernetes", k, frac, recommended_profile())
             rows[f"kubernetes, {k} nodes"] = r
             if r["batch_cpu_hours"] >= goal:
                 lo = k
+                # then node by node inside the bracket: the first count that delivers as much
+                for j in range(prev + 1, k):
+                    r = run(ls, tasks, "kubernetes", j, frac, recommended_profile())
+                    rows[f"kubernetes, {j} nodes"] = r
+                    if r["batch_cpu_hours"] >= goal:
+                        lo = j
+                        break
                 break
+            prev = k
         rows["_nodes"] = {"koordfw_nodes": n, "kubernetes_nodes_for_same_batch_cpu_hours": lo,
                           "fewer_nodes_fraction": round(1 - n / lo, 3) if lo > n else 0.0}
     if a.knobs:
