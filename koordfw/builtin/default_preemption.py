@@ -108,7 +108,8 @@ async def post_filter(pod, state, statuses, args, handle):
     num = len(names) * args.min_candidate_nodes_percentage // 100
     num = min(max(num, args.min_candidate_nodes_absolute), len(names))
     offset = int(handle.rng.integers(len(names)))
-    if not any(p.priority < pod.priority for p in handle.cluster.all_pods() if p.node_name):
+    lowest = handle.cluster.lowest_named_priority()
+    if lowest is None or lowest >= pod.priority:
         # no running pod of lower priority anywhere: no node has victims (what the search below
         # would find; the offset is drawn first, so the random stream is the same)
         return Status.unschedulable("preemption: no node where evicting lower-priority pods helps")

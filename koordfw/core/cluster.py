@@ -137,6 +137,8 @@ class ClusterState:
         self._removed_nodes: set[int] = set()
         self.pods: dict[str, PodEntry] = {}  # by uid
         self._by_key: dict[str, str] = {}  # namespace/name -> uid
+        #: priority -> how many pods naming a node carry it (preemption's "any lower-priority pod running")
+        self._named_priorities: dict[int, int] = {}
         self._on_node: list[dict[str, Pod]] = []
         #: node name -> extra allocatable from node_resources plugins
         self.extra_allocatable: dict[str, dict[str, int]] = {}
@@ -399,6 +401,7 @@ class ClusterState:
             self.remove_pod(pod.uid)
         entry = PodEntry(pod)
         self.pods[pod.uid] = entry
+        self._track(None, pod)
         self._by_key[pod.key] = pod.uid
         self._index_affinity(pod)
         self._index_nominated(pod)
@@ -407,6 +410,23 @@ class ClusterState:
             if i is not None:
                 self._account(entry, i)
         self.generation += 1
+
+    def _track(self, old: Pod | None, new: Pod | None) -> None:
+        """Keep the priorities of the pods naming a node counted as an entry's pod changes."""
+        counts = self._named_priorities
+        if old is not None and old.node_name:
+            n = counts[old.priority] - 1
+            if n:
+                counts[old.priority] = n
+            else:
+                del counts[old.priority]
+        if new is not None and new.node_name:
+            counts[new.priority] = counts.get(new.priority, 0) + 1
+
+    def lowest_named_priority(self) -> int | None:
+        """The lowest priority of the pods naming a node (bound, assumed, or on a node that is gone),
+        ``None`` without such pods."""
+        return min(self._named_priorities) if self._named_priorities else None
 
     def _account(self, entry: PodEntry, i: int) -> None:
         # the vector first: a resource no node advertises yet grows the columns (and replaces ``_req``)
@@ -431,6 +451,7 @@ class ClusterState:
         entry = self.pods.pop(uid, None)
         if entry is None:
             return None
+        self._track(entry.pod, None)
         self._unaccount(entry)
         if self._by_key.get(entry.pod.key) == uid:
             del self._by_key[entry.pod.key]
@@ -448,11 +469,13 @@ class ClusterState:
         if entry is None:
             entry = PodEntry(pod)
             self.pods[pod.uid] = entry
+            self._track(None, pod)
             self._by_key[pod.key] = pod.uid
             self._index_affinity(pod)
         self._unaccount(entry)
         assumed = replace_pod(entry.pod, node_name=node_name)
         self._nominated.pop(pod.uid, None)
+        self._track(entry.pod, assumed)
         entry.pod = assumed
         entry.assumed = True
         self._account(entry, self._node_index[node_name])
@@ -465,7 +488,9 @@ class ClusterState:
         if entry is None:
             return pod
         self._unaccount(entry)
-        entry.pod = replace_pod(entry.pod, node_name=None)
+        new = replace_pod(entry.pod, node_name=None)
+        self._track(entry.pod, new)
+        entry.pod = new
         self._index_nominated(entry.pod)
         entry.assumed = False
         self.generation += 1
@@ -483,6 +508,7 @@ class ClusterState:
         new = replace_pod(entry.pod, node_name=node_name, annotations=anns, phase="Running")
         i = entry.node_index
         self._on_node[i][pod.uid] = new
+        self._track(entry.pod, new)
         entry.pod = new
         entry.assumed = False
         self._version[i] += 1
@@ -492,6 +518,7 @@ class ClusterState:
     def update_pod_object(self, pod: Pod) -> None:
         """Replace a pod's object without changing its accounting (same requests, same node)."""
         entry = self.pods[pod.uid]
+        self._track(entry.pod, pod)
         entry.pod = pod
         self._index_nominated(pod)
         if entry.node_index >= 0:
