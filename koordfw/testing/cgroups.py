@@ -117,6 +117,16 @@ class FakeNode:
             (self.ctl("cpu", rel) / "cpu.stat").write_text("usage_usec 0\n")
             (self.ctl("memory", rel) / "memory.current").write_text("0\n")
 
+    def rmcg(self, rel: str) -> None:
+        """Remove a leaf cgroup from every controller that has it (its files first: a fake tree is plain
+        directories, where the kernel's rmdir takes a cgroup's control files with it)."""
+        for c in ("cpu", "cpuacct", "cpuset", "memory"):
+            d = self.ctl(c, rel)
+            if d.exists():
+                for f in d.iterdir():
+                    f.unlink()
+                d.rmdir()
+
     def add_pod(self, uid: str, level: str, containers=("c1",)) -> str:
         if self.driver == "systemd":
             esc = uid.replace("-", "_")

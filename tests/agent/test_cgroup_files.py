@@ -250,12 +250,7 @@ def test_discover_sees_container_changes_between_rounds(fake_node):
     assert lay.discover()[0] is first[0]
     fake_node.mkcg(f"{rel}/c2")
     assert [c for _, c in lay.discover()[0].containers] == [f"{rel}/c1", f"{rel}/c2"]
-    for c in ("cpu", "cpuacct", "cpuset", "memory"):
-        d = fake_node.root / c / rel / "c1"
-        if d.exists():
-            for f in d.iterdir():
-                f.unlink()
-            d.rmdir()
+    fake_node.rmcg(f"{rel}/c1")
     assert [c for _, c in lay.discover()[0].containers] == [f"{rel}/c2"]
 
 
