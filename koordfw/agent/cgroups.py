@@ -610,6 +610,8 @@ def read_meminfo(proc_root: str | os.PathLike[str] = "/proc") -> tuple[int, int]
         return None
     info = {}
     for line in v.splitlines():
+        if not line.startswith("Mem"):  # only MemTotal, MemAvailable and MemFree are looked up
+            continue
         k, _, rest = line.partition(":")
         parts = rest.split()
         kb = _uint(parts[0]) if parts else None

@@ -305,3 +305,27 @@ def test_the_agent_closes_what_it_kept_on_shutdown(cg):
 
     anyio.run(go)
     assert kept() == []
+
+
+@pytest.mark.parametrize("text", [
+    "MemTotal:       16000 kB\nMemFree:         2000 kB\nMemAvailable:    8000 kB\nBuffers: 1 kB\nSwapTotal: 5 kB\n",
+    "SwapTotal: 5 kB\nMemFree: 10 kB\nHugePages_Total: 0\nMemTotal: 100 kB\nMemTotal: 200 kB\n",  # the last wins
+    "Buffers: 1 kB\nMemFree: x kB\nMemTotal: 100\nMem: 3 kB\nMemAvailable:\n",
+    "Cached: 5 kB\nActive: 1 kB\n",  # no MemTotal
+    "",
+])
+def test_read_meminfo_as_parsing_every_line(tmp_path, text):
+    """read_meminfo looks at the Mem* lines only: the same answer as parsing every line."""
+    from koordfw.agent.cgroups import _uint, read_meminfo
+
+    (tmp_path / "meminfo").write_text(text)
+    info = {}
+    for line in text.strip().splitlines():
+        k, _, rest = line.partition(":")
+        parts = rest.split()
+        kb = _uint(parts[0]) if parts else None
+        if kb is not None:
+            info[k] = kb * 1024
+    want = None if "MemTotal" not in info else (
+        info["MemTotal"], info["MemTotal"] - info.get("MemAvailable", info.get("MemFree", 0)))
+    assert read_meminfo(tmp_path) == want
