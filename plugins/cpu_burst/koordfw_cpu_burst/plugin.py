@@ -315,8 +315,11 @@ class CPUBurst:
         for ps in ns.pods:
             if ps.pod is None:  # not a pod koordlet knows (no metadata): its usage stays in the pool
                 continue
+            qos = raw_qos(ps)
+            if qos not in ("LSE", "LSR", "BE"):  # node_state_for_burst counts an LS or unlabelled pod nowhere
+                continue
             usage = pod_avg.get(ps.uid) if isinstance(pod_avg, Mapping) else ps.usage.get("cpu")
-            pods.append(PodUsage(raw_qos(ps), ps.pod.requests.get("cpu", 0), usage))
+            pods.append(PodUsage(qos, ps.pod.requests.get("cpu", 0), usage))
         return node_state_for_burst(args.share_pool_threshold_percent, len(ns.cpu_ids), node_usage, pods)
 
     def plan(self, ns: NodeState, args: Args, *, restore: bool = False) -> list[FileWrite]:

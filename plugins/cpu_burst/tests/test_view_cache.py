@@ -117,3 +117,25 @@ def test_window_averages_as_the_summed_lists_did():
         assert pod_avg == {uid: sum(v) // len(v) for uid, v in sums.items()}
         assert list(pod_avg) == list(sums)
         seen = [s for s in seen if now - s[0] <= 10.0]
+
+
+def test_node_burst_leaves_out_only_pods_that_count_nowhere():
+    """node_burst passes node_state_for_burst the LSE, LSR and BE pods only: the same state as with all."""
+    import random
+
+    from cpu_burst_helpers import node as make_node
+    from koordfw_cpu_burst.burst import PodUsage, node_state_for_burst
+    from koordfw_cpu_burst.plugin import raw_qos
+
+    rng = random.Random(19)
+    cb = CPUBurst()
+    for _ in range(300):
+        pods = [attrs.evolve(pod_state(manifest(f"p{i}", {"main": rng.choice([500, 2000, 4000])},
+                                                qos=rng.choice([None, "LS", "LSR", "LSE", "BE", "SYSTEM", "odd"]))),
+                             usage={"cpu": rng.randint(0, 8000)} if rng.random() < 0.8 else {})
+                for i in range(rng.randint(0, 8))]
+        ns = make_node(pods, cpus=rng.choice([2, 4, 16]), usage=rng.choice([None, rng.randint(0, 16000)]))
+        args = Args(policy="auto", share_pool_threshold_percent=rng.choice([20, 50, 80]))
+        every = [PodUsage(raw_qos(p), p.pod.requests.get("cpu", 0), p.usage.get("cpu")) for p in ns.pods]
+        assert cb.node_burst(ns, args) == node_state_for_burst(args.share_pool_threshold_percent, len(ns.cpu_ids),
+                                                               ns.usage.get("cpu"), every)
