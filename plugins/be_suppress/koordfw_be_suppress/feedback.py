@@ -29,6 +29,7 @@ plan``) there is no feedback: Koordinator's budget.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -128,6 +129,12 @@ def _read_all(path: Path, limit: int = 1 << 20) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _cpu_stat_path(cgroup_root: str, version: int, rel_dir: str) -> str:
+    """``<root>/<the dir's cpu.stat>``, remembered: every LS pod's is read each round."""
+    return f"{cgroup_root}/{NodeState(cgroup_version=version).cgroup_file('cpu', rel_dir, 'cpu.stat')}"
+
+
 def _read(path: Path | str) -> str | None:
     # through the agent's kept descriptors (koordfw.read_cgroup_file): every LS pod's cpu.stat each round
     data = read_cgroup_file(path, MAX_READ)
@@ -200,7 +207,7 @@ class FeedbackState:
         if cgroup_root:
             cur: dict[str, tuple[int, int, int]] = {}
             for p in ls_pods:
-                st = parse_cpu_stat(_read(f"{cgroup_root}/{ns.cgroup_file('cpu', p.cgroup_dir, 'cpu.stat')}"))
+                st = parse_cpu_stat(_read(_cpu_stat_path(cgroup_root, ns.cgroup_version, p.cgroup_dir)))
                 if "nr_periods" not in st or "nr_throttled" not in st:
                     continue
                 t_ns = st["throttled_time"] if "throttled_time" in st else st.get("throttled_usec", 0) * 1000

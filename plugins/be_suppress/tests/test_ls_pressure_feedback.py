@@ -215,3 +215,14 @@ async def test_v1_ls_sched_delay_replaces_the_node_psi(tmp_path):
     wait(400_000_000)  # 2 × 400 ms: 80 %
     assert await rig.round() == 105000
     assert rig.agent.node_state.metrics["be_suppress"]["lsPressurePercent"] == pytest.approx(80.0)
+
+
+def test_cpu_stat_path_is_the_dirs_cpu_stat():
+    from koordfw_be_suppress.feedback import _cpu_stat_path
+
+    from koordfw.core.nodestate import NodeState
+
+    for version in (1, 2):
+        for d in ("kubepods/burstable/poda", "/kubepods.slice/x.slice/", "kubepods/podb"):
+            want = f"/sys/fs/cgroup/{NodeState(cgroup_version=version).cgroup_file('cpu', d, 'cpu.stat')}"
+            assert _cpu_stat_path("/sys/fs/cgroup", version, d) == want
