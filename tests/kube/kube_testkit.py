@@ -10,6 +10,7 @@ import anyio
 import structlog
 from structlog.testing import capture_logs
 
+from koordfw import Migration, hookimpl
 from koordfw.engines.kube.engine import KubeSchedulerEngine
 
 SCHED = "koordfw-scheduler"
@@ -38,6 +39,28 @@ def pod(name: str, cpu: str = "100m", memory: str = "128Mi", *, ns: str = "defau
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": ns, "labels": labels or {}, "annotations": annotations or {}},
             "spec": s}
+
+
+#: the controller of the ``web`` pods (a ReplicaSet, as a Deployment's)
+OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-rs", "uid": "rs-uid-1", "controller": True}
+
+
+def web(name: str, cpu: str = "1", **kw) -> dict:
+    """A pod of the ``web-rs`` ReplicaSet (``pod``'s keywords)."""
+    p = pod(name, cpu, **kw)
+    p["metadata"]["ownerReferences"] = [OWNER]
+    return p
+
+
+class MoveWeb:
+    """A deschedule plugin proposing to move web-0 from n0 to n1 while it sits on n0."""
+
+    @hookimpl
+    def deschedule(self, cluster):
+        p = cluster.pod_by_key("default/web-0")
+        if p is None or p.node_name != "n0":
+            return None
+        return [Migration(pod="default/web-0", from_node="n0", to="n1", reason="rebalance")]
 
 
 @asynccontextmanager

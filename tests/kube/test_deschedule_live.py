@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from kube_testkit import SCHED, node, pdb, pod, running, wait_for
+from kube_testkit import SCHED, MoveWeb, node, pdb, pod, running, wait_for, web
 
 from koordfw import Migration, hookimpl
 from koordfw.engines.embedded import build_registry
@@ -13,30 +13,11 @@ from koordfw.engines.kube.client import ApiError, KubeClient
 from koordfw.engines.kube.engine import KubeSchedulerEngine
 from koordfw.testing.fake_apiserver import FakeApiServer
 
-OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-rs", "uid": "rs-uid-1", "controller": True}
-
-
-class MoveWeb:
-    """Proposes moving web-0 from n0 to n1 while it sits on n0."""
-
-    @hookimpl
-    def deschedule(self, cluster):
-        p = cluster.pod_by_key("default/web-0")
-        if p is None or p.node_name != "n0":
-            return None
-        return [Migration(pod="default/web-0", from_node="n0", to="n1", reason="rebalance")]
-
 
 class PreferN0:
     @hookimpl
     def score(self, nodes):
         return {n.name: 100 if n.name == "n0" else 0 for n in nodes}
-
-
-def web(name, **kw):
-    p = pod(name, "1", **kw)
-    p["metadata"]["ownerReferences"] = [OWNER]
-    return p
 
 
 @pytest.fixture

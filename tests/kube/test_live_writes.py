@@ -7,9 +7,9 @@ from __future__ import annotations
 import aiohttp
 import anyio
 import pytest
-from kube_testkit import SCHED, captured_logs, node, pod, running, wait_for
+from kube_testkit import SCHED, MoveWeb, captured_logs, node, pod, running, wait_for
 
-from koordfw import Migration, hookimpl
+from koordfw import hookimpl
 from koordfw.core.model import pod_from_manifest
 from koordfw.core.status import Status
 from koordfw.engines.embedded import build_registry
@@ -107,15 +107,6 @@ async def test_binder_checks_leadership_before_every_attempt(api, client):
     assert calls == ["binding default/p", "binding default/p"]
     assert [m for m, path in api.requests if path.endswith("/binding")] == ["POST"]  # the retry was not sent
     assert api.get("pods", "p", "default")["spec"].get("nodeName") is None
-
-
-class MoveWeb:
-    @hookimpl
-    def deschedule(self, cluster):
-        p = cluster.pod_by_key("default/web-0")
-        if p is None or p.node_name != "n0":
-            return None
-        return [Migration(pod="default/web-0", from_node="n0", to="n1", reason="rebalance")]
 
 
 async def test_descheduler_evicts_nothing_while_not_leading(api, client):

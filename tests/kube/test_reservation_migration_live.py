@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from kube_testkit import node, pod, running, wait_for
+from kube_testkit import OWNER, MoveWeb, node, pod, running, wait_for
+from kube_testkit import web as replica
 
-from koordfw import Migration, hookimpl
 from koordfw.engines.embedded import build_registry
 from koordfw.engines.kube.client import KubeClient
 from koordfw.engines.kube.engine import KubeSchedulerEngine
@@ -18,25 +18,9 @@ from koordfw.testing.fake_apiserver import FakeApiServer
 
 pytest.importorskip("koordfw_reservation")
 
-OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-rs", "uid": "rs-uid-1", "controller": True}
-
-
-class MoveWeb:
-    """Proposes moving web-0 from n0 to n1 while it sits on n0."""
-
-    @hookimpl
-    def deschedule(self, cluster):
-        p = cluster.pod_by_key("default/web-0")
-        if p is None or p.node_name != "n0":
-            return None
-        return [Migration(pod="default/web-0", from_node="n0", to="n1", reason="rebalance")]
-
 
 def web(name, cpu="1", **kw):
-    p = pod(name, cpu, **kw)
-    p["metadata"]["ownerReferences"] = [OWNER]
-    p["metadata"]["labels"] = {"app": "web"}
-    return p
+    return replica(name, cpu, labels={"app": "web"}, **kw)
 
 
 def engine(client):
