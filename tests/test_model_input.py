@@ -191,6 +191,15 @@ def test_parse_duration_rejects(bad):
         parse_duration(bad)
 
 
+def test_parse_duration_refuses_negative_only_when_asked():
+    from koordfw.core.quantity import parse_duration
+
+    assert parse_duration("-2s") == -2.0
+    assert parse_duration("0", allow_negative=False) == 0.0
+    with pytest.raises(ValueError, match=r"must not be negative, got '-2s'"):
+        parse_duration("-2s", allow_negative=False)
+
+
 @pytest.mark.parametrize("value,expected", [
     (None, None), ('{"cpu": "20", "memory": "64Gi"}', {"cpu": 20000, "memory": 64 * 2**30}),
     ("not json", "invalid JSON"), ('["cpu"]', "expected a JSON object"), ('{"cpu": "lots"}', "invalid quantity"),

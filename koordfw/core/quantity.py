@@ -73,9 +73,17 @@ def parse_quantity(value: object) -> Fraction:
     return q
 
 
-def parse_duration(value: object) -> float:
+def parse_duration(value: object, *, allow_negative: bool = True) -> float:
     """Go's ``time.ParseDuration`` in seconds (``"30s"``, ``"1m30s"``, ``"1.5h"``, ``"-2s"``, ``"0"``); a
-    number is taken as seconds. Raises ``ValueError`` for anything Go would reject."""
+    number is taken as seconds. Raises ``ValueError`` for anything Go would reject, and for a negative
+    duration unless ``allow_negative`` (a TTL, a timeout)."""
+    seconds = _parse_duration(value)
+    if seconds < 0 and not allow_negative:
+        raise ValueError(f"must not be negative, got {value!r}")
+    return seconds
+
+
+def _parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"invalid duration {value!r}")
     if isinstance(value, (int, float)):

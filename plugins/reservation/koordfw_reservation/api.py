@@ -9,7 +9,6 @@ naming the Reservation and the field path.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -283,11 +282,9 @@ def reservation_from_manifest(obj: Mapping[str, Any]) -> Reservation:
     ttl = expires = None
     if spec.get("ttl") is not None:
         try:
-            ttl = parse_duration(spec["ttl"])
+            ttl = parse_duration(spec["ttl"], allow_negative=False)
         except ValueError as e:
             raise _fail(name, "spec.ttl", str(e)) from None
-        if ttl < 0 or not math.isfinite(ttl):
-            raise _fail(name, "spec.ttl", f"must not be negative, got {spec['ttl']!r}")
     if spec.get("expires") is not None:
         expires = parse_time(spec["expires"], obj=f"{KIND_RESERVATION} {name}", field="spec.expires")
     policy = spec.get("allocatePolicy") or ""
