@@ -569,8 +569,7 @@ class Replay:
             if budget <= 0 or fails >= MAX_FAILS:
                 break
             cpu, mem = self.shapes[sh]
-            free = sum(e.lanes - e.used for e in self.by_shape[sh] if e.node >= 0)
-            need = wants[sh] - free - sum(e.lanes for e in self.by_shape[sh] if e.node < 0)
+            need = wants[sh] - self.free_lanes[sh] - sum(e.lanes for e in self.by_shape[sh] if e.node < 0)
             # each request is scheduled as it is made (the scheduler places a new pod within its cycle):
             # the shape asks until the queue's lanes are covered or a request finds no node; that
             # request is withdrawn and the shape's next ones are half the size
