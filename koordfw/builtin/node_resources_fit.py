@@ -106,19 +106,59 @@ def filter(pod, nodes, args):
     idx = nodes.idx
     free = _cells(cluster.allocatable, idx, need) - _cells(cluster.requested, idx, need)
     short = free < vec[need]
-    bad = np.flatnonzero(short.any(axis=1))
+    if len(need) < len(_BITS):
+        return _verdicts_by_mask(cluster.resources, need, short)
+    return _verdicts_by_row(cluster.resources, need, short)
+
+
+#: bit k of a node's shortage mask: short of the k-th needed resource
+_BITS = np.int64(1) << np.arange(63, dtype=np.int64)
+#: the needed resources' names -> shortage mask -> its Status
+_BY_MASK: dict[tuple[str, ...], dict[int, Status]] = {}
+
+
+def _reason(key):
+    """The Status naming the resources in ``key`` (one object per key, shared by every node and call)."""
+    st = _REASONS.get(key)
+    if st is None:
+        st = _REASONS[key] = Status.unschedulable(*("Too many pods" if r == "pods" else f"Insufficient {r}" for r in key))
+    return st
+
+
+def _verdicts_by_mask(names, need, short):
+    """``_verdicts_by_row`` for fewer needed resources than an int64 has bits: each node's row of
+    ``short`` becomes one integer (numpy does that for all nodes), so the Python work is one look-up a
+    rejected node instead of one step a resource."""
+    masks = short @ _BITS[: len(need)]
+    bad = np.flatnonzero(masks)
     if len(bad) == 0:
         return None
-    names = cluster.resources
-    reasons = [None] * len(idx)
-    for j in bad.tolist():
-        key = tuple(names[k] for k in need[short[j]].tolist())
-        st = _REASONS.get(key)
+    key = tuple(names[c] for c in need.tolist())
+    table = _BY_MASK.get(key)
+    if table is None:
+        if len(_BY_MASK) > 1024:
+            _BY_MASK.clear()
+        table = _BY_MASK[key] = {}
+    reasons = [None] * len(masks)
+    for j, m in zip(bad.tolist(), masks[bad].tolist()):
+        st = table.get(m)
         if st is None:
-            st = _REASONS[key] = Status.unschedulable(
-                *("Too many pods" if r == "pods" else f"Insufficient {r}" for r in key))
+            st = table[m] = _reason(tuple(r for b, r in enumerate(key) if m >> b & 1))
         reasons[j] = st
-    return ~short.any(axis=1), reasons
+    return masks == 0, reasons
+
+
+def _verdicts_by_row(names, need, short):
+    """(fits mask, per node the Status naming the needed resources it is short of or ``None``), or
+    ``None`` when every node fits."""
+    rejected = short.any(axis=1)
+    bad = np.flatnonzero(rejected)
+    if len(bad) == 0:
+        return None
+    reasons = [None] * len(short)
+    for j in bad.tolist():
+        reasons[j] = _reason(tuple(names[k] for k in need[short[j]].tolist()))
+    return ~rejected, reasons
 
 
 _SCORE_COLUMNS: dict[int, tuple] = {}
