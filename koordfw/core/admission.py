@@ -70,8 +70,17 @@ class StaticObjects:
         return self._by_kind.get((api_version, kind), {}).get((namespace or "", name))
 
 
+#: key -> its JSON pointer segment (``/`` and the key escaped): pods repeat the same keys
+_POINTERS: dict[str, str] = {}
+
+
 def _pointer(token: str) -> str:
-    return "/" + token.replace("~", "~0").replace("/", "~1")
+    segment = _POINTERS.get(token)
+    if segment is None:
+        segment = "/" + token.replace("~", "~0").replace("/", "~1")
+        if len(_POINTERS) < 4096:
+            _POINTERS[token] = segment
+    return segment
 
 
 def json_patch(original: Any, result: Any, prefix: str = "") -> list[dict[str, Any]]:
@@ -81,29 +90,45 @@ def json_patch(original: Any, result: Any, prefix: str = "") -> list[dict[str, A
     costs one ``==``); where a list's length changed, ``jsonpatch.make_patch`` diffs it and its operations
     are re-rooted under the list's path. The
     operations touch disjoint subtrees, so their order among keys does not matter."""
-    if original == result and _same_types(original, result):
+    if _same(original, result):
         return []
+    ops: list[dict[str, Any]] = []
+    _diff(original, result, prefix, ops)
+    return ops
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Are ``a`` and ``b`` the same JSON value? (A string a copy kept is the same object.)"""
+    if a is b and type(a) is str:
+        return True
+    return a == b and _same_types(a, b)
+
+
+def _diff(original: Any, result: Any, prefix: str, ops: list[dict[str, Any]]) -> None:
+    """Append to ``ops`` the operations that turn ``original`` into ``result`` (not the same JSON value)
+    at ``prefix``; an unchanged member is skipped here, without a call or its path."""
     if isinstance(original, dict) and isinstance(result, dict):
-        ops: list[dict[str, Any]] = [{"op": "remove", "path": prefix + _pointer(k)} for k in original if k not in result]
+        ops += [{"op": "remove", "path": prefix + _pointer(k)} for k in original if k not in result]
         for k, v in result.items():
-            path = prefix + _pointer(k)
             if k not in original:
-                ops.append({"op": "add", "path": path, "value": _json_copy(v)})
-            else:
-                ops += json_patch(original[k], v, path)
-        return ops
+                ops.append({"op": "add", "path": prefix + _pointer(k), "value": _json_copy(v)})
+            elif not _same(original[k], v):
+                _diff(original[k], v, prefix + _pointer(k), ops)
+        return
     if isinstance(original, list) and isinstance(result, list):
         if len(original) == len(result):  # changed in place (a container's resources): element by element
-            return [op for i, (a, b) in enumerate(zip(original, result)) for op in json_patch(a, b, f"{prefix}/{i}")]
-        ops = []
+            for i, (a, b) in enumerate(zip(original, result)):
+                if not _same(a, b):
+                    _diff(a, b, f"{prefix}/{i}", ops)
+            return
         for op in jsonpatch.make_patch(original, result).patch:
             op = dict(op)
             op["path"] = prefix + op["path"]
             if "from" in op:
                 op["from"] = prefix + op["from"]
             ops.append(op)
-        return ops
-    return [{"op": "replace", "path": prefix, "value": _json_copy(result)}]
+        return
+    ops.append({"op": "replace", "path": prefix, "value": _json_copy(result)})
 
 
 def _same_types(a: Any, b: Any) -> bool:
@@ -116,12 +141,17 @@ def _same_types(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
+#: the JSON scalars (kept as they are by a copy); other values are looked at by ``_json_copy``
+_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
 def _json_copy(value: Any) -> Any:
-    """A deep copy of a JSON value (dicts, lists, scalars): several times faster than ``copy.deepcopy``."""
+    """A deep copy of a JSON value (dicts, lists, scalars): several times faster than ``copy.deepcopy``.
+    A scalar member is kept without a call (most members of a manifest are)."""
     if isinstance(value, dict):
-        return {k: _json_copy(v) for k, v in value.items()}
+        return {k: v if type(v) in _SCALAR_TYPES else _json_copy(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_json_copy(v) for v in value]
+        return [v if type(v) in _SCALAR_TYPES else _json_copy(v) for v in value]
     return value
 
 
