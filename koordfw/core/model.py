@@ -397,6 +397,8 @@ def object_namespace(meta: Mapping[str, Any], *, file: str | None = None, obj: s
 
 
 def _scalar(v: object, where: str, ctx: str) -> str:
+    if type(v) is str:  # the common case, first
+        return v
     if v is None:
         return ""
     if isinstance(v, bool):
@@ -415,6 +417,8 @@ def _str_map(obj: object, where: str, ctx: str) -> dict[str, str]:
         return {}
     if not isinstance(obj, dict):
         raise ManifestError(f"expected a mapping, got {type(obj).__name__}", obj=ctx, field=where)
+    if all(type(k) is str and type(v) is str for k, v in obj.items()):  # the common case: nothing to convert
+        return dict(obj)
     return {_scalar(k, where, ctx): _scalar(v, f"{where}.{k}", ctx) for k, v in obj.items()}
 
 
@@ -670,11 +674,32 @@ def _controller(owners: list, ctx: str) -> OwnerRef | None:
     return None
 
 
+#: (resource, quantity text) -> the amount parse_resource_list gave it: pods repeat a few quantities, and
+#: some forms (``8k``) take the exact (Fraction) parse
+_AMOUNTS: dict[tuple[str, str], int] = {}
+
+
 def _resources(obj: object, where: str, ctx: str) -> dict[str, int]:
+    if type(obj) is dict:
+        out: dict[str, int] = {}
+        for k, v in obj.items():
+            amount = _AMOUNTS.get((k, v)) if type(k) is str and type(v) is str else None
+            if amount is None:
+                break
+            out[k] = amount
+        else:
+            return out
     try:
-        return parse_resource_list(obj, where=where)
+        out = parse_resource_list(obj, where=where)
     except QuantityError as e:
         raise ManifestError(str(e), obj=ctx, field=e.field or where) from None
+    if type(obj) is dict:
+        if len(_AMOUNTS) > 4096:
+            _AMOUNTS.clear()
+        for k, v in obj.items():
+            if type(k) is str and type(v) is str:
+                _AMOUNTS[(k, v)] = out[k]
+    return out
 
 
 def _container(c: object, where: str, ctx: str) -> Container:
@@ -795,7 +820,8 @@ def _pod(obj: Mapping[str, Any], meta: dict, name: str, ns: str, ctx: str) -> Po
         tolerations.append(Toleration(key=_scalar(t.get("key"), f"{tw}.key", ctx), operator=op,
                                       value=_scalar(t.get("value"), f"{tw}.value", ctx),
                                       effect=_scalar(t.get("effect"), f"{tw}.effect", ctx)))
-    affinity = validate_affinity(spec.get("affinity"), ctx)
+    raw_affinity = spec.get("affinity")
+    affinity = {} if raw_affinity is None else validate_affinity(raw_affinity, ctx)
     owners = _list(meta.get("ownerReferences"), "metadata.ownerReferences", ctx)
     owner_kind = ""
     if owners:
