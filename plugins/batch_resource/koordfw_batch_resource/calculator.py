@@ -46,8 +46,8 @@ def _add(a: Res, b: Mapping[str, int]) -> None:
         a[r] += b.get(r, 0)
 
 
-def _sub(*terms: Mapping[str, int]) -> Res:
-    return {r: terms[0].get(r, 0) - sum(t.get(r, 0) for t in terms[1:]) for r in RESOURCES}
+def _sub(first: Mapping[str, int], *rest: Mapping[str, int]) -> Res:
+    return {r: first.get(r, 0) - sum([t.get(r, 0) for t in rest]) for r in RESOURCES}
 
 
 def _max(a: Mapping[str, int], b: Mapping[str, int]) -> Res:
@@ -147,31 +147,43 @@ def calculate(strategy: ColocationStrategy, node: Any, pods: Iterable[Any], metr
         return BatchResult(node=node.name, degraded=reason)
     assert metric is not None
     pod_metrics = {pm.key: pm for pm in metric.pods}
-    dangling = dict(pod_metrics)
-    hp_request, hp_used, hp_max = _zero(), _zero(), _zero()
+    # the HP sums, one pod at a time (cpu, memory as plain ints: the same sums as adding Res dicts)
+    req_cpu = req_mem = used_cpu = used_mem = max_cpu = max_mem = 0
+    listed = set()
     for pod in pods:
-        pm = pod_metrics.get(pod.key)
+        key = pod.key
+        pm = pod_metrics.get(key)
         if pm is not None:
-            dangling.pop(pod.key, None)
+            listed.add(key)
         if pod.phase not in ("Running", "Pending") or not is_high_priority(pod):
             continue
-        req = {r: pod.requests.get(r, 0) for r in RESOURCES}
-        _add(hp_request, req)
+        requests = pod.requests
+        rc, rm = requests.get(CPU, 0), requests.get(MEMORY, 0)
+        req_cpu += rc
+        req_mem += rm
         if pm is None:
-            _add(hp_used, req)
-        elif pod.qos_class == QOS_LSE:
-            # LSE pods hold their CPUs exclusively: their cpu is never reclaimable
-            _add(hp_used, {CPU: req[CPU], MEMORY: pm.usage.get(MEMORY, 0)})
-            _add(hp_max, _max(req, pm.usage))
-        else:
-            _add(hp_used, pm.usage)
-            _add(hp_max, _max(req, pm.usage))
-    # usage reported for pods the scheduler no longer lists still occupies the node
-    for pm in dangling.values():
-        if pm.priority in (PRIORITY_BATCH, PRIORITY_FREE):
+            used_cpu += rc
+            used_mem += rm
             continue
-        _add(hp_used, pm.usage)
-        _add(hp_max, pm.usage)
+        usage = pm.usage
+        uc, um = usage.get(CPU, 0), usage.get(MEMORY, 0)
+        # LSE pods hold their CPUs exclusively: their cpu is never reclaimable
+        used_cpu += rc if pod.qos_class == QOS_LSE else uc
+        used_mem += um
+        max_cpu += max(rc, uc)
+        max_mem += max(rm, um)
+    # usage reported for pods the scheduler no longer lists still occupies the node
+    for key, pm in pod_metrics.items():
+        if key in listed or pm.priority in (PRIORITY_BATCH, PRIORITY_FREE):
+            continue
+        uc, um = pm.usage.get(CPU, 0), pm.usage.get(MEMORY, 0)
+        used_cpu += uc
+        used_mem += um
+        max_cpu += uc
+        max_mem += um
+    hp_request = {CPU: req_cpu, MEMORY: req_mem}
+    hp_used = {CPU: used_cpu, MEMORY: used_mem}
+    hp_max = {CPU: max_cpu, MEMORY: max_mem}
 
     capacity = {r: node.capacity.get(r, 0) for r in RESOURCES}
     allocatable = {r: node.allocatable.get(r, 0) for r in RESOURCES}
