@@ -20,6 +20,7 @@ which be_suppress caps and eviction sheds, and the profile learns it on the next
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -41,8 +42,13 @@ FIRST_SAMPLE_SECONDS = 60.0
 
 
 def templates_of(annotations: Mapping[str, str]) -> list[str]:
-    raw = annotations.get(ANNOTATION_TEMPLATES) or ""
-    return [k.strip() for k in raw.split(",") if k.strip()]
+    return list(_templates(annotations.get(ANNOTATION_TEMPLATES) or ""))
+
+
+@functools.lru_cache(maxsize=4096)
+def _templates(raw: str) -> tuple[str, ...]:
+    # pods of one workload carry the same annotation: split it once
+    return tuple(k.strip() for k in raw.split(",") if k.strip())
 
 
 def original_requests(pod: Any) -> tuple[int, int]:
@@ -50,13 +56,34 @@ def original_requests(pod: Any) -> tuple[int, int]:
     (batch-cpu / batch-memory when it has them, else cpu / memory)."""
     raw = pod.annotations.get(ANNOTATION_ORIGINAL_REQUESTS)
     if raw:
-        try:
-            d = json.loads(raw)
-            return int(d.get("cpu", 0)), int(d.get("memory", 0))
-        except (ValueError, TypeError, AttributeError):
-            pass
+        got = _annotated_requests(raw) if type(raw) is str else _parse_requests(raw)
+        if got is not None:
+            return got
     req = pod.requests
     return int(req.get(BATCH_CPU, req.get("cpu", 0))), int(req.get(BATCH_MEMORY, req.get("memory", 0)))
+
+
+def _parse_requests(raw: Any) -> tuple[int, int] | None:
+    """The :data:`ANNOTATION_ORIGINAL_REQUESTS` JSON, or None when it cannot be read."""
+    try:
+        d = json.loads(raw)
+        return int(d.get("cpu", 0)), int(d.get("memory", 0))
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+#: the annotation is written once per pod and read at every NodeMetric: parsed once per distinct text
+_annotated_requests = functools.lru_cache(maxsize=4096)(_parse_requests)
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_str(resource: str, value: str) -> int:
+    # request quantities repeat across the pods of a workload; a bad one raises (and is not kept)
+    return canonical(resource, value)
+
+
+def _canonical(resource: str, value: Any) -> int:
+    return _canonical_str(resource, value) if type(value) is str else canonical(resource, value)
 
 
 def _is_be(pod: Mapping[str, Any]) -> bool:
@@ -119,7 +146,7 @@ class ResourceProfile:
             except (KoordfwError, ValueError, TypeError):
                 continue
             cpu_req, mem_req = original_requests(pod)
-            for key in templates_of(pod.annotations):
+            for key in _templates(pod.annotations.get(ANNOTATION_TEMPLATES) or ""):
                 acc = sums.setdefault(key, [0.0, 0.0, 0.0, 0.0])
                 if cpu is not None:
                     acc[0] += cpu_req
@@ -155,7 +182,7 @@ class ResourceProfile:
                     continue
                 try:
                     # canonical: cpu in milli; batch-cpu is already an integer of milli-cores
-                    v = canonical("cpu" if name == "cpu" else "memory", value)
+                    v = _canonical("cpu" if name == "cpu" else "memory", value)
                 except (KoordfwError, ValueError, TypeError):
                     continue
                 totals[res] += int(v)
