@@ -103,6 +103,8 @@ def plugin_args():
 def node_reserved_milli(ns: NodeState) -> int:
     """max(kubelet reserved = capacity − allocatable, node.koordinator.sh/reservation) for cpu."""
     kubelet = max(ns.capacity.get("cpu", 0) - ns.allocatable.get("cpu", ns.capacity.get("cpu", 0)), 0)
+    if not ns.annotations.get(ANNOTATION_NODE_RESERVATION):  # none: what an empty Reservation says, unbuilt
+        return kubelet
     try:
         anno = ns.reservation().resources.get("cpu", 0)
     except (ValueError, RecursionError) as e:  # Koordinator logs and ignores a malformed reservation
@@ -247,6 +249,8 @@ def _system_qos_exclusive(ns: NodeState) -> set[int]:
 
 
 def _reserved_cpus(ns: NodeState) -> set[int]:
+    if not ns.annotations.get(ANNOTATION_NODE_RESERVATION):  # none: no reserved CPUs (every round's case)
+        return set()
     try:
         return set(ns.reservation().reserved_cpus)
     except (ValueError, RecursionError):
@@ -292,9 +296,11 @@ def recover_cpuset(ns: NodeState) -> list[int]:
     """calcBECPUSet: all CPUs minus SYSTEM-exclusive, reserved and LSE-bound CPUs."""
     excluded = _system_qos_exclusive(ns) | _reserved_cpus(ns)
     for ps in ns.pods:
-        if _raw_qos(ps.pod) == QOS_LSE:
+        pod = ps.pod  # _raw_qos(pod) == QOS_LSE, inline: this runs for every pod of every round
+        if pod is not None and pod.labels.get(LABEL_POD_QOS) == QOS_LSE:
             excluded.update(_pod_cpuset(ps))
-    return [c for c in ns.cpu_ids if c not in excluded]
+    cpus = ns.cpu_ids
+    return [c for c in cpus if c not in excluded] if excluded else cpus
 
 
 # -- writes -----------------------------------------------------------------------------------------
@@ -302,10 +308,12 @@ def recover_cpuset(ns: NodeState) -> list[int]:
 def be_cgroup_dirs(ns: NodeState, containers: bool = True) -> list[str]:
     """The besteffort QoS dir, its pod dirs and (optionally) their container dirs, top-down."""
     root = ns.qos_dir("besteffort")
-    pods = sorted((p for p in ns.pods if p.cgroup_dir.startswith(root + "/")), key=lambda p: p.cgroup_dir)
-    dirs = [root] + [p.cgroup_dir for p in pods]
+    under = root + "/"
+    pods = [p for p in ns.pods if p.cgroup_dir.startswith(under)]
+    dirs = [root]
+    dirs += sorted([p.cgroup_dir for p in pods])
     if containers:
-        dirs += sorted(c.cgroup_dir for p in pods for c in p.containers if c.cgroup_dir)
+        dirs += sorted([c.cgroup_dir for p in pods for c in p.containers if c.cgroup_dir])
     return dirs
 
 
@@ -341,26 +349,45 @@ def cpuset_writes(ns: NodeState, cpus: list[int]) -> list[FileWrite]:
     return out
 
 
-#: ``containers`` → (inputs, writes) of the last :func:`recover_writes_cpuset`: its writes depend on the
-#: value, the cgroup layout and each pod's dir and containers only, the same round after round while the
-#: node's pods stay; compared with ``==`` (elements that are the same objects, as the agent's unchanged
-#: pods' container tuples are, compare by identity), never hashed
-_RECOVER_MEMO: dict[bool, tuple[tuple[Any, ...], tuple[FileWrite, ...]]] = {}
+#: the most entries :data:`_CPUSET_WRITES` and :data:`_CPUSET_TEXT` hold before they start again
+_CACHE_MAX = 4096
+#: (cgroup version, cgroup dir, value) → the ``cpuset.cpus`` FileWrite of that dir: the recover writes of a
+#: pod are the same round after round while it stays and the node's CPUs do not change (the key is all a
+#: write's path and value depend on), so each is built once, not once a round (FileWrite is frozen: the
+#: same object is safely handed out again); emptied when full, as pods come and go
+_CPUSET_WRITES: dict[tuple[int, str, str], FileWrite] = {}
+#: CPU ids (as recover_cpuset gives them) → their cpu list text (:func:`format_cpuset`): each node's recover
+#: value, the same every round
+_CPUSET_TEXT: dict[tuple[int, ...], str] = {}
+
+
+def _cpuset_text(cpus: list[int]) -> str:
+    """``format_cpuset(cpus)``, remembered by the ids as given."""
+    key = tuple(cpus)
+    text = _CPUSET_TEXT.get(key)
+    if text is None:
+        if len(_CPUSET_TEXT) >= _CACHE_MAX:
+            _CPUSET_TEXT.clear()
+        text = _CPUSET_TEXT[key] = format_cpuset(cpus)
+    return text
 
 
 def recover_writes_cpuset(ns: NodeState, containers: bool = True) -> list[FileWrite]:
     cpus = recover_cpuset(ns)
     if not cpus:
         return []
-    value = format_cpuset(cpus)
-    key = (value, ns.cgroup_version, ns.cgroup_driver, ns.kubepods,
-           tuple([(p.cgroup_dir, p.containers) for p in ns.pods]))
-    hit = _RECOVER_MEMO.get(containers)
-    if hit is not None and hit[0] == key:
-        return list(hit[1])
-    writes = tuple(FileWrite(ns.cpuset_file(d), value, plugin=NAME) for d in be_cgroup_dirs(ns, containers))
-    _RECOVER_MEMO[containers] = (key, writes)
-    return list(writes)
+    value = _cpuset_text(cpus)
+    version = ns.cgroup_version
+    out: list[FileWrite] = []
+    for d in be_cgroup_dirs(ns, containers):
+        key = (version, d, value)
+        w = _CPUSET_WRITES.get(key)
+        if w is None:
+            if len(_CPUSET_WRITES) >= _CACHE_MAX:
+                _CPUSET_WRITES.clear()
+            w = _CPUSET_WRITES[key] = FileWrite(ns.cpuset_file(d), value, plugin=NAME)
+        out.append(w)
+    return out
 
 
 def recover_writes_quota(ns: NodeState) -> list[FileWrite]:

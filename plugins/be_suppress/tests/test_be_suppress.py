@@ -270,11 +270,16 @@ def test_config_keys_are_koordinator_names():
     assert a == Args(True, 70, 5, "cfsQuota", False)
 
 
-# -- recover_writes_cpuset's memo: the same writes while its inputs stay, new ones when any changes --
+# -- recover_writes_cpuset's caches: the same writes while a pod stays, new ones when anything changes --
+
+
+def _clear_caches():
+    bs._CPUSET_WRITES.clear()
+    bs._CPUSET_TEXT.clear()
 
 
 def _fresh(ns, containers=True):
-    """What recover_writes_cpuset computes without its memo."""
+    """What recover_writes_cpuset computes without its caches (the general path)."""
     cpus = recover_cpuset(ns)
     if not cpus:
         return []
@@ -282,9 +287,9 @@ def _fresh(ns, containers=True):
             for d in be_cgroup_dirs(ns, containers)]
 
 
-def _with_containers(ns, dirs):
+def _with_containers(ns, dirs, uid="be1"):
     pods = tuple(attrs.evolve(p, containers=tuple(ContainerState(c, c, f"{p.cgroup_dir}/{c}") for c in dirs))
-                 if p.uid == "be1" else p for p in ns.pods)
+                 if p.uid == uid else p for p in ns.pods)
     return attrs.evolve(ns, pods=pods)
 
 
@@ -293,12 +298,14 @@ def _pods():
 
 
 def test_same_writes_round_after_round():
-    bs._RECOVER_MEMO.clear()
+    _clear_caches()
     ns = _with_containers(state(pods=_pods(), topo=_topo_dicts(), cpu="8"), ["c1"])
     first = recover_writes_cpuset(ns)
     assert first == _fresh(ns) and len(first) == 4
-    again = recover_writes_cpuset(attrs.evolve(ns, usage={"cpu": 1}))  # the next round: only usage moved
+    # the next round: new PodState objects (as the replay builds them), only usage moved
+    again = recover_writes_cpuset(_with_containers(state(pods=_pods(), topo=_topo_dicts(), cpu="8", usage="3"), ["c1"]))
     assert again == first and again is not first
+    assert all(a is b for a, b in zip(again, first, strict=True))  # built once, handed out again
     again.append("x")  # a caller's list is its own
     assert recover_writes_cpuset(ns) == first
     assert recover_writes_cpuset(ns, containers=False) == _fresh(ns, containers=False)
@@ -306,23 +313,59 @@ def test_same_writes_round_after_round():
 
 
 def test_new_writes_when_anything_changes():
-    bs._RECOVER_MEMO.clear()
+    _clear_caches()
     base = state(pods=_pods(), topo=_topo_dicts(), cpu="8")
     ns = _with_containers(base, ["c1"])
     recover_writes_cpuset(ns)
     changed = [
         _with_containers(base, ["c1", "c2"]),                                           # a container added
         _with_containers(base, []),                                                      # ... removed
+        _with_containers(base, ["c3"]),                                                  # ... replaced
+        _with_containers(base, ["c1"], uid="be2"),                                       # another pod's
         state(pods=_pods()[:2], topo=_topo_dicts(), cpu="8"),                            # a pod gone
+        state(pods=_pods() + [pod("be3", "BE", "1", "besteffort")], topo=_topo_dicts(), cpu="8"),  # one more
         state(pods=_pods() + [pod("lse", "LSE", "1", "guaranteed", _status("3"))],      # an LSE pod's CPUs
               topo=_topo_dicts(), cpu="8"),
         state(pods=_pods(), topo=_topo_dicts(), cpu="8",                                 # reserved CPUs
               annotations={"node.koordinator.sh/reservation": json.dumps({"reservedCPUs": "0-1"})}),
+        state(pods=_pods(), topo=_topo_dicts()[:6], cpu="6"),                            # the node's CPUs
+        state(pods=_pods(), cpu="12"),                                                   # ... from capacity
+        state(pods=_pods(), cpu="4"),
         state(pods=_pods(), topo=_topo_dicts(), cpu="8", version=2),                     # cgroup v2 paths
         attrs.evolve(ns, cgroup_driver="systemd"),                                       # the driver
         attrs.evolve(ns, kubepods="kubepods2"),
+        attrs.evolve(ns, pods=tuple(attrs.evolve(p, cgroup_dir=p.cgroup_dir + "x") for p in ns.pods)),  # pod dirs
     ]
     for other in changed:
         got = recover_writes_cpuset(other)
         assert got == _fresh(other), other
+        assert recover_writes_cpuset(other, containers=False) == _fresh(other, containers=False), other
         assert recover_writes_cpuset(ns) == _fresh(ns)  # and back
+
+
+def test_nodes_planned_in_turn_keep_their_own_writes(monkeypatch):
+    """The replay plans many nodes slot after slot, pods coming and going: every answer is the fresh one,
+    also when the caches fill up and start again."""
+    _clear_caches()
+    monkeypatch.setattr(bs, "_CACHE_MAX", 5)
+    nodes = [state(pods=_pods(), topo=_topo_dicts(), cpu="8"),
+             state(pods=_pods()[:1] + [pod(f"be{j}", "BE", "1", "besteffort") for j in range(4, 9)], cpu="12"),
+             state(pods=[pod("ls", "LS", "8")], cpu="4", version=2)]
+    for slot in range(4):
+        for i, ns in enumerate(nodes):
+            if slot % 2 and i == 1:
+                ns = state(pods=_pods()[:1] + [pod(f"be{j}", "BE", "1", "besteffort") for j in range(6, 11)], cpu="12")
+            assert recover_writes_cpuset(ns) == _fresh(ns)
+    assert len(bs._CPUSET_WRITES) <= 5 and len(bs._CPUSET_TEXT) <= 5
+
+
+def test_cgroup_file_paths():
+    """NodeState.cgroup_file: v1 leads with the controller, v2 does not; slashes around the dir dropped."""
+    v1, v2 = NodeState(cgroup_version=1), NodeState(cgroup_version=2)
+    assert v1.cgroup_file("cpu", "/kubepods/besteffort/", "cpu.idle") == "cpu/kubepods/besteffort/cpu.idle"
+    assert v1.cgroup_file("cpu", "", "cpu.idle") == "cpu/cpu.idle"
+    assert v2.cgroup_file("cpu", "kubepods", "cpu.max") == "kubepods/cpu.max"
+    assert v2.cgroup_file("cpu", "/", "cpu.max") == "cpu.max"
+    assert v1.qos_dir("BestEffort") == v1.qos_dir("besteffort") == "kubepods/besteffort"
+    with pytest.raises(ValueError, match="unknown QoS level"):
+        v1.qos_dir("Gold")
