@@ -432,6 +432,10 @@ def _int_text(text: str | None, digits: int = 19) -> int | None:
     return int(t)
 
 
+#: the kube QoS names :meth:`NodeState.qos_dir` accepts for its levels
+_QOS_LEVEL_NAMES = {"BestEffort": "besteffort", "Burstable": "burstable", "Guaranteed": "guaranteed"}
+
+
 @attrs.frozen
 class NodeState:
     """One round's snapshot of a node (see the module docstring for the contract)."""
@@ -467,8 +471,8 @@ class NodeState:
         see :meth:`cpu_quota_write` for the quota.
         """
         rel_dir = rel_dir.strip("/")
-        parts = ([controller] if self.cgroup_version == 1 else []) + ([rel_dir] if rel_dir else []) + [filename]
-        return "/".join(parts)
+        path = f"{rel_dir}/{filename}" if rel_dir else filename
+        return f"{controller}/{path}" if self.cgroup_version == 1 else path
 
     def qos_dir(self, level: str) -> str:
         """The kubelet's QoS-level cgroup dir (relative) for ``besteffort``/``burstable``/``guaranteed``.
@@ -476,7 +480,7 @@ class NodeState:
         Accepts the kube QoS names too (``BestEffort``...). cgroupfs: ``kubepods/besteffort``;
         systemd: ``kubepods.slice/kubepods-besteffort.slice``; guaranteed is the kubepods dir itself.
         """
-        lvl = {"BestEffort": "besteffort", "Burstable": "burstable", "Guaranteed": "guaranteed"}.get(level, level)
+        lvl = _QOS_LEVEL_NAMES.get(level, level)
         if lvl not in ("besteffort", "burstable", "guaranteed"):
             raise ValueError(f"unknown QoS level {level!r}")
         if lvl == "guaranteed":
@@ -525,7 +529,8 @@ class NodeState:
         raw = self.cgroups.get(self.cpu_quota_file(rel_dir))
         if raw is None:
             return None
-        head = raw.split()[0] if raw.split() else ""
+        fields = raw.split()
+        head = fields[0] if fields else ""
         if head == "max":
             return -1
         n = _int_text(head.removeprefix("-"))
