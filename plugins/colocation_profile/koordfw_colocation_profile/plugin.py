@@ -247,8 +247,8 @@ def validation_errors(pod: Mapping[str, Any], old: Mapping[str, Any] | None, ope
     if (requests.get(BATCH_CPU, 0) or requests.get(BATCH_MEMORY, 0)) and qos != QOS_BE:
         errs.append(f"{_LABEL_QOS_FIELD}: Required value: must specify koordinator QoS BE with koordinator "
                     "colocation resources")
+    pc = pod_priority_class_raw(pod)
     for q, classes in _FORBIDDEN:
-        pc = pod_priority_class_raw(pod)
         if qos == q and pc in classes:
             errs.append(f"Pod: Forbidden: {LABEL_POD_QOS}={q} and priorityClass={pc} cannot be used in combination")
     if qos in (QOS_LSR, QOS_LSE):

@@ -95,21 +95,25 @@ def _amount(resource: str, value: Any, where: str) -> int:
 def mentions(pod: Mapping[str, Any], resources: tuple[str, ...]) -> bool:
     """Does any container, init container or the overhead of the pod name one of ``resources``?"""
     spec = _spec(pod)
-    lists = []
+    found = False
     for field in ("containers", "initContainers"):
-        for c in spec.get(field) or []:
+        for c in spec.get(field) or []:  # every list is walked (a list that is no list fails, found or not)
             res = c.get("resources") if isinstance(c, dict) else None
-            if isinstance(res, dict):
-                lists += [res.get("requests"), res.get("limits")]
-    lists.append(spec.get("overhead"))
-    return any(isinstance(rl, dict) and any(r in rl for r in resources) for rl in lists)
+            if not found and isinstance(res, dict):
+                found = _names_any(res.get("requests"), resources) or _names_any(res.get("limits"), resources)
+    return found or _names_any(spec.get("overhead"), resources)
+
+
+def _names_any(rl: Any, resources: tuple[str, ...]) -> bool:
+    return isinstance(rl, dict) and any(r in rl for r in resources)
 
 
 def _resources(c: Mapping[str, Any], part: str, where: str) -> dict[str, int]:
     raw = (c.get("resources") or {}).get(part) or {}
+    where = f"{where}.resources.{part}"
     if not isinstance(raw, dict):
-        raise ValueError(f"{where}.resources.{part}: expected a mapping")
-    return {str(k): _amount(str(k), v, f"{where}.resources.{part}") for k, v in raw.items()}
+        raise ValueError(f"{where}: expected a mapping")
+    return {str(k): _amount(str(k), v, where) for k, v in raw.items()}
 
 
 def _containers(pod: Mapping[str, Any], field: str) -> list[dict[str, Any]]:
@@ -211,61 +215,63 @@ def decimal_si(n: int) -> str:
     return str(n)
 
 
-def _replace(priority_class: str, rl: dict[str, Any] | None, resource: str, where: str) -> bool:
-    """replaceAndEraseResource: ``cpu`` (as milli-cores) or ``memory`` renamed to the class's extended name."""
-    target = RESOURCE_NAME_MAP.get(priority_class, {}).get(resource)
-    if not target or not isinstance(rl, dict) or resource not in rl:
-        return False
-    value = rl.pop(resource)
-    rl[target] = decimal_si(_amount("cpu", value, where)) if resource == "cpu" else value
-    return True
+def _replace(names: Mapping[str, str], rl: dict[str, Any], where: str) -> bool:
+    """replaceAndEraseResource for ``cpu`` then ``memory``: each renamed to the class's extended name
+    (``names``), cpu as milli-cores."""
+    changed = False
+    for resource in ("cpu", "memory"):
+        if resource in rl:
+            value = rl.pop(resource)
+            rl[names[resource]] = decimal_si(_amount("cpu", value, where)) if resource == "cpu" else value
+            changed = True
+    return changed
 
 
-def _restrict(priority_class: str, c: dict[str, Any], resource: str) -> bool:
-    """restrictResourceRequestAndLimit: an extended limit without a request gets the limit as its request."""
-    target = RESOURCE_NAME_MAP.get(priority_class, {}).get(resource)
-    res = c.get("resources")
-    if not target or not isinstance(res, dict):
-        return False
-    limits, requests = res.get("limits") or {}, res.get("requests")
-    if target in limits and not (isinstance(requests, dict) and target in requests):
-        if not isinstance(requests, dict):
-            requests = res["requests"] = {}
-        requests[target] = limits[target]
-        return True
-    return False
+def _restrict(names: Mapping[str, str], res: dict[str, Any]) -> bool:
+    """restrictResourceRequestAndLimit for ``cpu`` then ``memory``: an extended limit without a request
+    gets the limit as its request."""
+    changed = False
+    for resource in ("cpu", "memory"):
+        target = names[resource]
+        limits, requests = res.get("limits") or {}, res.get("requests")
+        if target in limits and not (isinstance(requests, dict) and target in requests):
+            if not isinstance(requests, dict):
+                requests = res["requests"] = {}
+            requests[target] = limits[target]
+            changed = True
+    return changed
 
 
 def convert_resources(pod: dict[str, Any]) -> bool:
     """mutatePodResourceSpec: for a koord-batch or koord-mid pod (by GetPodPriorityClassWithDefault), the
     ``cpu`` and ``memory`` requests and limits of every init container and container, and the pod
     overhead, become the class's extended resources. Changes ``pod`` in place; True if it changed."""
-    pc = pod_priority_class_with_default(pod)
-    if pc not in RESOURCE_NAME_MAP:
+    names = RESOURCE_NAME_MAP.get(pod_priority_class_with_default(pod))
+    if names is None:
         return False
     changed = False
     spec = pod.get("spec") or {}
     for field in ("initContainers", "containers"):
         for i, c in enumerate(_containers(pod, field)):
             res = c.get("resources")
-            where = f"spec.{field}[{i}].resources"
             if res is None:
                 continue
+            where = f"spec.{field}[{i}].resources"
             if not isinstance(res, dict):
                 raise ValueError(f"{where}: expected a mapping")
             for part in ("requests", "limits"):
-                if res.get(part) is not None and not isinstance(res[part], dict):
+                rl = res.get(part)
+                if rl is None:
+                    continue
+                if not isinstance(rl, dict):
                     raise ValueError(f"{where}.{part}: expected a mapping (a ResourceList)")
-                for r in ("cpu", "memory"):
-                    changed = _replace(pc, res.get(part), r, f"{where}.{part}") or changed
-            for r in ("cpu", "memory"):
-                changed = _restrict(pc, c, r) or changed
+                changed = _replace(names, rl, f"{where}.{part}") or changed
+            changed = _restrict(names, res) or changed
     overhead = spec.get("overhead")
     if overhead is not None and not isinstance(overhead, dict):
         raise ValueError("spec.overhead: expected a mapping (a ResourceList)")
     if isinstance(overhead, dict):
-        for r in ("cpu", "memory"):
-            changed = _replace(pc, overhead, r, "spec.overhead") or changed
+        changed = _replace(names, overhead, "spec.overhead") or changed
     return changed
 
 
@@ -302,6 +308,11 @@ def _semantic(spec: Mapping[str, Any]) -> dict[str, dict[str, dict[str, int]]]:
     return out
 
 
+#: Go's json.Marshal of an ExtendedResourceSpec: struct fields in order (limits, requests), map keys sorted,
+#: no spaces (one encoder: ``json.dumps`` with options builds one a call)
+_GO_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def set_extended_resource_spec(pod: dict[str, Any]) -> bool:
     """mutateByExtendedResources: write the ``node.koordinator.sh/extended-resource-spec``
     annotation when the pod's batch resources differ from what it says (absent = none). A malformed
@@ -325,7 +336,5 @@ def set_extended_resource_spec(pod: dict[str, Any]) -> bool:
             raise ValueError(f"{where}: {e}") from None
     elif not want:
         return False
-    # Go's json.Marshal: struct fields in order (limits, requests), map keys sorted, no spaces
-    meta["annotations"] = {**annotations,
-                           ANNOTATION_EXTENDED_RESOURCE_SPEC: json.dumps(want, sort_keys=True, separators=(",", ":"))}
+    meta["annotations"] = {**annotations, ANNOTATION_EXTENDED_RESOURCE_SPEC: _GO_JSON.encode(want)}
     return True
