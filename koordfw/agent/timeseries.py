@@ -4,12 +4,18 @@ aggregations over a time window (``pkg/koordlet/metriccache``: ``avg``, ``p50``/
 A series is one node, the system, a pod or a host application; each sample is ``(t, cpu milli, memory
 bytes)``, a missing value is NaN (the first round has no CPU rate). The buffer keeps the last
 ``capacity`` samples; the store sizes it from the longest window asked for and the round interval.
+
+A series of few samples (``SMALL_CAPACITY`` or less, e.g. the colocation replay's 5-minute slots over a
+15-minute window) is a :class:`SmallSeries`: the same buffer and figures in Python lists, because numpy's
+per-call overhead (about a microsecond an operation) dominates there; the agent's 1-second rounds keep numpy.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable
+import operator
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -21,12 +27,20 @@ COLUMNS = ("cpu", "memory")
 AGGREGATIONS: dict[str, float | None] = {"avg": None, "p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
 
+#: series of at most this many samples are kept in Python lists (:class:`SmallSeries`)
+SMALL_CAPACITY = 16
+
+
+@functools.lru_cache(maxsize=4096)
+def percentile_index(n: int, p: float) -> int:
+    """The index koordlet's ``fieldPercentileOfMetricList`` reads in ``n`` ascending-sorted values:
+    ``int(float32(n) * float32(p)) - 1``, at least 0; the float32 product is Go's."""
+    return max(int(np.float32(n) * np.float32(p)) - 1, 0)
+
+
 def percentile(values: np.ndarray, p: float) -> float:
-    """koordlet's ``fieldPercentileOfMetricList``: the ascending-sorted value at
-    ``int(float32(n) * float32(p)) - 1`` (at least 0); the float32 product is Go's."""
-    s = np.sort(values)
-    idx = int(np.float32(len(s)) * np.float32(p)) - 1
-    return float(s[max(idx, 0)])
+    """koordlet's ``fieldPercentileOfMetricList``: the ascending-sorted value at :func:`percentile_index`."""
+    return float(np.sort(values)[percentile_index(len(values), p)])
 
 
 def aggregate(values: np.ndarray, kind: str) -> float:
@@ -35,6 +49,41 @@ def aggregate(values: np.ndarray, kind: str) -> float:
     if p is None:
         return float(values.sum() / len(values))
     return percentile(values, p)
+
+
+def pairwise_sum(values: Sequence[float]) -> float:
+    """``np.add.reduce`` of ``values`` in Python, bit for bit: numpy adds a pairwise sum to its identity 0.0."""
+    return 0.0 + _pairwise(values)
+
+
+def _pairwise(a: Sequence[float]) -> float:
+    # numpy's pairwise_sum (loops_utils.h): sequential below 8 values (from -0.0), 8 interleaved
+    # accumulators up to 128 then the rest in order, halves (at a multiple of 8) above
+    n = len(a)
+    if n < 8:
+        return functools.reduce(operator.add, a, -0.0)
+    if n <= 128:
+        whole = n - n % 8
+        r = [functools.reduce(operator.add, a[j:whole:8]) for j in range(8)]
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        return functools.reduce(operator.add, a[whole:], res)
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _pairwise(a[:n2]) + _pairwise(a[n2:])
+
+
+def make_series(capacity: int) -> Series | SmallSeries:
+    """A ring buffer of ``capacity`` samples: :class:`SmallSeries` up to ``SMALL_CAPACITY``, else :class:`Series`."""
+    return SmallSeries(capacity) if capacity <= SMALL_CAPACITY else Series(capacity)
+
+
+def _refilled(out: Series | SmallSeries, t: np.ndarray, v: np.ndarray) -> Series | SmallSeries:
+    """``out`` with the newest of the samples ``t``, ``v`` (oldest first) added."""
+    cap = out.capacity
+    for ti, vi in zip(t[-cap:], v[-cap:], strict=True):
+        out.add(float(ti), None if math.isnan(vi[CPU]) else float(vi[CPU]),
+                None if math.isnan(vi[MEMORY]) else float(vi[MEMORY]))
+    return out
 
 
 class Series:
@@ -67,14 +116,9 @@ class Series:
         order = np.r_[self.head:self.capacity, 0:self.head]
         return self.t[order], self.v[order]
 
-    def resized(self, capacity: int) -> Series:
-        """A series of ``capacity`` holding the newest samples of this one."""
-        out = Series(capacity)
-        t, v = self.ordered()
-        for ti, vi in zip(t[-capacity:], v[-capacity:], strict=True):
-            out.add(float(ti), None if math.isnan(vi[CPU]) else float(vi[CPU]),
-                    None if math.isnan(vi[MEMORY]) else float(vi[MEMORY]))
-        return out
+    def resized(self, capacity: int) -> Series | SmallSeries:
+        """A series of ``capacity`` (see :func:`make_series`) holding the newest samples of this one."""
+        return _refilled(make_series(capacity), *self.ordered())
 
     def window(self, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
         """Sample times and values with ``start <= t <= end``."""
@@ -108,6 +152,71 @@ class Series:
         return out, spans[CPU]
 
 
+class SmallSeries:
+    """:class:`Series` in Python lists, for a few samples: the same slots, the same window (slot order, so
+    sums add in the same order) and bit-identical figures (:func:`pairwise_sum`, :func:`percentile_index`);
+    ``ordered`` and ``window`` give numpy arrays as Series does. A slot is a ``(t, cpu, memory)`` tuple, an
+    unwritten one all NaN (no window holds it)."""
+
+    __slots__ = ("rows", "head", "size", "capacity")
+
+    def __init__(self, capacity: int) -> None:
+        self.rows = [(math.nan, math.nan, math.nan)] * capacity
+        self.head = 0  # next slot to write
+        self.size = 0
+        self.capacity = capacity
+
+    def add(self, t: float, cpu: float | None, memory: float | None) -> None:
+        i = self.head
+        self.rows[i] = (float(t), math.nan if cpu is None else float(cpu), math.nan if memory is None else float(memory))
+        self.head = (i + 1) % self.capacity
+        if self.size < self.capacity:
+            self.size += 1
+
+    @staticmethod
+    def _arrays(rows: list[tuple[float, float, float]]) -> tuple[np.ndarray, np.ndarray]:
+        a = np.array(rows, dtype=float).reshape(len(rows), 1 + len(COLUMNS))
+        return a[:, 0].copy(), a[:, 1:].copy()
+
+    def ordered(self) -> tuple[np.ndarray, np.ndarray]:
+        """The samples oldest first (copies)."""
+        if self.size < self.capacity:
+            return self._arrays(self.rows[:self.size])
+        return self._arrays(self.rows[self.head:] + self.rows[:self.head])
+
+    def resized(self, capacity: int) -> Series | SmallSeries:
+        """A series of ``capacity`` (see :func:`make_series`) holding the newest samples of this one."""
+        return _refilled(make_series(capacity), *self.ordered())
+
+    def _window(self, start: float, end: float) -> list[tuple[float, float, float]]:
+        return [r for r in self.rows if start <= r[0] <= end]
+
+    def window(self, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+        """Sample times and values with ``start <= t <= end``."""
+        return self._arrays(self._window(start, end))
+
+    def query(self, start: float, end: float, kind: str) -> tuple[dict[str, float], float] | None:
+        """As :meth:`Series.query`."""
+        rows = self._window(start, end)
+        if not rows:
+            return None
+        t, cpu, memory = zip(*rows)
+        if any(map(math.isnan, cpu)) or any(map(math.isnan, memory)):
+            # a missing value: each column over its own samples, the span of the CPU samples' times
+            cpu_rows = [r for r in rows if not math.isnan(r[1])]
+            memory = tuple(m for m in memory if not math.isnan(m))
+            if not cpu_rows or not memory:
+                return None
+            t, cpu = tuple(r[0] for r in cpu_rows), tuple(r[1] for r in cpu_rows)
+        p = AGGREGATIONS[kind]
+        if p is None:
+            out = {"cpu": pairwise_sum(cpu) / len(cpu), "memory": pairwise_sum(memory) / len(memory)}
+        else:
+            out = {"cpu": sorted(cpu)[percentile_index(len(cpu), p)],
+                   "memory": sorted(memory)[percentile_index(len(memory), p)]}
+        return out, max(t) - min(t)
+
+
 class MetricStore:
     """Series by key, each keeping the samples of the last ``retention`` seconds at one per ``interval``;
     the keys in ``long_keys`` (node, system) keep ``retention``, the others (pods, host applications, only
@@ -115,7 +224,7 @@ class MetricStore:
 
     def __init__(self, retention: float, interval: float, *, short_retention: float | None = None,
                  long_keys: Iterable[str] = ()) -> None:
-        self.series: dict[str, Series] = {}
+        self.series: dict[str, Series | SmallSeries] = {}
         self.long_keys = frozenset(long_keys)
         self._capacity = self._short = 1
         self.configure(retention, interval, short_retention=short_retention)
@@ -139,13 +248,12 @@ class MetricStore:
     def record(self, key: str, t: float, cpu: float | None, memory: float | None) -> None:
         s = self.series.get(key)
         if s is None:
-            s = self.series[key] = Series(self._cap_of(key))
+            s = self.series[key] = make_series(self._cap_of(key))
         s.add(t, cpu, memory)
 
     def forget_except(self, keys: Iterable[str]) -> None:
         """Drop the series of pods and host apps that are gone (koordlet excludes deleted pods too)."""
-        keep = set(keys)
-        for k in [k for k in self.series if k not in keep]:
+        for k in self.series.keys() - keys:
             del self.series[k]
 
     def query(self, key: str, start: float, end: float, kind: str) -> tuple[dict[str, float], float] | None:
