@@ -53,8 +53,9 @@ def _open(path: Path) -> io.TextIOBase:
     return io.StringIO(text, newline="")
 
 
-def read_rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line number, row) of a CSV with a header holding every column of ``columns``."""
+def read_table(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
+    """(line number, the row's ``columns`` in that order, stripped) of a CSV with a header holding every
+    column of ``columns``."""
     f = _open(path)
     reader = csv.reader(f)
     try:
@@ -68,35 +69,46 @@ def read_rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[
     if missing:
         raise TraceError(f"{path}: line 1: missing column(s) {', '.join(missing)} (a CSV header with "
                          f"{', '.join(columns)} is expected)")
-    idx = {c: header.index(c) for c in columns}
+    idx = [header.index(c) for c in columns]
+    width = len(header)
     line = 1
     try:
         for row in reader:
             line = reader.line_num
-            if not row or all(not c.strip() for c in row):
+            if not row or not "".join(row).strip():
                 continue
-            if len(row) < len(header):
-                raise TraceError(f"{path}: line {line}: {len(row)} fields, the header has {len(header)}")
-            yield line, {c: row[i].strip() for c, i in idx.items()}
+            if len(row) < width:
+                raise TraceError(f"{path}: line {line}: {len(row)} fields, the header has {width}")
+            yield line, [row[i].strip() for i in idx]
     except csv.Error as e:
         raise TraceError(f"{path}: line {line + 1}: not a CSV file: {e}") from None
 
 
+def read_rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number, row) of a CSV with a header holding every column of ``columns``."""
+    for line, values in read_table(path, columns):
+        yield line, dict(zip(columns, values, strict=True))
+
+
 def number(path: Path, line: int, row: dict[str, str], col: str, *, integer: bool = False,
            minimum: float = 0.0) -> float:
-    raw = row[col]
+    return value(path, line, row[col], col, integer=integer, minimum=minimum)
+
+
+def value(path: Path, line: int, raw: str, col: str, *, integer: bool = False, minimum: float = 0.0) -> float:
+    """``raw`` (column ``col`` of ``line``) as a finite number >= ``minimum`` (an integer if asked)."""
     try:
         v = float(raw)
     except ValueError:
         raise TraceError(f"{path}: line {line}: column {col}: not a number: {raw[:40]!r}") from None
+    if minimum <= v <= MAX_VALUE and (not integer or v.is_integer()):
+        return v  # the usual case (NaN and infinities fail the comparison and get their message below)
     if not math.isfinite(v) or abs(v) > MAX_VALUE:
         raise TraceError(f"{path}: line {line}: column {col}: not a finite number: {raw[:40]!r}")
     if v < minimum:
         what = "negative" if v < 0 and minimum == 0 else f"below {minimum:g}"
         raise TraceError(f"{path}: line {line}: column {col}: {what}: {raw[:40]!r}")
-    if integer and v != int(v):
-        raise TraceError(f"{path}: line {line}: column {col}: not an integer: {raw[:40]!r}")
-    return v
+    raise TraceError(f"{path}: line {line}: column {col}: not an integer: {raw[:40]!r}")
 
 
 @attrs.frozen
@@ -154,10 +166,11 @@ def load_ls(directory: str | Path, *, days: float | None = None, vms: int | None
         if vms is not None:
             order_ids = order_ids[:vms]
         names = {str(int(v)): k for k, v in enumerate(order_ids.tolist())}
-        lut = {int(v): k for k, v in enumerate(order_ids.tolist())}
         keep = np.isin(ids, order_ids)
         fast, ids = fast[keep], ids[keep]
-        vm_idx = np.array([lut[int(v)] for v in ids.tolist()], dtype=float)
+        # each row's VM index (its rank in first-appearance order): a look-up in the sorted ids
+        by_id = np.argsort(order_ids, kind="stable")
+        vm_idx = by_id[np.searchsorted(order_ids[by_id], ids)].astype(float)
         per_core = fast[:, 3] / fast[:, 2]
         used = np.where(per_core > 0, fast[:, 4] / np.where(per_core > 0, per_core, 1.0), 0.0)
         rows_arr = np.column_stack([fast[:, 1], vm_idx, fast[:, 2], used, fast[:, 5] * 1024.0, fast[:, 6] * 1024.0])
@@ -213,13 +226,13 @@ def load_ls(directory: str | Path, *, days: float | None = None, vms: int | None
     req_mem = np.zeros(n)
     np.maximum.at(req_cores, vmi, arr[:, 2])
     np.maximum.at(req_mem, vmi, arr[:, 4])
-    first_cores: dict[int, float] = {}
-    resized = set()
-    for v, c in zip(vmi.tolist(), arr[:, 2].tolist(), strict=True):
-        if first_cores.setdefault(v, c) != c:
-            resized.add(v)
+    # a VM is resized when a row's cores differ from its first row's
+    seen, first_row = np.unique(vmi, return_index=True)
+    first_cores = np.zeros(n)
+    first_cores[seen] = arr[first_row, 2]
+    resized = int(np.unique(vmi[arr[:, 2] != first_cores[vmi]]).size)
     order = sorted(names, key=lambda k: names[k])
-    return LSTrace(start, order, req_cores, req_mem, cpu, mem, len(resized))
+    return LSTrace(start, order, req_cores, req_mem, cpu, mem, resized)
 
 
 #: Alibaba's plan_mem / mean_mem_avg are percent of one machine's memory; we take the v2018 machine as
@@ -264,19 +277,18 @@ def load_batch(directory: str | Path) -> list[Task]:
     d = Path(directory)
     tpath, upath = d / TASK_FILE, d / USAGE_FILE
     usage: dict[tuple[str, str], tuple[float, float, float]] = {}
-    for line, r in read_rows(upath, USAGE_COLUMNS):
-        usage[(r["job_id"], r["task_name"])] = (number(upath, line, r, "mean_duration_s"),
-                                                 number(upath, line, r, "mean_cpu_avg"),
-                                                 number(upath, line, r, "mean_mem_avg"))
-    tasks: list[Task] = []
+    for line, (job, name, _seen, md, mc, mm) in read_table(upath, USAGE_COLUMNS):
+        usage[(job, name)] = (value(upath, line, md, "mean_duration_s"), value(upath, line, mc, "mean_cpu_avg"),
+                              value(upath, line, mm, "mean_mem_avg"))
+    rows: list[tuple[str, str, float, int, float, float, float, float, tuple[str, ...], int, str]] = []
     by_job: dict[str, dict[str, str]] = {}
-    for line, r in read_rows(tpath, TASK_COLUMNS):
-        arrival = number(tpath, line, r, "arrival_s")
-        duration = number(tpath, line, r, "duration_s")
-        plan_cpu = number(tpath, line, r, "plan_cpu")
-        plan_mem = number(tpath, line, r, "plan_mem")
-        inst = int(number(tpath, line, r, "inst_num", integer=True))
-        job, name = r["job_id"], r["task_name"]
+    cols = TASK_COLUMNS
+    for line, (arr_s, job, name, dur_s, pcpu_s, pmem_s, inst_s) in read_table(tpath, cols):
+        arrival = value(tpath, line, arr_s, cols[0])
+        duration = value(tpath, line, dur_s, cols[3])
+        plan_cpu = value(tpath, line, pcpu_s, cols[4])
+        plan_mem = value(tpath, line, pmem_s, cols[5])
+        inst = int(value(tpath, line, inst_s, cols[6], integer=True))
         if not job or not name:
             raise TraceError(f"{tpath}: line {line}: column {'job_id' if not job else 'task_name'}: empty")
         if inst == 0 or plan_cpu == 0:
@@ -289,13 +301,14 @@ def load_batch(directory: str | Path) -> list[Task]:
         m = _DAG.match(name)
         if m:
             ids[m.group(2)] = name
-        tasks.append(Task(job, name, arrival, inst, md, mc / 100.0, mm / 100.0 * ALIBABA_MACHINE_MEMORY,
-                          plan_cpu / 100.0, max(plan_mem, 0.01) / 100.0 * ALIBABA_MACHINE_MEMORY, deps, par, kind))
-    if not tasks:
+        rows.append((job, name, arrival, inst, md, mc / 100.0, mm / 100.0 * ALIBABA_MACHINE_MEMORY,
+                     plan_cpu / 100.0, max(plan_mem, 0.01) / 100.0 * ALIBABA_MACHINE_MEMORY, deps, par, kind))
+    if not rows:
         raise TraceError(f"{tpath}: no tasks with instances")
     # parents by task number → names; a parent the job lacks is dropped (the trace holds partial jobs)
     out = []
-    for t in tasks:
-        ids = by_job[t.job]
-        out.append(attrs.evolve(t, parents=tuple(ids[p] for p in t.parents if p in ids and ids[p] != t.name)))
+    for job, name, arrival, inst, md, cpu, mem, pcpu, pmem, deps, par, kind in rows:
+        ids = by_job[job]
+        parents = tuple(ids[p] for p in deps if p in ids and ids[p] != name)
+        out.append(Task(job, name, arrival, inst, md, cpu, mem, pcpu, pmem, parents, par, kind))
     return out
