@@ -114,7 +114,7 @@ def filter(pod, nodes, args):
 #: bit k of a node's shortage mask: short of the k-th needed resource
 _BITS = np.int64(1) << np.arange(63, dtype=np.int64)
 #: the needed resources' names -> shortage mask -> its Status
-_BY_MASK: dict[tuple[str, ...], dict[int, Status]] = {}
+_BY_MASK: dict[tuple[str, ...], dict[int, Status | None]] = {}
 
 
 def _reason(key):
@@ -127,25 +127,21 @@ def _reason(key):
 
 def _verdicts_by_mask(names, need, short):
     """``_verdicts_by_row`` for fewer needed resources than an int64 has bits: each node's row of
-    ``short`` becomes one integer (numpy does that for all nodes), so the Python work is one look-up a
-    rejected node instead of one step a resource."""
+    ``short`` becomes one integer (numpy does that for all nodes), and each distinct integer is looked
+    up once, so the Python work is one look-up a node instead of one step a resource."""
     masks = short @ _BITS[: len(need)]
-    bad = np.flatnonzero(masks)
-    if len(bad) == 0:
+    if not masks.any():
         return None
     key = tuple(names[c] for c in need.tolist())
     table = _BY_MASK.get(key)
     if table is None:
         if len(_BY_MASK) > 1024:
             _BY_MASK.clear()
-        table = _BY_MASK[key] = {}
-    reasons = [None] * len(masks)
-    for j, m in zip(bad.tolist(), masks[bad].tolist()):
-        st = table.get(m)
-        if st is None:
-            st = table[m] = _reason(tuple(r for b, r in enumerate(key) if m >> b & 1))
-        reasons[j] = st
-    return masks == 0, reasons
+        table = _BY_MASK[key] = {0: None}  # 0: short of nothing, no reason
+    ms = masks.tolist()
+    for m in set(ms) - table.keys():
+        table[m] = _reason(tuple(r for b, r in enumerate(key) if m >> b & 1))
+    return masks == 0, [table[m] for m in ms]
 
 
 def _verdicts_by_row(names, need, short):
