@@ -201,6 +201,11 @@ class SmallSeries:
         if not rows:
             return None
         t, cpu, memory = zip(*rows)
+        p = AGGREGATIONS[kind]
+        if p is None:
+            cpu_sum, memory_sum = pairwise_sum(cpu), pairwise_sum(memory)
+            if cpu_sum == cpu_sum and memory_sum == memory_sum:  # not NaN: no value is missing
+                return {"cpu": cpu_sum / len(cpu), "memory": memory_sum / len(memory)}, max(t) - min(t)
         if any(map(math.isnan, cpu)) or any(map(math.isnan, memory)):
             # a missing value: each column over its own samples, the span of the CPU samples' times
             cpu_rows = [r for r in rows if not math.isnan(r[1])]
@@ -208,7 +213,6 @@ class SmallSeries:
             if not cpu_rows or not memory:
                 return None
             t, cpu = tuple(r[0] for r in cpu_rows), tuple(r[1] for r in cpu_rows)
-        p = AGGREGATIONS[kind]
         if p is None:
             out = {"cpu": pairwise_sum(cpu) / len(cpu), "memory": pairwise_sum(memory) / len(memory)}
         else:

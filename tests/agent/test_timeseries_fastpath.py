@@ -122,3 +122,14 @@ def test_a_window_without_cpu_or_memory_gives_nothing():
         assert s.query(0.0, 3.0, "avg") == ({"cpu": 4.0, "memory": 6.0}, 0.0)
         assert s.query(3.0, 3.0, "avg") is None
         assert math.isnan(s.ordered()[1][0, 0])
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # numpy's inf - inf
+def test_infinities_give_numpys_nan_not_a_missing_value():
+    # inf - inf sums to NaN without any value missing: the figures stay numpy's (NaN), nothing is dropped
+    for s in (Series(4), SmallSeries(4)):
+        s.add(1.0, math.inf, 1.0)
+        s.add(2.0, -math.inf, 3.0)
+        got = s.query(0.0, 3.0, "avg")
+        assert got is not None and math.isnan(got[0]["cpu"]) and got[0]["memory"] == 2.0 and got[1] == 1.0
+        assert s.query(0.0, 3.0, "p50") == ({"cpu": -math.inf, "memory": 1.0}, 1.0)
