@@ -330,35 +330,27 @@ def _kubelet_static(ns: NodeState) -> bool:
     return isinstance(obj, dict) and obj.get("policy") == "static"
 
 
-def cpuset_writes(ns: NodeState, cpus: list[int]) -> list[FileWrite]:
-    """applyCPUSetWithNonePolicy: old ∪ new top-down, then new bottom-up; static policy: containers only."""
-    if not cpus:
-        return []
-    new = format_cpuset(cpus)
-    root = ns.qos_dir("besteffort")
-    if _kubelet_static(ns):
-        dirs = [c.cgroup_dir for p in ns.pods if p.cgroup_dir.startswith(root + "/")
-                for c in p.containers if c.cgroup_dir]
-        return recover_writes_cpuset(ns, containers=False) + [FileWrite(ns.cpuset_file(d), new, plugin=NAME)
-                                                              for d in sorted(dirs)]
-    dirs = be_cgroup_dirs(ns)
-    old = ns.cpuset(root) or []
-    merged = format_cpuset(set(old) | set(cpus))
-    out = [FileWrite(ns.cpuset_file(d), merged, plugin=NAME) for d in dirs]
-    out += [FileWrite(ns.cpuset_file(d), new, plugin=NAME) for d in reversed(dirs)]
-    return out
-
-
 #: the most entries :data:`_CPUSET_WRITES` and :data:`_CPUSET_TEXT` hold before they start again
 _CACHE_MAX = 4096
-#: (cgroup version, cgroup dir, value) → the ``cpuset.cpus`` FileWrite of that dir: the recover writes of a
-#: pod are the same round after round while it stays and the node's CPUs do not change (the key is all a
-#: write's path and value depend on), so each is built once, not once a round (FileWrite is frozen: the
-#: same object is safely handed out again); emptied when full, as pods come and go
+#: (cgroup version, cgroup dir, value) → the ``cpuset.cpus`` FileWrite of that dir (:func:`_cpuset_write`):
+#: a pod's writes are the same round after round while it stays and the node's CPUs and the BE cpuset do
+#: not change (the key is all a write's path and value depend on), so each is built once, not once a round
+#: (FileWrite is frozen: the same object is safely handed out again); emptied when full, as pods come and go
 _CPUSET_WRITES: dict[tuple[int, str, str], FileWrite] = {}
 #: CPU ids (as recover_cpuset gives them) → their cpu list text (:func:`format_cpuset`): each node's recover
 #: value, the same every round
 _CPUSET_TEXT: dict[tuple[int, ...], str] = {}
+
+
+def _cpuset_write(ns: NodeState, rel_dir: str, value: str) -> FileWrite:
+    """``FileWrite(ns.cpuset_file(rel_dir), value, plugin=NAME)``, remembered."""
+    key = (ns.cgroup_version, rel_dir, value)
+    w = _CPUSET_WRITES.get(key)
+    if w is None:
+        if len(_CPUSET_WRITES) >= _CACHE_MAX:
+            _CPUSET_WRITES.clear()
+        w = _CPUSET_WRITES[key] = FileWrite(ns.cpuset_file(rel_dir), value, plugin=NAME)
+    return w
 
 
 def _cpuset_text(cpus: list[int]) -> str:
@@ -372,22 +364,30 @@ def _cpuset_text(cpus: list[int]) -> str:
     return text
 
 
+def cpuset_writes(ns: NodeState, cpus: list[int]) -> list[FileWrite]:
+    """applyCPUSetWithNonePolicy: old ∪ new top-down, then new bottom-up; static policy: containers only."""
+    if not cpus:
+        return []
+    new = format_cpuset(cpus)
+    root = ns.qos_dir("besteffort")
+    if _kubelet_static(ns):
+        dirs = [c.cgroup_dir for p in ns.pods if p.cgroup_dir.startswith(root + "/")
+                for c in p.containers if c.cgroup_dir]
+        return recover_writes_cpuset(ns, containers=False) + [_cpuset_write(ns, d, new) for d in sorted(dirs)]
+    dirs = be_cgroup_dirs(ns)
+    old = ns.cpuset(root) or []
+    merged = format_cpuset(set(old) | set(cpus))
+    out = [_cpuset_write(ns, d, merged) for d in dirs]
+    out += [_cpuset_write(ns, d, new) for d in reversed(dirs)]
+    return out
+
+
 def recover_writes_cpuset(ns: NodeState, containers: bool = True) -> list[FileWrite]:
     cpus = recover_cpuset(ns)
     if not cpus:
         return []
     value = _cpuset_text(cpus)
-    version = ns.cgroup_version
-    out: list[FileWrite] = []
-    for d in be_cgroup_dirs(ns, containers):
-        key = (version, d, value)
-        w = _CPUSET_WRITES.get(key)
-        if w is None:
-            if len(_CPUSET_WRITES) >= _CACHE_MAX:
-                _CPUSET_WRITES.clear()
-            w = _CPUSET_WRITES[key] = FileWrite(ns.cpuset_file(d), value, plugin=NAME)
-        out.append(w)
-    return out
+    return [_cpuset_write(ns, d, value) for d in be_cgroup_dirs(ns, containers)]
 
 
 def recover_writes_quota(ns: NodeState) -> list[FileWrite]:

@@ -369,3 +369,20 @@ def test_cgroup_file_paths():
     assert v1.qos_dir("BestEffort") == v1.qos_dir("besteffort") == "kubepods/besteffort"
     with pytest.raises(ValueError, match="unknown QoS level"):
         v1.qos_dir("Gold")
+
+
+def test_plans_with_warm_caches_equal_plans_from_cold():
+    """Every policy's plan, round after round with the caches kept, equals the plan built from nothing."""
+    static = {"kubelet.koordinator.sh/cpu-manager-policy": json.dumps({"policy": "static"})}
+    states = [_with_containers(_be_state({BE_CPUSET: old, BE_QUOTA: "-1", BE_IDLE: "0"}, **kw), ["c1", "c2"])
+              for old in ("0-7", "0,4", "0-3") for kw in ({}, {"annotations": static})]
+    states += [_with_containers(state(pods=_pods(), cpu=c, usage=u), cs)
+               for c, u, cs in (("8", "3", ["c1"]), ("12", "3", []), ("12", "9", ["c2"]))]
+    for args in (Args(enable=True), Args(enable=True, cpu_suppress_policy="cfsQuota"), Args()):
+        warm = [plan(ns, args) for _ in range(2) for ns in states]
+        cold = []
+        for _ in range(2):
+            for ns in states:
+                _clear_caches()
+                cold.append(plan(ns, args))
+        assert warm == cold
