@@ -183,3 +183,11 @@ def test_json_patch_round_trips_on_seeded_random_documents():
         a, b = _random_json(rng), _random_json(rng)
         assert jsonpatch.apply_patch(a, json_patch(a, b)) == b
         assert json_patch(a, a) == []
+
+
+def test_admit_without_the_patch_gives_the_same_pod():
+    a, b = AddLabel("a"), AddLabel("b")
+    full = run({"first": a, "second": b}, lambda adm: adm.admit(POD, "CREATE"))
+    bare = run({"first": AddLabel("a"), "second": AddLabel("b")}, lambda adm: adm.admit(POD, "CREATE", patch=False))
+    assert full.patch and bare.patch == []
+    assert (bare.allowed, bare.code, bare.pod) == (full.allowed, full.code, full.pod)

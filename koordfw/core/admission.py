@@ -220,8 +220,10 @@ class Admission:
         obj = self.store.get("v1", "Namespace", str(ns)) if ns else None
         return obj if isinstance(obj, dict) or obj is None else dict(obj)
 
-    async def mutate(self, pod: dict[str, Any], operation: str) -> AdmissionResult:
-        """Run the ``mutate_pod`` plugins on a copy of ``pod`` (which is left as it is)."""
+    async def mutate(self, pod: dict[str, Any], operation: str, *, patch: bool = True) -> AdmissionResult:
+        """Run the ``mutate_pod`` plugins on a copy of ``pod`` (which is left as it is). ``patch=False``
+        leaves the result's ``patch`` empty, for a caller that wants only the mutated pod (an embedder
+        creating pods itself): the diff is a good part of a small mutation's cost."""
         _check_operation(operation)
         namespace = self.namespace_of(pod)
         current = _json_copy(pod)
@@ -237,7 +239,7 @@ class Admission:
                                        message=f"plugin {impl.plugin} returned {type(out).__name__} from mutate_pod, "
                                                "expected the pod manifest (a dict) or None")
             current = out
-        return AdmissionResult(True, current, json_patch(pod, current))
+        return AdmissionResult(True, current, json_patch(pod, current) if patch else [])
 
     async def validate(self, pod: dict[str, Any], old: dict[str, Any] | None, operation: str) -> AdmissionResult:
         """Run the ``validate_pod`` plugins; the first rejection (or failure) decides."""
@@ -260,10 +262,11 @@ class Admission:
                                    plugin=impl.plugin)
         return AdmissionResult(True, pod)
 
-    async def admit(self, pod: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None
-                    ) -> AdmissionResult:
-        """Mutate, then validate the mutated pod: what the API server does with both webhooks in place."""
-        mutated = await self.mutate(pod, operation)
+    async def admit(self, pod: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None, *,
+                    patch: bool = True) -> AdmissionResult:
+        """Mutate, then validate the mutated pod: what the API server does with both webhooks in place
+        (``patch`` as for :meth:`mutate`)."""
+        mutated = await self.mutate(pod, operation, patch=patch)
         if not mutated.allowed:
             return mutated
         checked = await self.validate(mutated.pod, old, operation)
