@@ -555,7 +555,7 @@ def _host_ports(raw_containers: list, raw_init: list, ctx: str) -> tuple[HostPor
     out: list[HostPort] = []
     for part, items in (("spec.initContainers", raw_init), ("spec.containers", raw_containers)):
         for i, c in enumerate(items):
-            if not isinstance(c, dict):
+            if not isinstance(c, dict) or c.get("ports") is None:
                 continue
             ports = _list(c.get("ports"), f"{part}[{i}].ports", ctx)
             if part == "spec.initContainers" and c.get("restartPolicy") != "Always":
