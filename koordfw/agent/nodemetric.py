@@ -23,6 +23,7 @@ durations 5m, 10m, 30m. Quantities: CPU ``int64(cores*1000)`` milli, memory ``in
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -193,21 +194,22 @@ class NodeMetricReporter:
 
     def observe(self, ns: NodeState, now: float) -> None:
         """Record one round: node, system, every pod and host application of ``ns``."""
+        record = self.store.record
         node_cpu, node_mem = ns.usage.get("cpu"), ns.usage.get("memory")
-        self.store.record(NODE, now, node_cpu, node_mem)
+        record(NODE, now, node_cpu, node_mem)
         keys = {NODE, SYSTEM}
         # pods and host applications alike: each its own series; the system is the node minus all of them
         used_cpu = used_mem = 0.0
-        for key, usage in [(pod_key(p.uid), p.usage) for p in ns.pods] + \
-                [(app_key(a.name), a.usage) for a in ns.host_apps]:
+        for key, usage in itertools.chain([(pod_key(p.uid), p.usage) for p in ns.pods],
+                                          [(app_key(a.name), a.usage) for a in ns.host_apps]):
             keys.add(key)
             cpu, mem = usage.get("cpu"), usage.get("memory")
             if cpu is not None or mem is not None:
-                self.store.record(key, now, cpu, mem)
+                record(key, now, cpu, mem)
             used_cpu += cpu or 0
             used_mem += mem or 0
         if node_cpu is not None or node_mem is not None:
-            self.store.record(SYSTEM, now,
+            record(SYSTEM, now,
                               None if node_cpu is None else max(node_cpu - used_cpu, 0.0),
                               None if node_mem is None else max(node_mem - used_mem, 0.0))
         self.store.forget_except(keys)
@@ -253,8 +255,9 @@ class NodeMetricReporter:
             if not u:  # koordlet skips a pod whose query fails
                 continue
             entry: dict[str, Any] = {"name": p.name, "namespace": p.namespace, "podUsage": u}
-            if p.priority_class_with_default:
-                entry["priority"] = p.priority_class_with_default
+            priority = p.priority_class_with_default
+            if priority:
+                entry["priority"] = priority
             if p.qos_class:
                 entry["qos"] = p.qos_class
             pods_metric.append(entry)
