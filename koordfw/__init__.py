@@ -251,7 +251,7 @@ class PodAdmission:
 
         if not self._admission.active:
             return pod_from_manifest(manifest)
-        out = await self._admission.admit(manifest, "CREATE")
+        out = await self._admission.admit(manifest, "CREATE", patch=False)  # the pod only: no JSON patch
         name = str((manifest.get("metadata") or {}).get("name") or "?")
         if not out.allowed:
             raise ManifestError(f"admission refused pod {name}: {out.message} ({out.plugin})")
