@@ -116,11 +116,11 @@ def read_node_metric(obj: Mapping[str, Any], only: tuple[str, ...] | None = None
     fingerprint = _content_fingerprint(obj)
     if fingerprint is None:
         return _read_node_metric(obj, only)
-    key = id(obj)
+    # one entry per NodeMetric name (a node's newer object replaces the older one): the object itself,
+    # and its fingerprint (its whole content) to catch an object changed in place since it was parsed
+    key = node_metric_name(obj)[0]
     with _MEMO_LOCK:
         hit = _MEMO.get(key)
-    # the memo holds the object, so its id is not reused while the entry lives; the fingerprint (its
-    # whole content) catches an object changed in place since it was parsed
     if hit is None or hit[0] is not obj or hit[1] != fingerprint:
         hit = (obj, fingerprint, {})
         with _MEMO_LOCK:
@@ -148,9 +148,9 @@ def read_node_metric(obj: Mapping[str, Any], only: tuple[str, ...] | None = None
     return got
 
 
-#: read_node_metric's memo: id(object) → (the object, its content fingerprint, {only: parse}), oldest first
-_MEMO: dict[int, tuple[Any, bytes, dict[tuple[str, ...] | None, NodeMetricStatus]]] = {}
-_MEMO_SIZE = 4096
+#: read_node_metric's memo: name → (the object, its content fingerprint, {only: parse}), oldest first
+_MEMO: dict[str, tuple[Any, bytes, dict[tuple[str, ...] | None, NodeMetricStatus]]] = {}
+_MEMO_SIZE = 65536
 _MEMO_LOCK = threading.Lock()
 
 
@@ -195,15 +195,19 @@ def _read_node_metric(obj: Mapping[str, Any], only: tuple[str, ...] | None) -> N
         usage[part] = MappingProxyType(resource_map(raw.get("resources"), ctx,
                                                     f"status.nodeMetric.{part}.resources", only))
     pods = []
+    # field_mapping only for what is not a mapping already (None → {}, else the error naming the field)
     for i, pm in enumerate(field_list(status.get("podsMetric"), ctx, "status.podsMetric")):
-        where = f"status.podsMetric[{i}]"
-        pm = field_mapping(pm, ctx, where)
-        if not pm.get("name") or not isinstance(pm["name"], str):
-            raise ManifestError("a pod metric needs a name (a string)", obj=ctx, field=f"{where}.name")
-        raw = field_mapping(pm.get("podUsage"), ctx, f"{where}.podUsage")
-        pods.append(PodMetric(str(pm.get("namespace") or "default"), str(pm["name"]),
+        if not isinstance(pm, Mapping):
+            pm = field_mapping(pm, ctx, f"status.podsMetric[{i}]")
+        pod = pm.get("name")
+        if not pod or not isinstance(pod, str):
+            raise ManifestError("a pod metric needs a name (a string)", obj=ctx, field=f"status.podsMetric[{i}].name")
+        raw = pm.get("podUsage")
+        if not isinstance(raw, Mapping):
+            raw = field_mapping(raw, ctx, f"status.podsMetric[{i}].podUsage")
+        pods.append(PodMetric(str(pm.get("namespace") or "default"), str(pod),
                               MappingProxyType(resource_map(raw.get("resources"), ctx,
-                                                            f"{where}.podUsage.resources", only)),
+                                                            f"status.podsMetric[{i}].podUsage.resources", only)),
                               str(pm.get("priority") or "")))
     return NodeMetricStatus(name, ctx, update, usage["nodeUsage"], usage["systemUsage"], tuple(pods), status, nm)
 

@@ -161,9 +161,9 @@ class _Columns:
         self.n = 0
         self._alloc_arrays(16)
         self.metric_objs: dict[str, Any] = {}
-        #: id(the kernel's reading of a NodeMetric) → (that reading, parsed); the kernel returns the same
-        #: reading while the object's content is unchanged
-        self.parsed: dict[int, tuple[Any, MetricInfo]] = {}
+        #: NodeMetric name → (the kernel's reading of it, parsed); the kernel returns the same reading
+        #: while the object's content is unchanged
+        self.parsed: dict[str, tuple[Any, MetricInfo]] = {}
         #: id(an invalid NodeMetric) → (the object, its error): each reported once
         self.invalid: dict[int, tuple[Any, str]] = {}
         self.free_gen = -1
@@ -236,7 +236,7 @@ class _Columns:
         try:
             interval = report_interval(obj)
             m = read_node_metric(obj)
-            hit = self.parsed.get(id(m))
+            hit = self.parsed.get(m.name)
             if hit is not None and hit[0] is m:
                 return hit[1]
             info = metric_info(m, interval)
@@ -250,7 +250,7 @@ class _Columns:
             return None
         if len(self.parsed) > 65536:
             self.parsed.clear()
-        self.parsed[id(m)] = (m, info)
+        self.parsed[m.name] = (m, info)
         return info
 
     def _vec(self, m: Mapping[str, int] | None) -> np.ndarray:
