@@ -171,17 +171,15 @@ def _limited(m: NodeMetricStatus, only: tuple[str, ...] | None) -> NodeMetricSta
     if only is None:
         return m
     keep = frozenset(only)
+    if (m.node_usage.keys() <= keep and m.system_usage.keys() <= keep
+            and all(p.usage.keys() <= keep for p in m.pods)):
+        return m
 
     def limit(res: Mapping[str, int]) -> Mapping[str, int]:
-        if res.keys() <= keep:
-            return res
         return MappingProxyType({r: v for r, v in res.items() if r in keep})
 
-    node_usage, system_usage = limit(m.node_usage), limit(m.system_usage)
-    pods = tuple(p if (u := limit(p.usage)) is p.usage else attrs.evolve(p, usage=u) for p in m.pods)
-    if node_usage is m.node_usage and system_usage is m.system_usage and all(a is b for a, b in zip(pods, m.pods)):
-        return m
-    return attrs.evolve(m, node_usage=node_usage, system_usage=system_usage, pods=pods)
+    return attrs.evolve(m, node_usage=limit(m.node_usage), system_usage=limit(m.system_usage),
+                        pods=tuple(attrs.evolve(p, usage=limit(p.usage)) for p in m.pods))
 
 
 def _read_node_metric(obj: Mapping[str, Any], only: tuple[str, ...] | None) -> NodeMetricStatus:

@@ -142,11 +142,15 @@ class Profiler:
         a = self.args
         for key in keys:
             if cpu_request > 0 and cpu_usage is not None and cpu_usage >= 0:
-                self._cpu.setdefault(key, _Histogram(a.cpu_half_life_hours * 3600)).add(
-                    cpu_usage / cpu_request, weight, now)
+                h = self._cpu.get(key)
+                if h is None:
+                    h = self._cpu[key] = _Histogram(a.cpu_half_life_hours * 3600)
+                h.add(cpu_usage / cpu_request, weight, now)
             if memory_request > 0 and memory_usage is not None and memory_usage >= 0:
-                self._mem.setdefault(key, _Histogram(a.memory_half_life_hours * 3600)).add(
-                    memory_usage / memory_request, weight, now)
+                h = self._mem.get(key)
+                if h is None:
+                    h = self._mem[key] = _Histogram(a.memory_half_life_hours * 3600)
+                h.add(memory_usage / memory_request, weight, now)
 
     def ratio(self, keys: Sequence[str], resource: str, now: float) -> tuple[float, str] | None:
         """(the recommended request / request ratio, the key it came from) for ``resource`` ("cpu" or
