@@ -734,9 +734,9 @@ class Replay:
             # an executor's state is kept while it stays bound as the same pod object; its usage is the slot's
             st = e.state
             if st is None or st[0].pod is not pod:
-                usage: dict[str, int] = {}
+                be_usage: dict[str, int] = {}
                 st = e.state = (PodState(e.uid, pod, "BE", "BestEffort", f"kubepods/besteffort/pod{e.uid}",
-                                         usage=usage), usage)
+                                         usage=be_usage), be_usage)
             st[1]["cpu"] = int(used * 1000)
             st[1]["memory"] = int(m)
             by_node[nd].append(st[0])

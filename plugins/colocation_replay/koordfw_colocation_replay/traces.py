@@ -277,10 +277,10 @@ def load_batch(directory: str | Path) -> list[Task]:
     d = Path(directory)
     tpath, upath = d / TASK_FILE, d / USAGE_FILE
     usage: dict[tuple[str, str], tuple[float, float, float]] = {}
-    for line, (job, name, _seen, md, mc, mm) in read_table(upath, USAGE_COLUMNS):
-        usage[(job, name)] = (value(upath, line, md, "mean_duration_s"), value(upath, line, mc, "mean_cpu_avg"),
-                              value(upath, line, mm, "mean_mem_avg"))
-    rows: list[tuple[str, str, float, int, float, float, float, float, tuple[str, ...], int, str]] = []
+    for line, (job, name, _seen, md_s, mc_s, mm_s) in read_table(upath, USAGE_COLUMNS):
+        usage[(job, name)] = (value(upath, line, md_s, "mean_duration_s"), value(upath, line, mc_s, "mean_cpu_avg"),
+                              value(upath, line, mm_s, "mean_mem_avg"))
+    rows: list[tuple[str, str, float, int, float, float, float, float, float, tuple[str, ...], int, str]] = []
     by_job: dict[str, dict[str, str]] = {}
     cols = TASK_COLUMNS
     for line, (arr_s, job, name, dur_s, pcpu_s, pmem_s, inst_s) in read_table(tpath, cols):
