@@ -156,7 +156,8 @@ class SmallSeries:
     """:class:`Series` in Python lists, for a few samples: the same slots, the same window (slot order, so
     sums add in the same order) and bit-identical figures (:func:`pairwise_sum`, :func:`percentile_index`);
     ``ordered`` and ``window`` give numpy arrays as Series does. A slot is a ``(t, cpu, memory)`` tuple, an
-    unwritten one all NaN (no window holds it)."""
+    unwritten one all NaN (no window holds it). (Only a percentile over values mixing 0.0 and -0.0 could pick
+    the other zero: ``sorted`` is stable, ``np.sort`` need not be; usages are never -0.0.)"""
 
     __slots__ = ("rows", "head", "size", "capacity")
 
