@@ -7,12 +7,9 @@ Errors name the file, the object and the field.
 
 from __future__ import annotations
 
-import pickle
 import re
-import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -108,81 +105,7 @@ def node_metric_name(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 def read_node_metric(obj: Mapping[str, Any], only: tuple[str, ...] | None = None) -> NodeMetricStatus:
     """The update time, node and system usage and per-pod usage of a NodeMetric (resources limited to
-    ``only`` when given); a malformed field raises ManifestError naming the object and the field.
-
-    The parse is kept per object while the object's content is unchanged, so that the readers of one
-    NodeMetric (the manager's batch resources, the scheduler's load-aware) parse it once: a hit returns
-    the same (read-only) result."""
-    fingerprint = _content_fingerprint(obj)
-    if fingerprint is None:
-        return _read_node_metric(obj, only)
-    # one entry per NodeMetric name (a node's newer object replaces the older one): the object itself,
-    # and its fingerprint (its whole content) to catch an object changed in place since it was parsed
-    key = node_metric_name(obj)[0]
-    with _MEMO_LOCK:
-        hit = _MEMO.get(key)
-    if hit is None or hit[0] is not obj or hit[1] != fingerprint:
-        hit = (obj, fingerprint, {})
-        with _MEMO_LOCK:
-            _MEMO.pop(key, None)
-            while len(_MEMO) >= _MEMO_SIZE:
-                del _MEMO[next(iter(_MEMO))]  # the oldest
-            _MEMO[key] = hit
-    parsed = hit[2]
-    try:
-        got = parsed.get(only)
-    except TypeError:  # an unhashable ``only``
-        return _read_node_metric(obj, only)
-    if got is None:
-        # every resource is read once (the scheduler's load-aware reads them all); a reader of some takes
-        # that reading limited to them, unless it failed on another resource. A malformed object raises
-        # here each time it is read: errors are not kept
-        full = parsed.get(None)
-        if full is None:
-            try:
-                full = parsed[None] = _read_node_metric(obj, None)
-            except ManifestError:
-                if only is None:
-                    raise
-        got = parsed[only] = _read_node_metric(obj, only) if full is None else _limited(full, only)
-    return got
-
-
-#: read_node_metric's memo: name → (the object, its content fingerprint, {only: parse}), oldest first
-_MEMO: dict[str, tuple[Any, bytes, dict[tuple[str, ...] | None, NodeMetricStatus]]] = {}
-_MEMO_SIZE = 65536
-_MEMO_LOCK = threading.Lock()
-
-
-def _content_fingerprint(obj: Any) -> bytes | None:
-    """The object's whole content as bytes (pickle: exact types, values and key order, and fast), or
-    None for an object that is not a plain dict or cannot be pickled (such an object is not memoized)."""
-    if type(obj) is not dict:
-        return None
-    try:
-        return pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
-    except Exception:  # anything pickle refuses (or a recursion too deep): parse every time
-        return None
-
-
-def _limited(m: NodeMetricStatus, only: tuple[str, ...] | None) -> NodeMetricStatus:
-    """``m`` (every resource read) limited to ``only``: what reading with ``only`` gives, since that reads
-    the same fields and skips the others (``m`` itself when it holds no other resource)."""
-    if only is None:
-        return m
-    keep = frozenset(only)
-    if (m.node_usage.keys() <= keep and m.system_usage.keys() <= keep
-            and all(p.usage.keys() <= keep for p in m.pods)):
-        return m
-
-    def limit(res: Mapping[str, int]) -> Mapping[str, int]:
-        return MappingProxyType({r: v for r, v in res.items() if r in keep})
-
-    return attrs.evolve(m, node_usage=limit(m.node_usage), system_usage=limit(m.system_usage),
-                        pods=tuple(attrs.evolve(p, usage=limit(p.usage)) for p in m.pods))
-
-
-def _read_node_metric(obj: Mapping[str, Any], only: tuple[str, ...] | None) -> NodeMetricStatus:
+    ``only`` when given); a malformed field raises ManifestError naming the object and the field."""
     name, ctx = node_metric_name(obj)
     status = field_mapping(obj.get("status"), ctx, "status")
     update = parse_time(status.get("updateTime"), obj=ctx, field="status.updateTime")
@@ -190,8 +113,7 @@ def _read_node_metric(obj: Mapping[str, Any], only: tuple[str, ...] | None) -> N
     usage = {}
     for part in ("nodeUsage", "systemUsage"):
         raw = field_mapping(nm.get(part), ctx, f"status.nodeMetric.{part}")
-        usage[part] = MappingProxyType(resource_map(raw.get("resources"), ctx,
-                                                    f"status.nodeMetric.{part}.resources", only))
+        usage[part] = resource_map(raw.get("resources"), ctx, f"status.nodeMetric.{part}.resources", only)
     pods = []
     # field_mapping only for what is not a mapping already (None → {}, else the error naming the field)
     for i, pm in enumerate(field_list(status.get("podsMetric"), ctx, "status.podsMetric")):
@@ -204,8 +126,7 @@ def _read_node_metric(obj: Mapping[str, Any], only: tuple[str, ...] | None) -> N
         if not isinstance(raw, Mapping):
             raw = field_mapping(raw, ctx, f"status.podsMetric[{i}].podUsage")
         pods.append(PodMetric(str(pm.get("namespace") or "default"), str(pod),
-                              MappingProxyType(resource_map(raw.get("resources"), ctx,
-                                                            f"status.podsMetric[{i}].podUsage.resources", only)),
+                              resource_map(raw.get("resources"), ctx, f"status.podsMetric[{i}].podUsage.resources", only),
                               str(pm.get("priority") or "")))
     return NodeMetricStatus(name, ctx, update, usage["nodeUsage"], usage["systemUsage"], tuple(pods), status, nm)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from koordfw import NodeMetricStatus, PodMetric, field_list, field_mapping, read_node_metric, resource_map
+from koordfw import PodMetric, field_list, field_mapping, read_node_metric, resource_map
 from koordfw.extension import PRIORITY_BATCH, PRIORITY_FREE
 
 CPU, MEMORY = "cpu", "memory"
@@ -39,16 +39,7 @@ class NodeMetricInfo:
 
 
 def parse_node_metric(obj: Mapping[str, Any]) -> NodeMetricInfo:
-    return node_metric_info(read_metric(obj))
-
-
-def read_metric(obj: Mapping[str, Any]) -> NodeMetricStatus:
-    """The kernel's reading of a NodeMetric, limited to cpu and memory (kept per object content)."""
-    return read_node_metric(obj, only=(CPU, MEMORY))
-
-
-def node_metric_info(m: NodeMetricStatus) -> NodeMetricInfo:
-    """What the batch calculation needs of a NodeMetric the kernel read (:func:`read_metric`)."""
+    m = read_node_metric(obj, only=(CPU, MEMORY))
     ctx, status = m.ctx, m.status
     host_hp: dict[str, int] = {}
     for i, hm in enumerate(field_list(status.get("hostApplicationMetric"), ctx, "status.hostApplicationMetric")):

@@ -33,7 +33,7 @@ from koordfw import ManifestError, NodeState, PodState, format_quantity, hookimp
 from koordfw.extension import ANNOTATION_CPU_NORMALIZATION_RATIO, BATCH_CPU, BATCH_MEMORY, COLOCATION_CONFIG_KEY
 
 from .calculator import BatchResult, calculate, needs_sync
-from .metric import NodeMetricInfo, node_metric_info, read_metric
+from .metric import NodeMetricInfo, parse_node_metric
 from .runtimehook import (
     RATIO_DIFF_EPSILON,
     Rule,
@@ -57,7 +57,7 @@ class BatchResource:
         #: the last valid cluster ColocationCfg (from the engine's ``colocation``) and the text it came from
         self._colocation: ColocationStrategy | None = None
         self._colocation_key: str | None = None
-        #: node → (the kernel's reading of its NodeMetric, parsed)
+        #: node → (its NodeMetric object, parsed)
         self._metrics: dict[str, tuple[Any, NodeMetricInfo]] = {}
         #: the node side's cpu normalization ratio (the rule's: kept when the annotation turns invalid)
         self._ratio = -1.0
@@ -108,14 +108,13 @@ class BatchResource:
         return new
 
     def _parsed(self, node: str, metric: Any) -> NodeMetricInfo:
-        """The NodeMetric parsed once per content: the kernel's reader returns the same reading while the
-        object is unchanged, so that reading (held here, so its identity is not reused) is the key."""
-        m = read_metric(metric)
+        """The NodeMetric parsed once per object: a live cache replaces the object when it changes, so
+        the object itself (held here, so its identity is not reused) is the key."""
         hit = self._metrics.get(node)
-        if hit is not None and hit[0] is m:
+        if hit is not None and hit[0] is metric:
             return hit[1]
-        info = node_metric_info(m)
-        self._metrics[node] = (m, info)
+        info = parse_node_metric(metric)
+        self._metrics[node] = (metric, info)
         return info
 
     def _cluster_strategy(self, colocation: dict) -> ColocationStrategy | None:

@@ -12,16 +12,7 @@ from typing import Any
 
 import attrs
 
-from koordfw import (  # noqa: F401  (parse_time: re-exported)
-    ManifestError,
-    NodeMetricStatus,
-    field_list,
-    field_mapping,
-    node_metric_name,
-    parse_time,
-    read_node_metric,
-    resource_map,
-)
+from koordfw import ManifestError, field_list, field_mapping, node_metric_name, parse_time, read_node_metric, resource_map  # noqa: F401  (parse_time: re-exported)
 from koordfw import parse_duration as _parse_duration
 
 #: Koordinator's default ``spec.metricCollectPolicy.reportIntervalSeconds``
@@ -74,12 +65,6 @@ class MetricInfo:
 
 
 def parse_node_metric(obj: Mapping[str, Any]) -> MetricInfo:
-    interval = report_interval(obj)
-    return metric_info(read_node_metric(obj), interval)
-
-
-def report_interval(obj: Mapping[str, Any]) -> float:
-    """``spec.metricCollectPolicy.reportIntervalSeconds`` (Koordinator's default when unset)."""
     _, ctx = node_metric_name(obj)
     spec = field_mapping(obj.get("spec"), ctx, "spec")
     policy = field_mapping(spec.get("metricCollectPolicy"), ctx, "spec.metricCollectPolicy")
@@ -90,12 +75,7 @@ def report_interval(obj: Mapping[str, Any]) -> float:
           or not 0 <= interval <= MAX_REPORT_INTERVAL_SECONDS):
         raise ManifestError(f"expected a number of seconds in [0, {MAX_REPORT_INTERVAL_SECONDS}], got "
                             f"{str(interval)[:40]}", obj=ctx, field="spec.metricCollectPolicy.reportIntervalSeconds")
-    return float(interval)
-
-
-def metric_info(m: NodeMetricStatus, interval: float) -> MetricInfo:
-    """What load-aware needs of a NodeMetric the kernel read, with its report interval."""
-    ctx = m.ctx
+    m = read_node_metric(obj)
     aggregated = []
     for i, a in enumerate(field_list(m.node_metric.get("aggregatedNodeUsages"), ctx,
                                      "status.nodeMetric.aggregatedNodeUsages")):
@@ -110,7 +90,7 @@ def metric_info(m: NodeMetricStatus, interval: float) -> MetricInfo:
             rm = field_mapping(rm, ctx, f"{where}.usage.{t}")
             usages[str(t)] = resources(rm.get("resources"), obj=ctx, field=f"{where}.usage.{t}.resources")
         aggregated.append((d, usages))
-    return MetricInfo(name=m.name, update_time=m.update_time, report_interval=interval,
+    return MetricInfo(name=m.name, update_time=m.update_time, report_interval=float(interval),
                       node_usage=m.node_usage or None, system_usage=m.system_usage, aggregated=tuple(aggregated),
                       pod_usage={p.key: p.usage for p in m.pods},
                       pod_priority={p.key: p.priority for p in m.pods if p.priority})

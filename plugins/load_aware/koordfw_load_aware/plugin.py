@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 import structlog
 
-from koordfw import ManifestError, hookimpl, loads_json, raw_allocatable, read_node_metric, shorten, warn_once
+from koordfw import ManifestError, hookimpl, loads_json, raw_allocatable, shorten, warn_once
 from koordfw.extension import ANNOTATION_NODE_RAW_ALLOCATABLE, PRIORITY_PROD
 
 from .args import LoadAwareArgs
 from .estimator import estimate_pod
-from .metric import MetricInfo, metric_info, parse_duration, parse_time, report_interval
+from .metric import MetricInfo, parse_duration, parse_node_metric, parse_time
 
 ANNOTATION_USAGE_THRESHOLDS = "scheduling.koordinator.sh/usage-thresholds"
 REASON_EXPIRED = "node(s) nodeMetric expired"
@@ -161,11 +161,7 @@ class _Columns:
         self.n = 0
         self._alloc_arrays(16)
         self.metric_objs: dict[str, Any] = {}
-        #: NodeMetric name → (the kernel's reading of it, parsed); the kernel returns the same reading
-        #: while the object's content is unchanged
-        self.parsed: dict[str, tuple[Any, MetricInfo]] = {}
-        #: id(an invalid NodeMetric) → (the object, its error): each reported once
-        self.invalid: dict[int, tuple[Any, str]] = {}
+        self.parsed: dict[int, tuple[Any, MetricInfo | None]] = {}
         self.free_gen = -1
         self.pod_est: dict[str, np.ndarray] = {}
 
@@ -233,24 +229,17 @@ class _Columns:
                 self.metric_objs.pop(name, None)
 
     def _metric(self, obj: Any) -> MetricInfo | None:
+        hit = self.parsed.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
         try:
-            interval = report_interval(obj)
-            m = read_node_metric(obj)
-            hit = self.parsed.get(m.name)
-            if hit is not None and hit[0] is m:
-                return hit[1]
-            info = metric_info(m, interval)
+            info = parse_node_metric(obj)
         except ManifestError as e:
-            bad = self.invalid.get(id(obj))
-            if bad is None or bad[0] is not obj or bad[1] != str(e):
-                log.warning("ignoring invalid NodeMetric: load-aware treats the node as having none", error=str(e))
-                if len(self.invalid) > 65536:
-                    self.invalid.clear()
-                self.invalid[id(obj)] = (obj, str(e))
-            return None
+            log.warning("ignoring invalid NodeMetric: load-aware treats the node as having none", error=str(e))
+            info = None
         if len(self.parsed) > 65536:
             self.parsed.clear()
-        self.parsed[m.name] = (m, info)
+        self.parsed[id(obj)] = (obj, info)
         return info
 
     def _vec(self, m: Mapping[str, int] | None) -> np.ndarray:
