@@ -103,3 +103,21 @@ def test_learns_node_sums_from_nodemetrics_and_right_sizes_at_admission() -> Non
     off = build_registry({"pluginConfig": {"resource_profile": {"enable": False}}},
                          plugins={"resource_profile": ResourceProfile()}, only=())
     assert anyio.run(lambda: PodAdmission(off).admit(manifest)).requests[BATCH_CPU] == 4000
+
+
+def test_annotation_readers_kept_per_text_give_fresh_results() -> None:
+    """templates_of and original_requests parse each distinct annotation text once: the same answers as
+    parsing it, a fresh list each time, and a bad annotation still falls back to the requests."""
+    from koordfw_resource_profile import original_requests, templates_of
+
+    anns = {ANNOTATION_TEMPLATES: " task:a/1, class:M ,,all"}
+    first = templates_of(anns)
+    assert first == ["task:a/1", "class:M", "all"]
+    first.append("x")  # the caller's list: the kept parse is not touched
+    assert templates_of(anns) == ["task:a/1", "class:M", "all"] and templates_of({}) == []
+    for raw, want in ((json.dumps({"cpu": 1500, "memory": 2048}), (1500, 2048)), ("not json", (2000, 4096)),
+                      ("[1, 2]", (2000, 4096)), (json.dumps({"cpu": 7.9}), (7, 0))):
+        pod = make_pod("p", requests={BATCH_CPU: "2000", BATCH_MEMORY: "4096"},
+                       annotations={ANNOTATION_ORIGINAL_REQUESTS: raw})
+        assert original_requests(pod) == want
+        assert original_requests(pod) == want
