@@ -9,6 +9,10 @@
    sample is fixed from the default node count), and the saving.
 3. ``--knobs``: koordfw mode as the operator's knobs move: cpuReclaimThresholdPercent, the suppress
    threshold, load_aware's cpu usage threshold.
+4. ``--seeds 1,2,3 --kube-nodes 64-72``: the node comparison averaged over batch samples: for each seed
+   (a different sample of the hour's jobs, and the schedulers' seed) koordfw mode on the default cluster
+   and kubernetes mode on each node count of the range; the first count whose mean batch CPU-hours reach
+   koordfw mode's mean (only these rows are run).
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ def main() -> int:
     ap.add_argument("--knobs", action="store_true")
     ap.add_argument("--nodes-search", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--seeds", help="comma-separated seeds for the seed-averaged node comparison")
+    ap.add_argument("--kube-nodes", default="64-72", help="kubernetes mode's node counts for --seeds (A-B)")
     a = ap.parse_args()
     from koordfw.log import configure
 
@@ -68,6 +74,8 @@ def main() -> int:
     n = default_nodes(ls, 32.0, 128 * GiB)
     frac, _ = batch_fraction(ls, tasks, n, 32.0, 1.0)
     rows: dict[str, dict] = {}
+    if a.seeds:
+        return seed_averaged(ls, tasks, n, frac, [int(x) for x in a.seeds.split(",")], a.kube_nodes, a.json, t0)
     rows["kubernetes"] = run(ls, tasks, "kubernetes", n, frac, recommended_profile())
     rows["koordfw (recommended)"] = run(ls, tasks, "koordfw", n, frac, recommended_profile())
     rows["koordfw (Koordinator defaults)"] = run(ls, tasks, "koordfw", n, frac, koordinator_profile())
@@ -114,6 +122,38 @@ def main() -> int:
                 print(name, r)
                 continue
             print(f"{name:<44}" + "".join(f"{r[k]:>12}" for k in KEYS))
+    print(f"total {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return 0
+
+
+def seed_averaged(ls, tasks, n, frac, seeds, kube_nodes, as_json, t0) -> int:
+    lo, hi = (int(x) for x in kube_nodes.split("-"))
+    koord = {s: run(ls, tasks, "koordfw", n, frac, recommended_profile(), seed=s) for s in seeds}
+    goal = sum(r["batch_cpu_hours"] for r in koord.values()) / len(seeds)
+    kube: dict[int, dict[int, dict]] = {}
+    first = None
+    for k in range(lo, hi + 1):
+        kube[k] = {s: run(ls, tasks, "kubernetes", k, frac, recommended_profile(), seed=s) for s in seeds}
+        mean = sum(r["batch_cpu_hours"] for r in kube[k].values()) / len(seeds)
+        print(f"kubernetes {k} nodes: mean batch CPU-h {mean:,.0f} (koordfw {goal:,.0f} on {n})", file=sys.stderr)
+        if first is None and mean >= goal:
+            first = k
+    doc = {"seeds": seeds, "koordfw_nodes": n, "koordfw_batch_cpu_hours_mean": round(goal, 1),
+           "koordfw": {str(s): r for s, r in koord.items()},
+           "kubernetes": {str(k): {str(s): r for s, r in v.items()} for k, v in kube.items()},
+           "kubernetes_nodes_for_same_mean_batch_cpu_hours": first,
+           "fewer_nodes_fraction": round(1 - n / first, 3) if first else None}
+    if as_json:
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+    else:
+        print(f"koordfw, {n} nodes, per seed: " + ", ".join(f"{s}: {r['batch_cpu_hours']:,.0f}" for s, r in koord.items())
+              + f"; mean {goal:,.0f} CPU-h")
+        for k, v in kube.items():
+            mean = sum(r["batch_cpu_hours"] for r in v.values()) / len(seeds)
+            print(f"kubernetes, {k} nodes: " + ", ".join(f"{s}: {r['batch_cpu_hours']:,.0f}" for s, r in v.items())
+                  + f"; mean {mean:,.0f}")
+        print(f"first node count at koordfw's mean: {first} ({doc['fewer_nodes_fraction']} fewer)")
     print(f"total {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return 0
 
