@@ -31,10 +31,12 @@ built-in plugins only, no agent, no NodeMetric, no batch resources; BE gets what
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import heapq
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -245,10 +247,11 @@ class Replay:
             self._ls_pods_of: list[list[Any]] = []
         await self.s.startup()
         self.stats = _Stats(self.slots, self.n)
-        async with anyio.create_task_group() as tg:
-            self.tg = tg
-            await self._place_ls()
-            await self._loop()
+        with _fewer_collections():
+            async with anyio.create_task_group() as tg:
+                self.tg = tg
+                await self._place_ls()
+                await self._loop()
         await self.s.shutdown()
         wall = time.perf_counter() - t_wall
         return self.stats.result(self, wall)
@@ -772,6 +775,25 @@ class Replay:
         changed = self.cluster.node(written[0]) if written else None
         if changed is not None:
             await self.s.cluster_event(NODE_UPDATE, changed.node, changed.node)
+
+
+#: the garbage collector's thresholds during a run (generation 0 allocations, then collections of the
+#: younger generation before an older one is collected); Python's defaults are (700, 10, 10)
+RUN_GC_THRESHOLDS = (10_000, 20, 20)
+
+
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """A run allocates millions of short-lived objects (pods, node states, plans) over a heap of a few hundred
+    MB that lives as long as the run: with the default thresholds the collector takes ~10 % of a replay (two
+    days: 3.1 s of collections, 2.2 s of them full ones, against 0.7 s with these), the resident size stays
+    the same. The process's thresholds are restored after the run."""
+    old = gc.get_threshold()
+    gc.set_threshold(*RUN_GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 class _Stats:
