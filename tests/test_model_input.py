@@ -37,7 +37,7 @@ def test_canonical_units(resource, text, canon):
 
 @pytest.mark.parametrize("resource", ["cpu", "memory"])
 def test_canonical_fast_forms_agree_with_the_exact_parse(resource):
-    # plain integers, "<n>m" and "<n>Mi" (binary suffixes) take a shortcut; it must give what the exact Fraction path gives, or
+    # plain integers, "<n>m", "<n>Mi" (binary suffixes) and "<n>k" (decimal multipliers) take a shortcut; it must give what the exact Fraction path gives, or
     # refuse what it refuses (int64 bounds, non-ASCII digits, empty, signs)
     from koordfw.core.quantity import to_int, to_milli
 
@@ -46,6 +46,7 @@ def test_canonical_fast_forms_agree_with_the_exact_parse(resource):
              "9" * 15, "9" * 14 + "m", "9" * 16, "9" * 19, "9" * 20 + "m", "10Gi", "1e3"]
     texts += [str(7 ** k) for k in range(1, 20)] + [f"{7 ** k}m" for k in range(1, 20)]
     texts += [f"{7 ** k}{u}" for k in range(0, 14) for u in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "i", "Xi")]
+    texts += [f"{7 ** k}{u}" for k in range(0, 14) for u in ("k", "M", "G", "T", "P", "E", "K", "x")] + ["k", "E", "-8k"]
     for text in texts:
         try:
             want: object = exact(text)

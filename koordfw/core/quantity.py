@@ -13,6 +13,8 @@ from fractions import Fraction
 from .safeload import shorten as _short
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+#: the decimal suffixes that multiply (``8k``, as colocation_profile writes batch-cpu): integer factors
+_DECIMAL_UP = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 _DECIMAL = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),
             "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
             "P": Fraction(10**15), "E": Fraction(10**18)}
@@ -149,9 +151,9 @@ def canonical(resource: str, value: object) -> int:
     """The integer a resource is accounted in: milli for cpu, units (rounded up) otherwise.
 
     Raises :class:`QuantityError` for anything that is not a finite quantity within int64 in that unit."""
-    # the forms the API server and the agents write most (``"1234"``, ``"500m"``, ``"512Mi"``), without
-    # the exact Fraction path; 15 characters at most, so that plain and milli amounts are within int64
-    # in either unit (binary ones are bounded as the exact path bounds them)
+    # the forms the API server, the agents and the webhook write most (``"1234"``, ``"500m"``, ``"512Mi"``,
+    # ``"8k"``), without the exact Fraction path; 15 characters at most, so that plain and milli amounts
+    # are within int64 in either unit (suffixed ones are bounded as the exact path bounds them)
     milli = resource in MILLI_RESOURCES
     if type(value) is str and 0 < len(value) <= 15 and value.isascii():
         if value.isdigit():
@@ -162,6 +164,9 @@ def canonical(resource: str, value: object) -> int:
             return n if milli else -(-n // 1000)
         if last == "i" and len(value) > 2 and value[-2:] in _BINARY and value[:-2].isdigit():
             n = int(value[:-2]) * _BINARY[value[-2:]]
+            return _bounded(n * 1000, value, "milli-units") if milli else _bounded(n, value, "units")
+        if last in _DECIMAL_UP and len(value) > 1 and value[:-1].isdigit():
+            n = int(value[:-1]) * _DECIMAL_UP[last]
             return _bounded(n * 1000, value, "milli-units") if milli else _bounded(n, value, "units")
     return to_milli(value) if milli else to_int(value)
 
