@@ -674,32 +674,11 @@ def _controller(owners: list, ctx: str) -> OwnerRef | None:
     return None
 
 
-#: (resource, quantity text) -> the amount parse_resource_list gave it: pods repeat a few quantities, and
-#: some forms (``8k``) take the exact (Fraction) parse
-_AMOUNTS: dict[tuple[str, str], int] = {}
-
-
 def _resources(obj: object, where: str, ctx: str) -> dict[str, int]:
-    if type(obj) is dict:
-        out: dict[str, int] = {}
-        for k, v in obj.items():
-            amount = _AMOUNTS.get((k, v)) if type(k) is str and type(v) is str else None
-            if amount is None:
-                break
-            out[k] = amount
-        else:
-            return out
     try:
-        out = parse_resource_list(obj, where=where)
+        return parse_resource_list(obj, where=where)
     except QuantityError as e:
         raise ManifestError(str(e), obj=ctx, field=e.field or where) from None
-    if type(obj) is dict:
-        if len(_AMOUNTS) > 4096:
-            _AMOUNTS.clear()
-        for k, v in obj.items():
-            if type(k) is str and type(v) is str:
-                _AMOUNTS[(k, v)] = out[k]
-    return out
 
 
 def _container(c: object, where: str, ctx: str) -> Container:

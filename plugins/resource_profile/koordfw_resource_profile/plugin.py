@@ -76,16 +76,6 @@ def _parse_requests(raw: Any) -> tuple[int, int] | None:
 _annotated_requests = functools.lru_cache(maxsize=4096)(_parse_requests)
 
 
-@functools.lru_cache(maxsize=4096)
-def _canonical_str(resource: str, value: str) -> int:
-    # request quantities repeat across the pods of a workload; a bad one raises (and is not kept)
-    return canonical(resource, value)
-
-
-def _canonical(resource: str, value: Any) -> int:
-    return _canonical_str(resource, value) if type(value) is str else canonical(resource, value)
-
-
 def _is_be(pod: Mapping[str, Any]) -> bool:
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -182,7 +172,7 @@ class ResourceProfile:
                     continue
                 try:
                     # canonical: cpu in milli; batch-cpu is already an integer of milli-cores
-                    v = _canonical("cpu" if name == "cpu" else "memory", value)
+                    v = canonical("cpu" if name == "cpu" else "memory", value)
                 except (KoordfwError, ValueError, TypeError):
                     continue
                 totals[res] += int(v)
