@@ -131,12 +131,13 @@ def seed_averaged(ls, tasks, n, frac, seeds, kube_nodes, as_json, t0) -> int:
     koord = {s: run(ls, tasks, "koordfw", n, frac, recommended_profile(), seed=s) for s in seeds}
     goal = sum(r["batch_cpu_hours"] for r in koord.values()) / len(seeds)
     kube: dict[int, dict[int, dict]] = {}
+    means: dict[int, float] = {}
     first = None
     for k in range(lo, hi + 1):
         kube[k] = {s: run(ls, tasks, "kubernetes", k, frac, recommended_profile(), seed=s) for s in seeds}
-        mean = sum(r["batch_cpu_hours"] for r in kube[k].values()) / len(seeds)
-        print(f"kubernetes {k} nodes: mean batch CPU-h {mean:,.0f} (koordfw {goal:,.0f} on {n})", file=sys.stderr)
-        if first is None and mean >= goal:
+        means[k] = sum(r["batch_cpu_hours"] for r in kube[k].values()) / len(seeds)
+        print(f"kubernetes {k} nodes: mean batch CPU-h {means[k]:,.0f} (koordfw {goal:,.0f} on {n})", file=sys.stderr)
+        if first is None and means[k] >= goal:
             first = k
     doc = {"seeds": seeds, "koordfw_nodes": n, "koordfw_batch_cpu_hours_mean": round(goal, 1),
            "koordfw": {str(s): r for s, r in koord.items()},
@@ -150,9 +151,8 @@ def seed_averaged(ls, tasks, n, frac, seeds, kube_nodes, as_json, t0) -> int:
         print(f"koordfw, {n} nodes, per seed: " + ", ".join(f"{s}: {r['batch_cpu_hours']:,.0f}" for s, r in koord.items())
               + f"; mean {goal:,.0f} CPU-h")
         for k, v in kube.items():
-            mean = sum(r["batch_cpu_hours"] for r in v.values()) / len(seeds)
             print(f"kubernetes, {k} nodes: " + ", ".join(f"{s}: {r['batch_cpu_hours']:,.0f}" for s, r in v.items())
-                  + f"; mean {mean:,.0f}")
+                  + f"; mean {means[k]:,.0f}")
         print(f"first node count at koordfw's mean: {first} ({doc['fewer_nodes_fraction']} fewer)")
     print(f"total {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return 0

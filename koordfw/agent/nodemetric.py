@@ -210,8 +210,8 @@ class NodeMetricReporter:
             used_mem += mem or 0
         if node_cpu is not None or node_mem is not None:
             record(SYSTEM, now,
-                              None if node_cpu is None else max(node_cpu - used_cpu, 0.0),
-                              None if node_mem is None else max(node_mem - used_mem, 0.0))
+                   None if node_cpu is None else max(node_cpu - used_cpu, 0.0),
+                   None if node_mem is None else max(node_mem - used_mem, 0.0))
         self.store.forget_except(keys)
         self.samples += 1
 

@@ -415,9 +415,6 @@ class Replay:
         if r > 0:
             heapq.heappush(self.heap, (now + self.remaining[i] / r, i, int(self.version[i])))
 
-    def _holders(self, i: int) -> list[tuple[Executor, int]]:
-        return self.holders.get(i, [])
-
     def _settle_all(self, now: float) -> None:
         """Account every running task's work up to ``now`` at the speeds in force."""
         for i, hs in self.holders.items():
