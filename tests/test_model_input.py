@@ -37,7 +37,8 @@ def test_canonical_units(resource, text, canon):
 
 @pytest.mark.parametrize("resource", ["cpu", "memory"])
 def test_canonical_fast_forms_agree_with_the_exact_parse(resource):
-    # plain integers, "<n>m", "<n>Mi" (binary suffixes) and "<n>k" (decimal multipliers) take a shortcut; it must give what the exact Fraction path gives, or
+    # plain integers, "<n>m", "<n>Mi" (binary suffixes) and "<n>k" (decimal multipliers) take a shortcut;
+    # it must give what the exact Fraction path gives, or
     # refuse what it refuses (int64 bounds, non-ASCII digits, empty, signs)
     from koordfw.core.quantity import to_int, to_milli
 
