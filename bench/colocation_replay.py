@@ -9,7 +9,7 @@
    sample is fixed from the default node count), and the saving.
 3. ``--knobs``: koordfw mode as the operator's knobs move: cpuReclaimThresholdPercent, the suppress
    threshold, load_aware's cpu usage threshold.
-4. ``--seeds 1,2,3 --kube-nodes 64-72``: the node comparison averaged over batch samples: for each seed
+4. ``--seeds 1,2,3,42 --kube-nodes 67-73``: the node comparison averaged over batch samples: for each seed
    (a different sample of the hour's jobs, and the schedulers' seed) koordfw mode on the default cluster
    and kubernetes mode on each node count of the range; the first count whose mean batch CPU-hours reach
    koordfw mode's mean (only these rows are run).
@@ -43,11 +43,30 @@ KEYS = ("cpu_utilisation_mean", "cpu_utilisation_p95", "allocation_mean", "batch
         "executor_pods_created", "wall_seconds")
 
 
-def run(ls, tasks, mode, nodes, frac, profile, seed=42):
-    r = Replay(ls, tasks, mode=mode, nodes=nodes, node_cpu=32.0, node_memory=128 * GiB, slots=ls.slots,
-               batch_fraction=frac, seed=seed, profile=profile)
-    res = anyio.run(r.run)
-    return {k: res.summary[k] for k in KEYS} | {"nodes": nodes}
+def reclaim_of(profile):
+    return int(profile.get("pluginConfig", {}).get("batch_resource", {}).get("cpuReclaimThresholdPercent", 60))
+
+
+class Runner:
+    """Runs replays as ``koordfw replay colocation`` does: the batch sample of each profile is the one the
+    command draws for it on the default cluster (``--batch-load 1`` of the batch resources the profile's
+    reclaim threshold leaves), whatever node count a row runs on."""
+
+    def __init__(self, ls, tasks, default_n):
+        self.ls, self.tasks, self.n = ls, tasks, default_n
+        self._frac: dict[int, float] = {}
+
+    def frac(self, profile):
+        reclaim = reclaim_of(profile)
+        if reclaim not in self._frac:
+            self._frac[reclaim] = batch_fraction(self.ls, self.tasks, self.n, 32.0, 1.0, reclaim)[0]
+        return self._frac[reclaim]
+
+    def __call__(self, mode, nodes, profile, seed=42):
+        r = Replay(self.ls, self.tasks, mode=mode, nodes=nodes, node_cpu=32.0, node_memory=128 * GiB,
+                   slots=self.ls.slots, batch_fraction=self.frac(profile), seed=seed, profile=profile)
+        res = anyio.run(r.run)
+        return {k: res.summary[k] for k in KEYS} | {"nodes": nodes}
 
 
 def with_knob(profile, plugin, key, value):
@@ -63,7 +82,7 @@ def main() -> int:
     ap.add_argument("--nodes-search", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--seeds", help="comma-separated seeds for the seed-averaged node comparison")
-    ap.add_argument("--kube-nodes", default="64-72", help="kubernetes mode's node counts for --seeds (A-B)")
+    ap.add_argument("--kube-nodes", default="67-73", help="kubernetes mode's node counts for --seeds (A-B)")
     a = ap.parse_args()
     from koordfw.log import configure
 
@@ -72,25 +91,25 @@ def main() -> int:
     ls = load_ls(DATA / "bitbrains-rnd-2013-07", days=a.days)
     tasks = load_batch(DATA / "alibaba-batch-v2018")
     n = default_nodes(ls, 32.0, 128 * GiB)
-    frac, _ = batch_fraction(ls, tasks, n, 32.0, 1.0)
+    run = Runner(ls, tasks, n)
     rows: dict[str, dict] = {}
     if a.seeds:
-        return seed_averaged(ls, tasks, n, frac, [int(x) for x in a.seeds.split(",")], a.kube_nodes, a.json, t0)
-    rows["kubernetes"] = run(ls, tasks, "kubernetes", n, frac, recommended_profile())
-    rows["koordfw (recommended)"] = run(ls, tasks, "koordfw", n, frac, recommended_profile())
-    rows["koordfw (Koordinator defaults)"] = run(ls, tasks, "koordfw", n, frac, koordinator_profile())
+        return seed_averaged(run, n, [int(x) for x in a.seeds.split(",")], a.kube_nodes, a.json, t0)
+    rows["kubernetes"] = run("kubernetes", n, recommended_profile())
+    rows["koordfw (recommended)"] = run("koordfw", n, recommended_profile())
+    rows["koordfw (Koordinator defaults)"] = run("koordfw", n, koordinator_profile())
     if a.nodes_search:
         goal = rows["koordfw (recommended)"]["batch_cpu_hours"]
         lo, prev = n, n
         for extra in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0):
             k = round(n * (1 + extra))
-            r = run(ls, tasks, "kubernetes", k, frac, recommended_profile())
+            r = run("kubernetes", k, recommended_profile())
             rows[f"kubernetes, {k} nodes"] = r
             if r["batch_cpu_hours"] >= goal:
                 lo = k
                 # then node by node inside the bracket: the first count that delivers as much
                 for j in range(prev + 1, k):
-                    r = run(ls, tasks, "kubernetes", j, frac, recommended_profile())
+                    r = run("kubernetes", j, recommended_profile())
                     rows[f"kubernetes, {j} nodes"] = r
                     if r["batch_cpu_hours"] >= goal:
                         lo = j
@@ -100,18 +119,28 @@ def main() -> int:
         rows["_nodes"] = {"koordfw_nodes": n, "kubernetes_nodes_for_same_batch_cpu_hours": lo,
                           "fewer_nodes_fraction": round(1 - n / lo, 3) if lo > n else 0.0}
     if a.knobs:
-        # Koordinator's defaults with one knob moved, then the recommended profile (profiling on, median)
-        # and it with the reclaim threshold raised
+        # Koordinator's defaults with one knob moved; then from them to the recommended profile one step at
+        # a time (profiling on at the median, BECPUEvict, the two thresholds), and the recommended profile
+        # without BECPUEvict
         base = koordinator_profile()
         for plugin, key, values in (("batch_resource", "cpuReclaimThresholdPercent", (50, 70)),
                                     ("be_suppress", "cpuSuppressThresholdPercent", (55, 75)),
                                     ("load_aware", "usageThresholds", ({"cpu": 80, "memory": 95},))):
             for v in values:
-                rows[f"{plugin}.{key}={v}"] = run(ls, tasks, "koordfw", n, frac, with_knob(base, plugin, key, v))
+                rows[f"{plugin}.{key}={v}"] = run("koordfw", n, with_knob(base, plugin, key, v))
         rec = recommended_profile()
-        rows["recommended (resource_profile cpuPercentile=50)"] = rows["koordfw (recommended)"]
-        rows["recommended + cpuReclaimThresholdPercent=70"] = run(
-            ls, tasks, "koordfw", n, frac, with_knob(rec, "batch_resource", "cpuReclaimThresholdPercent", 70))
+        step = copy.deepcopy(base)
+        step["pluginConfig"]["resource_profile"] = copy.deepcopy(rec["pluginConfig"]["resource_profile"])
+        rows["+ resource_profile (cpuPercentile=50)"] = run("koordfw", n, step)
+        step["pluginConfig"]["eviction"] = copy.deepcopy(rec["pluginConfig"]["eviction"])
+        rows["+ BECPUEvict (60 / 80)"] = run("koordfw", n, step)
+        if with_knob(with_knob(step, "batch_resource", "cpuReclaimThresholdPercent", 65),
+                     "be_suppress", "cpuSuppressThresholdPercent", 70) != rec:
+            raise SystemExit("the steps do not lead to the recommended profile")
+        rows["+ reclaim 65, suppress 70 (the recommended profile)"] = rows["koordfw (recommended)"]
+        no_cpu_evict = copy.deepcopy(rec)
+        del no_cpu_evict["pluginConfig"]["eviction"]
+        rows["recommended without BECPUEvict"] = run("koordfw", n, no_cpu_evict)
     if a.json:
         json.dump(rows, sys.stdout, indent=1)
         print()
@@ -126,15 +155,15 @@ def main() -> int:
     return 0
 
 
-def seed_averaged(ls, tasks, n, frac, seeds, kube_nodes, as_json, t0) -> int:
+def seed_averaged(run, n, seeds, kube_nodes, as_json, t0) -> int:
     lo, hi = (int(x) for x in kube_nodes.split("-"))
-    koord = {s: run(ls, tasks, "koordfw", n, frac, recommended_profile(), seed=s) for s in seeds}
+    koord = {s: run("koordfw", n, recommended_profile(), seed=s) for s in seeds}
     goal = sum(r["batch_cpu_hours"] for r in koord.values()) / len(seeds)
     kube: dict[int, dict[int, dict]] = {}
     means: dict[int, float] = {}
     first = None
     for k in range(lo, hi + 1):
-        kube[k] = {s: run(ls, tasks, "kubernetes", k, frac, recommended_profile(), seed=s) for s in seeds}
+        kube[k] = {s: run("kubernetes", k, recommended_profile(), seed=s) for s in seeds}
         means[k] = sum(r["batch_cpu_hours"] for r in kube[k].values()) / len(seeds)
         print(f"kubernetes {k} nodes: mean batch CPU-h {means[k]:,.0f} (koordfw {goal:,.0f} on {n})", file=sys.stderr)
         if first is None and means[k] >= goal:

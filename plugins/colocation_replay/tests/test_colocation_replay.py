@@ -131,6 +131,41 @@ def test_pool_schedules_each_request_withdraws_what_finds_no_node(tmp_path: Path
     assert r.free_lanes[a] == 0 and r.assigned[0] == 8
 
 
+def test_cpu_eviction_moves_be_off_a_node_whose_ls_usage_rose(tmp_path: Path) -> None:
+    # one 16-core node; the LS VM (8 cores) is idle for an hour, then uses all its cores. The batch task
+    # (48 one-core instances of 2 h) gets executors for the batch-cpu the idle hour leaves (65 % of 16 less
+    # LS usage ~ 10.4 cores). Once LS uses 8 cores, be_suppress leaves BE 70 % of 16 less 8 = 3.2 cores for
+    # ~10 cores of demand: satisfaction ~ 30 %, below BECPUEvict's 60 %, so the recommended profile
+    # evicts executors until the requests left are at most 3.2 / 80 %; without BECPUEvict they stay,
+    # throttled, and LS + BE demand stays above the node's capacity
+    from koordfw_colocation_replay import recommended_profile as rec
+
+    slots = 36
+    d = tmp_path / "ls"
+    d.mkdir()
+    lines = ["vm,t,cores,cap_mhz,use_mhz,mem_prov_kb,mem_used_kb"]
+    lines += [f"1,{T0 + 300 * k},8,20800.0,{0.0 if k < 12 else 20800.0},8388608,1048576" for k in range(slots)]
+    with gzip.open(d / "vm_usage_5min.csv.gz", "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    ls = load_ls(d)
+    batch = load_batch(write_batch(tmp_path / "batch", [(0, "j_1", "M1", 48, 7200, 100, 100)]))
+    no_cpu_evict = rec()
+    del no_cpu_evict["pluginConfig"]["eviction"]
+    figures = {}
+    for name, profile in (("recommended", rec()), ("without", no_cpu_evict)):
+        r = Replay(ls, batch, mode="koordfw", nodes=1, node_cpu=16.0, node_memory=64 * GiB, slots=ls.slots,
+                   batch_fraction=1.0, seed=1, profile=profile)
+        figures[name] = s = anyio.run(r.run).summary
+        assert s["ls_starved_slots"] == 0
+        bound = [e for e in r.executors.values() if e.node >= 0]
+        figures[name]["requests_left"] = sum(e.cpu_req for e in bound)
+    rec_s, without = figures["recommended"], figures["without"]
+    assert without["evictions"] == 0 and rec_s["evictions"] >= 1  # memory stays far below BEMemoryEvict's 70 %
+    assert rec_s["instances_retried"] >= 1
+    assert rec_s["requests_left"] <= 3.2 / 0.8 + 1e-9 < without["requests_left"]
+    assert rec_s["node_over_capacity_slot_fraction"] < without["node_over_capacity_slot_fraction"]
+
+
 def test_a_tiny_slice_of_the_real_traces(tmp_path: Path) -> None:
     """8 VMs of the Bitbrains week for 2 hours, the Alibaba hour scaled to them: both modes, exact figures."""
     out = tmp_path / "out.json"
@@ -157,9 +192,10 @@ def test_a_tiny_slice_of_the_real_traces(tmp_path: Path) -> None:
     assert f["batch_cpu_hours"] > k["batch_cpu_hours"]
 
 
-#: the slice's figures (kubernetes, koordfw); 8 VMs fit on one 16-core node, 0.03 % of the jobs each hour
-EXPECTED: dict = {"nodes": 1, "cpu_utilisation_mean": (0.0555, 0.0847), "batch_instances_completed": (123, 123),
-                  "batch_cpu_hours": (1.59, 2.53), "evictions": (0, 0), "ls_starved_slots": (0, 0)}
+#: the slice's figures (kubernetes, koordfw); 8 VMs fit on one 16-core node, 0.035 % of the jobs each hour
+#: (the batch resources at the recommended 65 % reclaim threshold); BECPUEvict evicts 4 executors
+EXPECTED: dict = {"nodes": 1, "cpu_utilisation_mean": (0.0677, 0.0871), "batch_instances_completed": (136, 136),
+                  "batch_cpu_hours": (1.98, 2.6), "evictions": (0, 4), "ls_starved_slots": (0, 0)}
 
 
 @pytest.mark.parametrize("case, expected", [
