@@ -12,7 +12,7 @@
 4. ``--seeds 1,2,3,42 --kube-nodes 67-73``: the node comparison averaged over batch samples: for each seed
    (a different sample of the hour's jobs, and the schedulers' seed) koordfw mode on the default cluster
    and kubernetes mode on each node count of the range; the first count whose mean batch CPU-hours reach
-   koordfw mode's mean (only these rows are run).
+   koordfw mode's mean (only these rows are run); ``--jobs 2`` runs two replays at a time.
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--seeds", help="comma-separated seeds for the seed-averaged node comparison")
     ap.add_argument("--kube-nodes", default="67-73", help="kubernetes mode's node counts for --seeds (A-B)")
+    ap.add_argument("--jobs", type=int, default=1, help="replays run at once for --seeds (forked processes)")
     a = ap.parse_args()
     from koordfw.log import configure
 
@@ -94,7 +95,7 @@ def main() -> int:
     run = Runner(ls, tasks, n)
     rows: dict[str, dict] = {}
     if a.seeds:
-        return seed_averaged(run, n, [int(x) for x in a.seeds.split(",")], a.kube_nodes, a.json, t0)
+        return seed_averaged(run, n, [int(x) for x in a.seeds.split(",")], a.kube_nodes, a.json, t0, a.jobs)
     rows["kubernetes"] = run("kubernetes", n, recommended_profile())
     rows["koordfw (recommended)"] = run("koordfw", n, recommended_profile())
     rows["koordfw (Koordinator defaults)"] = run("koordfw", n, koordinator_profile())
@@ -155,15 +156,42 @@ def main() -> int:
     return 0
 
 
-def seed_averaged(run, n, seeds, kube_nodes, as_json, t0) -> int:
+_RUN: list = []  # the Runner, for the forked workers of --jobs (they have this process's memory)
+
+
+def _one(job):
+    mode, nodes, seed = job
+    return job, _RUN[0](mode, nodes, recommended_profile(), seed=seed)
+
+
+def _one_with(run, job):
+    mode, nodes, seed = job
+    return run(mode, nodes, recommended_profile(), seed=seed)
+
+
+def seed_averaged(run, n, seeds, kube_nodes, as_json, t0, jobs=1) -> int:
     lo, hi = (int(x) for x in kube_nodes.split("-"))
-    koord = {s: run("koordfw", n, recommended_profile(), seed=s) for s in seeds}
+    work = [("koordfw", n, s) for s in seeds] + [("kubernetes", k, s) for k in range(lo, hi + 1) for s in seeds]
+    done: dict[tuple, dict] = {}
+    if jobs > 1:
+        import multiprocessing
+
+        _RUN[:] = [run]
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            # the long koordfw runs first, so the short ones fill the end
+            for job, r in pool.imap_unordered(_one, work):
+                done[job] = r
+                print(f"{job}: {r['batch_cpu_hours']:,.0f} batch CPU-h", file=sys.stderr)
+    else:
+        for job in work:
+            done[job] = _one_with(run, job)
+    koord = {s: done[("koordfw", n, s)] for s in seeds}
     goal = sum(r["batch_cpu_hours"] for r in koord.values()) / len(seeds)
     kube: dict[int, dict[int, dict]] = {}
     means: dict[int, float] = {}
     first = None
     for k in range(lo, hi + 1):
-        kube[k] = {s: run("kubernetes", k, recommended_profile(), seed=s) for s in seeds}
+        kube[k] = {s: done[("kubernetes", k, s)] for s in seeds}
         means[k] = sum(r["batch_cpu_hours"] for r in kube[k].values()) / len(seeds)
         print(f"kubernetes {k} nodes: mean batch CPU-h {means[k]:,.0f} (koordfw {goal:,.0f} on {n})", file=sys.stderr)
         if first is None and means[k] >= goal:
