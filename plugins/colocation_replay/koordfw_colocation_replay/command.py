@@ -38,8 +38,8 @@ def register(sub: Commands) -> None:
                         "measured usage (default 1.0)")
     p.add_argument("--mode", choices=(*MODES, "both"), default="both")
     p.add_argument("--profile", metavar="F",
-                   help="koordfw mode's profile YAML, or 'recommended' (default: profiling on) or 'koordinator' "
-                        "(Koordinator's defaults, no profiling)")
+                   help="koordfw mode's profile YAML, or 'recommended' (default: profiling on, BECPUEvict, reclaim "
+                        "65 %%, suppress 70 %%) or 'koordinator' (Koordinator's defaults: 60 %%, 65 %%, no profiling)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--output", "-o", choices=("table", "json"), default="table")
     p.add_argument("--hours", action="store_true", help="print the per-hour table too (the JSON always has it)")
