@@ -9,7 +9,7 @@
    sample is fixed from the default node count), and the saving.
 3. ``--knobs``: koordfw mode as the operator's knobs move: cpuReclaimThresholdPercent, the suppress
    threshold, load_aware's cpu usage threshold.
-4. ``--seeds 1,2,3,42 --kube-nodes 67-73``: the node comparison averaged over batch samples: for each seed
+4. ``--seeds 1,2,3,4,5,6,7,42 --kube-nodes 67-73``: the node comparison averaged over batch samples: for each seed
    (a different sample of the hour's jobs, and the schedulers' seed) koordfw mode on the default cluster
    and kubernetes mode on each node count of the range; the first count whose mean batch CPU-hours reach
    koordfw mode's mean (only these rows are run); ``--jobs 2`` runs two replays at a time.
@@ -164,27 +164,21 @@ def _one(job):
     return job, _RUN[0](mode, nodes, recommended_profile(), seed=seed)
 
 
-def _one_with(run, job):
-    mode, nodes, seed = job
-    return run(mode, nodes, recommended_profile(), seed=seed)
-
-
 def seed_averaged(run, n, seeds, kube_nodes, as_json, t0, jobs=1) -> int:
     lo, hi = (int(x) for x in kube_nodes.split("-"))
+    # the long koordfw runs first, so that with --jobs the short ones fill the end
     work = [("koordfw", n, s) for s in seeds] + [("kubernetes", k, s) for k in range(lo, hi + 1) for s in seeds]
     done: dict[tuple, dict] = {}
+    _RUN[:] = [run]
     if jobs > 1:
         import multiprocessing
 
-        _RUN[:] = [run]
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            # the long koordfw runs first, so the short ones fill the end
             for job, r in pool.imap_unordered(_one, work):
                 done[job] = r
                 print(f"{job}: {r['batch_cpu_hours']:,.0f} batch CPU-h", file=sys.stderr)
     else:
-        for job in work:
-            done[job] = _one_with(run, job)
+        done.update(map(_one, work))
     koord = {s: done[("koordfw", n, s)] for s in seeds}
     goal = sum(r["batch_cpu_hours"] for r in koord.values()) / len(seeds)
     kube: dict[int, dict[int, dict]] = {}
