@@ -432,15 +432,13 @@ class BESample:
     real_limit: float
 
 
-def be_cpu_sample(ns: NodeState, request: Callable[[PodState], int] = pod_batch_milli_cpu_request) -> BESample | None:
-    """This state's BE CPU sample (``beResourceCollector``): usage of the pods in the besteffort cgroup
-    (and BE host applications under it), the BE pods' batch-cpu requests, the besteffort cgroup's real
-    limit. ``None`` without CPU usage (the agent's first round) or without the cgroup's cpuset."""
+def be_cpu_usage_limit(ns: NodeState) -> tuple[int, int] | None:
+    """The BE CPU usage and the besteffort cgroup's real limit of :func:`be_cpu_sample` (milli-CPU), without
+    the requests; ``None`` when it is ``None``."""
     be_pods = [p for p in ns.pods if p.kube_qos == "BestEffort"]
     if any("cpu" not in p.usage for p in be_pods):
         return None
     usage = sum(p.usage["cpu"] for p in be_pods) + sum(a.usage.get("cpu", 0) for a in ns.host_apps if a.is_be)
-    requested = sum(request(p) for p in ns.pods if p.pod is not None and p.qos == "BE")
     be_dir = ns.qos_dir("besteffort")
     cpus = ns.cpuset(be_dir)
     if cpus is None:
@@ -449,7 +447,22 @@ def be_cpu_sample(ns: NodeState, request: Callable[[PodState], int] = pod_batch_
     quota = ns.cpu_quota(be_dir)
     if quota is not None and quota != -1:
         limit = min(limit, quota * 1000 // ns.cpu_period(be_dir))
-    return BESample(float(usage), float(requested), float(limit))
+    return usage, limit
+
+
+def be_requested(ns: NodeState, request: Callable[[PodState], int] = pod_batch_milli_cpu_request) -> int:
+    """The BE pods' batch-cpu requests (milli-CPU)."""
+    return sum(request(p) for p in ns.pods if p.pod is not None and p.qos == "BE")
+
+
+def be_cpu_sample(ns: NodeState, request: Callable[[PodState], int] = pod_batch_milli_cpu_request) -> BESample | None:
+    """This state's BE CPU sample (``beResourceCollector``): usage of the pods in the besteffort cgroup
+    (and BE host applications under it), the BE pods' batch-cpu requests, the besteffort cgroup's real
+    limit. ``None`` without CPU usage (the agent's first round) or without the cgroup's cpuset."""
+    ul = be_cpu_usage_limit(ns)
+    if ul is None:
+        return None
+    return BESample(float(ul[0]), float(be_requested(ns, request)), float(ul[1]))
 
 
 def be_milli_allocatable(ns: NodeState) -> float:
@@ -558,11 +571,18 @@ def plan_cpu(ns: NodeState, args: Args, avg: BESample | None = None, current: BE
         if r is None:
             r = requests[id(p)] = pod_batch_milli_cpu_request(p)
         return r
-    here = be_cpu_sample(ns, request)
-    current = current if current is not None else here
+    if current is None:
+        # this state's sample; without a window it is the average too, and cpu_to_release gives 0 unless
+        # its usage is high enough for the limit the policy compares with: the requests are summed only then
+        ul = be_cpu_usage_limit(ns)
+        if ul is None:
+            return []
+        if avg is None:
+            limit = be_milli_allocatable(ns) if args.cpu_evict_policy == POLICY_ALLOCATABLE else float(ul[1])
+            if not usage_high_enough(float(ul[0]), limit, args.cpu_evict_BE_usage_threshold_percent):
+                return []
+        current = BESample(float(ul[0]), float(be_requested(ns, request)), float(ul[1]))
     avg = avg if avg is not None else current
-    if current is None or avg is None:
-        return []
     release = cpu_to_release(avg, current, args, be_milli_allocatable(ns))
     if release <= 0:
         return []

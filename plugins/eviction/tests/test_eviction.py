@@ -252,6 +252,41 @@ def test_be_cpu_sort_with_keys_computed_once_is_the_comparators_order():
         assert [p.uid for p in sorted_be_cpu_pods(ns)] == want
 
 
+def test_be_cpu_evict_sums_requests_only_when_usage_is_high_and_decides_as_the_sample_does(monkeypatch):
+    # plan_cpu checks the state's usage against the limit before it sums the BE requests: on random states
+    # (both policies, with and without a quota) it evicts exactly when cpu_to_release of the state's whole
+    # sample asks for a release, and sums the requests only then
+    import random
+
+    import koordfw_eviction as ev
+
+    summed = [0]
+    real_sum = ev.be_requested
+
+    def counting(*a, **k):
+        summed[0] += 1
+        return real_sum(*a, **k)
+    monkeypatch.setattr(ev, "be_requested", counting)
+    rng = random.Random(23)
+    for _ in range(400):
+        pods = [pod(f"p{i}", "BE", rng.choice([None, 1, 2]), cpu=rng.choice(["0", "0.5", "2", "4", "6"]),
+                    batch_cpu=rng.choice([None, 1000, 4000, 12000])) for i in range(rng.randint(0, 6))]
+        cgroups = {**BE_DIR_V1, "cpu/kubepods/besteffort/cpu.cfs_quota_us": rng.choice(["-1", "300000", "800000"])}
+        ns = state(pods, cgroups=cgroups, allocatable={"kubernetes.io/batch-cpu": rng.choice(["0", "4", "10"])})
+        args = Args(cpu_evict_enable=True, cpu_evict_BE_satisfaction_lower_percent=rng.choice([30, 60]),
+                    cpu_evict_BE_satisfaction_upper_percent=80,
+                    cpu_evict_BE_usage_threshold_percent=rng.choice([None, 50, 90]),
+                    cpu_evict_policy=rng.choice([ev.POLICY_REAL_LIMIT, ev.POLICY_ALLOCATABLE]))
+        sample = be_cpu_sample(ns)
+        release = cpu_to_release(sample, sample, args, ev.be_milli_allocatable(ns)) if sample else 0
+        before = summed[0]
+        got = plan_cpu(ns, args)
+        assert bool(got) == (release > 0 and any(p.pod is not None and p.qos == "BE" for p in ns.pods))
+        if sample is not None and summed[0] == before:
+            limit = ev.be_milli_allocatable(ns) if args.cpu_evict_policy == ev.POLICY_ALLOCATABLE else sample.real_limit
+            assert not usage_high_enough(sample.usage, limit, args.cpu_evict_BE_usage_threshold_percent)
+
+
 def test_live_window_and_cool_down():
     pods = [pod("a", "BE", 1, cpu="4.75", batch_cpu=25000), pod("b", "BE", 2, cpu="4.75", batch_cpu=25000)]
     ns = state(pods, cgroups=BE_DIR_V1, mem_used="1G")
