@@ -425,7 +425,7 @@ class Replay:
         self.rate[i] = r
         self.version[i] += 1
         if r > 0:
-            heapq.heappush(self.heap, (now + self.remaining[i] / r, i, int(self.version[i])))
+            heapq.heappush(self.heap, (now + self.remaining[i] / r, i, self.version[i]))
 
     def _settle_all(self, now: float) -> None:
         """Account every running task's work up to ``now`` at the speeds in force."""
@@ -456,13 +456,13 @@ class Replay:
             while self.heap and (self.heap[0][2] != self.version[self.heap[0][1]] or self.state[self.heap[0][1]] != 2):
                 heapq.heappop(self.heap)
             tc = self.heap[0][0] if self.heap else math.inf
-            ta = float(self.arrival[self.next_task]) if self.next_task < T else math.inf
+            ta = self.arrival[self.next_task] if self.next_task < T else math.inf
             t = min(tc, ta)
             if t > end:
                 return
             if ta <= tc:
                 for i in self._arrivals_until(ta):
-                    self._dispatch(int(self.shape[i]), ta)
+                    self._dispatch(self.shape[i], ta)
                 continue
             _, i, _v = heapq.heappop(self.heap)
             self._account_work(i, t)
@@ -478,7 +478,7 @@ class Replay:
             self.next_task += 1
             self.state[i] = 1
             if self.waiting[i] == 0:
-                self._ready(i, float(self.arrival[i]))
+                self._ready(i, self.arrival[i])
                 ready.append(i)
         return ready
 
@@ -489,8 +489,8 @@ class Replay:
         self.finished_at[i] = t
         self.remaining[i] = 0.0
         self.rate[i] = 0.0
-        touched = {int(self.shape[i])}
-        self.want[int(self.shape[i])] -= max(self._cap(i) - int(self.assigned[i]), 0)
+        touched = {self.shape[i]}
+        self.want[self.shape[i]] -= max(self._cap(i) - self.assigned[i], 0)
         for e, lanes in self.holders.pop(i, []):
             e.used -= lanes
             if e.node >= 0:
@@ -505,7 +505,7 @@ class Replay:
             self.waiting[c] -= 1
             if self.waiting[c] == 0 and self.state[c] == 1:
                 self._ready(c, t)
-                touched.add(int(self.shape[c]))
+                touched.add(self.shape[c])
         return touched
 
     def _dispatch_all(self, now: float) -> None:
@@ -528,7 +528,7 @@ class Replay:
                 h += 1
                 continue
             t = self.tasks[i]
-            want = min(t.parallelism, t.inst) - int(self.assigned[i])
+            want = min(t.parallelism, t.inst) - self.assigned[i]
             if want <= 0:
                 h += 1
                 continue
@@ -586,7 +586,7 @@ class Replay:
                 while h < len(q) and self.state[q[h]] != 2:
                     h += 1
                 if h < len(q):
-                    heads.append((float(self.ready_at[q[h]]), sh))
+                    heads.append((self.ready_at[q[h]], sh))
         heads.sort()
         budget, fails = MAX_NEW_PER_SLOT, 0
         failed: list[tuple[float, int]] = []
@@ -684,7 +684,7 @@ class Replay:
             hs = self.holders.get(i, [])
             self.holders[i] = [(x, k) for x, k in hs if x is not e]
             self.assigned[i] -= lanes
-            self.want[int(self.shape[i])] += lanes
+            self.want[self.shape[i]] += lanes
             self._set_rate(i, now)
             sh = self.shape[i]
             self.queues[sh].append(i)
