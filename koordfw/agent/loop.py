@@ -163,6 +163,11 @@ class AgentPluginHandle:
         return f"<AgentHandle of {self.plugin_name}>"
 
 
+def _stamped(w: FileWrite | Eviction, plugin: str) -> Any:
+    """``w`` with ``plugin`` as its plugin (itself when it has it already, or no plugin is given)."""
+    return attrs.evolve(w, plugin=plugin) if plugin and w.plugin != plugin else w
+
+
 def _stamp(writes: Any, plugin: str) -> list[FileWrite]:
     if writes is None:
         return []
@@ -172,7 +177,7 @@ def _stamp(writes: Any, plugin: str) -> list[FileWrite]:
     for i, w in enumerate(writes):
         if not isinstance(w, FileWrite):
             raise TypeError(f"item {i}: expected a FileWrite, got {type(w).__name__}")
-        out.append(attrs.evolve(w, plugin=plugin) if plugin and w.plugin != plugin else w)
+        out.append(_stamped(w, plugin))
     return out
 
 
@@ -187,9 +192,9 @@ def split_plan(res: Any, plugin: str) -> tuple[list[FileWrite], list[Eviction]]:
     writes: list[FileWrite] = []
     for i, w in enumerate(res):  # each stamped as _stamp would, in this one pass (not a second type check)
         if isinstance(w, FileWrite):
-            writes.append(attrs.evolve(w, plugin=plugin) if plugin and w.plugin != plugin else w)
+            writes.append(_stamped(w, plugin))
         elif isinstance(w, Eviction):
-            evictions.append(attrs.evolve(w, plugin=plugin) if plugin and w.plugin != plugin else w)
+            evictions.append(_stamped(w, plugin))
         else:
             raise TypeError(f"item {i}: expected a FileWrite or an Eviction, got {type(w).__name__}")
     return writes, evictions
