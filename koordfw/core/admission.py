@@ -10,6 +10,7 @@ only in where the objects come from (:class:`ObjectStore`: reflector caches or t
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
@@ -70,17 +71,10 @@ class StaticObjects:
         return self._by_kind.get((api_version, kind), {}).get((namespace or "", name))
 
 
-#: key -> its JSON pointer segment (``/`` and the key escaped): pods repeat the same keys
-_POINTERS: dict[str, str] = {}
-
-
+@functools.lru_cache(maxsize=4096)
 def _pointer(token: str) -> str:
-    segment = _POINTERS.get(token)
-    if segment is None:
-        segment = "/" + token.replace("~", "~0").replace("/", "~1")
-        if len(_POINTERS) < 4096:
-            _POINTERS[token] = segment
-    return segment
+    """A key's JSON pointer segment (``/`` and the key escaped), remembered: pods repeat the same keys."""
+    return "/" + token.replace("~", "~0").replace("/", "~1")
 
 
 def json_patch(original: Any, result: Any, prefix: str = "") -> list[dict[str, Any]]:
