@@ -32,6 +32,7 @@ from koordfw_colocation_replay import (
     koordinator_profile,
     load_batch,
     load_ls,
+    reclaim_percent,
     recommended_profile,
 )
 
@@ -41,10 +42,6 @@ KEYS = ("cpu_utilisation_mean", "cpu_utilisation_p95", "allocation_mean", "batch
         "batch_cpu_hours", "batch_wait_p50_s", "batch_wait_p99_s", "be_throttled_cpu_hours", "evictions",
         "ls_starved_slots", "node_over_capacity_slot_fraction", "node_slots_above_suppress_threshold_fraction",
         "executor_pods_created", "wall_seconds")
-
-
-def reclaim_of(profile):
-    return int(profile.get("pluginConfig", {}).get("batch_resource", {}).get("cpuReclaimThresholdPercent", 60))
 
 
 class Runner:
@@ -57,7 +54,7 @@ class Runner:
         self._frac: dict[int, float] = {}
 
     def frac(self, profile):
-        reclaim = reclaim_of(profile)
+        reclaim = reclaim_percent(profile)
         if reclaim not in self._frac:
             self._frac[reclaim] = batch_fraction(self.ls, self.tasks, self.n, 32.0, 1.0, reclaim)[0]
         return self._frac[reclaim]

@@ -14,7 +14,15 @@ from typing import Any
 
 from koordfw import Commands, ConfigError, InputError, format_quantity, load_yaml, parse_quantity
 
-from .model import Replay, Result, batch_fraction, default_nodes, koordinator_profile, recommended_profile
+from .model import (
+    Replay,
+    Result,
+    batch_fraction,
+    default_nodes,
+    koordinator_profile,
+    reclaim_percent,
+    recommended_profile,
+)
 from .traces import TraceError, load_batch, load_ls
 
 MODES = ("kubernetes", "koordfw")
@@ -98,8 +106,7 @@ def replay(args: argparse.Namespace, progress_for: Any = None) -> dict[str, Any]
     nodes = args.nodes if args.nodes is not None else default_nodes(ls, node_cpu, node_mem)
     if nodes < 1:
         raise ConfigError(f"--nodes: must be >= 1, got {nodes}")
-    reclaim = int(profile.get("pluginConfig", {}).get("batch_resource", {}).get("cpuReclaimThresholdPercent", 60))
-    frac, holdable = batch_fraction(ls, tasks, nodes, node_cpu, args.batch_load, reclaim)
+    frac, holdable = batch_fraction(ls, tasks, nodes, node_cpu, args.batch_load, reclaim_percent(profile))
     load_s = time.perf_counter() - t0
     import anyio
 

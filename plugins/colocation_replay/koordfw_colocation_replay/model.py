@@ -118,6 +118,12 @@ def recommended_profile() -> dict[str, Any]:
     }}
 
 
+def reclaim_percent(profile: dict[str, Any]) -> int:
+    """The profile's batch_resource ``cpuReclaimThresholdPercent`` (Koordinator's default 60): what the batch
+    sample is drawn for (:func:`batch_fraction`)."""
+    return int(profile.get("pluginConfig", {}).get("batch_resource", {}).get("cpuReclaimThresholdPercent", 60))
+
+
 def koordinator_profile() -> dict[str, Any]:
     """Koordinator's defaults: reclaim 60 %, suppress 65 % (cfsQuota), no CPU eviction, no profiling
     (requests as planned); BEMemoryEvict at 70 % as koordfw's eviction plugin ships it."""
@@ -940,4 +946,5 @@ def batch_fraction(ls: LSTrace, tasks: list[Task], nodes: int, node_cpu: float, 
     return f, holdable
 
 
-__all__ = ["Replay", "Result", "batch_fraction", "default_nodes", "koordinator_profile", "recommended_profile"]
+__all__ = ["Replay", "Result", "batch_fraction", "default_nodes", "koordinator_profile", "recommended_profile",
+           "reclaim_percent"]
