@@ -434,7 +434,7 @@ class BESample:
 
 def be_cpu_usage_limit(ns: NodeState) -> tuple[int, int] | None:
     """The BE CPU usage and the besteffort cgroup's real limit of :func:`be_cpu_sample` (milli-CPU), without
-    the requests; ``None`` when it is ``None``."""
+    the requests; ``None`` where that sample is ``None`` (no CPU usage yet, or no cpuset read)."""
     be_pods = [p for p in ns.pods if p.kube_qos == "BestEffort"]
     if any("cpu" not in p.usage for p in be_pods):
         return None
