@@ -30,8 +30,11 @@ lint: install
 
 # one pytest process over every suite (tests/ and each plugin's tests/): --import-mode=importlib in pyproject.toml
 # names each test module by its path, so plugin test folders may share module names (test_args.py, conftest.py)
+# The real control plane's tests (tests/realkube) need kube-apiserver, kube-controller-manager, kube-scheduler
+# and etcd: scripts/kube-binaries.sh provides them ($$KUBEBUILDER_ASSETS when set, else a cache outside the
+# checkout, filled from ../shared/kubernetes or built from Debian's source package) and prints the folder
 test: install lint
-	$(BIN)/python -m pytest -q tests $(addsuffix /tests,$(PLUGIN_DIRS))
+	KUBEBUILDER_ASSETS="$$(bash scripts/kube-binaries.sh)" $(BIN)/python -m pytest -q tests $(addsuffix /tests,$(PLUGIN_DIRS))
 
 # the hostile-input property tests with many more examples than CI runs (KOORDFW_FUZZ_EXAMPLES)
 FUZZ_EXAMPLES ?= 1000
