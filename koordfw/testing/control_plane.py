@@ -187,6 +187,12 @@ class ControlPlane:
             subprocess.run(["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(self.pki / "sa.pub")],
                            check=True, capture_output=True)
         (self.pki / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
+        # every request's user, verb, resource and answer (no bodies), for :meth:`audit`
+        (self.pki / "audit-policy.yaml").write_text(yaml.safe_dump(
+            {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+             "rules": [{"level": "None", "users": ["admin", "system:apiserver"]},
+                       {"level": "None", "userGroups": ["system:nodes"]},
+                       {"level": "Metadata"}]}))
 
     def kubeconfig_text(self, token: str | None = None, user: str = "admin") -> str:
         """A kubeconfig for this API server with ``token`` (the admin's by default)."""
@@ -219,7 +225,7 @@ class ControlPlane:
 
     def apiserver_argv(self, extra: Iterable[str] = ()) -> list[str]:
         return [self._bin("kube-apiserver"), f"--etcd-servers={self.etcd_url}", "--bind-address=127.0.0.1",
-                f"--advertise-address=127.0.0.1", f"--secure-port={self.port}", f"--cert-dir={self.pki}",
+                "--advertise-address=127.0.0.1", f"--secure-port={self.port}", f"--cert-dir={self.pki}",
                 "--insecure-port=0", f"--service-account-issuer={ISSUER}",
                 f"--service-account-key-file={self.pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={self.pki / 'sa.key'}",
@@ -227,7 +233,8 @@ class ControlPlane:
                 f"--service-cluster-ip-range={SERVICE_CIDR}", "--enable-aggregator-routing=true",
                 "--allow-privileged=true", "--watch-cache=true", "--max-requests-inflight=2000",
                 "--max-mutating-requests-inflight=1000", "--enable-priority-and-fairness=false",
-                "--event-ttl=1h", "--v=1", *extra]
+                "--event-ttl=1h", f"--audit-policy-file={self.pki / 'audit-policy.yaml'}",
+                f"--audit-log-path={self.audit_log}", "--audit-log-mode=blocking", "--v=1", *extra]
 
     def _controller_manager_argv(self) -> list[str]:
         return [self._bin("kube-controller-manager"), f"--kubeconfig={self.kubeconfig}",
@@ -353,6 +360,40 @@ class ControlPlane:
             return True
         except ControlPlaneError:
             return False
+
+    # -- audit -----------------------------------------------------------------------------------------
+    @property
+    def audit_log(self) -> Path:
+        """kube-apiserver's audit log (JSON lines, level Metadata, the admin's own requests left out)."""
+        return self.workdir / "audit.log"
+
+    def audit(self, *, user: str | None = None, min_code: int = 0) -> list[dict]:
+        """The audit events at stage ResponseComplete (or Panic) so far, of ``user`` (e.g.
+        ``system:serviceaccount:koordfw-system:koordfw-manager``) when given, with an answer code of at
+        least ``min_code``: ``audit(user=sa, min_code=403)`` lists what RBAC refused it."""
+        out = []
+        try:
+            lines = self.audit_log.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        for line in lines:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if ev.get("stage") not in ("ResponseComplete", "Panic"):
+                continue
+            if user is not None and (ev.get("user") or {}).get("username") != user:
+                continue
+            if int((ev.get("responseStatus") or {}).get("code") or 0) < min_code:
+                continue
+            out.append(ev)
+        return out
+
+    def refused(self, user: str) -> list[str]:
+        """``verb uri -> code`` of every request of ``user`` answered 401 or 403."""
+        return [f"{e['verb']} {e['requestURI']} -> {e['responseStatus']['code']}"
+                for e in self.audit(user=user, min_code=401) if e["responseStatus"]["code"] in (401, 403)]
 
     # -- etcd -----------------------------------------------------------------------------------------
     def etcd_revision(self) -> int:

@@ -50,3 +50,14 @@ async def test_koordfw_scheduler_binds_on_the_real_api_server(kube_plane):
     ev = kube_plane.request("GET", "/apis/events.k8s.io/v1/namespaces/cp-bind/events")["items"]
     wait_until(lambda: True)
     assert any(e["reason"] == "Scheduled" for e in ev) or ev == []
+
+
+def test_the_audit_log_names_what_rbac_refused(kube_plane):
+    kube_plane.create_namespace("cp-audit")
+    token = kube_plane.service_account_token("cp-audit", "default")
+    try:
+        kube_plane.request("GET", "/api/v1/nodes", token=token)
+    except Exception as e:  # noqa: BLE001 - the refusal is the point
+        assert "403" in str(e)
+    refused = wait_until(lambda: kube_plane.refused("system:serviceaccount:cp-audit:default"), what="audit event")
+    assert refused == ["list /api/v1/nodes -> 403"]
