@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
 STAMP := $(VENV)/.installed
 
-.PHONY: install simulate lint test fuzz bench clean
+.PHONY: install simulate lint test fuzz bench clean kube-up
 
 $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGIN_DIRS))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ FUZZ_EXAMPLES ?= 1000
 fuzz: install
 	KOORDFW_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q tests/test_fuzz_inputs.py \
 	  tests/agent/test_hostile_state.py tests/kube/test_extender_hostile.py
+
+# a real control plane on this machine with koordfw from deploy/ on simulated nodes (koordfw dev-cluster);
+# prints a kubeconfig; Ctrl-C stops everything
+kube-up: install
+	KUBEBUILDER_ASSETS="$$(bash scripts/kube-binaries.sh)" $(BIN)/koordfw dev-cluster --deploy deploy
 
 bench: install
 	$(BIN)/python bench/throughput.py --table

@@ -574,6 +574,51 @@ class ControlPlane:
         with suppress(ControlPlaneError):
             self.request("DELETE", f"/api/v1/namespaces/{name}")
 
+    # -- what a pod would have: serving certificates, webhooks on loopback, agents' reports ---------------
+    def serving_cert(self, name: str, ip: str = "127.0.0.1") -> tuple[Path, Path]:
+        """A self-signed serving certificate and key for ``ip`` (PEM files in the work folder), for a
+        webhook server the API server calls; the certificate is its own CA (the ``caBundle``)."""
+        crt, key = self.workdir / f"{name}.crt", self.workdir / f"{name}.key"
+        if not crt.exists():
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+                            "-subj", f"/CN={ip}", "-addext", f"subjectAltName=IP:{ip}",
+                            "-keyout", str(key), "-out", str(crt)], check=True, capture_output=True)
+        return crt, key
+
+    @staticmethod
+    def webhook_at(config: Mapping[str, Any], base_url: str, ca_file: Path) -> dict:
+        """A Mutating/ValidatingWebhookConfiguration whose webhooks call ``base_url`` (e.g.
+        ``https://127.0.0.1:9443``) with their service's path instead of the in-cluster Service (no
+        kube-proxy routes Services here), trusting ``ca_file``."""
+        out = json.loads(json.dumps(config))
+        ca = base64.b64encode(ca_file.read_bytes()).decode()
+        for wh in out.get("webhooks") or []:
+            svc = (wh.get("clientConfig") or {}).get("service") or {}
+            wh["clientConfig"] = {"url": base_url.rstrip("/") + (svc.get("path") or "/"), "caBundle": ca}
+        return out
+
+    def report_node_metric(self, node: str, *, cpu: str, memory: str, system_cpu: str = "0",
+                           system_memory: str = "0", pods: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Write ``node``'s NodeMetric (slo.koordinator.sh/v1alpha1; the CRD must be installed) as the node
+        agent reports it, stamped now: node usage, system usage and ``pods``' usage (``{"namespace",
+        "name", "cpu", "memory"}``)."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status = {"updateTime": now,
+                  "nodeMetric": {"nodeUsage": {"resources": {"cpu": cpu, "memory": memory}},
+                                 "systemUsage": {"resources": {"cpu": system_cpu, "memory": system_memory}}},
+                  "podsMetric": [{"namespace": p["namespace"], "name": p["name"],
+                                  "podUsage": {"resources": {"cpu": p["cpu"], "memory": p["memory"]}}}
+                                 for p in pods]}
+        base = "/apis/slo.koordinator.sh/v1alpha1/nodemetrics"
+        try:
+            cur = self.request("GET", f"{base}/{node}")
+        except ControlPlaneError:
+            cur = self.request("POST", base, {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
+                                              "metadata": {"name": node},
+                                              "spec": {"metricCollectPolicy": {"reportIntervalSeconds": 60}}})
+        cur["status"] = status
+        self.request("PUT", f"{base}/{node}/status", cur)
+
     # -- ServiceAccounts -------------------------------------------------------------------------------
     def service_account_token(self, namespace: str, name: str, timeout: float = 30.0) -> str:
         """The token of ``namespace/name``'s token Secret (the controller-manager's tokens controller makes
