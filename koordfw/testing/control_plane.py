@@ -285,14 +285,15 @@ class ControlPlane:
 
     def start_scheduler(self, config: Mapping[str, Any] | str | None = None, *, extra: Iterable[str] = (),
                         name: str = "kube-scheduler", timeout: float = 60.0) -> _Process:
-        """Start kube-scheduler as the admin with ``config`` (a KubeSchedulerConfiguration, dict or YAML;
-        its ``clientConnection.kubeconfig`` is filled in); ``name`` tells several apart. Returns once it
-        answers ``/healthz``."""
+        """Start kube-scheduler with ``config`` (a KubeSchedulerConfiguration, dict or YAML), as the admin
+        unless its ``clientConnection.kubeconfig`` names another kubeconfig; ``name`` tells several apart.
+        Returns once it answers ``/healthz``."""
         port = free_port()
         if config is None:
             config = {"apiVersion": "kubescheduler.config.k8s.io/v1beta1", "kind": "KubeSchedulerConfiguration"}
         cfg = yaml.safe_load(config) if isinstance(config, str) else dict(config)
-        cfg.setdefault("clientConnection", {})["kubeconfig"] = str(self.kubeconfig)
+        cfg["clientConnection"] = {**(cfg.get("clientConnection") or {})}
+        cfg["clientConnection"].setdefault("kubeconfig", str(self.kubeconfig))
         cfg.setdefault("leaderElection", {"leaderElect": False})
         path = self.workdir / f"{name}-config.yaml"
         path.write_text(yaml.safe_dump(cfg))

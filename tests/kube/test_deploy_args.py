@@ -426,13 +426,34 @@ CONFIGS = scheduler_configs()
 
 @pytest.mark.parametrize("where,cfg", CONFIGS, ids=[w for w, _ in CONFIGS])
 def test_scheduler_config_passes_kube_scheduler_validation(where, cfg):
+    if cfg.get("apiVersion") == "kubescheduler.config.k8s.io/v1beta1":
+        # the fields used are v1's too; kube-scheduler v1.20 reading this file is proven for real in
+        # tests/realkube/test_extender_real.py
+        cfg = {**cfg, "apiVersion": "kubescheduler.config.k8s.io/v1"}
     assert validate_scheduler_config(cfg) == []
 
 
-def test_the_standalone_scheduler_config_is_the_one_deployed():
-    standalone = [cfg for w, cfg in CONFIGS if w.startswith("extender/kube-scheduler-config.yaml")]
-    embedded = [cfg for w, cfg in CONFIGS if w.startswith("extender/extender.yaml")]
-    assert standalone and embedded and standalone == embedded
+def test_the_standalone_scheduler_configs_are_the_ones_deployed():
+    """deploy/extender/config/ (out of `kubectl apply -f deploy/extender/`'s reach: not API objects) holds
+    the same files as extender.yaml's ConfigMap, in both versions: v1 and v1beta1 (Kubernetes 1.19-1.22)."""
+    standalone = {w.split("#")[0].removeprefix("extender/config/"): cfg for w, cfg in CONFIGS
+                  if w.startswith("extender/config/")}
+    embedded = {w.split("data.")[1]: cfg for w, cfg in CONFIGS if w.startswith("extender/extender.yaml")}
+    assert set(standalone) == set(embedded) == {"kube-scheduler-config.yaml", "kube-scheduler-config-v1beta1.yaml"}
+    assert standalone == embedded
+    v1, v1beta1 = embedded["kube-scheduler-config.yaml"], embedded["kube-scheduler-config-v1beta1.yaml"]
+    assert v1["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert v1beta1 == {**v1, "apiVersion": "kubescheduler.config.k8s.io/v1beta1"}
+
+
+def test_no_file_kubectl_applies_from_deploy_extender_is_a_scheduler_configuration():
+    """`kubectl apply -f deploy/extender/` reads the folder's files (not its subfolders): a
+    KubeSchedulerConfiguration there is not an API object and fails the whole apply."""
+    top = [f for f in (DEPLOY / "extender").iterdir() if f.suffix in (".yaml", ".yml", ".json")]
+    assert top
+    for f in top:
+        assert all(d.get("kind") != "KubeSchedulerConfiguration"
+                   for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict)), f
 
 
 @pytest.mark.parametrize("name,extended", [
