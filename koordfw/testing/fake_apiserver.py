@@ -30,6 +30,9 @@ What it reproduces, from the API server's own behaviour (see docs/kubernetes.md)
   precondition is a 409 ``Conflict``: for a PUT or a Binding the storage's ``StorageError: invalid
   object, ... Precondition failed: UID in precondition: ...``, for a DELETE or an eviction
   ``rest.BeforeDelete``'s ``the UID in the precondition (...) does not match the UID in record (...)``;
+* a release to serve as (``version``): the newest API by default, or ``"1.20"``, where PodDisruptionBudget and the
+  Eviction subresource are ``policy/v1beta1`` only and Namespaces get no ``kubernetes.io/metadata.name`` label;
+  discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>[/<version>]``) says which;
 * injectable faults: dropped watch streams, 500s (for N requests or for a while), slow replies, a
   binding that succeeds but whose reply is lost;
 * opt-in graceful pod deletion (``graceful_deletes=True``): a DELETE or an eviction of a bound pod sets
@@ -110,6 +113,21 @@ RESOURCES: dict[str, ResourceType] = {r.plural: r for r in (
     ResourceType("/apis/config.koordinator.sh/v1alpha1", "clustercolocationprofiles", "ClusterColocationProfile",
                  False, ("metadata.name",), True),
 )}
+
+
+#: the release the fake serves as by default: the newest API (PodDisruptionBudget and Eviction in policy/v1, the
+#: eviction subresource taking v1beta1 bodies too, every Namespace labelled with its name)
+NEWEST_VERSION = "1.31"
+#: the releases ``FakeApiServer(version=...)`` can serve as
+VERSIONS = ("1.20", NEWEST_VERSION)
+
+
+def _served_resources(version: str) -> dict[str, ResourceType]:
+    """The resource types a release serves: before 1.21 PodDisruptionBudget is ``policy/v1beta1`` only."""
+    if version == "1.20":
+        pdb = RESOURCES["poddisruptionbudgets"]
+        return {**RESOURCES, pdb.plural: attrs.evolve(pdb, prefix="/apis/policy/v1beta1")}
+    return dict(RESOURCES)
 
 
 def _defaults(plural: str, obj: dict) -> None:
@@ -263,8 +281,13 @@ class FakeApiServer:
     def __init__(self, *, history: int = 10_000, expired_form: str = "event", bookmark_interval: float = 1.0,
                  host: str = "127.0.0.1", port: int = 0, graceful_deletes: bool = False,
                  grace_scale: float = 1.0, tokens: dict[str, float | None] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
-        """``graceful_deletes`` turns on the real server's two-step pod deletion (off: a DELETE or an
+                 clock: Callable[[], float] = time.time, version: str = NEWEST_VERSION) -> None:
+        """``version`` is the Kubernetes release served as (:data:`VERSIONS`): ``"1.20"`` serves
+        PodDisruptionBudget and Eviction only in ``policy/v1beta1`` (an Eviction in ``policy/v1`` is the 400 that
+        release answers), sets no ``kubernetes.io/metadata.name`` Namespace label, and says so in ``/version``
+        and discovery (``/api``, ``/apis``, ``/apis/<group>``, the resource lists).
+
+        ``graceful_deletes`` turns on the real server's two-step pod deletion (off: a DELETE or an
         eviction removes the pod at once, as the fake always did); ``grace_scale`` multiplies every
         grace period into real seconds (0.01 turns the default 30 s into 0.3 s). ``tokens`` turns on
         authentication: bearer token → expiry on ``clock`` (None: never expires)."""
@@ -272,6 +295,11 @@ class FakeApiServer:
             raise ValueError("expired_form must be 'event' or 'http'")
         if grace_scale < 0:
             raise ValueError("grace_scale must be >= 0")
+        if version not in VERSIONS:
+            raise ValueError(f"version must be one of {', '.join(VERSIONS)}, got {version!r}")
+        self.version = version
+        #: plural → the resource type as this release serves it (its group version)
+        self.resources = _served_resources(version)
         self.graceful_deletes, self.grace_scale = graceful_deletes, grace_scale
         #: pod key → the timer that completes its graceful deletion (absent: no timer, see finish_deletions)
         self._grace_timers: dict[str, asyncio.TimerHandle | None] = {}
@@ -540,7 +568,7 @@ class FakeApiServer:
         key = self._key(rt, meta.get("namespace"), meta["name"])
         if key in self.objects[plural]:
             raise _ApiError(409, "AlreadyExists", f'{plural} "{meta["name"]}" already exists')
-        obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+        obj["apiVersion"], obj["kind"] = self.resources[plural].api_version, rt.kind
         meta["uid"] = str(uuid.uuid4())
         meta.setdefault("creationTimestamp", _now())
         meta.pop("deletionTimestamp", None)
@@ -548,10 +576,16 @@ class FakeApiServer:
         if plural == "pods":
             obj.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
             obj.setdefault("status", {}).setdefault("phase", "Pending")
-        _defaults(plural, obj)
+        if self._defaulted(plural):
+            _defaults(plural, obj)
         self.objects[plural][key] = obj
         self._record(plural, "ADDED", obj, None)
         return copy.deepcopy(obj)
+
+    def _defaulted(self, plural: str) -> bool:
+        """Whether this release defaults ``plural`` as :func:`_defaults` does: before 1.21 a Namespace gets no
+        ``kubernetes.io/metadata.name`` label (its only defaulting here)."""
+        return not (plural == "namespaces" and self.version == "1.20")
 
     def get(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
         o = self.objects[plural].get(self._key(RESOURCES[plural], namespace, name))
@@ -568,8 +602,9 @@ class FakeApiServer:
         new["metadata"]["uid"] = old["metadata"]["uid"]
         new["metadata"]["creationTimestamp"] = old["metadata"].get("creationTimestamp")
         new["metadata"]["resourceVersion"] = self._next_rv()
-        new["apiVersion"], new["kind"] = rt.api_version, rt.kind
-        _defaults(plural, new)
+        new["apiVersion"], new["kind"] = self.resources[plural].api_version, rt.kind
+        if self._defaulted(plural):
+            _defaults(plural, new)
         self.objects[plural][key] = new
         self._record(plural, "MODIFIED", new, old)
         return copy.deepcopy(new)
@@ -693,6 +728,10 @@ class FakeApiServer:
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
+        if request.method == "GET":
+            doc = self._discovery(parts)
+            if doc is not None:
+                return web.json_response(doc)
         if parts[:2] == ["api", "v1"]:
             prefix, rest = "/api/v1", parts[2:]
         elif len(parts) >= 3 and parts[0] == "apis":
@@ -702,9 +741,9 @@ class FakeApiServer:
         ns = None
         if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) > 2:
             ns, rest = rest[1], rest[2:]
-        if not rest or rest[0] not in RESOURCES or RESOURCES[rest[0]].prefix != prefix:
+        if not rest or rest[0] not in self.resources or self.resources[rest[0]].prefix != prefix:
             raise _ApiError(404, "NotFound", "the server could not find the requested resource")
-        rt = RESOURCES[rest[0]]
+        rt = self.resources[rest[0]]
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
         m = request.method
@@ -812,6 +851,61 @@ class FakeApiServer:
             new["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
             return web.json_response(self.replace(rt.plural, new))
         raise _ApiError(405, "MethodNotAllowed", f"method {m} not allowed")
+
+    def eviction_versions(self) -> tuple[str, ...]:
+        """The Eviction ``apiVersion``s the eviction subresource takes, the one it advertises first."""
+        return ("policy/v1beta1",) if self.version == "1.20" else ("policy/v1", "policy/v1beta1")
+
+    def _discovery(self, parts: list[str]) -> dict | None:
+        """The discovery document at ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>`` or
+        ``/apis/<group>/<version>`` as this release serves them (None: not a discovery path, or a group or
+        version not served, which routing answers 404)."""
+        groups: dict[str, list[str]] = {}
+        for rt in self.resources.values():
+            if rt.prefix != "/api/v1":
+                g, v = rt.prefix.split("/")[2:4]
+                if v not in groups.setdefault(g, []):
+                    groups[g].append(v)
+        minor = self.version.split(".")[1]
+
+        def group_doc(g: str) -> dict:
+            vs = [{"groupVersion": f"{g}/{v}", "version": v} for v in groups[g]]
+            return {"name": g, "versions": vs, "preferredVersion": vs[0]}
+
+        if parts == ["version"]:
+            return {"major": "1", "minor": minor, "gitVersion": f"v{self.version}.0", "gitTreeState": "clean",
+                    "platform": "linux/amd64", "compiler": "gc"}
+        if parts == ["api"]:
+            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}]}
+        if parts == ["apis"]:
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group_doc(g) for g in sorted(groups)]}
+        if len(parts) == 2 and parts[0] == "apis" and parts[1] in groups:
+            return {"kind": "APIGroup", "apiVersion": "v1", **group_doc(parts[1])}
+        if parts == ["api", "v1"]:
+            prefix = "/api/v1"
+        elif len(parts) == 3 and parts[0] == "apis" and parts[2] in groups.get(parts[1], ()):
+            prefix = f"/apis/{parts[1]}/{parts[2]}"
+        else:
+            return None
+        verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        resources: list[dict] = []
+        for rt in self.resources.values():
+            if rt.prefix != prefix:
+                continue
+            resources.append({"name": rt.plural, "singularName": "", "namespaced": rt.namespaced, "kind": rt.kind,
+                              "verbs": verbs})
+            if rt.has_status:
+                resources.append({"name": f"{rt.plural}/status", "singularName": "", "namespaced": rt.namespaced,
+                                  "kind": rt.kind, "verbs": ["get", "patch", "update"]})
+            if rt.plural == "pods":
+                group, version = self.eviction_versions()[0].split("/")
+                resources += [{"name": "pods/binding", "singularName": "", "namespaced": True, "kind": "Binding",
+                               "verbs": ["create"]},
+                              {"name": "pods/eviction", "singularName": "", "namespaced": True, "group": group,
+                               "version": version, "kind": "Eviction", "verbs": ["create"]}]
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": prefix.removeprefix("/apis/").removeprefix(
+            "/api/"), "resources": resources}
 
     def _list_options_invalid(self, q: Any) -> None:
         """metainternalversion's ValidateListOptions for a LIST: 422 Invalid on ListOptions."""
@@ -1039,12 +1133,19 @@ class FakeApiServer:
 
 
     async def _evict(self, request: web.Request, ns: str, name: str) -> web.Response:
-        """``pods/{name}/eviction`` (policy/v1 Eviction), as the API server's EvictionREST answers: 404 for
+        """``pods/{name}/eviction`` (an Eviction in a version of :meth:`eviction_versions`; another is a 400), as
+        the API server's EvictionREST answers: 404 for
         a missing pod, 409 on a failed UID precondition, 429 when a matching PDB allows no disruption,
         500 when several PDBs match; otherwise the pod is deleted (gracefully with ``graceful_deletes``,
         honouring ``deleteOptions.gracePeriodSeconds``) and the PDB spends one disruption. A pod already
         terminating skips the budget, as EvictionREST's canIgnorePDB does."""
         body = await _json_body(request)
+        api_version = body.get("apiVersion")
+        if api_version and api_version not in self.eviction_versions():
+            # the request's decoder has no Eviction kind in that version (a 1.20 server and policy/v1)
+            raise _ApiError(400, "BadRequest", f'Eviction in version "{api_version.rpartition("/")[2]}" cannot be '
+                            f'handled as a Eviction: no kind "Eviction" is registered for version "{api_version}" in '
+                            'scheme "k8s.io/kubernetes/pkg/api/legacyscheme/scheme.go:30"')
         if (body.get("metadata") or {}).get("name") not in (None, name):
             raise _ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
         pod = self.objects["pods"].get(f"{ns}/{name}")

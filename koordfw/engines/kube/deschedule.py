@@ -6,7 +6,8 @@ Every ``interval`` seconds the live scheduler's cache is handed to the deschedul
 1. **reserved**: the target gets a placeholder nomination with the moving pod's requests and priority,
    so no equal-or-lower pod takes the room (the kernel counts nominated pods while filtering), and the
    pod's controller (its ``ownerReferences`` controller uid) is remembered with the target;
-2. **evicted** through ``pods/{name}/eviction`` (policy/v1, UID precondition), which honours
+2. **evicted** through ``pods/{name}/eviction`` (UID precondition; ``policy/v1`` or ``policy/v1beta1``,
+   whichever the server's discovery says its eviction subresource takes), which honours
    PodDisruptionBudgets (a 429 leaves the pod in place and drops the reservation);
 3. when the controller's replacement pod arrives pending, it is **nominated** to the target, which the
    kernel evaluates first; the placeholder is dropped then, or when it expires (``reservation_ttl``).

@@ -32,6 +32,7 @@ from ...extension import SCHEDULING_GROUP_VERSION, SLO_GROUP_VERSION
 from .binder import BindDropped, BindGated, KubeBinder
 from .cache import ClusterFeeder
 from .client import ApiError, KubeClient
+from .discovery import VersionedReflector
 from .health import api_health, unhealthy_reason
 from .leader import LeaderElector, NotLeading
 from .reflector import Reflector
@@ -49,7 +50,9 @@ NON_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
 #: the other kinds plugins read, each watched when its API exists (a missing CRD is skipped quietly)
 DEFAULT_OBJECTS = {
     "NodeMetric": f"/apis/{SLO_GROUP_VERSION}/nodemetrics",
-    "PodDisruptionBudget": "/apis/policy/v1/poddisruptionbudgets",
+    # policy/v1 from Kubernetes 1.21, policy/v1beta1 before (and only, up to 1.20): the version is discovered
+    # (discovery.VersionedReflector), as client-go's informers are chosen by the server's groups
+    "PodDisruptionBudget": "/apis/policy/{version}/poddisruptionbudgets",
     "PodGroup": "/apis/scheduling.sigs.k8s.io/v1alpha1/podgroups",
     "ElasticQuota": "/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas",
     "Device": f"/apis/{SCHEDULING_GROUP_VERSION}/devices",
@@ -88,8 +91,9 @@ def build_cache(registry: Registry, client: KubeClient, *, scheduler_name: str |
             Reflector(client, "/api/v1/pods", feeder.on_pod, field_selector=NON_TERMINAL, name="pods",
                       watch_timeout=watch_timeout)]
     for kind, path in (DEFAULT_OBJECTS if objects is None else objects).items():
-        refl.append(Reflector(client, path, feeder.object_handler(kind), name=kind, optional=True,
-                              watch_timeout=watch_timeout))
+        cls = VersionedReflector if "{version}" in path else Reflector
+        refl.append(cls(client, path, feeder.object_handler(kind), name=kind, optional=True,
+                        watch_timeout=watch_timeout))
     return sched, feeder, refl
 
 
@@ -188,6 +192,11 @@ class KubeSchedulerEngine(SchedulerEvents):
         base = self.object_paths.get(kind)
         if base is None:
             return None
+        if "{version}" in base:  # a kind whose version discovery picks: the one its reflector watches
+            refl = next((r for r in self.reflectors if r.name == kind), None)
+            if not isinstance(refl, VersionedReflector) or not refl.version:
+                return None
+            base = refl.path
         meta = obj.get("metadata") or {}
         if meta.get("namespace"):
             group, plural = base.rsplit("/", 1)

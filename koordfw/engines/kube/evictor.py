@@ -11,7 +11,8 @@ round, in plan order:
    else derived from the kube QoS class) and not a system pod (:func:`system_pod_reason`), whatever the
    plugin planned;
 3. the pod gets the ``DisruptionTarget`` condition (reason ``EvictionByEvictionAPI``, message naming the
-   plugin and its reason), then ``POST pods/{name}/eviction`` (policy/v1, UID precondition), which honours
+   plugin and its reason), then ``POST pods/{name}/eviction`` (UID precondition; the Eviction in the
+   version the server takes, ``policy/v1`` or ``policy/v1beta1``, found by discovery), which honours
    PodDisruptionBudgets; a Warning Event ``evictPodSuccess`` or ``evictPodFail`` (koordlet's reasons)
    names the plugin and reason.
 
@@ -34,19 +35,37 @@ from ...core.model import Pod, pod_from_manifest
 from ...core.nodestate import Eviction
 from ...extension import QOS_BE, QOS_SYSTEM
 from .client import ApiError, KubeClient
+from .discovery import discovery_for, version_refused
 
 log = structlog.get_logger("koordfw.kube.evictor")
 
 
 async def post_eviction(client: KubeClient, namespace: str, name: str, uid: str,
                         delete_options: Mapping[str, Any] | None = None) -> None:
-    """``POST pods/{name}/eviction`` (policy/v1) with the pod's UID as precondition (a pod recreated under
-    the name is not evicted), ``delete_options`` merged in; raises :class:`ApiError` (429: a disruption
-    budget refused it)."""
+    """``POST pods/{name}/eviction`` with the pod's UID as precondition (a pod recreated under the name is
+    not evicted), ``delete_options`` merged in; raises :class:`ApiError` (429: a disruption budget refused
+    it). The Eviction's ``apiVersion`` is the one the server's ``pods/eviction`` takes
+    (:meth:`Discovery.eviction_version`: ``policy/v1`` from Kubernetes 1.22, ``policy/v1beta1`` before); an
+    answer saying that version is not served asks discovery again and, if it now says another, retries once."""
     opts = dict(delete_options or {})
     opts["preconditions"] = {**(opts.get("preconditions") or {}), "uid": uid}
+    disc = discovery_for(client)
+    version = await disc.eviction_version()
+    try:
+        await _post_eviction(client, namespace, name, version, opts)
+    except ApiError as err:
+        if not version_refused(err):
+            raise
+        fresh = await disc.eviction_version(refresh=True)
+        if fresh == version:
+            raise
+        log.info("the Eviction version changed; retrying", pod=f"{namespace}/{name}", was=version, now=fresh)
+        await _post_eviction(client, namespace, name, fresh, opts)
+
+
+async def _post_eviction(client: KubeClient, namespace: str, name: str, version: str, opts: dict) -> None:
     await client.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction",
-                         body={"apiVersion": "policy/v1", "kind": "Eviction",
+                         body={"apiVersion": version, "kind": "Eviction",
                                "metadata": {"name": name, "namespace": namespace}, "deleteOptions": opts})
 
 
