@@ -3,7 +3,7 @@
 The controllers run by the manager are built by :func:`build_controllers`: the node-resources
 controller always; the NodeSLO controller (``koordfw.engines.kube.nodeslo.NodeSLOController``) when
 that module is part of the install; the pod admission webhook server
-(``koordfw.engines.kube.webhook.WebhookServer(host=, port=, cert_file=, key_file=)``) when
+(``koordfw.engines.kube.webhook.WebhookServer(host=, port=, cert_file=, key_file=, skip_namespaces=)``) when
 ``--webhook-listen`` is given. Each is a ``koordfw.engines.kube.manager.Controller``.
 """
 
@@ -62,6 +62,11 @@ def register(sub: Commands) -> None:
                    help="serve the admission webhook here (HTTPS; needs --tls-cert-file and --tls-private-key-file)")
     w.add_argument("--tls-cert-file", metavar="FILE", help="the webhook's serving certificate (PEM)")
     w.add_argument("--tls-private-key-file", metavar="FILE", help="the webhook's private key (PEM)")
+    w.add_argument("--webhook-skip-namespace", action="append", metavar="NAMESPACE",
+                   help="leave this namespace's pods alone (repeatable; default kube-system): on clusters "
+                        "before 1.21 it is labelled koordfw.io/admission-webhook=skip, which deploy/webhook.yaml's "
+                        "namespaceSelector excludes, and the webhook lets its pods through unchanged; "
+                        "an empty value: none)")
     p.set_defaults(func=run)
 
 
@@ -88,8 +93,10 @@ def build_controllers(args: argparse.Namespace) -> list[Any]:
         from ..engines.kube import webhook  # type: ignore[attr-defined,unused-ignore]
 
         host, port = split_address(args.webhook_listen, "0.0.0.0")
+        skip = args.webhook_skip_namespace if args.webhook_skip_namespace is not None else ["kube-system"]
         out.append(webhook.WebhookServer(host=host, port=port, cert_file=args.tls_cert_file,
-                                         key_file=args.tls_private_key_file))
+                                         key_file=args.tls_private_key_file,
+                                         skip_namespaces=[n for n in skip if n]))
     return out
 
 

@@ -67,7 +67,19 @@ def wait_namespace_gone(plane: ControlPlane, ns: str, timeout: float = 60) -> No
         except ControlPlaneError as e:
             return getattr(e, "status", 0) == 404
         return False
-    wait_until(gone, timeout, f"namespace {ns} from an earlier test to be gone")
+    try:
+        wait_until(gone, timeout, f"namespace {ns} from an earlier test to be gone")
+    except AssertionError as e:
+        left = [(p["metadata"]["name"], p["spec"].get("nodeName"), p["metadata"].get("deletionTimestamp"))
+                for p in plane.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]]
+        status = plane.request("GET", f"/api/v1/namespaces/{ns}").get("status")
+        raise AssertionError(f"{e}: its status {status}, its pods {left}") from None
+
+
+def delete_deploy_namespace(plane: ControlPlane) -> None:
+    """Delete koordfw-system (its pods first, grace 0) at the end of a test: the ``kube_plane`` sweep keeps a
+    namespace that existed when the test began, which a previous test's may have (still Terminating)."""
+    plane.delete_namespace(NS)
 
 
 def kubectl_apply_deploy(plane: ControlPlane) -> str:

@@ -21,6 +21,7 @@ from deploy_kit import (
     NS,
     Component,
     agent_argv,
+    delete_deploy_namespace,
     documents,
     healthy,
     kubectl_apply_deploy,
@@ -120,6 +121,7 @@ def test_deploy_applies_and_every_component_runs_unrefused_under_its_rbac(kube_p
             assert plane.audit(user=c.user), f"no request of {c.user} audited"
     finally:
         codes = {c.name: c.stop() for c in components}
+        delete_deploy_namespace(plane)
         plane.delete_pods("dep-apps")
         plane.delete_pods("dep-web")
     assert codes["koordfw-manager"] == 0 and codes["koordfw-scheduler"] == 0, (

@@ -17,9 +17,20 @@ profile's plugins), as controller-runtime's admission responses:
   body over ``max_body`` bytes: HTTP 413. The server goes on serving.
 
 Requests for other resources than ``pods`` or for a subresource are allowed unchanged (Koordinator's
-``shouldIgnoreIfNotPod``). Every answer is counted in ``koordfw_webhook_requests{webhook, result}``
-and timed in ``koordfw_webhook_duration_seconds{webhook}``. ``/healthz``, ``/readyz`` (caches synced)
-and ``/metrics`` are served on the same port.
+``shouldIgnoreIfNotPod``).
+
+Namespaces left alone (``skip_namespaces``, ``kube-system`` in ``koordfw manager``): deploy/webhook.yaml's
+``namespaceSelector`` keeps pods of namespaces labelled :data:`SKIP_LABEL` ``=`` :data:`SKIP_VALUE` (deploy/
+labels its own namespace so) and, on Kubernetes 1.21+, of ``kube-system`` and ``koordfw-system`` by their
+automatic ``kubernetes.io/metadata.name`` label away from the webhook. Before 1.21 no namespace carries that
+label, so :class:`WebhookServer` puts :data:`SKIP_LABEL` on each skipped namespace that lacks
+``kubernetes.io/metadata.name`` when it starts (one label on a namespace it does not own: the price of not
+being called for kube-system's pods at all), and answers any call for a pod of one of them ``allowed``,
+unpatched (``result="skipped"``), for the calls made before the label is set.
+
+Every answer is counted in ``koordfw_webhook_requests{webhook, result}`` and timed in
+``koordfw_webhook_duration_seconds{webhook}``. ``/healthz``, ``/readyz`` (caches synced) and ``/metrics``
+are served on the same port.
 """
 
 from __future__ import annotations
@@ -45,18 +56,24 @@ from ...core.clock import Clock, RealClock
 from ...core.plugins import Registry
 from ...core.safeload import InputError, loads_json
 from ...extension import CONFIG_GROUP_VERSION, KIND_CLUSTER_COLOCATION_PROFILE, SCHEDULING_K8S_GROUP_VERSION
-from .client import KubeClient
+from .client import ApiError, KubeClient
 from .health import add_health_routes, server_tls, start_app
 from .reflector import Reflector
 
 log = structlog.get_logger("koordfw.kube")
 
-__all__ = ["ADMISSION_REVIEW_VERSION", "WEBHOOK_KINDS", "DEFAULT_PORT", "ReflectorObjects", "Webhook", "WebhookServer"]
+__all__ = ["ADMISSION_REVIEW_VERSION", "WEBHOOK_KINDS", "DEFAULT_PORT", "SKIP_LABEL", "SKIP_VALUE", "ReflectorObjects",
+           "Webhook", "WebhookServer", "label_skipped_namespaces"]
 
 ADMISSION_REVIEW_VERSION = "admission.k8s.io/v1"
 #: the port ``deploy/webhook.yaml``'s Service targets (controller-runtime's default webhook port)
 DEFAULT_PORT = 9443
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
+#: a namespace labelled SKIP_LABEL=SKIP_VALUE is never sent to the webhook (deploy/webhook.yaml's namespaceSelector)
+SKIP_LABEL = "koordfw.io/admission-webhook"
+SKIP_VALUE = "skip"
+#: the label the API server puts on every namespace from Kubernetes 1.21 (NamespaceDefaultLabelName)
+NAME_LABEL = "kubernetes.io/metadata.name"
 
 #: (apiVersion, kind) -> (API path, optional: a CRD that may not be installed)
 WEBHOOK_KINDS: dict[tuple[str, str], tuple[str, bool]] = {
@@ -78,7 +95,7 @@ def webhook_metrics() -> WebhookMetrics:
     """Created on first use (a collector is registered once per process)."""
     return WebhookMetrics(
         requests=Counter("koordfw_webhook_requests", "Admission webhook answers by webhook and result "
-                         "(allowed, patched, rejected, error, not_synced, bad_request)", ["webhook", "result"],
+                         "(allowed, patched, rejected, error, not_synced, bad_request, skipped)", ["webhook", "result"],
                          registry=_metrics.REGISTRY),
         duration=Histogram("koordfw_webhook_duration_seconds", "Admission webhook request latency", ["webhook"],
                            buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
@@ -168,9 +185,11 @@ def parse_review(body: Any) -> dict[str, Any]:
 class Webhook:
     """The webhook's request handling over an :class:`Admission` (no reflectors: ``synced`` tells)."""
 
-    def __init__(self, admission: Admission, *, synced: Callable[[], list[str]], max_body: int = DEFAULT_MAX_BODY
-                 ) -> None:
+    def __init__(self, admission: Admission, *, synced: Callable[[], list[str]], max_body: int = DEFAULT_MAX_BODY,
+                 skip_namespaces: Sequence[str] = ()) -> None:
         self.admission = admission
+        #: pods of these namespaces are allowed unchanged, unvalidated
+        self.skip_namespaces = frozenset(skip_namespaces)
         #: the caches still listing ([] once synced)
         self.unsynced = synced
         self.max_body = max_body
@@ -216,6 +235,8 @@ class Webhook:
         resource = req.get("resource") or {}
         if req.get("subResource") or resource.get("resource") != "pods":
             return "allowed", 200, _review(uid, True, 200)
+        if req.get("namespace") in self.skip_namespaces:
+            return "skipped", 200, _review(uid, True, 200)
         waiting = self.unsynced()
         if waiting:
             return "not_synced", 200, _review(uid, False, 503, message="koordfw webhook not ready: still listing "
@@ -280,11 +301,12 @@ class WebhookServer:
 
     def __init__(self, *, host: str = "0.0.0.0", port: int = DEFAULT_PORT, cert_file: str | None = None,
                  key_file: str | None = None, max_body: int = DEFAULT_MAX_BODY, seed: int = 0,
-                 clock: Clock | None = None, watch_timeout: int = 300) -> None:
+                 clock: Clock | None = None, watch_timeout: int = 300, skip_namespaces: Sequence[str] = ()) -> None:
         if bool(cert_file) != bool(key_file):
             raise ValueError("the webhook needs both a certificate and a private key file, or neither")
         self.host, self.port, self.cert_file, self.key_file = host, port, cert_file, key_file
         self.max_body, self.seed, self.clock, self.watch_timeout = max_body, seed, clock, watch_timeout
+        self.skip_namespaces = tuple(skip_namespaces)
         self.webhook: Webhook | None = None
         self.reflectors: dict[tuple[str, str], Reflector] = {}
         #: set once the server listens (``bound_port`` is then the port)
@@ -302,13 +324,16 @@ class WebhookServer:
                             watch_timeout=self.watch_timeout)
             for kind, (path, optional) in WEBHOOK_KINDS.items()}
         admission = Admission(registry, store, clock=self.clock or RealClock(), seed=self.seed)
-        self.webhook = Webhook(admission, synced=self._unsynced, max_body=self.max_body)
+        self.webhook = Webhook(admission, synced=self._unsynced, max_body=self.max_body,
+                               skip_namespaces=self.skip_namespaces)
         tls = server_tls(self.cert_file, self.key_file) if self.cert_file and self.key_file else None
         self.bound_port = await self.webhook.start(self.host, self.port, ssl_context=tls)
         log.info("webhook listening", host=self.host, port=self.bound_port, tls=tls is not None)
         self.listening.set()
         try:
             async with anyio.create_task_group() as tg:
+                if self.skip_namespaces:
+                    tg.start_soon(label_skipped_namespaces, client, self.skip_namespaces)
                 for r in self.reflectors.values():
                     tg.start_soon(r.run)
         finally:
@@ -317,3 +342,27 @@ class WebhookServer:
 
     def _unsynced(self) -> list[str]:
         return [r.name for r in self.reflectors.values() if not r.synced.is_set()]
+
+
+async def label_skipped_namespaces(client: KubeClient, names: Sequence[str]) -> list[str]:
+    """Put :data:`SKIP_LABEL` on each namespace of ``names`` that has neither it nor the automatic
+    ``kubernetes.io/metadata.name`` label (clusters before 1.21), so that deploy/webhook.yaml's selector
+    keeps its pods away from the webhook. Returns the namespaces labelled; a failure (no such namespace,
+    RBAC) is logged and skipped: the webhook's own skip still answers for them."""
+    done = []
+    for name in names:
+        try:
+            ns = await client.request("GET", f"/api/v1/namespaces/{name}")
+            labels = (ns.get("metadata") or {}).get("labels") or {}
+            if NAME_LABEL in labels or labels.get(SKIP_LABEL) == SKIP_VALUE:
+                continue
+            await client.request("PATCH", f"/api/v1/namespaces/{name}",
+                                 body={"metadata": {"labels": {SKIP_LABEL: SKIP_VALUE}}},
+                                 content_type="application/merge-patch+json")
+            log.info("namespace labelled to keep its pods away from the webhook", namespace=name,
+                     label=f"{SKIP_LABEL}={SKIP_VALUE}")
+            done.append(name)
+        except ApiError as e:
+            log.warning("could not label a namespace the webhook skips; its pods are still sent to the webhook "
+                        "(which lets them through unchanged)", namespace=name, error=str(e))
+    return done
