@@ -154,7 +154,7 @@ def test_an_unchanged_deployment_and_job_run_as_batch_pods_within_the_batch_reso
 
         placed = wait_until(lambda: len(b := bound(plane, BATCH_NS)) == 5 and b, 30, "all five pods bound")
         # the API server called the mutating webhook over TLS for each pod (and the pods show what it did)
-        assert run.webhook_requests(webhook="mutate", result="patched") - before == 5
+        assert run.webhook_requests(webhook="mutate", result="patched") - before >= 5
         by_node: dict[str, list[dict]] = defaultdict(list)
         for p in pods(plane, BATCH_NS):
             meta, spec = p["metadata"], p["spec"]
