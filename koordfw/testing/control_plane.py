@@ -549,7 +549,17 @@ class ControlPlane:
 
     def create_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         """A namespace; returns once the controller-manager has given it its ``default`` ServiceAccount
-        (pods are refused without it)."""
+        (pods are refused without it). A namespace of that name still terminating (an earlier test's) is
+        waited for until it is gone."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                old = self.request("GET", f"/api/v1/namespaces/{name}")
+            except ControlPlaneError:
+                break
+            if not old["metadata"].get("deletionTimestamp"):
+                break
+            time.sleep(0.2)
         self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels or {})}})
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -681,8 +691,11 @@ class Sweep:
         self.before = {c: self._names(c) for c in _SWEPT}
 
     def _names(self, collection: str) -> set[str]:
+        """The names in ``collection``, those being deleted left out (a test may recreate one: it is then
+        the test's to remove)."""
         try:
-            return {o["metadata"]["name"] for o in self.plane.request("GET", collection)["items"]}
+            return {o["metadata"]["name"] for o in self.plane.request("GET", collection)["items"]
+                    if not o["metadata"].get("deletionTimestamp")}
         except ControlPlaneError:
             return set()
 
