@@ -148,6 +148,12 @@ class AgentPluginHandle:
         return self._a.node_state
 
     @property
+    def unevicted(self) -> frozenset[str]:
+        """Uids of the last round's planned evictions that were not carried out (see :attr:`Agent.unevicted`):
+        a plugin keeping its own evicted-pods cache forgets them, so they are planned again."""
+        return self._a.unevicted
+
+    @property
     def roots(self) -> dict[str, str]:
         return {fs: str(p) for fs, p in self._a.executor.roots.items()}
 
@@ -308,6 +314,9 @@ class Agent:
         self.last_results: list[WriteResult] = []
         #: the evictions the plugins planned in the last round (plan order) and what evicts them
         self.last_evictions: list[Eviction] = []
+        #: uids of the last round's planned evictions the evictor did not carry out (a disruption budget's 429,
+        #: refused at execution, rate-limited, an API error), when it reports outcomes as the cluster's does
+        self.unevicted: frozenset[str] = frozenset()
         self.evictor: Evictor = log_evictions
         self.cpu_seconds = 0.0  # process CPU spent inside rounds (the agent's own cost)
         #: host applications to measure (their usage lands in ``NodeState.host_apps``); the NodeSLO's
@@ -501,11 +510,17 @@ class Agent:
         results = self.executor.apply(writes, current=ns.cgroups)
         self.last_results = results
         self.last_evictions = evictions
+        self.unevicted = frozenset()
         if evictions:
             try:
-                await self.evictor(evictions, ns)
+                outcomes = await self.evictor(evictions, ns)
             except Exception as err:  # noqa: BLE001 - an evictor's failure must not stop the QoS round
                 log.exception("evicting failed", error=f"{type(err).__name__}: {err}")
+            else:
+                # koordlet remembers a pod as evicted only when the eviction succeeded (evictPodIfNotEvicted)
+                self.unevicted = frozenset(
+                    o.eviction.pod_uid for o in (outcomes if isinstance(outcomes, (list, tuple)) else ())
+                    if getattr(o, "outcome", None) in ("failed", "refused", "rate-limited"))
         self.rounds += 1
         dt = time.perf_counter() - t0
         self.cpu_seconds += time.process_time() - c0

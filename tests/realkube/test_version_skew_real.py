@@ -27,6 +27,19 @@ def pdb(name: str, ns: str, labels: dict, **spec) -> dict:
             "spec": {"selector": {"matchLabels": labels}, **spec}}
 
 
+def apply_pod(plane: ControlPlane, obj: dict) -> None:
+    """Create a pod, retrying the 500 a new namespace answers while its ServiceAccount has no token Secret yet."""
+    def created() -> bool:
+        try:
+            plane.apply(obj)
+            return True
+        except ControlPlaneError as e:
+            if "No API token found" not in str(e):
+                raise
+            return False
+    wait_until(created, what=f"pod {obj['metadata']['name']} admitted")
+
+
 def pdb_status(plane: ControlPlane, ns: str, name: str) -> dict:
     obj = plane.request("GET", f"{PDB_V1BETA1}/namespaces/{ns}/poddisruptionbudgets/{name}")
     st = dict(obj.get("status") or {})
@@ -60,7 +73,7 @@ async def test_discovery_finds_policy_v1beta1_and_nothing_of_policy_v1(kube_plan
 async def test_a_policy_v1_eviction_is_the_400_that_discovery_recovers_from(kube_plane):
     kube_plane.add_node("vs-e0", cpu="2", memory="4Gi")
     kube_plane.create_namespace("vs-e0")
-    kube_plane.apply(pod("p", "vs-e0", nodeName="vs-e0"))
+    apply_pod(kube_plane, pod("p", "vs-e0", nodeName="vs-e0"))
     async with kube_plane.client() as c:
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p", "namespace": "vs-e0"}}
         with pytest.raises(ApiError) as e:
@@ -83,7 +96,7 @@ async def test_the_agent_evicts_in_v1beta1_and_honours_the_budgets_429(kube_plan
     kube_plane.create_namespace("vs-evict")
     be = {"koordinator.sh/qosClass": "BE", "app": "spark"}
     for name in ("spark-0", "spark-1"):
-        kube_plane.apply(pod(name, "vs-evict", labels=be, nodeName="vs-e1", scheduler="default-scheduler"))
+        apply_pod(kube_plane, pod(name, "vs-evict", labels=be, nodeName="vs-e1", scheduler="default-scheduler"))
         run_and_ready(kube_plane, "vs-evict", name)
     kube_plane.apply(pdb("spark", "vs-evict", {"app": "spark"}, minAvailable=1))
     st = wait_until(lambda: (s := pdb_status(kube_plane, "vs-evict", "spark"))["_current"]
@@ -119,9 +132,9 @@ async def test_preemption_honours_a_v1beta1_pdb_the_disruption_controller_comput
     try:
         kube_plane.add_node("vs-p1", cpu="2", memory="4Gi")
         kube_plane.create_namespace("vs-pre")
-        kube_plane.apply(pod("guarded", "vs-pre", cpu="1", labels={"app": "g"}, nodeName="vs-p1",
+        apply_pod(kube_plane, pod("guarded", "vs-pre", cpu="1", labels={"app": "g"}, nodeName="vs-p1",
                              scheduler="default-scheduler", priorityClassName="vs-low"))
-        kube_plane.apply(pod("free", "vs-pre", cpu="1", nodeName="vs-p1", scheduler="default-scheduler",
+        apply_pod(kube_plane, pod("free", "vs-pre", cpu="1", nodeName="vs-p1", scheduler="default-scheduler",
                              priorityClassName="vs-mid"))
         kube_plane.apply(pdb("guard", "vs-pre", {"app": "g"}, minAvailable=1))
         wait_until(lambda: pdb_status(kube_plane, "vs-pre", "guard")["_current"], what="the PDB's status")
@@ -137,7 +150,7 @@ async def test_preemption_honours_a_v1beta1_pdb_the_disruption_controller_comput
                     while not any(o["metadata"]["name"] == "guard" for o in eng.cluster.objects_of(
                             "PodDisruptionBudget").values()):
                         await anyio.sleep(0.05)
-                    kube_plane.apply(pod("high", "vs-pre", cpu="1", priorityClassName="vs-high"))
+                    apply_pod(kube_plane, pod("high", "vs-pre", cpu="1", priorityClassName="vs-high"))
                     while not eng.preempted:
                         await anyio.sleep(0.05)
                 eng.stop()

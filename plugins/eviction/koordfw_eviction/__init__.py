@@ -627,7 +627,11 @@ def collect(node_state: NodeState, args: Args, handle: Any) -> None:
         live.samples.append((now, sample))
     keep = max(float(args.cpu_evict_time_window_seconds or 0), 2 * live.interval())
     live.samples = [(t, s) for t, s in live.samples[-MAX_SAMPLES:] if now - t <= keep]
-    live.evicted = {u: t for u, t in live.evicted.items() if now - t < EVICTED_TTL_SECONDS}
+    # a planned eviction that did not happen (a PodDisruptionBudget's 429, refused, rate-limited) is not
+    # remembered: koordlet caches a pod as evicted only once its eviction succeeded, so the pod is planned
+    # again after the cool-down and does not count as released meanwhile
+    failed: frozenset[str] = getattr(handle, "unevicted", frozenset())
+    live.evicted = {u: t for u, t in live.evicted.items() if now - t < EVICTED_TTL_SECONDS and u not in failed}
     return None
 
 
