@@ -158,6 +158,7 @@ class ControlPlane:
         self.processes: dict[str, _Process] = {}
         self._ssl: ssl.SSLContext | None = None
         self._kinds: dict[tuple[str, str], tuple[str, bool]] = {}
+        self._minor: int | None = None
 
     # -- binaries and files ---------------------------------------------------------------------------
     def _bin(self, name: str) -> str:
@@ -561,14 +562,26 @@ class ControlPlane:
                 break
             time.sleep(0.2)
         self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels or {})}})
+        # before 1.24 the ServiceAccount admission plugin refuses pods ("No API token found for service
+        # account") until the tokens controller has made the account's token Secret
+        needs_secret = self.server_minor() < 24
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                self.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
-                return
+                sa = self.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
+                if sa.get("secrets") or not needs_secret:
+                    return
             except ControlPlaneError:
-                time.sleep(0.1)
-        raise ControlPlaneError(f"namespace {name}: no default ServiceAccount within 30 s")
+                pass
+            time.sleep(0.1)
+        raise ControlPlaneError(f"namespace {name}: no default ServiceAccount (with its token) within 30 s")
+
+    def server_minor(self) -> int:
+        """The API server's minor version (20 for v1.20.2), from ``/version``."""
+        if self._minor is None:
+            v = self.request("GET", "/version")
+            self._minor = int("".join(ch for ch in str(v.get("minor", "0")) if ch.isdigit()) or 0)
+        return self._minor
 
     def delete_pods(self, namespace: str) -> None:
         """Delete every pod of ``namespace`` at once (grace 0: no kubelet will confirm a graceful stop)."""

@@ -69,7 +69,7 @@ def _grants(rules: list[dict], group: str, resource: str, verb: str) -> bool:
 @pytest.fixture
 def agent_rbac(kube_plane: ControlPlane):
     """deploy/'s CRDs the agent writes, and deploy/agent.yaml's ServiceAccount, ClusterRole and binding (not its
-    DaemonSet); plus, only for what that ClusterRole lacks of :data:`EVICTION_RULES`, a ClusterRole ``ag-evictions``.
+    DaemonSet), which must grant :data:`EVICTION_RULES`.
     Yields the agent's kubeconfig (its ServiceAccount token)."""
     for crd in CRDS:
         kube_plane.apply_file(DEPLOY / f"00-crd-{crd}.yaml")
@@ -85,21 +85,8 @@ def agent_rbac(kube_plane: ControlPlane):
             kube_plane.apply(d)
     missing = [r for r in EVICTION_RULES if not _grants(role.get("rules") or [], r["apiGroups"][0],
                                                         r["resources"][0], r["verbs"][0])]
-    extra = []
-    if missing:
-        extra = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                  "metadata": {"name": "ag-evictions"}, "rules": missing},
-                 {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                  "metadata": {"name": "ag-evictions"},
-                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "ag-evictions"},
-                  "subjects": [{"kind": "ServiceAccount", "name": AGENT_SA[1], "namespace": AGENT_SA[0]}]}]
-        for d in extra:
-            kube_plane.apply(d)
-    try:
-        yield kube_plane.service_account_kubeconfig(*AGENT_SA)
-    finally:
-        for d in reversed(extra):
-            kube_plane.delete(d)
+    assert missing == [], f"deploy/agent.yaml's ClusterRole does not grant what evictions need: {missing}"
+    yield kube_plane.service_account_kubeconfig(*AGENT_SA)
 
 
 class Tree:
