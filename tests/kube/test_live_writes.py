@@ -205,12 +205,18 @@ async def test_an_optional_kind_that_becomes_forbidden_empties_its_store(api, cl
         seen.append((t, obj["metadata"]["name"]))
 
     r = Reflector(client, f"/apis/{SLO_GROUP_VERSION}/nodemetrics", handler, optional=True, probe_interval=0.05,
-                  initial_backoff=0.01)
+                  initial_backoff=0.01, max_backoff=0.05, absent_after=0.5)
     async with anyio.create_task_group() as tg:
         tg.start_soon(r.run)
         await wait_for(lambda: ("ADDED", "n0") in seen)
         api.forbid("nodemetrics")
         api.drop_watches()
+        # a served kind answering 403 is retried, its store kept, for absent_after seconds (a restarting
+        # kube-apiserver answers 403 until its RBAC caches are filled) ...
+        await wait_for(lambda: r.denied_since is not None)
+        await anyio.sleep(0.2)
+        assert r.available and list(r.store) and ("DELETED", "n0") not in seen
+        # ... then it is absent
         await wait_for(lambda: ("DELETED", "n0") in seen)
         assert not r.available and r.store == {} and r.synced.is_set()
         tg.cancel_scope.cancel()
@@ -252,6 +258,23 @@ async def test_unreachable_api_turns_unhealthy_after_the_configured_time(api):
         with pytest.raises(ApiError):
             await c.request("GET", "/api/v1/nodes/nope")
         assert c.unreachable_since is None
+
+
+def test_a_run_of_401s_is_not_ended_by_events_on_watches_opened_before_it():
+    """A revoked token: requests answer 401 while watches opened earlier keep streaming; the process can
+    read but not write, so /healthz must not count those events as the API answering."""
+    clock = Clock()
+    c = KubeClient("https://127.0.0.1:1", qps=0, clock=clock)
+    c._answered(401)
+    clock.t += 200
+    c._answered(200, stream=True)
+    assert c.unreachable_since == 1000.0 and c.unauthorized_since == 1000.0 and c.last_success == 1200.0
+    assert "401" in (unhealthy_reason(c, after=120) or "")
+    c._answered(200)  # a request answered: the credentials work again
+    assert c.unreachable_since is None and c.unauthorized_since is None
+    c._answered(503)
+    c._answered(200, stream=True)  # without a 401, a watch event shows the API is back
+    assert c.unreachable_since is None
 
 
 async def test_healthz_is_500_with_the_reason(api, registry):

@@ -1,6 +1,12 @@
 """Binding a pod through ``pods/{name}/binding`` and reconciling the server's 409s.
 
-* The Binding carries the pod's UID, so a recreated pod of the same name is never bound by mistake.
+* The Binding carries the pod's UID, which kube-apiserver checks as a precondition (releases that keep
+  a subresource create's ``metadata.uid``, ``PreserveRequestObjectMetaSystemFieldsOnSubresourceCreate``).
+  v1.20 drops it, and binds whatever pod has the name now: a pod deleted and recreated under the same
+  name during its binding cycle would get the binding (node, annotations) decided for its predecessor.
+  So the engine also passes ``alive(pod)`` (its cache still holds that uid), checked before every
+  attempt: a pod the watch has reported deleted is dropped, never bound; on old servers only the
+  watch's latency remains as a window.
 * Annotations that pre_bind plugins wrote travel in the Binding's ``metadata.annotations``: the API
   server copies them onto the pod in the same write that sets ``spec.nodeName`` (BindingREST's
   ``setPodNodeAndMetadata``), so no reader ever sees the pod bound without them or annotated but not
@@ -35,11 +41,16 @@ class BindGated(Exception):
 
 class KubeBinder:
     def __init__(self, client: KubeClient, *, attempts: int = 4, backoff: float = 0.2,
-                 check: Callable[[str], None] | None = None) -> None:
+                 check: Callable[[str], None] | None = None, alive: Callable[[Pod], bool] | None = None) -> None:
         """``check(what)`` runs before every request that writes (each attempt of a binding) and raises
-        to refuse it (the engine's leadership check raises NotLeading)."""
+        to refuse it (the engine's leadership check raises NotLeading). ``alive(pod)``, asked before every
+        attempt too, says whether the pod (that uid) still exists as far as the caller knows; False drops
+        the binding (``BindDropped``)."""
         self.client, self.attempts, self.backoff = client, attempts, backoff
         self.check = check
+        self.alive = alive
+        #: bindings dropped because ``alive`` said the pod was gone
+        self.dropped_gone = 0
         self.bound = 0
         self.conflicts_resolved = 0
         self.retries = 0
@@ -60,6 +71,9 @@ class KubeBinder:
         for attempt in range(self.attempts):
             if self.check is not None:
                 self.check(f"binding {pod.key}")
+            if self.alive is not None and not self.alive(pod):
+                self.dropped_gone += 1
+                raise BindDropped(f"pod {pod.key} (uid {pod.uid}) was deleted during its binding cycle")
             try:
                 await call()
                 return

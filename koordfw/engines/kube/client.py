@@ -12,7 +12,9 @@ kubeconfig ``tokenFile``), or a kubeconfig ``exec`` credential plugin re-run whe
 ``ExecCredential.status.expirationTimestamp`` passes. A 401 makes the source refresh at once (re-read
 the file, re-run the plugin) and the request is retried once with the new token, as client-go's
 transport wrappers do. The client also records when the API last answered (``last_success``) and since
-when it has not (``unreachable_since``), which ``/healthz`` reports.
+when it has not (``unreachable_since``), which ``/healthz`` reports; a run of 401s counts as unreachable
+until a request is answered otherwise (events on watches opened before the token was revoked do not end
+it: the process can read but no longer write).
 """
 
 from __future__ import annotations
@@ -306,15 +308,25 @@ class KubeClient:
         #: clock time of the first failed round trip (transport error, 401, 429, 5xx) since the last
         #: answer; None while the API answers
         self.unreachable_since: float | None = None
+        #: clock time of the first 401 since a request last got another answer; None: not refused
+        self.unauthorized_since: float | None = None
         self.unauthorized = 0
 
-    def _answered(self, status: int) -> None:
+    def _answered(self, status: int, *, stream: bool = False) -> None:
+        """Record an answer. ``stream``: an event on a watch opened earlier, which shows the API is
+        reachable but not that the credentials still work (a watch is authenticated once, when it opens):
+        it does not end a run of 401s, which only another answer to a request ends."""
+        now = self.clock()
         if status == 0 or status == 401 or status == 429 or status >= 500:
             if self.unreachable_since is None:
-                self.unreachable_since = self.clock()
-        else:
-            self.last_success = self.clock()
-            self.unreachable_since = None
+                self.unreachable_since = now
+            if status == 401 and self.unauthorized_since is None:
+                self.unauthorized_since = now
+            return
+        self.last_success = now
+        if stream and self.unauthorized_since is not None:
+            return
+        self.unreachable_since = self.unauthorized_since = None
 
     async def _auth(self, refresh: bool = False) -> dict[str, str] | None:
         if self.token_source is None:
@@ -488,7 +500,7 @@ class KubeClient:
                         while b"\n" in buf:
                             line, buf = buf.split(b"\n", 1)
                             if line.strip():
-                                self._answered(200)
+                                self._answered(200, stream=True)
                                 yield _decode_event(path, line)
                     if buf.strip():
                         yield _decode_event(path, buf)

@@ -112,7 +112,10 @@ class KubeSchedulerEngine(SchedulerEvents):
         self.client = client
         self.scheduler_name = scheduler_name or registry.profile.scheduler_name
         self.identity = identity or default_identity()
-        self.binder = KubeBinder(client, check=self._check_leading)
+        # alive: a pod the watch reported deleted (gone from the cache) is never bound: v1.20's API server
+        # ignores the Binding's uid and would bind a same-named successor
+        self.binder = KubeBinder(client, check=self._check_leading,
+                                 alive=lambda p: self.scheduler.cluster.pod(p.uid) is not None)
         self.unhealthy_after = unhealthy_after
         self._run_started: float | None = None
         #: pods whose nomination the kernel held when they last failed (written to the API)

@@ -2,8 +2,9 @@
 
 ``/healthz`` answers 500 with ``{"status": "unhealthy", "reason": ...}`` when the process should be
 restarted: its caches have not synced within ``unhealthy_after`` seconds of the start, or the API has
-been unreachable (every round trip failing: transport errors, 401, 429, 5xx) for longer than that, as
-the client records it. Otherwise 200 with ``{"status": "ok", ...}``. Both carry the details.
+been unreachable (every round trip failing: transport errors, 401, 429, 5xx; a run of 401s is not
+ended by events on watches opened before it) for longer than that, as the client records it.
+Otherwise 200 with ``{"status": "ok", ...}``. Both carry the details.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ def api_health(client: KubeClient) -> dict[str, Any]:
     now = client.clock()
     return {"apiLastSuccessSecondsAgo": None if client.last_success is None else round(now - client.last_success, 3),
             "apiUnreachableForSeconds": None if client.unreachable_since is None
-            else round(now - client.unreachable_since, 3)}
+            else round(now - client.unreachable_since, 3),
+            "apiUnauthorizedForSeconds": None if client.unauthorized_since is None
+            else round(now - client.unauthorized_since, 3)}
 
 
 def unhealthy_reason(client: KubeClient, *, unsynced: Sequence[str] = (), started_at: float | None = None,
@@ -40,8 +43,9 @@ def unhealthy_reason(client: KubeClient, *, unsynced: Sequence[str] = (), starte
     client's clock)."""
     now = client.clock()
     if client.unreachable_since is not None and now - client.unreachable_since > after:
+        why = " (refusing the credentials: 401)" if client.unauthorized_since is not None else ""
         return (f"the API has been unreachable for {now - client.unreachable_since:.0f}s "
-                f"(more than {after:g}s)")
+                f"(more than {after:g}s){why}")
     if unsynced and started_at is not None and now - started_at > after:
         return f"caches not synced {now - started_at:.0f}s after the start (more than {after:g}s): " + \
             ", ".join(sorted(unsynced))

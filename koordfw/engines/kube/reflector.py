@@ -16,6 +16,9 @@
 * An ``optional`` kind (a CRD that may not be installed, a kind RBAC may not grant) answering 404 or
   403 is treated as absent: logged once, the store emptied (DELETED for what it held), the reflector
   counted as synced, and the LIST re-probed every ``probe_interval`` seconds until it is served.
+  A kind that was served is given ``absent_after`` seconds first, retried with backoff and its store
+  kept: a restarting kube-apiserver listens before its RBAC and CRD caches are filled and answers 403
+  (or 404 for a CRD's kind) for a moment, which must not empty the cache of every NodeMetric.
 
 The handler gets ``(type, obj, old)`` with type ADDED, MODIFIED or DELETED; ``old`` is the stored copy
 (None for ADDED). Objects are keyed by ``metadata.uid`` (recreated objects are distinct).
@@ -51,7 +54,7 @@ class Reflector:
     def __init__(self, client: KubeClient, path: str, handler: Handler, *, field_selector: str = "",
                  page_size: int = 500, watch_timeout: int = 300, name: str = "",
                  initial_backoff: float = 0.2, max_backoff: float = 10.0, strip_managed_fields: bool = True,
-                 optional: bool = False, probe_interval: float = 60.0) -> None:
+                 optional: bool = False, probe_interval: float = 60.0, absent_after: float = 30.0) -> None:
         self.client, self.path, self.handler = client, path, handler
         self.field_selector, self.page_size, self.watch_timeout = field_selector, page_size, watch_timeout
         self.name = name or path
@@ -59,6 +62,10 @@ class Reflector:
         self.strip_managed_fields = strip_managed_fields
         self.optional = optional  # a 404/403 (CRD not installed, kind not granted): absent, re-probed
         self.probe_interval = probe_interval
+        #: how long a served kind may answer 403/404 before it is treated as absent
+        self.absent_after = absent_after
+        #: client-clock time of the first 403/404 since the kind was last served (None: none)
+        self.denied_since: float | None = None
         self.store: dict[str, dict] = {}
         self.resource_version = ""
         #: the last LIST answered 410 or "too large": the next one is a quorum read (client-go's
@@ -101,6 +108,13 @@ class Reflector:
                              quorum=need_list)
                     need_list = True
                     continue
+                if e.status in (403, 404) and self.optional and self._denial_may_pass(e):
+                    log.info("a served kind answered 403/404; retrying before treating it as absent",
+                             reflector=self.name, error=str(e), seconds=round(backoff, 2))
+                    need_list = True
+                    await anyio.sleep(backoff * (0.5 + self._rng.random()))
+                    backoff = min(backoff * 2, self.max_backoff)
+                    continue
                 if e.status in (403, 404) and self.optional:
                     await self._absent(e)
                     need_list = True
@@ -110,6 +124,15 @@ class Reflector:
                 await anyio.sleep(backoff * (0.5 + self._rng.random()))
                 backoff = min(backoff * 2, self.max_backoff)
 
+    def _denial_may_pass(self, e: ApiError) -> bool:
+        """Whether a 403/404 of a kind that was served is still within its ``absent_after`` grace."""
+        if not (self.available and self.relists > 0):
+            return False  # never served, or already absent: the probe's answer stands
+        now = self.client.clock()
+        if self.denied_since is None:
+            self.denied_since = now
+        return now - self.denied_since < self.absent_after
+
     async def _absent(self, e: ApiError) -> None:
         """The kind is not served (404) or not granted (403): like its absence, logged once."""
         self.probes += 1
@@ -118,6 +141,7 @@ class Reflector:
             log.info("resource unavailable; treating it as absent and re-probing",
                      reflector=self.name, reason=reason, every=self.probe_interval)
         self.available = False
+        self.denied_since = None
         self.unavailable_reason = reason
         if self.store:
             await self._replace([])
@@ -154,6 +178,7 @@ class Reflector:
                 break
         self.relists += 1
         self.rv_unavailable = False
+        self.denied_since = None
         if not self.available:
             log.info("resource served again", reflector=self.name)
             self.available, self.unavailable_reason = True, ""
