@@ -7,8 +7,10 @@ integer units rounded up (``Value()``), which is how Koordinator compares them.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from fractions import Fraction
+from typing import Any
 
 from .safeload import shorten as _short
 
@@ -206,3 +208,17 @@ def parse_resource_list(raw: object, *, where: str = "", allow_negative: bool = 
             raise QuantityError(f"invalid quantity {_short(v)}: must be greater than or equal to 0", field=field)
         out[k] = amount
     return out
+
+
+def bad_node_resources(res: Any) -> dict[str, str]:
+    """What a ``node_resources`` hook's result holds that is not ``{resource name: amount or None}``, an
+    amount being an integer (numpy's too; not a bool) in ``[0, MAX_CANONICAL]`` and a name a non-empty
+    string: ``{name: repr(value)}`` of the offenders, ``{"<result>": type}`` for a result that is not a
+    dict, ``{}`` when it is valid. The one rule for every place that applies these results (the
+    embedded engine, ``koordfw.update_node_resources`` and ``koordfw manager``), so a plugin's result is
+    accepted or refused alike everywhere."""
+    if not isinstance(res, dict):
+        return {"<result>": type(res).__name__}
+    return {str(k)[:60]: repr(v)[:40] for k, v in res.items()
+            if not isinstance(k, str) or not k or (v is not None and (
+                isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 <= int(v) <= MAX_CANONICAL))}

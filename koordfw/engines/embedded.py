@@ -20,7 +20,6 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import attrs
-import numpy as np
 import structlog
 
 from ..core.admission import ADMISSION_KINDS, Admission, StaticObjects
@@ -34,7 +33,7 @@ from ..core.manifests import Manifests, load_manifests
 from ..core.model import Migration, Pod, pod_from_manifest
 from ..core.plugins import Registry
 from ..core.profile import Profile, load_profile
-from ..core.quantity import MAX_CANONICAL, format_quantity
+from ..core.quantity import bad_node_resources, format_quantity
 from ..core.schedule_one import Scheduler
 from ..core.state import CycleState
 from ..core.status import Status
@@ -152,13 +151,9 @@ def claims_report(cluster: ClusterState) -> list[dict[str, Any]]:
     return rows
 
 
-def _bad_amounts(res: Any) -> dict[str, str]:
-    """What a node_resources result holds that is not a resource name with an int64 amount ≥ 0."""
-    if not isinstance(res, dict):
-        return {"<result>": type(res).__name__}
-    return {str(k)[:60]: repr(v)[:40] for k, v in res.items()
-            if not isinstance(k, str) or (v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))
-                                                             or not 0 <= int(v) <= MAX_CANONICAL))}
+#: what a node_resources result holds that is not a resource name with an int64 amount >= 0 (the rule
+#: koordfw manager's controller applies too)
+_bad_amounts = bad_node_resources
 
 
 def colocation_from_objects(cluster: ClusterState) -> dict[str, Any] | None:

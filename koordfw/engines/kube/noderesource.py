@@ -26,7 +26,7 @@ import anyio
 import structlog
 
 from ...core.caller import PluginFailure
-from ...core.quantity import MAX_CANONICAL, format_quantity
+from ...core.quantity import bad_node_resources, format_quantity
 from ...extension import COLOCATION_CONFIG_KEY, SLO_CTRL_CONFIG_MAP
 from .client import ApiError
 from .manager import ManagerContext
@@ -34,13 +34,9 @@ from .manager import ManagerContext
 log = structlog.get_logger("koordfw.kube")
 
 
-def bad_amounts(res: Any) -> dict[str, str]:
-    """What a live node_resources result holds that is not ``{resource name: int64 >= 0 or None}``."""
-    if not isinstance(res, dict):
-        return {"<result>": type(res).__name__}
-    return {str(k)[:60]: repr(v)[:40] for k, v in res.items()
-            if not isinstance(k, str) or not k or (v is not None and (
-                isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_CANONICAL))}
+#: what a live node_resources result holds that is not ``{resource name: int64 >= 0 or None}`` (the rule
+#: the embedded engine and koordfw.update_node_resources apply too)
+bad_amounts = bad_node_resources
 
 
 def status_patch(node: Any, resources: dict[str, int | None]) -> dict[str, dict[str, str | None]] | None:
@@ -216,7 +212,7 @@ class NodeResourceController:
                 log.error("node_resources returned invalid amounts", node=name, plugin=impl.plugin, invalid=bad)
                 continue
             wanted = True
-            merged.update(res)
+            merged.update({k: None if v is None else int(v) for k, v in res.items()})  # numpy ints too
         return merged if wanted else None
 
     async def reconcile(self, ctx: ManagerContext, name: str) -> bool:

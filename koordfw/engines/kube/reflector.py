@@ -7,6 +7,8 @@
   answered 410 Gone or "Too large resource version" (504 with the ``ResourceVersionTooLarge`` cause)
   the next one sends no resourceVersion at all, a quorum read of the newest state. Continuation pages
   carry only ``continue``.
+* A LIST's items are handed on in key order (namespace, name), as etcd lists them, whichever cache
+  served it: the order the scheduler queues pods of one priority and creation second in follows.
 * Bookmarks are requested; every event and bookmark advances the resourceVersion to resume from.
 * A 410 on the watch (an HTTP status, or an ``ERROR`` event with code 410) means the history is gone:
   re-list (from the last resourceVersion, NotOlderThan), diff against the store, synthesise ``DELETED``
@@ -176,6 +178,11 @@ class Reflector:
             cont = meta.get("continue")
             if not cont:
                 break
+        # in key order (namespace, name), as etcd answers a quorum LIST: the watch cache answers the first
+        # LIST (resourceVersion=0) in its hash order, which would make the order pods are queued in (and
+        # hence who wins a tie on priority and creation second) differ from run to run and from
+        # ``koordfw simulate`` on the same objects
+        items.sort(key=_list_order)
         self.relists += 1
         self.rv_unavailable = False
         self.denied_since = None
@@ -241,6 +248,11 @@ class Reflector:
             if rv:
                 self.resource_version = rv
             await self.handler("MODIFIED" if old is not None else "ADDED", obj, old)
+
+
+def _list_order(obj: dict) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
 def _rv(obj: dict) -> Any:
