@@ -265,6 +265,16 @@ async def run_one(which: str, args: argparse.Namespace, ui: Any) -> dict[str, An
             tg.cancel_scope.cancel()
         t_last, t_first = max(done.values()), min(done.values())
         after = api_requests(plane)
+        # both write a Scheduled event per pod; how far behind the bindings are they?
+        events_at_last_bind = after.get("POST events", 0) - before.get("POST events", 0)
+        t_events = None
+        events_deadline = time.monotonic() + 180
+        while time.monotonic() < events_deadline:
+            written = api_requests(plane).get("POST events", 0) - before.get("POST events", 0)
+            if written >= args.pods:
+                t_events = time.time()
+                break
+            await anyio.sleep(0.25)
         calls = {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0) > 0}
         result.update({
             "pods_per_s_from_first_create": round(args.pods / (t_last - t_create), 1),
@@ -273,7 +283,9 @@ async def run_one(which: str, args: argparse.Namespace, ui: Any) -> dict[str, An
             "start_to_first_bind_s": round(t_first - t_start, 2),
             "first_to_last_bind_s": round(t_last - t_first, 2),
             "api_requests": dict(sorted(calls.items(), key=lambda kv: -kv[1])),
-            "api_requests_total": sum(calls.values())})
+            "api_requests_total": sum(calls.values()),
+            "events_at_last_bind": events_at_last_bind,
+            "start_to_last_event_s": None if t_events is None else round(t_events - t_start, 2)})
         if ready_at is not None:
             result["start_to_caches_synced_s"] = round(ready_at - t_start, 2)
         if port:
@@ -344,10 +356,11 @@ class Ui:
 
 def table(results: list[dict[str, Any]]) -> str:
     rows = [("scheduler", "pods/s (create→last bind)", "pods/s (start→last bind)", "start→first bind s",
-             "API requests")]
+             "API requests", "events at last bind", "start→last event s")]
     for r in results:
         rows.append((r["scheduler"], str(r["pods_per_s_from_first_create"]), str(r["pods_per_s_from_start"]),
-                     str(r["start_to_first_bind_s"]), str(r["api_requests_total"])))
+                     str(r["start_to_first_bind_s"]), str(r["api_requests_total"]), str(r["events_at_last_bind"]),
+                     str(r["start_to_last_event_s"] or "> 180 after")))
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w[i]) for i, c in enumerate(row)) for row in rows)
 

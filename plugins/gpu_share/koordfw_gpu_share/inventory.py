@@ -304,7 +304,10 @@ class Inventory:
         return slots, core, mem, mem_b
 
     def reconcile(self, tag_of: Any) -> None:
-        """Drop allocations of pods that left their node; add annotated pods bound elsewhere."""
+        """Drop allocations of pods that left their node; add annotated pods bound elsewhere. A cluster
+        without GPU devices has nothing to reconcile (every pass was O(pods) on each scheduling cycle)."""
+        if not self.any_gpu and not self.allocs:
+            return
         cluster = self.cluster
         for uid in list(self.allocs):
             e = cluster.pods.get(uid)
