@@ -19,16 +19,14 @@ What is adapted from the manifests, because a local process is not a pod (and on
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import yaml
-from realkube_testkit import wait_until
+from realkube_testkit import stop_process, wait_until
 
 from koordfw.testing.control_plane import ControlPlane, ControlPlaneError, free_port
 
@@ -124,16 +122,7 @@ class Component:
         return self.proc.poll() is None
 
     def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            with suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                with suppress(ProcessLookupError):
-                    os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        return self.proc.returncode
+        return stop_process(self.proc, 20)
 
 
 def manager_argv(plane: ControlPlane, workdir: Path) -> tuple[str, list[str], int, int]:

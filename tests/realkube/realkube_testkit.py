@@ -3,13 +3,31 @@ ServiceAccounts ``deploy/`` gives them."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 from koordfw.testing.control_plane import ControlPlane
 
 SCHED = "koordfw-scheduler"
+
+
+def stop_process(proc: subprocess.Popen, grace: float = 15.0) -> int | None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds; the exit code (None if it was already reaped)."""
+    if proc.poll() is None:
+        with suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            with suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    return proc.returncode
 
 
 def pod(name: str, ns: str, cpu: str = "100m", memory: str = "128Mi", *, scheduler: str = SCHED,

@@ -9,8 +9,6 @@ And ``kubectl apply -f deploy/extender/``, which ``extender.yaml`` tells users t
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from realkube_testkit import bound, pod, pods, wait_until
+from realkube_testkit import bound, pod, pods, stop_process, wait_until
 
 from koordfw.testing.control_plane import ControlPlane, ControlPlaneError, free_port
 
@@ -116,14 +114,7 @@ class Extender:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            with suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        stop_process(self.proc, 10)
 
 
 def scheduler_config(extender_port: int, kubeconfig: Path) -> dict:

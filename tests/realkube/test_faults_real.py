@@ -16,8 +16,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -30,7 +28,7 @@ from pathlib import Path
 import anyio
 import pytest
 import yaml
-from realkube_testkit import bound, pod, pods, wait_until
+from realkube_testkit import bound, pod, pods, stop_process, wait_until
 
 from koordfw import hookimpl
 from koordfw.engines.embedded import build_registry
@@ -113,13 +111,7 @@ class Component:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+        stop_process(self.proc, 15)
 
 
 def bindings(plane: ControlPlane, user: str, ns: str) -> dict[str, list[int]]:

@@ -19,8 +19,6 @@ those simulate agrees when its input lists them in that order.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -31,6 +29,7 @@ from typing import Any
 import anyio
 import pytest
 import yaml
+from realkube_testkit import stop_process
 
 import koordfw
 from koordfw.core.cluster import ClusterState
@@ -239,13 +238,7 @@ class Manager:
                                          start_new_session=True)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+        stop_process(self.proc, 15)
 
 
 def _done(statuses: dict[str, dict]) -> bool:
