@@ -269,13 +269,21 @@ async def test_etcd_compacted_watches_get_410_and_relist(plane: ControlPlane) ->
             pods_refl = next(r for r in engine.reflectors if r.name == "pods")
             lists0 = pods_refl.relists
             await anyio.to_thread.run_sync(churn)
-            # a watch opened before the last compaction resumes from a compacted revision: 410, re-list
-            with anyio.fail_after(15):
-                while pods_refl.relists == lists0:
-                    await anyio.sleep(0.1)
             with anyio.fail_after(20):
                 while len(await anyio.to_thread.run_sync(bound, plane, "flt-compact")) < 20:
                     await anyio.sleep(0.2)
+            # every pod is bound, so the pods watch sees no more events: move etcd's revision past its last
+            # one and compact there; the watch, resumed from that older resourceVersion within a second,
+            # gets 410 and the reflector re-lists (during the churn a binding after a compaction could
+            # keep the pods watch ahead of every compaction)
+            relists = pods_refl.relists
+            await anyio.sleep(0.5)
+            plane.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": "churn-last", "namespace": "flt-compact"}, "data": {}})
+            compact(plane)
+            with anyio.fail_after(15):
+                while pods_refl.relists == relists:
+                    await anyio.sleep(0.1)
             server = {p["metadata"]["uid"] for p in await anyio.to_thread.run_sync(pods, plane, "flt-compact")}
             with anyio.fail_after(10):
                 while {u for u, e in engine.cluster.pods.items() if e.pod.namespace == "flt-compact"} != server:
