@@ -1,23 +1,34 @@
 # The two commands of the README's quick start:
-#   make simulate   installs koordfw and every plugin in .venv, then schedules the example cluster
-#   make test       installs the same, runs the linters, then every test (what CI runs)
+#   make simulate   installs koordfw and every plugin in .venv (what running needs, no extras), then
+#                   schedules the example cluster
+#   make test       installs the same plus the test, lint, kubernetes and plot extras, runs the linters,
+#                   then every test (what CI runs)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: install simulate lint test fuzz bench clean kube-up
+.PHONY: install install-run simulate lint test fuzz bench clean kube-up
 
-$(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGIN_DIRS))
+# koordfw and the plugins, editable, with only what running them needs
+$(RUN_STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGIN_DIRS))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e . $(addprefix -e ,$(PLUGIN_DIRS))
+	touch $(RUN_STAMP)
+
+# the same plus the extras: tests and linters, the live backend (kubernetes_asyncio), plots (matplotlib)
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,kubernetes,bench]' $(addprefix -e ,$(PLUGIN_DIRS))
 	touch $(STAMP)
 
+install-run: $(RUN_STAMP)
+
 install: $(STAMP)
 
-simulate: install
+simulate: install-run
 	$(BIN)/koordfw simulate examples/colocation
 
 # ruff (rules in pyproject.toml), the import contracts (tool.importlinter: the core imports no engine,
