@@ -38,3 +38,13 @@ def access_modes(pvc: Mapping[str, Any]) -> list[str]:
 def not_found(name: str) -> str:
     """kube's NotFound error text for a claim."""
     return f'persistentvolumeclaim "{name}" not found'
+
+
+def missing_claim(pod: Any, name: str) -> str:
+    """Why a pod whose claim ``name`` does not exist waits (kube's VolumeBinding ``podHasPVCs``): a
+    generic ephemeral volume's claim is the ephemeral volume controller's to create, any other is
+    NotFound."""
+    for v in pod.volumes:
+        if v.get("ephemeral") is not None and f"{pod.name}-{v['name']}" == name:
+            return f'waiting for ephemeral volume controller to create the persistentvolumeclaim "{name}"'
+    return not_found(name)

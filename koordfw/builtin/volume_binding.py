@@ -65,7 +65,7 @@ from koordfw import (
     selector_matches,
 )
 
-from ._volumes import access_modes, claim, claim_class, claims_known, not_found
+from ._volumes import access_modes, claim, claim_class, missing_claim
 from .node_selector import term_matches
 
 NODE_CONFLICT = "node(s) had volume node affinity conflict"
@@ -209,7 +209,7 @@ class VolumeBinding:
     def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:
         cluster = handle.cluster
         names = pod.claim_names
-        if not names or not claims_known(cluster):
+        if not names:
             return Status.skip()
         bound: list[Mapping[str, Any]] = []
         delayed: list[_Claim] = []
@@ -217,8 +217,8 @@ class VolumeBinding:
         for name in names:
             assumed = self._pvcs.get(f"{pod.namespace}/{name}")
             pvc = assumed[1] if assumed is not None else claim(cluster, pod.namespace, name)
-            if pvc is None:
-                return Status.unresolvable(not_found(name))
+            if pvc is None:  # as kube-scheduler: the pod waits for its claim, even when no claim exists at all
+                return Status.unresolvable(missing_claim(pod, name))
             if (pvc.get("metadata") or {}).get("deletionTimestamp"):
                 return Status.unresolvable(f'persistentvolumeclaim "{name}" is being deleted')
             spec = pvc.get("spec") or {}

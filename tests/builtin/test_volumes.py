@@ -99,6 +99,23 @@ def test_a_missing_claim_is_unresolvable():
     assert res.node is None and 'persistentvolumeclaim "nope" not found' in res.reason
 
 
+def test_a_missing_claim_keeps_the_pod_pending_when_no_claim_exists_at_all():
+    """kube-scheduler keeps such a pod pending whatever else the cluster holds (issue 32 point 12: with no
+    PersistentVolumeClaim in the input, simulate used to bind it)."""
+    b = ClusterBuilder().node("n1")
+    b.pod("p", volumes=claim_vol("x"))
+    b.pod("q", volumes=vol(ephemeral={"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}))
+    b.pod("plain")
+    r = schedule(b)
+    res = r.results[r.cluster.pod_by_key("default/p").uid]
+    assert res.node is None
+    assert res.reason == 'persistentvolumeclaim "x" not found'
+    res = r.results[r.cluster.pod_by_key("default/q").uid]
+    assert res.node is None
+    assert res.reason == 'waiting for ephemeral volume controller to create the persistentvolumeclaim "q-v"'
+    assert r.placements()["default/plain"] == "n1"
+
+
 def test_a_bad_volume_names_the_pod_and_field():
     with pytest.raises(ManifestError) as e:
         make_pod("db", volumes=[{"name": "d", "awsElasticBlockStore": {"volumeID": 7}}])

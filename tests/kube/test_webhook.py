@@ -214,6 +214,22 @@ async def test_malformed_reviews_are_400_and_the_server_lives_on(api, client, ra
         assert status == 200 and body["response"]["allowed"]
 
 
+@pytest.mark.parametrize("path", ["/mutate-pod", "/validate-pod"])
+@pytest.mark.parametrize("obj", [None, {}])
+async def test_a_create_without_a_pod_is_koordinators_400(api, client, path, obj):
+    """Koordinator's handlers decode the pod before anything else; controller-runtime refuses an empty
+    object ("there is no content to decode") and the answer is admission.Errored(400): the review says
+    400, not allowed (issue 32 point 12: it was allowed)."""
+    api.create(NS)
+    async with serving(client) as server:
+        status, body = await post(server, path, review(obj))
+        assert status == 200
+        assert body["response"] == {"uid": "u-1", "allowed": False,
+                                    "status": {"code": 400, "message": "there is no content to decode"}}
+        _, body = await post(server, path, review(None, op="DELETE", old=POD))
+        assert body["response"]["allowed"]  # a DELETE carries no object: nothing to decode
+
+
 async def test_oversized_body_is_413(api, client):
     api.create(NS)
     async with serving(client, WebhookServer(host="127.0.0.1", port=0, max_body=4096)) as server:

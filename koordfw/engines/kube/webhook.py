@@ -14,7 +14,9 @@ profile's plugins), as controller-runtime's admission responses:
   listed: ``allowed: false``, ``status`` 503 naming what is still listing, never an unmutated allow;
 * a body that is not an AdmissionReview (bad JSON, no ``request.uid``, an unknown operation, an
   object that is not a JSON object): HTTP 400 with a message in an AdmissionReview response; a
-  body over ``max_body`` bytes: HTTP 413. The server goes on serving.
+  body over ``max_body`` bytes: HTTP 413. The server goes on serving;
+* a CREATE or UPDATE of a pod without an object (null or empty): ``allowed: false``, ``status`` 400
+  "there is no content to decode", as Koordinator's handlers answer (their decoder refuses it).
 
 Requests for other resources than ``pods`` or for a subresource are allowed unchanged (Koordinator's
 ``shouldIgnoreIfNotPod``).
@@ -242,6 +244,10 @@ class Webhook:
             return "not_synced", 200, _review(uid, False, 503, message="koordfw webhook not ready: still listing "
                                               + ", ".join(waiting))
         op = req["operation"]
+        if op in ("CREATE", "UPDATE") and not req.get("object"):
+            # Koordinator's handlers decode the pod first: controller-runtime's decoder refuses an empty
+            # object ("there is no content to decode") and the handler answers admission.Errored(400)
+            return "bad_request", 200, _review(uid, False, 400, message="there is no content to decode")
         if which == "mutate":
             return await self._mutate(uid, req, op)
         return await self._validate(uid, req, op)
