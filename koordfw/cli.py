@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import pkgutil
+import re
 import sys
 from importlib import metadata
 
@@ -35,11 +37,55 @@ def add_global_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
                         help="debug, info, warning (default), error or critical")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with kube-style help for typos: an unknown option is reported by the (sub)command that
+    was given it, with that command's usage and the closest option it has (``--profle`` → ``--profile``);
+    an unknown command gets the closest command. Every subcommand's parser is of this class too
+    (``add_subparsers`` makes its parsers of the parent's class)."""
+
+    #: the top-level parser; subcommands report their own unknown options
+    top = False
+
+    def parse_known_args(self, args: list[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras and not self.top:
+            self.error(self.unrecognized(extras))
+        return ns, extras
+
+    def parse_args(self, args: list[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(self.unrecognized(extras))
+        return ns
+
+    def unrecognized(self, extras: list[str]) -> str:
+        msg = f"unrecognized arguments: {' '.join(extras)}"
+        options = [o for o in self._option_string_actions if o.startswith("--")]
+        for arg in extras:
+            if arg.startswith("--"):
+                near = difflib.get_close_matches(arg.split("=", 1)[0], options, n=1, cutoff=0.6)
+                if near:
+                    return f"{msg} (did you mean {near[0]}?)"
+        return msg
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        m = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if m:
+            choices = re.findall(r"'([^']*)'", m.group(3))
+            near = difflib.get_close_matches(m.group(2), choices, n=1, cutoff=0.6)
+            if near:
+                message = f"{message}; did you mean {near[0]!r}?"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="koordfw", description="Colocation scheduling: kernel plus plugins.")
+    parser = Parser(prog="koordfw", description="Colocation scheduling: kernel plus plugins.")
+    parser.top = True
     parser.add_argument("--version", action="version", version=f"koordfw {__version__}")
     add_global_options(parser, default=True)
-    common = argparse.ArgumentParser(add_help=False)  # only lends its options to every subcommand
+    common = Parser(add_help=False)  # only lends its options to every subcommand
     add_global_options(common.add_argument_group("global options"), default=False)
     sub = Commands.nested(parser, dest="command", metavar="COMMAND", parents=[common])
     from . import commands
