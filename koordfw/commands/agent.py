@@ -70,7 +70,8 @@ def register(sub: Commands) -> None:
                             "writes the enabled QoS plugins would make and the pods they would evict: "
                             "{\"writes\": [{path, value, plugin, fs}], \"evictions\": [{pod, uid, reason, "
                             "plugin}]}, paths relative to the filesystem root. Touches nothing.")
-    pl.add_argument("--state", required=True, metavar="FILE")
+    pl.add_argument("--state", required=True, metavar="FILE",
+                    help="the node state (JSON or YAML; format in docs/agent.md, e.g. examples/agent/state.json)")
     pl.add_argument("--config", dest="plan_config", metavar="FILE",
                     help="profile YAML; the state's `config` is merged over its pluginConfig")
     pl.add_argument("--all", action="store_true",

@@ -32,8 +32,8 @@ def register(sub: Commands) -> None:
     g.add_argument("--kubeconfig", metavar="FILE", help="keep a cluster cache from this cluster")
     g.add_argument("--in-cluster", action="store_true", help="keep a cluster cache, using the service account")
     p.add_argument("--context", help="kubeconfig context")
-    p.add_argument("--kube-api-qps", type=number(float, 0, 1e6), default=50.0)
-    p.add_argument("--kube-api-burst", type=number(int, 1, 10**6), default=100)
+    p.add_argument("--kube-api-qps", type=number(float, 0, 1e6), default=50.0, help="client QPS limit (default 50; 0 = none)")
+    p.add_argument("--kube-api-burst", type=number(int, 1, 10**6), default=100, help="client burst (default 100)")
     p.add_argument("--max-body-bytes", type=number(int, 1024, 2**31), default=32 * 1024 * 1024,
                    help="request size limit (default 32 MiB)")
     p.add_argument("--header-timeout", type=number(float, 0, DAY, above=True), default=15.0, metavar="SECONDS",

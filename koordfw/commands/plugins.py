@@ -13,7 +13,7 @@ from ._common import add_plugin_options, registry_from_args
 def register(sub: Commands) -> None:
     p = sub.add("plugins", help="list installed plugins and the hooks they implement")
     add_plugin_options(p)
-    p.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="table (default) or json")
     p.set_defaults(func=run)
 
 

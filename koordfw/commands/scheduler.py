@@ -40,11 +40,15 @@ def register(sub: Commands) -> None:
     p.add_argument("--scheduler-name", help="schedulerName to serve (default: the profile's, koordfw-scheduler)")
     add_plugin_options(p)
     p.add_argument("--leader-elect", action="store_true", help="elect a leader on a coordination.k8s.io Lease")
-    p.add_argument("--leader-elect-namespace", default="kube-system")
+    p.add_argument("--leader-elect-namespace", default="kube-system",
+                   help="namespace of the leader election Lease (default kube-system)")
     p.add_argument("--leader-elect-name", default=None, help="Lease name (default: the scheduler name)")
-    p.add_argument("--leader-elect-lease-duration", type=number(float, 0, DAY, above=True), default=15.0)
-    p.add_argument("--leader-elect-renew-deadline", type=number(float, 0, DAY, above=True), default=10.0)
-    p.add_argument("--leader-elect-retry-period", type=number(float, 0, DAY, above=True), default=2.0)
+    p.add_argument("--leader-elect-lease-duration", type=number(float, 0, DAY, above=True), default=15.0,
+                   help="seconds a non-leader waits after the last renewal before taking over (default 15)")
+    p.add_argument("--leader-elect-renew-deadline", type=number(float, 0, DAY, above=True), default=10.0,
+                   help="seconds the leader keeps trying to renew before it stops leading (default 10)")
+    p.add_argument("--leader-elect-retry-period", type=number(float, 0, DAY, above=True), default=2.0,
+                   help="seconds between attempts to acquire or renew (default 2)")
     p.add_argument("--health-address", default="0.0.0.0:10259",
                    help="serve /healthz and /metrics here (default 0.0.0.0:10259; empty = off)")
     add_unhealthy_after_option(p)
@@ -54,7 +58,8 @@ def register(sub: Commands) -> None:
                    help="run the descheduling plugins every SECONDS (default 0: off)")
     d.add_argument("--deschedule-execute", action="store_true",
                    help="evict through the Eviction API (default: dry-run, plans are only logged)")
-    d.add_argument("--max-evictions-per-minute", type=number(int, 0, 10**6), default=10)
+    d.add_argument("--max-evictions-per-minute", type=number(int, 0, 10**6), default=10,
+                   help="descheduling evictions at most per minute (default 10; 0 = none)")
     d.add_argument("--reservation-ttl", type=number(float, 0, DAY, above=True), default=300.0, metavar="SECONDS",
                    help="how long a migration's target stays reserved for the replacement pod (default 300)")
     p.set_defaults(func=run)

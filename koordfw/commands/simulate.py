@@ -17,7 +17,8 @@ def register(sub: Commands) -> None:
                             "schedule every pending pod and print placements and node utilisation.")
     p.add_argument("paths", nargs="+", metavar="PATH")
     add_plugin_options(p)
-    p.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table")
+    p.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table",
+                   help="table (default), json or yaml")
     p.add_argument("--seed", type=int, default=0, help="seed for tie-breaking (default 0)")
     p.add_argument("--deschedule", action="store_true", help="after scheduling, apply the descheduling plan and reschedule")
     p.add_argument("--deschedule-cycles", type=int, default=1, metavar="N",

@@ -44,12 +44,13 @@ def register(sub: Commands) -> None:
     p.add_argument("--batch-load", type=float, default=1.0, metavar="F",
                    help="batch work as a multiple of what the batch resources could hold at the tasks' "
                         "measured usage (default 1.0)")
-    p.add_argument("--mode", choices=(*MODES, "both"), default="both")
+    p.add_argument("--mode", choices=(*MODES, "both"), default="both",
+                   help="replay without colocation (kubernetes), with it (koordfw), or both (default)")
     p.add_argument("--profile", metavar="F",
                    help="koordfw mode's profile YAML, or 'recommended' (default: profiling on, BECPUEvict, reclaim "
                         "65 %%, suppress 70 %%) or 'koordinator' (Koordinator's defaults: 60 %%, 65 %%, no profiling)")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    p.add_argument("--seed", type=int, default=42, help="seed of the trace sampling and tie-breaking (default 42)")
+    p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="table (default) or json")
     p.add_argument("--hours", action="store_true", help="print the per-hour table too (the JSON always has it)")
     p.add_argument("--plot", metavar="FILE.png", help="utilisation, batch throughput and safety over time")
     p.set_defaults(func=run)

@@ -21,7 +21,7 @@ def register(sub: Commands) -> None:
                             "the metrics before and after. Nothing is evicted.")
     p.add_argument("paths", nargs="+", metavar="PATH")
     add_plugin_options(p)
-    p.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="table (default) or json")
     p.set_defaults(func=run)
 
 

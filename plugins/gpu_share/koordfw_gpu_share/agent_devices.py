@@ -67,7 +67,7 @@ def register(sub: Commands) -> None:
                 description="Build the scheduling.koordinator.sh/v1alpha1 Device object of this node's "
                             "GPUs from NVML. Exits 1 on a machine without NVML or GPUs.")
     p.add_argument("--node-name", default=None, help="Device name (default: the host name)")
-    p.add_argument("--output", "-o", choices=("yaml", "json"), default="yaml")
+    p.add_argument("--output", "-o", choices=("yaml", "json"), default="yaml", help="yaml (default) or json")
     p.set_defaults(func=run)
 
 

@@ -325,16 +325,16 @@ def register(sub: Commands) -> None:
     o = rsub.add("openb", help="the Alibaba GPU trace with the FGD paper's protocol",
                  description="Replay the Alibaba cluster-trace-gpu-v2023 (openb) pods on its GPU nodes "
                              "through the scheduler with the gpu_share plugin, as the FGD paper does.")
-    o.add_argument("--nodes", required=True, metavar="NODES.csv")
-    o.add_argument("--pods", required=True, metavar="PODS.csv")
+    o.add_argument("--nodes", required=True, metavar="NODES.csv", help="the trace's node file (openb_node_list_*.csv)")
+    o.add_argument("--pods", required=True, metavar="PODS.csv", help="the trace's pod file (openb_pod_list_*.csv)")
     o.add_argument("--policy", action="append", metavar="NAME",
                    help=f"placement policy (repeatable): {', '.join(POLICIES)} (default fgd)")
-    o.add_argument("--seed", type=int, default=42)
+    o.add_argument("--seed", type=int, default=42, help="seed (default 42)")
     o.add_argument("--seeds", metavar="A-B", help="several seeds, e.g. 42-51 (overrides --seed)")
     o.add_argument("--tie-break", choices=("first", "random"), default="first",
                    help="equal best scores: first node of the (seed-permuted) node list, as the paper's "
                         "simulator does (default), or the kernel's uniform random choice")
-    o.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    o.add_argument("--output", "-o", choices=("table", "json"), default="table", help="table (default) or json")
     o.add_argument("--plot", metavar="FILE.png", help="plot unallocated GPU %% against arrived %% (needs matplotlib)")
     o.set_defaults(func=run)
 
