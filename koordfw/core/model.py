@@ -81,10 +81,6 @@ def parse_time(value: object, *, where: str = "", obj: str | None = None, field:
     return ts
 
 
-def format_time(ts: float) -> str:
-    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def raw_allocatable(node: Any) -> dict[str, int] | None:
     """A node's ``node.koordinator.sh/raw-allocatable`` annotation (a JSON ResourceList, which load-aware
     scheduling and descheduling read instead of ``status.allocatable``) in canonical ints; ``None``

@@ -520,9 +520,6 @@ class NodeState:
         return FileWrite(self.cpu_quota_file(rel_dir), value, plugin=plugin)
 
     # -- current values ----------------------------------------------------------------------------
-    def cgroup_value(self, path: str) -> str | None:
-        return self.cgroups.get(path)
-
     def cpu_quota(self, rel_dir: str) -> int | None:
         """Current CFS quota of ``rel_dir`` in µs (``-1`` = unlimited), ``None`` when not read or not a
         quota (not an integer, below -1 or beyond int64)."""

@@ -19,7 +19,7 @@ import structlog
 
 from .. import hookspecs
 from .errors import ConfigError, PluginLoadError
-from .profile import CONVERTER, PluginSet, Profile, structure_args
+from .profile import PluginSet, Profile, structure_args
 
 log = structlog.get_logger("koordfw.plugins")
 
@@ -276,10 +276,6 @@ class Registry:
             else:
                 self.args[name] = structure_args(name, info.args_cls, raw, self.profile.source)
         self._impls.clear()
-
-    def args_as_dict(self, name: str) -> dict:
-        a = self.args.get(name)
-        return {} if a is None else CONVERTER.unstructure(a)
 
     # -- ordering -------------------------------------------------------------------------------
     def impls(self, point: str) -> list[Impl]:
