@@ -368,7 +368,7 @@ async def test_refused_reports_are_retried_and_the_qos_loop_goes_on(api, client,
 def test_what_the_agent_writes_survives_the_crds_pruning(api, tmp_path, clock):
     """deploy/00-crd-*.yaml keep every field of the agent's NodeResourceTopology and Device (a real API server drops
     what a CRD's schema does not know)."""
-    from test_deploy_manager import CRDS, pruned
+    from deploy_testkit import CRDS, pruned
 
     from koordfw.agent.nvml import DeviceReporter
     from koordfw.agent.topology import (
