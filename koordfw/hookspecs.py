@@ -169,10 +169,11 @@ def pre_enqueue(pod: Pod, args: Any, handle: Handle) -> Any:
 def pre_filter(pod: Pod, state: CycleState, args: Any, handle: Handle) -> Any:
     """Run once per scheduling cycle, before filtering.
 
-    ``state`` is the cycle's :class:`CycleState` (a dict shared by the plugins of this cycle). Return
-    ``None`` for success; a ``Status`` (``Unschedulable`` / ``UnschedulableAndUnresolvable`` to reject
-    the pod, ``Skip`` to disable this plugin's ``filter`` for the cycle); or a :class:`PreFilterResult`
-    restricting the candidate nodes. May be async. Idempotent within a cycle.
+    ``state`` is the cycle's :class:`CycleState`, shared by the plugins of this cycle (not a dict: its
+    keys are typed ``StateKey`` s, plain strings are refused). Return ``None`` for success; a ``Status``
+    (``Unschedulable`` / ``UnschedulableAndUnresolvable`` to reject the pod, ``Skip`` to disable this
+    plugin's ``filter`` for the cycle); or a :class:`PreFilterResult` restricting the candidate nodes.
+    May be async. Idempotent within a cycle.
     """
 
 
@@ -298,8 +299,10 @@ def qos_plan(node_state: NodeState, args: Any, handle: AgentHandle) -> list | No
     """Compute the desired node-local knobs for a node state.
 
     Return a list of :class:`koordfw.core.nodestate.FileWrite` (path relative to the filesystem root,
-    value, ``fs`` = "cgroup" or "resctrl") or ``None``. Must be pure (no I/O) and idempotent: the agent's
-    executor writes only what differs. The list may also hold
+    value, ``fs`` = "cgroup" or "resctrl") or ``None``. Must do no I/O, and its writes must be idempotent:
+    the agent's executor writes only what differs. It need not be pure: a plugin may keep history from
+    round to round (eviction remembers its last evictions per handle and evicts nothing more within its
+    cool-downs), so the same node state can give different evictions on two calls. The list may also hold
     :class:`koordfw.Eviction` s (pod uid, ``namespace/name``, reason): pods to evict, in the order given;
     the agent hands them to its evictor (on a cluster the Eviction API, rate-limited, refusing any pod that
     is not BE or is a system pod; without one it logs what it would evict). May be async.

@@ -190,12 +190,17 @@ def serialise(docs, fmt):
     return data.replace(BADBYTES.encode(), b"\xff\xfe")
 
 
-def judge(tmp_path, argv, file):
+def judge(tmp_path, argv, file, report_keys: set[str]) -> str:
+    """The command on mutated input either refuses it (exit 2, one error line naming ``file`` and where
+    in it) or accepts it and prints its whole JSON report (``report_keys`` at least); never anything else."""
     out = run_cli(argv, timeout=30)
     result = check_cli_outcome(out, names=[str(file)], max_seconds=25)
     if result == "error":
         line = out.stderr.strip().splitlines()[-1]
         assert "field" in line or "line" in line or "file" in line or ": " in line, line
+    else:
+        report = json.loads(out.stdout)
+        assert isinstance(report, dict) and report_keys <= set(report), out.stdout[:300]
     return result
 
 
@@ -204,7 +209,7 @@ def judge(tmp_path, argv, file):
 def test_mutated_manifests(tmp_path, docs, fmt):
     f = tmp_path / f"cluster.{fmt}"
     f.write_bytes(serialise(docs, fmt))
-    judge(tmp_path, ["simulate", str(f), "-o", "json"], f)
+    assert judge(tmp_path, ["simulate", str(f), "-o", "json"], f, {"pods", "nodes", "summary"}) in ("ok", "error")
 
 
 @FUZZ
@@ -212,7 +217,7 @@ def test_mutated_manifests(tmp_path, docs, fmt):
 def test_mutated_manifests_deschedule(tmp_path, docs):
     f = tmp_path / "cluster.yaml"
     f.write_bytes(serialise(docs, "yaml"))
-    judge(tmp_path, ["deschedule", str(f), "-o", "json"], f)
+    assert judge(tmp_path, ["deschedule", str(f), "-o", "json"], f, {"migrations", "before", "after"}) in ("ok", "error")
 
 
 def default_profile():
@@ -232,7 +237,8 @@ def test_mutated_profiles(tmp_path, profile):
                                                         "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}}}]))
     p = tmp_path / "profile.yaml"
     p.write_bytes(serialise(profile, "yaml"))
-    judge(tmp_path, ["simulate", str(c), "--profile", str(p), "-o", "json"], p)
+    assert judge(tmp_path, ["simulate", str(c), "--profile", str(p), "-o", "json"], p,
+                 {"pods", "nodes", "summary"}) in ("ok", "error")
 
 
 def test_default_profile_is_valid(tmp_path):

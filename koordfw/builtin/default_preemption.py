@@ -26,13 +26,6 @@ def plugin_args():
     return Args
 
 
-def more_important(a, b) -> bool:
-    """kube's MoreImportantPod: higher priority, then earlier start."""
-    if a.priority != b.priority:
-        return a.priority > b.priority
-    return (a.creation_timestamp or 0) < (b.creation_timestamp or 0)
-
-
 def _sort_key(p):
     return (-p.priority, p.creation_timestamp or 0.0, p.key)
 

@@ -35,9 +35,13 @@ class ClusterView(Protocol):
     """The read side of the engine's cluster: nodes (as :class:`~koordfw.NodeView` and numpy columns
     indexed by node index), pods, and the other objects (NodeMetric, Device, PodGroup, ...).
 
-    Plugins read it and never change it, except through :meth:`without_pods`, a what-if that is undone
-    on exit. The columns (``allocatable``, ``requested``, ...) are ``[node, resource]`` int64 arrays in
-    canonical units (millicores, bytes, counts); :meth:`resource_index` names a column.
+    This protocol types only the read side. What an engine hands plugins as ``handle.cluster`` today is
+    its own mutable ``ClusterState``, so nothing stops a plugin from changing it: plugins are meant to
+    change it only through :meth:`without_pods`, a what-if that is undone on exit, but the reservation
+    plugin also shifts ``requested`` by hand (``add_requested``, undone before it returns) when it
+    nominates a reservation on the node a pod was assumed on. The columns (``allocatable``,
+    ``requested``, ...) are ``[node, resource]`` int64 arrays in canonical units (millicores, bytes,
+    counts); :meth:`resource_index` names a column.
     """
 
     @property

@@ -19,7 +19,7 @@ import structlog
 
 from .. import hookspecs
 from .errors import ConfigError, PluginLoadError
-from .profile import CONVERTER, PluginSet, Profile, structure_args
+from .profile import PluginSet, Profile, structure_args
 
 log = structlog.get_logger("koordfw.plugins")
 
@@ -62,6 +62,43 @@ IMPL_MARK = f"{hookspecs.PROJECT}_impl"
 
 #: what a class plugin's constructor may take, by name (kube's ``New(args, handle)``)
 CONSTRUCTOR_ARGS = ("name", "args", "handle")
+
+
+#: pluggy hookimpl options the kernel does not honour, and why. It calls each implementation itself, in
+#: profile order (``plugins.<point>.enabled``), with its own timeout and failure handling: a wrapper
+#: would be called as a plain function, ``tryfirst``/``trylast`` would be silently outranked by the
+#: profile, and hooks are found by attribute name (``specname`` would leave the hook unrun).
+#: ``optionalhook`` is honoured: an implementation of a hook with no spec is ignored instead of refused.
+UNSUPPORTED_IMPL_OPTIONS: dict[str, str] = {
+    "hookwrapper": "koordfw calls every implementation itself; there are no hook wrappers",
+    "wrapper": "koordfw calls every implementation itself; there are no hook wrappers",
+    "tryfirst": "the order of a hook point's plugins is the profile's (plugins.<point>.enabled)",
+    "trylast": "the order of a hook point's plugins is the profile's (plugins.<point>.enabled)",
+    "specname": "koordfw finds a plugin's hooks by their function names",
+}
+
+
+def impl_options(obj: Any) -> dict[str, dict[str, Any]]:
+    """The pluggy options of each ``@hookimpl`` of ``obj`` (a class or module), by attribute name."""
+    out = {}
+    for attr in marked_hooks(obj):
+        fn = inspect.getattr_static(obj, attr)
+        out[attr] = dict(getattr(getattr(fn, "__func__", fn), IMPL_MARK))
+    return out
+
+
+def check_impl_options(name: str, where: str, obj: Any) -> set[str]:
+    """Refuse (:class:`PluginLoadError`) a hookimpl option of :data:`UNSUPPORTED_IMPL_OPTIONS`, naming the
+    plugin, the hook and the option. Returns the hooks marked ``optionalhook``."""
+    optional = set()
+    for hook, opts in impl_options(obj).items():
+        for opt, why in UNSUPPORTED_IMPL_OPTIONS.items():
+            if opts.get(opt):
+                raise PluginLoadError(f"plugin {name!r} ({where}): hook {hook!r} is marked "
+                                      f"@hookimpl({opt}={opts[opt]!r}), which koordfw does not honour: {why}")
+        if opts.get("optionalhook"):
+            optional.add(hook)
+    return optional
 
 
 def marked_hooks(obj: Any) -> list[str]:
@@ -142,9 +179,10 @@ class Registry:
             raise PluginLoadError(f"plugin {name!r} is registered twice "
                                   f"({self.plugins[name].distribution or 'in-process'} and {distribution or 'in-process'})")
         where = distribution or "in-process"
+        optional = check_impl_options(name, where, obj)
         if inspect.isclass(obj):
             info = PluginInfo(name, None, distribution, version, builtin, factory=obj)
-            unknown = [h for h in marked_hooks(obj) if h not in hookspecs.HOOK_NAMES]
+            unknown = [h for h in marked_hooks(obj) if h not in hookspecs.HOOK_NAMES and h not in optional]
             if unknown:
                 raise ConfigError(f"plugin {name!r} ({where}) implements unknown hook(s) "
                                   f"{', '.join(unknown)}; known hooks: {', '.join(hookspecs.HOOK_NAMES)}")
@@ -165,7 +203,7 @@ class Registry:
                 self.pm.register(obj, name=name)
             except pluggy.PluginValidationError as e:
                 raise PluginLoadError(f"plugin {name!r}: {e}") from None
-            unknown = [h.name for h in self.pm.get_hookcallers(obj) or [] if not h.has_spec()]
+            unknown = [h.name for h in self.pm.get_hookcallers(obj) or [] if not h.has_spec() and h.name not in optional]
             if unknown:
                 self.pm.unregister(obj)
                 raise ConfigError(f"plugin {name!r} ({where}) implements unknown hook(s) "
@@ -276,10 +314,6 @@ class Registry:
             else:
                 self.args[name] = structure_args(name, info.args_cls, raw, self.profile.source)
         self._impls.clear()
-
-    def args_as_dict(self, name: str) -> dict:
-        a = self.args.get(name)
-        return {} if a is None else CONVERTER.unstructure(a)
 
     # -- ordering -------------------------------------------------------------------------------
     def impls(self, point: str) -> list[Impl]:

@@ -95,7 +95,7 @@ def test_status_aggregates_like_koordlet():
     now = START + 119
     st = rep.status(now, [web, batch], [HostApp(name="nginx")], {"nginx": {"name": "nginx", "priority": "koord-prod",
                                                                           "qos": "LS"}})
-    assert st["updateTime"] == rfc3339(now)
+    assert st["updateTime"] == "2026-05-28T20:28:39Z"  # START (1,780,000,000 s) = 20:26:40Z, + 119 s
     nm = st["nodeMetric"]
     # avg over [now-60, now]: samples i = 59..119 → cpu 1000 + 89
     assert nm["nodeUsage"] == {"resources": {"cpu": "1089m", "memory": "8Gi"}}
@@ -244,3 +244,10 @@ def test_series_query_without_gaps_gives_the_per_column_figures():
                 want = ({name: aggregate(v[~np.isnan(v[:, c]), c], kind) for c, name in enumerate(COLUMNS)},
                         float(t.max() - t.min()))
             assert s.query(start, end, kind) == want
+
+
+def test_rfc3339_is_utc_in_whole_seconds():
+    # 1,780,000,000 s = 20,601 days (2026-05-28) + 73,600 s (20:26:40); metav1.Time drops the fraction
+    assert rfc3339(1_780_000_000.0) == "2026-05-28T20:26:40Z"
+    assert rfc3339(1_780_000_000.999) == "2026-05-28T20:26:40Z"
+    assert rfc3339(0.0) == "1970-01-01T00:00:00Z"

@@ -174,7 +174,7 @@ async def test_node_metric_follows_its_spec(api, client, tmp_path, clock):
         with anyio.fail_after(10):
             await ev.wait()
         st = api.get("nodemetrics", "n1")["status"]
-        assert st["updateTime"] == rfc3339(START + 30)
+        assert st["updateTime"] == "2026-05-28T20:27:10Z"  # START (1,780,000,000 s) is 2026-05-28T20:26:40Z
         nm = st["nodeMetric"]
         assert nm["nodeUsage"]["resources"] == {"cpu": "3", "memory": "16Gi"}
         assert nm["systemUsage"]["resources"]["cpu"] == "500m"  # 3 - 1 - 1 - 0.5
@@ -199,7 +199,7 @@ async def test_node_metric_follows_its_spec(api, client, tmp_path, clock):
         with anyio.fail_after(10):
             await ev.wait()
         st = api.get("nodemetrics", "n1")["status"]
-        assert st["updateTime"] == rfc3339(START + 105)
+        assert st["updateTime"] == "2026-05-28T20:28:25Z"  # START + 1 min 45 s
         # 60 s of samples now span the whole minute: the percentiles are reported, as load_aware reads them
         assert st["nodeMetric"]["aggregatedNodeUsages"][0]["usage"]["p99"]["resources"]["cpu"] == "3"
         tg.cancel_scope.cancel()
@@ -317,7 +317,7 @@ async def test_device_from_nvml_is_what_gpu_share_reads(api, client, tmp_path, c
         assert await on.report_device() == "unchanged"
         bad = api.get("devices", "n1")["spec"]["devices"][0]
         assert bad["health"] is False and bad["conditions"] == [
-            {"type": "Healthy", "status": "False", "lastTransitionTime": rfc3339(START + 5), "reason": "Xid79",
+            {"type": "Healthy", "status": "False", "lastTransitionTime": "2026-05-28T20:26:45Z", "reason": "Xid79",
              "message": "Xid error detected on device, error code: 79"}]
         tg.cancel_scope.cancel()
     # gpu_share reads that Device: the unhealthy GPU is never used
@@ -368,7 +368,7 @@ async def test_refused_reports_are_retried_and_the_qos_loop_goes_on(api, client,
 def test_what_the_agent_writes_survives_the_crds_pruning(api, tmp_path, clock):
     """deploy/00-crd-*.yaml keep every field of the agent's NodeResourceTopology and Device (a real API server drops
     what a CRD's schema does not know)."""
-    from test_deploy_manager import CRDS, pruned
+    from deploy_testkit import CRDS, pruned
 
     from koordfw.agent.nvml import DeviceReporter
     from koordfw.agent.topology import (

@@ -25,24 +25,10 @@ import attrs
 import pytest
 import yaml
 from aiohttp import web
+from deploy_testkit import DEPLOY, DOCS, cluster_rules, may, objects
 from kube_scheduler_validation import is_extended_resource_name, validate_extenders, validate_scheduler_config
 
 from koordfw.cli import build_parser
-
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-
-
-def _docs(root: Path) -> list[tuple[str, dict]]:
-    out = []
-    for f in sorted([*root.rglob("*.yaml"), *root.rglob("*.yml")]):
-        for i, d in enumerate(yaml.safe_load_all(f.read_text())):
-            if isinstance(d, dict):
-                meta = d.get("metadata") or {}
-                out.append((f"{f.relative_to(DEPLOY).as_posix()}#{i} {d.get('kind')}/{meta.get('name')}", d))
-    return out
-
-
-DOCS = _docs(DEPLOY)
 
 
 def pod_spec(doc: dict) -> dict | None:
@@ -204,15 +190,6 @@ def test_a_flag_the_cli_does_not_know_fails():
 
 
 # -- files under ConfigMap mounts ----------------------------------------------------------------------
-def objects(kind: str, docs=DOCS) -> dict[tuple[str, str], dict]:
-    """(namespace, name) → object of ``kind``; embedded List items included."""
-    out = {}
-    for _, d in docs:
-        for o in d.get("items", []) if d.get("kind") == "List" else [d]:
-            if o.get("kind") == kind:
-                meta = o.get("metadata") or {}
-                out[(meta.get("namespace", ""), meta["name"])] = o
-    return out
 
 
 def mounted_configmap_files(doc: dict, spec: dict, c: dict) -> dict[str, tuple[str, set[str]]]:
@@ -557,28 +534,6 @@ def test_self_contained_check_finds_what_is_missing():
 
 # -- RBAC: the cache lists every kind its plugins read (nodes and pods it may not list: it never syncs; ----
 # -- another kind: treated as absent, so the plugins reading it see nothing) --------------------------------
-#: rules of the bootstrap ClusterRoles the manifests bind (a subset of
-#: plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go: what the caches and binders here need)
-BUILTIN_RULES: dict[str, list[dict]] = {
-    "system:kube-scheduler": [
-        {"apiGroups": [""], "resources": ["nodes", "namespaces"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["bindings", "pods/binding"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
-        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["replicationcontrollers", "services"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["apps", "extensions"], "resources": ["replicasets"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["persistentvolumeclaims", "persistentvolumes"],
-         "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["storage.k8s.io"], "resources": ["csinodes"], "verbs": ["get", "list", "watch"]},
-    ],
-    "system:volume-scheduler": [
-        {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get", "list", "patch", "update", "watch"]},
-        {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "patch", "update", "watch"]},
-    ],
-}
 
 
 def api_resource(path: str) -> tuple[str, str]:
@@ -587,22 +542,8 @@ def api_resource(path: str) -> tuple[str, str]:
     return ("", parts[2]) if parts[0] == "api" else (parts[1], parts[3])
 
 
-def cluster_rules(docs, namespace: str, sa: str) -> list[dict]:
-    """The rules bound cluster-wide (ClusterRoleBindings) to a service account."""
-    roles = {name: o.get("rules") or [] for (_, name), o in objects("ClusterRole", docs).items()}
-    rules: list[dict] = []
-    for b in objects("ClusterRoleBinding", docs).values():
-        if any(s.get("kind") == "ServiceAccount" and s["name"] == sa and s.get("namespace") == namespace
-               for s in b.get("subjects") or []):
-            rules += roles.get(b["roleRef"]["name"]) or BUILTIN_RULES.get(b["roleRef"]["name"], [])
-    return rules
 
 
-def may(rules: list[dict], verb: str, group: str, resource: str) -> bool:
-    return any((group in r.get("apiGroups", []) or "*" in r.get("apiGroups", []))
-               and (resource in r.get("resources", []) or "*" in r.get("resources", []))
-               and (verb in r.get("verbs", []) or "*" in r.get("verbs", [])) and not r.get("resourceNames")
-               for r in rules)
 
 
 def cache_kinds() -> list[tuple[str, str]]:

@@ -8,11 +8,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from pathlib import Path
 
 import anyio
 import pytest
-import yaml
+from deploy_testkit import CRDS, DEPLOY, docs
 from kube_testkit import node, pod, wait_for
 
 from koordfw.cli import build_parser
@@ -23,15 +22,7 @@ from koordfw.engines.kube.noderesource import NodeResourceController
 from koordfw.engines.kube.nodeslo import NodeSLOController, nodeslo_spec_schema, parse_slo_config, render_spec
 from koordfw.extension import PRIORITY_VALUE_RANGES
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-
-
-def docs(path: Path) -> list[dict]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
-
-
 MANAGER = docs(DEPLOY / "manager.yaml")
-CRDS = {d["metadata"]["name"]: d for f in sorted(DEPLOY.glob("00-crd-*.yaml")) for d in docs(f)}
 
 
 def one(kind: str, objs: list[dict] = MANAGER) -> dict:
@@ -202,48 +193,8 @@ def test_the_nodeslo_crd_schema_is_what_koordfw_writes():
     assert v["schema"]["openAPIV3Schema"]["properties"]["spec"] == nodeslo_spec_schema()
 
 
-def pruned(value, schema: dict, path: str = "spec") -> list[str]:
-    """What the apiserver's pruning would drop from ``value`` (fields the schema does not know) or refuse
-    (a value of the wrong type)."""
-    if schema.get("x-kubernetes-preserve-unknown-fields"):
-        return []
-    if schema.get("x-kubernetes-int-or-string"):
-        return [] if isinstance(value, (int, str)) and not isinstance(value, bool) else [f"{path}: {value!r}"]
-    t = schema["type"]
-    ok = {"object": dict, "array": list, "string": str, "boolean": bool, "integer": int}[t]
-    if not isinstance(value, ok) or (t == "integer" and isinstance(value, bool)):
-        return [f"{path}: {value!r} is not {t}"]
-    out = []
-    if t == "object":
-        for k, v in value.items():
-            if "properties" in schema:
-                if k not in schema["properties"]:
-                    out.append(f"{path}.{k}: unknown field, pruned")
-                else:
-                    out += pruned(v, schema["properties"][k], f"{path}.{k}")
-            elif "additionalProperties" in schema:
-                out += pruned(v, schema["additionalProperties"], f"{path}.{k}")
-            else:
-                out.append(f"{path}.{k}: unknown field, pruned")
-    if t == "array":
-        for i, v in enumerate(value):
-            out += pruned(v, schema["items"], f"{path}[{i}]")
-    return out
 
 
-def test_rendered_nodeslos_survive_the_crds_pruning():
-    from test_nodeslo import CASES
-
-    schema = CRDS["nodeslos.slo.koordinator.sh"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    data = docs(DEPLOY / "slo-controller-config.yaml")[0]["data"]
-    config, _ = parse_slo_config(data)
-    specs = [render_spec(config, {"node-pool": "offline"}, {"node.koordinator.sh/network-bandwidth": "10G"}),
-             render_spec(config, {})]
-    specs += [render_spec(parse_slo_config(d)[0], labels, ann) for _, d, labels, ann, _ in CASES]
-    for s in specs:
-        assert pruned(s, schema) == []
-    assert pruned({"resourceQOSStrategy": {"beClass": {"bogus": 1}}}, schema) == [
-        "spec.resourceQOSStrategy.beClass.bogus: unknown field, pruned"]
 
 
 # -- priority classes and the example ConfigMap --------------------------------------------------------

@@ -4,12 +4,12 @@ evicted-pods cache, a PodDisruptionBudget's 429."""
 
 from __future__ import annotations
 
+from kube_testkit import node, pdb, pod
+
 from koordfw import Eviction
 from koordfw.engines.kube.evictor import NodeEvictor
 from koordfw.metrics import REGISTRY
 from koordfw.testing.fake_apiserver import FakeApiServer
-
-from .kube_testkit import pdb, pod
 
 
 class Clock:
@@ -131,8 +131,6 @@ async def test_a_vanished_pod_fails_quietly(client, api):
 
 
 async def test_the_agent_on_a_cluster_evicts_be_pods_never_ls(client, api, tmp_path):
-    from kube_testkit import node
-
     from koordfw.agent.cgroups import CgroupLayout, detect_version
     from koordfw.agent.executor import Executor
     from koordfw.agent.loop import Agent, log_evictions

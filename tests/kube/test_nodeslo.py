@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from deploy_testkit import CRDS, DEPLOY, docs, pruned
 
 from koordfw.engines.kube.nodeslo import (
     DEFAULT_SLO_CONFIG,
@@ -297,3 +298,16 @@ def test_selector(selector, labels, want):
 def test_selector_refused(selector):
     with pytest.raises(ValueError):
         selector_matches_strict(selector, {})
+
+
+def test_rendered_nodeslos_survive_the_crds_pruning():
+    schema = CRDS["nodeslos.slo.koordinator.sh"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    data = docs(DEPLOY / "slo-controller-config.yaml")[0]["data"]
+    config, _ = parse_slo_config(data)
+    specs = [render_spec(config, {"node-pool": "offline"}, {"node.koordinator.sh/network-bandwidth": "10G"}),
+             render_spec(config, {})]
+    specs += [render_spec(parse_slo_config(d)[0], labels, ann) for _, d, labels, ann, _ in CASES]
+    for s in specs:
+        assert pruned(s, schema) == []
+    assert pruned({"resourceQOSStrategy": {"beClass": {"bogus": 1}}}, schema) == [
+        "spec.resourceQOSStrategy.beClass.bogus: unknown field, pruned"]

@@ -107,8 +107,11 @@ async def test_a_deleted_reservation_releases_its_node(api, client):
         await wait_for(lambda: status(api, "r1").get("phase") == "Available", what="r1 Available")
         api.create(pod("other", "2"))
         await wait_for(lambda: unschedulable(api, "other"), what="held")
+        assert node_of(api, "other") is None  # 4 cpus - 3 held = 1 free: the 2-cpu pod waits
         api.delete("reservations", "r1")
         await wait_for(lambda: node_of(api, "other") == "n0", timeout=20, what="released")
+        assert api.get("reservations", "r1") is None
+        assert node_of(api, "other") == "n0"  # the 3 held cpus are free again: 2 of 4 now fit
 
 
 async def test_status_write_retries_on_a_stale_resource_version(api, client):

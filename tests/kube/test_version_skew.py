@@ -4,6 +4,7 @@ and Eviction in ``policy/v1`` where served, else ``policy/v1beta1``; the fake's 
 from __future__ import annotations
 
 import pytest
+from kube_testkit import node, pdb, pod, running, wait_for
 
 from koordfw import Eviction
 from koordfw.engines.embedded import build_registry
@@ -12,8 +13,6 @@ from koordfw.engines.kube.discovery import Discovery, discovery_for, version_ref
 from koordfw.engines.kube.engine import KubeSchedulerEngine
 from koordfw.engines.kube.evictor import NodeEvictor, post_eviction
 from koordfw.testing.fake_apiserver import NEWEST_VERSION, FakeApiServer
-
-from .kube_testkit import node, pdb, pod, running, wait_for
 
 #: (fake release, the policy version PDB is served in, the Eviction version the subresource advertises)
 RELEASES = [(NEWEST_VERSION, "v1", "policy/v1"), ("1.20", "v1beta1", "policy/v1beta1")]

@@ -120,7 +120,7 @@ async def test_patch_object_retries_a_conflict_and_honours_the_precondition(api,
 
 
 def test_the_scheduler_may_write_claims_and_volumes():
-    from test_deploy_args import DOCS, cluster_rules, may
+    from deploy_testkit import DOCS, cluster_rules, may
 
     rules = cluster_rules([(w, d) for w, d in DOCS if w.startswith("scheduler")], "koordfw-system",
                           "koordfw-scheduler")

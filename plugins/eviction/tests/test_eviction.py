@@ -149,9 +149,12 @@ def test_config_checks(kw, message):
 
 
 def test_config_checks_accept_koordinator_valid_configs():
-    Args(memory_evict_threshold_percent=80, memory_evict_lower_percent=70)
-    Args(cpu_evict_BE_satisfaction_lower_percent=30, cpu_evict_BE_satisfaction_upper_percent=40)
-    Args(cpu_evict_BE_satisfaction_lower_percent=60, cpu_evict_BE_satisfaction_upper_percent=60)
+    a = Args(memory_evict_threshold_percent=80, memory_evict_lower_percent=70)
+    assert (a.memory_evict_threshold_percent, a.memory_evict_lower_percent) == (80, 70)
+    b = Args(cpu_evict_BE_satisfaction_lower_percent=30, cpu_evict_BE_satisfaction_upper_percent=40)
+    assert (b.cpu_evict_BE_satisfaction_lower_percent, b.cpu_evict_BE_satisfaction_upper_percent) == (30, 40)
+    c = Args(cpu_evict_BE_satisfaction_lower_percent=60, cpu_evict_BE_satisfaction_upper_percent=60)
+    assert (c.cpu_evict_BE_satisfaction_lower_percent, c.cpu_evict_BE_satisfaction_upper_percent) == (60, 60)
 
 
 # -- CPU ---------------------------------------------------------------------------------------------

@@ -34,17 +34,20 @@ def test_pods_without_metadata_or_ls_never_planned():
                          cpu_evict_BE_satisfaction_upper_percent=40)) == []
 
 
-def test_unreadable_be_cgroup_values_skip_cpu_eviction():
-    pods = [pod("a", "BE", 1, cpu="4", batch_cpu=50000)]
+def test_missing_be_cgroup_values_skip_cpu_eviction_and_an_unreadable_quota_is_unlimited():
+    """A BE tier with a real limit of 10 cpus (cpuset 0-9, no quota), 9.5 used (95 % >= 90 %) and 50
+    requested (satisfaction 20 % <= 30 %) is evicted from; without the cgroup values there is no real
+    limit and CPU eviction is skipped; a bad cpuset is refused by the state file; an unreadable quota
+    counts as unlimited (the cpuset's 10 cpus are the limit), so it changes nothing."""
+    pods = [pod("a", "BE", 1, cpu="9.5", batch_cpu=50000)]
     args = Args(cpu_evict_enable=True, cpu_evict_BE_satisfaction_lower_percent=30,
                 cpu_evict_BE_satisfaction_upper_percent=40)
-    for cg in ({}, {"cpuset/kubepods/besteffort/cpuset.cpus": "junk"},
-               {**BE_DIR_V1, "cpu/kubepods/besteffort/cpu.cfs_quota_us": "lots"}):
-        try:
-            ns = state(pods, cgroups=cg)
-        except ManifestError:
-            continue  # the state file refuses a bad cpu list itself
-        plan_cpu(ns, args)  # never raises; an unreadable quota counts as unlimited
+    assert [e.pod_uid for e in plan_cpu(state(pods, cgroups=BE_DIR_V1), args)] == ["a"]
+    assert plan_cpu(state(pods, cgroups={}), args) == []
+    with pytest.raises(ManifestError, match="invalid cpu list 'junk'"):
+        state(pods, cgroups={"cpuset/kubepods/besteffort/cpuset.cpus": "junk"})
+    unreadable_quota = {**BE_DIR_V1, "cpu/kubepods/besteffort/cpu.cfs_quota_us": "lots"}
+    assert [e.pod_uid for e in plan_cpu(state(pods, cgroups=unreadable_quota), args)] == ["a"]
 
 
 @pytest.mark.parametrize("value", ["9" * 100000, "-" + "1" * 30, "+", "-", "１２", "1e3", "0x10", "\x00", " 7", "7 "])
