@@ -35,7 +35,6 @@ Without Reservation objects every hook returns at once.
 
 from __future__ import annotations
 
-import heapq
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -52,7 +51,6 @@ from koordfw import (
     ClusterEvent,
     ClusterEventWithHint,
     CycleState,
-    ManifestError,
     PreFilterResult,
     QueueingHint,
     StateKey,
@@ -66,17 +64,14 @@ from koordfw.extension import ANNOTATION_RESERVATION_ALLOCATED, KIND_RESERVATION
 from .api import (
     AVAILABLE,
     FAILED,
-    PENDING,
     POLICY_DEFAULT,
     POLICY_RESTRICTED,
-    SUCCEEDED,
-    WAITING,
     Reservation,
     ReservationAffinity,
     is_reservation_ignored,
     reservation_affinity,
-    reservation_from_manifest,
 )
+from .controller import ReservationController, masked_requests, rfc3339
 
 log = structlog.get_logger("koordfw.reservation")
 
@@ -115,281 +110,21 @@ class _CycleData:
 STATE: StateKey[_CycleData] = StateKey("reservation/cycle")
 
 
-def _now_str(ts: float) -> str:
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _masked(requests: Mapping[str, int], names: list[str]) -> dict[str, int]:
-    return {r: v for r, v in requests.items() if r in names and v}
-
-
 class ReservationPlugin:
-    """Per-scheduler state: the reservations by uid, their reserve pods, and an expiry heap."""
+    """The scheduling side: pods using reservations (pre_filter .. post_bind) and the reserve pods'
+    binding; the lifecycle is the :class:`~.controller.ReservationController`'s."""
 
     def __init__(self) -> None:
-        self.reservations: dict[str, Reservation] = {}
-        #: node name → Available reservations there (by uid)
-        self._on_node: dict[str, dict[str, Reservation]] = {}
-        self._indexed_at: dict[str, str] = {}
-        #: owner index of the active reservations: key (see :func:`owner_keys`) → uids; and those that cannot
-        #: be indexed (an owner with no name, uid, matchLabels or controller): every pod is a candidate
-        self._by_owner_key: dict[tuple[str, str], set[str]] = {}
-        self._unindexed: set[str] = set()
-        #: the reservations that are not allocateOnce (their owners may go away and give their share back)
-        self._shared: set[str] = set()
-        self._expiry: list[tuple[float, str]] = []
-        self._free_gen = -1
-        self._started = False
-        #: uid → the status last written (nothing is written when it is unchanged)
-        self._written: dict[str, dict[str, Any]] = {}
+        self.ctl = ReservationController()
 
-    # -- bookkeeping ------------------------------------------------------------------------------
-    def _index(self, r: Reservation) -> None:
-        """Keep ``_on_node`` (the reservations active on each node) up to date for ``r``."""
-        at = self._indexed_at.pop(r.uid, None)
-        if at is not None:
-            rs = self._on_node.get(at)
-            if rs is not None:
-                rs.pop(r.uid, None)
-                if not rs:
-                    del self._on_node[at]
-            self._unindexed.discard(r.uid)
-            for key in owner_keys(r) or ():
-                uids = self._by_owner_key.get(key)
-                if uids is not None:
-                    uids.discard(r.uid)
-                    if not uids:
-                        del self._by_owner_key[key]
-        if r.node_name and r.phase in (AVAILABLE, WAITING):
-            self._on_node.setdefault(r.node_name, {})[r.uid] = r
-            self._indexed_at[r.uid] = r.node_name
-            keys = owner_keys(r)
-            if keys is None:
-                self._unindexed.add(r.uid)
-            else:
-                for key in keys:
-                    self._by_owner_key.setdefault(key, set()).add(r.uid)
+    @property
+    def reservations(self) -> dict[str, Reservation]:
+        """The reservations by uid (the controller's)."""
+        return self.ctl.reservations
 
-    def _candidates(self, pod: Any, ignored: bool) -> list[Reservation]:
-        """The active reservations whose owners the pod may match (all of them for a reservation-ignored pod),
-        from the owner index; the full match is still to be made."""
-        if ignored:
-            return [r for rs in self._on_node.values() for r in rs.values()]
-        uids = set(self._unindexed)
-        index = self._by_owner_key
-        if index:
-            for key in pod_keys(pod):
-                hit = index.get(key)
-                if hit:
-                    uids |= hit
-        rs = self.reservations
-        return [rs[u] for u in sorted(uids) if u in rs]
-
-    def _hold(self, r: Reservation, handle: Any) -> None:
-        """Place (or resize) r's reserve pod on its node: it holds what r has not allocated."""
-        pod = attrs.evolve(r.reserve_pod, node_name=r.node_name, requests=r.remaining, phase="Running")
-        handle.add_placeholder(pod)
-
-    def _release(self, r: Reservation, handle: Any) -> None:
-        handle.remove_placeholder(r.uid)
-        self._index(r)
-
-    def _expire(self, r: Reservation, handle: Any) -> None:
-        """SetReservationExpired: Failed, Ready False (Expired); what it held is released."""
-        if r.is_terminal or self.reservations.get(r.uid) is not r:  # ended, or deleted meanwhile
-            return
-        r.phase = FAILED
-        r.set_condition("Ready", "False", "Expired", _now_str(handle.now()))
-        self._release(r, handle)
-        self._write_status(r, handle)
-        log.info("reservation expired", reservation=r.name, node=r.node_name or None)
-
-    def _succeed(self, r: Reservation, handle: Any) -> None:
-        """SetReservationSucceeded (allocateOnce consumed): the rest of what it held is released."""
-        r.phase = SUCCEEDED
-        r.set_condition("Ready", "False", "Succeeded", _now_str(handle.now()))
-        self._release(r, handle)
-        self._write_status(r, handle)
-
-    def _write_status(self, r: Reservation, handle: Any) -> None:
-        """Write r's status through the engine when it changed (the reservation controller's UpdateStatus)."""
-        status = status_of(r)
-        if self._written.get(r.uid) == status:
-            return
-        self._written[r.uid] = status
-        handle.update_object_status(KIND_RESERVATION, r.name, status)
-
-    def _forget(self, r: Reservation, handle: Any) -> None:
-        """The Reservation was deleted: what it held is released and it is forgotten."""
-        if handle.is_placeholder(r.uid):
-            handle.remove_placeholder(r.uid)
-        r.phase = FAILED  # gone: unindexed
-        self._index(r)
-        self.reservations.pop(r.uid, None)
-        self._shared.discard(r.uid)
-        self._written.pop(r.uid, None)
-        log.info("reservation deleted", reservation=r.name, node=r.node_name or None)
-
-    def _on_object(self, handle: Any, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        """A Reservation added, changed or deleted after startup (``handle.watch_objects``): a new one is
-        admitted as at startup, a deleted (or terminating) one forgotten; a known one's other changes (its
-        status written back, spec edits) change nothing (Koordinator's spec is fixed once scheduled)."""
-        obj = new if new is not None else old
-        meta = (obj or {}).get("metadata") or {}
-        name = str(meta.get("name") or key)
-        uid = str(meta.get("uid") or f"reservation-{name}")
-        known = self.reservations.get(uid)
-        if new is None or meta.get("deletionTimestamp"):
-            if known is not None:
-                self._forget(known, handle)
-            return
-        if known is not None:
-            st = new.get("status") or {}
-            if (known.phase == PENDING and not handle.is_placeholder(uid) and st.get("nodeName")
-                    and st.get("phase") in (AVAILABLE, WAITING)):
-                # another scheduler placed it (not ours to schedule): now it holds its node here too
-                self._forget(known, handle)
-            else:
-                return
-        try:
-            r = reservation_from_manifest(new)
-        except ManifestError as e:
-            log.error("ignoring a Reservation the plugin cannot read", reservation=name, error=str(e))
-            return
-        for other in [x for x in self.reservations.values() if x.name == r.name]:  # deleted and recreated
-            self._forget(other, handle)
-        self._admit(r, handle)
-    def _tick(self, handle: Any) -> None:
-        """Expire what is due and give back the shares of owners that went away (the reservation
-        controller's sync), cheaply when nothing changed."""
-        now = handle.now()
-        heap = self._expiry
-        while heap and heap[0][0] <= now:
-            _, uid = heapq.heappop(heap)
-            r = self.reservations.get(uid)
-            if r is not None:
-                self._expire(r, handle)
-        cluster = handle.cluster
-        gen = cluster.free_generation
-        if gen == self._free_gen:
-            return
-        self._free_gen = gen
-        for uid in self._shared:
-            r = self.reservations[uid]
-            if not r.current_owners or r.phase != AVAILABLE:
-                continue
-            gone = [uid for uid in r.current_owners
-                    if (p := cluster.pod(uid)) is None or p.is_terminal or p.node_name != r.node_name]
-            if not gone:
-                continue
-            for uid in gone:
-                del r.current_owners[uid]
-                for res, v in r.owner_requests.pop(uid, {}).items():
-                    r.allocated[res] = max(r.allocated.get(res, 0) - v, 0)
-            r.allocated = {k: v for k, v in r.allocated.items() if v}
-            self._hold(r, handle)
-            self._write_status(r, handle)
-
-    # -- lifecycle ----------------------------------------------------------------------------------
     @hookimpl
     def startup(self, handle: Any) -> None:
-        self.reservations.clear()
-        self._on_node.clear()
-        self._indexed_at.clear()
-        self._by_owner_key.clear()
-        self._unindexed.clear()
-        self._shared.clear()
-        self._expiry.clear()
-        self._written.clear()
-        if hasattr(handle, "watch_objects"):
-            handle.watch_objects(KIND_RESERVATION, lambda key, old, new: self._on_object(handle, key, old, new))
-        objs = handle.cluster.objects_of(KIND_RESERVATION)
-        if not objs:
-            return
-        parsed = [(reservation_from_manifest(o), o) for _, o in sorted(objs.items())]
-        for r, obj in parsed:
-            if (obj.get("metadata") or {}).get("deletionTimestamp"):
-                continue
-            self._admit(r, handle)
-
-    def _admit(self, r: Reservation, handle: Any) -> None:
-        """Take a Reservation in (at startup, or when it appears): a terminal one is kept for the report, an
-        expired one fails, one Available on a node is placed there (its owners re-read from the pods), a
-        Pending one is queued as a reserve pod. Its status is written if that changed it."""
-        now = handle.now()
-        cluster = handle.cluster
-        self.reservations[r.uid] = r
-        if not r.allocate_once:
-            self._shared.add(r.uid)
-        self._written[r.uid] = status_of(r)  # what the object carries
-        if r.is_terminal:
-            return
-        when = r.expiry(now)
-        if when is not None and when <= now:
-            self._expire(r, handle)
-            return
-        if when is not None:
-            heapq.heappush(self._expiry, (when, r.uid))
-            handle.clock.call_at(when, lambda r=r: self._expire(r, handle))
-        if r.node_name and r.phase in (AVAILABLE, WAITING):
-            if cluster.node(r.node_name) is None:  # the controller expires it (missingNode)
-                self._expire(r, handle)
-                return
-            if not r.allocatable:
-                r.allocatable = dict(r.reserve_pod.requests)
-            self._sync_owners(r, cluster)
-            if r.allocate_once and r.current_owners:
-                r.phase = SUCCEEDED
-                r.set_condition("Ready", "False", "Succeeded", _now_str(now))
-                self._write_status(r, handle)
-                return
-            self._index(r)
-            self._hold(r, handle)
-        else:
-            r.phase, r.node_name = PENDING, ""
-            mine = getattr(handle, "scheduler_name", None)
-            if mine is not None and r.reserve_pod.scheduler_name != mine:
-                # isResponsibleForReservation: another scheduler places it (its template's schedulerName)
-                return
-            handle.add_placeholder(r.reserve_pod, on_unschedulable=lambda _p, st, r=r: self._unschedulable(r, st, handle))
-        self._write_status(r, handle)
-
-    def _unschedulable(self, r: Reservation, st: Status, handle: Any) -> None:
-        """SetReservationUnschedulable: the reserve pod failed a cycle; the Reservation stays Pending (it is
-        tried again) with Scheduled False, Unschedulable and the scheduler's message."""
-        if self.reservations.get(r.uid) is not r or r.phase != PENDING:
-            return
-        msg = st.message or ""
-        if any(c.get("type") == "Scheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-               and c.get("message") == msg for c in r.conditions):
-            return  # told already: each retry does not write again
-        r.set_condition("Scheduled", "False", "Unschedulable", _now_str(handle.now()), st.message or "")
-        self._write_status(r, handle)
-
-    def _sync_owners(self, r: Reservation, cluster: Any) -> None:
-        """The controller's syncStatus: owners are the pods on its node whose reservation-allocated names
-        its uid; allocated is their requests, masked to what it reserves (the status read is replaced)."""
-        owners: dict[str, dict[str, str]] = {}
-        reqs: dict[str, dict[str, int]] = {}
-        names = r.resource_names
-        for p in cluster.pods_on(r.node_name):
-            raw = p.annotations.get(ANNOTATION_RESERVATION_ALLOCATED)
-            if not raw or p.is_terminal:
-                continue
-            try:
-                ref = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(ref, dict) and ref.get("uid") == r.uid:
-                owners[p.uid] = {"namespace": p.namespace, "name": p.name, "uid": p.uid}
-                reqs[p.uid] = _masked(p.requests, names)
-        alloc: dict[str, int] = {}
-        for q in reqs.values():
-            for k, v in q.items():
-                alloc[k] = alloc.get(k, 0) + v
-        r.current_owners, r.owner_requests, r.allocated = owners, reqs, alloc
+        self.ctl.start(handle)
 
     # -- queueing hints ------------------------------------------------------------------------------
     @hookimpl
@@ -397,7 +132,7 @@ class ReservationPlugin:
         Q, SKIP = QueueingHint.QUEUE, QueueingHint.QUEUE_SKIP
 
         def placed(pod: Any, old: Any, new: Any) -> QueueingHint:
-            r = self.reservations.get(getattr(new, "uid", ""))
+            r = self.ctl.reservations.get(getattr(new, "uid", ""))
             if r is None:
                 return SKIP
             return Q if is_reservation_ignored(pod) or r.matches_owner(pod) else SKIP
@@ -409,10 +144,10 @@ class ReservationPlugin:
     # -- pre_filter: which reservations the pod may use (BeforePreFilter + PreFilter) ------------------
     @hookimpl
     def pre_filter(self, pod: Any, state: CycleState, handle: Any) -> Any:
-        if not self.reservations:
+        if not self.ctl.reservations:
             return Status.skip()
-        self._tick(handle)
-        r = self.reservations.get(pod.uid)
+        self.ctl.tick(handle)
+        r = self.ctl.reservations.get(pod.uid)
         if r is not None and handle.is_placeholder(pod.uid):  # a reserve pod
             if r.is_terminal:
                 return Status.unresolvable(ERR_INACTIVE)
@@ -424,7 +159,7 @@ class ReservationPlugin:
         ignored = is_reservation_ignored(pod)
         cluster = handle.cluster
         matched: dict[str, list[Reservation]] = {}
-        for res in self._candidates(pod, ignored):
+        for res in self.ctl.candidates(pod, ignored):
             if not res.is_available or (res.allocate_once and res.current_owners):
                 continue
             if not ignored and not self._usable(res, pod, affinity, cluster):
@@ -472,7 +207,7 @@ class ReservationPlugin:
     # -- filter ----------------------------------------------------------------------------------------
     @hookimpl
     def filter(self, pod: Any, nodes: Any, state: CycleState, handle: Any) -> Any:
-        r = self.reservations.get(pod.uid)
+        r = self.ctl.reservations.get(pod.uid)
         if r is not None and handle.is_placeholder(pod.uid):
             return self._filter_reserve_pod(r, nodes)
         data = state.get(STATE)
@@ -503,11 +238,11 @@ class ReservationPlugin:
         else:
             cluster = nodes.cluster
             mask = np.zeros(cluster.num_nodes, dtype=bool)
-            mask[[i for n in self._on_node if (i := cluster.node_index(n)) is not None]] = True
+            mask[[i for n in self.ctl.on_node if (i := cluster.node_index(n)) is not None]] = True
             views = [cluster.views[i] for i in nodes.idx[mask[nodes.idx]].tolist()]
         for v in views:
             # ReservationAllocatePolicyDefault cannot coexist with other allocate policies on a node
-            for other in self._on_node.get(v.name, {}).values():
+            for other in self.ctl.on_node.get(v.name, {}).values():
                 mine, theirs = r.allocate_policy, other.allocate_policy
                 if (mine == POLICY_DEFAULT or theirs == POLICY_DEFAULT) and mine != theirs:
                     out[v.name] = Status.unresolvable(ERR_POLICY_CONFLICT)
@@ -596,7 +331,7 @@ class ReservationPlugin:
     # -- scoring -----------------------------------------------------------------------------------
     @hookimpl
     def pre_score(self, pod: Any, nodes: Any, state: CycleState, handle: Any) -> Any:
-        if not self.reservations:  # the common case: nothing to do, as fast as possible
+        if not self.ctl.reservations:  # the common case: nothing to do, as fast as possible
             return Status.skip()
         data = state.get(STATE)
         if data is None or data.ignored or not data.matched:
@@ -652,9 +387,9 @@ class ReservationPlugin:
     # -- reserve / unreserve (the reservation cache's assume / forget) -------------------------------
     @hookimpl
     def reserve(self, pod: Any, node: Any, state: CycleState, handle: Any) -> Any:
-        if not self.reservations:  # the common case: nothing to do, as fast as possible
+        if not self.ctl.reservations:  # the common case: nothing to do, as fast as possible
             return None
-        r = self.reservations.get(pod.uid)
+        r = self.ctl.reservations.get(pod.uid)
         if r is not None and handle.is_placeholder(pod.uid):
             return None
         data = state.get(STATE)
@@ -670,13 +405,13 @@ class ReservationPlugin:
             chosen = self._nominate_after(pod, node, rs, data, handle.cluster)
         if chosen is None:
             return Status.unschedulable(ERR_AFFINITY) if data.affinity is not None else None
-        masked = _masked(pod.requests, chosen.resource_names)
+        masked = masked_requests(pod.requests, chosen.resource_names)
         for k, x in masked.items():
             chosen.allocated[k] = chosen.allocated.get(k, 0) + x
         chosen.current_owners[pod.uid] = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
         chosen.owner_requests[pod.uid] = masked
         data.assumed = chosen
-        self._hold(chosen, handle)
+        self.ctl.hold(chosen, handle)
         return None
 
     def _nominate_after(self, pod: Any, node: Any, rs: list[Reservation], data: _CycleData, cluster: Any) -> Reservation | None:
@@ -700,7 +435,7 @@ class ReservationPlugin:
 
     @hookimpl
     def unreserve(self, pod: Any, state: CycleState, handle: Any) -> None:
-        if not self.reservations:  # the common case: nothing to do, as fast as possible
+        if not self.ctl.reservations:  # the common case: nothing to do, as fast as possible
             return None
         data = state.get(STATE)
         if data is None or data.assumed is None:
@@ -711,12 +446,12 @@ class ReservationPlugin:
         r.allocated = {k: x for k, x in r.allocated.items() if x}
         r.current_owners.pop(pod.uid, None)
         if not r.is_terminal and handle.is_placeholder(r.uid) and handle.cluster.pod(r.uid) is not None:
-            self._hold(r, handle)
+            self.ctl.hold(r, handle)
 
     # -- binding ----------------------------------------------------------------------------------------
     @hookimpl
     def pre_bind(self, pod: Any, state: CycleState, handle: Any) -> Any:
-        if not self.reservations:  # the common case: nothing to do, as fast as possible
+        if not self.ctl.reservations:  # the common case: nothing to do, as fast as possible
             return None
         if handle.is_placeholder(pod.uid) or is_reservation_ignored(pod):
             return None
@@ -733,101 +468,48 @@ class ReservationPlugin:
         """The reserve pod's binding: the Reservation becomes Available on the node (SetReservationAvailable);
         nothing is bound. Only reserve pods reach here (the kernel calls a placeholder's own plugin alone;
         other pods were bound by default_binder before)."""
-        r = self.reservations.get(pod.uid)
+        r = self.ctl.reservations.get(pod.uid)
         if r is None or not handle.is_placeholder(pod.uid):
             return None
         if r.phase == FAILED:
             return Status.error(ERR_INACTIVE)
-        now = _now_str(handle.now())
+        now = rfc3339(handle.now())
         r.allocatable = dict(r.reserve_pod.requests)
         r.node_name, r.phase = node.name, AVAILABLE
         r.set_condition("Scheduled", "True", "Scheduled", now)
         r.set_condition("Ready", "True", "Available", now)
-        self._index(r)
-        self._write_status(r, handle)
+        self.ctl.index(r)
+        self.ctl.write_status(r, handle)
         handle.events.eventf(f"{KIND_RESERVATION} {r.name}", "Normal", "Scheduled",
                              f"Successfully assigned {r.name} to {node.name}")
         return True
 
     @hookimpl
     def post_bind(self, pod: Any, state: CycleState, handle: Any) -> None:
-        if not self.reservations:  # the common case: nothing to do, as fast as possible
+        if not self.ctl.reservations:  # the common case: nothing to do, as fast as possible
             return None
         data = state.get(STATE)
         if data is None or data.assumed is None:
             return
         r = data.assumed
         if r.allocate_once and not r.is_terminal:
-            self._succeed(r, handle)
+            self.ctl.succeed(r, handle)
         else:
-            self._write_status(r, handle)
+            self.ctl.write_status(r, handle)
 
     # -- output -----------------------------------------------------------------------------------------
     @hookimpl
     def report(self, handle: Any) -> dict[str, Any] | None:
-        if not self.reservations:
+        if not self.ctl.reservations:
             return None
-        self._tick(handle)
+        self.ctl.tick(handle)
         rows = []
-        for r in sorted(self.reservations.values(), key=lambda r: r.name):
+        for r in sorted(self.ctl.reservations.values(), key=lambda r: r.name):
             rows.append({"name": r.name, "phase": r.phase, "node": r.node_name or None,
                          "allocatable": {k: format_quantity(k, v) for k, v in sorted(r.allocatable.items()) if v},
                          "allocated": {k: format_quantity(k, v) for k, v in sorted(r.allocated.items()) if v},
                          "owners": sorted(f"{o['namespace']}/{o['name']}" for o in r.current_owners.values())})
         return {"reservations": rows}
-
-
-def status_of(r: Reservation) -> dict[str, Any]:
-    """The Reservation's ``status`` as the API carries it (ReservationStatus; empty fields omitted,
-    quantities as Kubernetes quantity strings, currentOwners as object references)."""
-    st: dict[str, Any] = {"phase": r.phase}
-    if r.conditions:
-        st["conditions"] = [dict(c) for c in r.conditions]
-    if r.node_name:
-        st["nodeName"] = r.node_name
-    if r.allocatable:
-        st["allocatable"] = {k: format_quantity(k, v) for k, v in sorted(r.allocatable.items())}
-    if any(r.allocated.values()):
-        st["allocated"] = {k: format_quantity(k, v) for k, v in sorted(r.allocated.items()) if v}
-    if r.current_owners:
-        st["currentOwners"] = [dict(o) for _, o in sorted(r.current_owners.items(),
-                                                          key=lambda kv: (kv[1].get("namespace", ""),
-                                                                          kv[1].get("name", ""), kv[0]))]
-    return st
-
-
-def owner_keys(r: Reservation) -> list[tuple[str, str]] | None:
-    """One key per owner that a pod must have to match it (its uid, name, first matchLabels pair, or
-    controller uid/name), for the owner index; None when an owner has none (it may match any pod)."""
-    keys: list[tuple[str, str]] = []
-    for o in r.owners:
-        if o.object and o.object.get("uid"):
-            keys.append(("uid", o.object["uid"]))
-        elif o.object and o.object.get("name"):
-            keys.append(("name", o.object["name"]))
-        elif o.label_selector and o.label_selector.get("matchLabels"):
-            k, v = next(iter(o.label_selector["matchLabels"].items()))
-            keys.append(("label", f"{k}={v}"))
-        elif o.controller and o.controller.get("uid"):
-            keys.append(("ctl-uid", o.controller["uid"]))
-        elif o.controller and o.controller.get("name"):
-            keys.append(("ctl-name", o.controller["name"]))
-        else:
-            return None
-    return keys
-
-
-def pod_keys(pod: Any) -> list[tuple[str, str]]:
-    """The owner-index keys a pod has (see :func:`owner_keys`)."""
-    keys = [("uid", pod.uid), ("name", pod.name)]
-    keys += [("label", f"{k}={v}") for k, v in pod.labels.items()]
-    for ref in (((pod.raw or {}).get("metadata") or {}).get("ownerReferences")) or []:
-        if isinstance(ref, Mapping):
-            if ref.get("uid"):
-                keys.append(("ctl-uid", str(ref["uid"])))
-            if ref.get("name"):
-                keys.append(("ctl-name", str(ref["name"])))
-    return keys
 
 
 def score_reservation(requests: Mapping[str, int], r: Reservation) -> int:
