@@ -11,9 +11,8 @@ engine driving the scheduler hears of outcomes through :class:`~.events.Schedule
 
 from __future__ import annotations
 
-import copy
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import anyio
@@ -34,14 +33,14 @@ from .hints import (
     POD_DELETE,
     ClusterEvent,
     ClusterEventWithHint,
-    QueueingHint,
-    in_default,
 )
 from .model import Pod
 from .nominator import Nominator
+from .object_hub import ObjectHub
 from .plugins import Registry
-from .queue import QueuedPodInfo, SchedulingQueue
-from .runtime import RESTORED_REQUESTS, Framework, NodeStatuses, WaitingPod, fit_error
+from .queue import QueuedPodInfo, SchedulingQueue, rejectors
+from .runtime import Framework, NodeStatuses, WaitingPod, fit_error
+from .scheduler_handle import SchedulerHandle
 from .state import CycleState, StateKey
 from .status import Status
 
@@ -55,20 +54,6 @@ FILTERED_STATUSES: StateKey[NodeStatuses] = StateKey("koordfw/filtered_statuses"
 
 
 
-def _add_vectors(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a + b`` for request vectors that may differ in length (resources added since one was made)."""
-    if len(a) < len(b):
-        a, b = b, a
-    out = a.copy()
-    out[: len(b)] += b
-    return out
-
-
-def rejectors(st: Status) -> tuple[str, ...]:
-    """The plugins a failed status names (a fit error names every filter that rejected a node)."""
-    return tuple(p for p in (st.plugin or "").split(",") if p)
-
-
 def num_feasible_nodes_to_find(num_all: int, percentage: int = 0) -> int:
     """kube-scheduler's ``numFeasibleNodesToFind`` (adaptive when ``percentage`` is 0)."""
     if num_all < MIN_FEASIBLE_NODES:
@@ -80,142 +65,6 @@ def num_feasible_nodes_to_find(num_all: int, percentage: int = 0) -> int:
             pct = MIN_FEASIBLE_PERCENTAGE
     n = num_all * pct // 100
     return MIN_FEASIBLE_NODES if n < MIN_FEASIBLE_NODES else n
-
-
-class SchedulerHandle:
-    """The :class:`koordfw.Handle` one plugin of a :class:`Scheduler` is given."""
-
-    __slots__ = ("_s", "plugin_name")
-
-    def __init__(self, scheduler: Scheduler, plugin_name: str) -> None:
-        self._s = scheduler
-        self.plugin_name = plugin_name
-
-    @property
-    def args(self) -> Any:
-        return self._s.registry.args.get(self.plugin_name)
-
-    def plugin_args(self, name: str) -> Any:
-        return self._s.registry.args.get(name)
-
-    @property
-    def clock(self) -> Clock:
-        return self._s.clock
-
-    def now(self) -> float:
-        return self._s.clock.now()
-
-    @property
-    def cluster(self) -> ClusterState:
-        return self._s.cluster
-
-    @property
-    def rng(self) -> np.random.Generator:
-        return self._s.rng
-
-    @property
-    def events(self) -> EventLog:
-        return self._s.recorder
-
-    # -- waiting pods ---------------------------------------------------------------------------------
-    def iterate_waiting_pods(self) -> list[WaitingPod]:
-        return list(self._s.waiting_pods.values())
-
-    def get_waiting_pod(self, uid: str) -> WaitingPod | None:
-        return self._s.waiting_pods.get(uid)
-
-    def reject_waiting_pod(self, uid: str, message: str) -> bool:
-        wp = self._s.waiting_pods.get(uid)
-        if wp is None:
-            return False
-        wp.reject(self.plugin_name, message)
-        return True
-
-    # -- the queue -----------------------------------------------------------------------------------
-    def is_in_flight(self, uid: str) -> bool:
-        return uid in self._s.queue.in_flight
-
-    def is_active(self, uid: str) -> bool:
-        return uid in self._s.queue.active
-
-    def activate(self, uids: Iterable[str]) -> None:
-        self._s.activate(uids)
-
-    # -- the nominator -------------------------------------------------------------------------------
-    def nominated_pods(self, node_name: str) -> list[Pod]:
-        return self._s.nominator.nominated_pods(node_name)
-
-    def nominate(self, pod: Pod, node_name: str | None) -> None:
-        self._s.nominate_pending(pod, node_name)
-
-    # -- actions -------------------------------------------------------------------------------------
-    async def bind_pod(self, pod: Pod, node_name: str, annotations: Mapping[str, str]) -> Any:
-        return await self._s.engine.bind(pod, node_name, annotations)
-
-    async def evict(self, pod: Pod, reason: str) -> Any:
-        if pod.uid in self._s.placeholders:
-            return False  # it exists only in this scheduler: its plugin removes it
-        return await self._s.engine.evict(pod, reason)
-
-    # -- placeholder pods ----------------------------------------------------------------------------
-    def add_placeholder(self, pod: Pod, *, on_unschedulable: Callable[[Pod, Status], None] | None = None) -> None:
-        self._s.add_placeholder(pod, self.plugin_name, on_unschedulable=on_unschedulable)
-
-    def remove_placeholder(self, uid: str) -> Pod | None:
-        return self._s.remove_placeholder(uid)
-
-    def is_placeholder(self, uid: str) -> bool:
-        return uid in self._s.placeholders
-
-    def restore_requests(self, state: CycleState, node_name: str, requests: np.ndarray) -> None:
-        i = self._s.cluster.node_index(node_name)
-        if i is None:
-            return
-        restored = state.get(RESTORED_REQUESTS)
-        if restored is None:
-            restored = state[RESTORED_REQUESTS] = {}
-        prev = restored.get(i)
-        restored[i] = requests.copy() if prev is None else _add_vectors(prev, requests)
-
-    # -- other objects -------------------------------------------------------------------------------
-    @property
-    def scheduler_name(self) -> str | None:
-        return self._s.responsible_for
-
-    def watch_objects(self, kind: str, callback: Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]
-                      ) -> None:
-        self._s.object_watchers.setdefault(kind, []).append((self.plugin_name, callback))
-
-    def update_object_status(self, kind: str, key: str, status: Mapping[str, Any]) -> bool:
-        return self._s.update_object_status(kind, key, status, writer=self.plugin_name)
-
-    def patch_object(self, kind: str, key: str, patch: Mapping[str, Any], *,
-                     precondition: Callable[[Mapping[str, Any]], bool] | None = None
-                     ) -> Awaitable[dict[str, Any] | None]:
-        return self._s.patch_object(kind, key, patch, precondition=precondition, writer=self.plugin_name)
-
-    # -- PluginsRunner -----------------------------------------------------------------------------
-    async def run_pre_filters(self, pod: Pod, state: CycleState) -> tuple[Status, frozenset[str] | None]:
-        return await self._s.framework.run_pre_filter(pod, state)
-
-    async def run_filters(self, pod: Pod, node_name: str, state: CycleState | None = None) -> Status:
-        return await self._s.framework.run_filters_on_node(pod, node_name, state or CycleState())
-
-    async def run_scores(self, pod: Pod, node_names: Sequence[str],
-                         state: CycleState) -> tuple[Status, dict[str, int]]:
-        cluster = self._s.cluster
-        idx = [i for n in node_names if (i := cluster.node_index(n)) is not None]
-        if len(idx) != len(node_names):
-            missing = sorted(n for n in node_names if cluster.node_index(n) is None)
-            return Status.unresolvable(f"node(s) not found: {', '.join(missing)}"), {}
-        arr = np.asarray(idx, dtype=np.int64)
-        st, total, _ = await self._s.framework.run_score(pod, state, arr)
-        if not st.ok:
-            return st, {}
-        return st, {cluster.views[i].name: int(t) for i, t in zip(idx, total.tolist())}
-
-    def __repr__(self) -> str:
-        return f"<Handle of {self.plugin_name}>"
 
 
 class Scheduler:
@@ -243,10 +92,6 @@ class Scheduler:
         self.framework = Framework(registry, cluster, self.nominator, self.handle_for)
         self.caller = self.framework.caller
         self.waiting_pods: dict[str, WaitingPod] = {}
-        #: plugin → its registered events (plugins without ``events_to_register`` are absent)
-        self.hints: dict[str, list[ClusterEventWithHint]] = {}
-        #: hint calls and the moves they allowed or saved, by event (``str(ClusterEvent)``)
-        self.hint_counts: dict[str, list[int]] = {}
         self.next_start_node_index = 0
         #: share of filtered nodes that passed, over recent cycles (sizes the filter search's chunks)
         self._pass_rate = 1.0
@@ -259,10 +104,9 @@ class Scheduler:
         #: placeholder pods (they exist only in this scheduler, e.g. reservations' reserve pods): uid → the
         #: plugin that added them (its bind hook alone binds them)
         self.placeholders: dict[str, str] = {}
-        #: kind → (plugin, callback) of ``handle.watch_objects``; ``objects_live``: changes are delivered (the
-        #: live engine sets it, replaying what it listed, once its caches have synced)
-        self.object_watchers: dict[str, list[tuple[str, Callable[[str, Any, Any], None]]]] = {}
-        self.objects_live = True
+        #: the cluster's other objects as plugins watch and write them (``handle.watch_objects``,
+        #: ``update_object_status``, ``patch_object``)
+        self.objects = ObjectHub(cluster, lambda: self.engine)
         #: the schedulerName this scheduler is responsible for (None: every pod it is given)
         self.responsible_for: str | None = None
         #: placeholder uid → its plugin's ``on_unschedulable`` callback
@@ -278,10 +122,22 @@ class Scheduler:
         _metrics.track_caller(self.caller)
         self._attempts = {r: self.metrics.attempts.labels(result=r) for r in ("scheduled", "unschedulable", "error")}
 
+    @property
+    def hints(self) -> dict[str, list[ClusterEventWithHint]]:
+        """Each plugin's registered events (the queue's: it makes the requeue decisions)."""
+        return self.queue.hints
+
+    @hints.setter
+    def hints(self, value: dict[str, list[ClusterEventWithHint]]) -> None:
+        self.queue.hints = value
+
+    @property
+    def hint_counts(self) -> dict[str, list[int]]:
+        """Hint calls and the moves they allowed or saved, by event (the queue's)."""
+        return self.queue.hint_counts
+
     def hinted(self, info: QueuedPodInfo) -> bool:
-        """Did plugins that all declare queueing hints reject this pod (so only an event they accept
-        can help it)?"""
-        return bool(info.plugins) and all(p in self.hints for p in info.plugins)
+        return self.queue.hinted(info)
 
     def handle_for(self, plugin: str) -> SchedulerHandle:
         """The handle of ``plugin`` (one per plugin and scheduler)."""
@@ -343,60 +199,6 @@ class Scheduler:
         await self.cluster_event(ASSIGNED_POD_DELETE if old is not None and old.node_name else POD_DELETE, old, None)
 
     # -- other objects ------------------------------------------------------------------------------
-    def object_changed(self, kind: str, key: str, old: dict | None, new: dict | None, *, skip: str = "") -> None:
-        """An object of ``kind`` changed in the cluster (already applied there): tell the plugins watching
-        the kind (``handle.watch_objects``) but ``skip``; a watcher's exception is logged, never raised."""
-        if not self.objects_live:
-            return
-        for plugin, cb in self.object_watchers.get(kind, ()):
-            if plugin == skip:
-                continue
-            try:
-                cb(key, old, new)
-            except Exception:
-                log.exception("object watcher failed", plugin=plugin, kind=kind, key=key)
-
-    def replay_objects(self) -> None:
-        """Start delivering object changes, first every cached object of a watched kind as an add (the live
-        engine, once its caches have synced)."""
-        self.objects_live = True
-        for kind in list(self.object_watchers):
-            for key, obj in sorted(self.cluster.objects_of(kind).items()):
-                self.object_changed(kind, key, None, obj)
-
-    def update_object_status(self, kind: str, key: str, status: Mapping[str, Any], *, writer: str = "") -> bool:
-        """``handle.update_object_status``: the cached object gets ``status`` (a new dict, so that readers of
-        the old one are not changed under them) and the engine writes it; watchers but ``writer`` hear."""
-        old = self.cluster.get_object(kind, key)
-        if old is None:
-            return False
-        new = {**old, "status": copy.deepcopy(dict(status))}
-        self.cluster.set_object(kind, new)
-        self.engine.object_status_written(kind, new)
-        self.object_changed(kind, key, old, new, skip=writer)
-        return True
-
-    async def patch_object(self, kind: str, key: str, patch: Mapping[str, Any], *,
-                           precondition: Callable[[Mapping[str, Any]], bool] | None = None,
-                           writer: str = "") -> dict[str, Any] | None:
-        """``handle.patch_object``: the engine writes the merge patch (checking ``precondition``), then the
-        cluster keeps what it wrote, unless the cache already holds a newer version (the watch's echo of a
-        later change); watchers but ``writer`` hear."""
-        if "status" in patch:
-            raise ValueError("patch_object writes metadata and spec; a status goes through update_object_status")
-        old = self.cluster.get_object(kind, key)
-        if old is None or (precondition is not None and not precondition(old)):
-            return None
-        new = await self.engine.patch_object(kind, old, patch, precondition)
-        if new is None:
-            return None
-        cur = self.cluster.get_object(kind, key)
-        if cur is not None and _newer(cur, new):
-            return new
-        self.cluster.set_object(kind, new)
-        self.object_changed(kind, key, cur, new, skip=writer)
-        return new
-
     # -- placeholder pods ---------------------------------------------------------------------------
     def add_placeholder(self, pod: Pod, plugin: str, *,
                         on_unschedulable: Callable[[Pod, Status], None] | None = None) -> None:
@@ -464,76 +266,13 @@ class Scheduler:
 
     async def cluster_event(self, event: ClusterEvent, old: Any = None, new: Any = None, *,
                             assumed_seq: int = -1) -> None:
-        """Move the pods a cluster change may help (kube's MoveAllToActiveOrBackoffQueue with queueing
-        hints): an unschedulable pod moves, and a gated pod re-runs pre_enqueue, when one of the plugins
-        that rejected (or gated) it registered the event and its hint says Queue; plugins without
-        registrations get the events of :data:`~koordfw.core.hints.DEFAULT_EVENTS` and object changes,
-        and a gate of theirs is re-checked on every event. ``assumed_seq``: the event releases a
-        reservation taken at that assume sequence (pods that failed before it are left alone)."""
-        now = self.clock.now()
-        default = in_default(event)
-        # per plugin, its registrations that match this event (once per event, not per pod)
-        matched = {p: [r for r in regs if r.event.matches(event)] for p, regs in self.hints.items()}
-        registered = any(matched.values())
-        q = self.queue
-        if default or registered:
-            q.move_requests += 1
-            pool = q.unschedulable
-        else:
-            pool = q.gated
-        for uid in list(pool):
-            info = q.infos[uid]
-            if info.gated:
-                # kube's PreEnqueue with hints: the gating plugin's hints decide whether to re-check; a
-                # plugin without them re-checks on every event
-                if self.hinted(info) and not self._may_help(info, matched, event, old, new, default):
-                    continue
-                st = await self.framework.run_pre_enqueue(info.pod)
-                if st.ok:
-                    q.move_to_active_or_backoff(info, now)
-                else:
-                    info.gate_reason, info.plugins = st.message, rejectors(st)
-            elif assumed_seq > info.failed_seq >= 0:
-                continue  # a reservation taken after this pod failed, now released: the pod's view again
-            elif self._may_help(info, matched, event, old, new, default):
-                q.move_to_active_or_backoff(info, now)
-
-    def _may_help(self, info: QueuedPodInfo, matched: dict[str, list[ClusterEventWithHint]], event: ClusterEvent,
-                  old: Any, new: Any, default: bool) -> bool:
-        """Is ``event`` one that a plugin which rejected the pod says may make it schedulable?
-        ``matched``: each hinted plugin's registrations that match the event."""
-        if not info.plugins:
-            return default
-        counts = None
-        for p in info.plugins:
-            regs = matched.get(p)
-            if regs is None:
-                if default:
-                    return True
-                continue
-            for r in regs:
-                if r.hint is None:
-                    return True
-                if counts is None:
-                    counts = self.hint_counts.setdefault(str(event), [0, 0])
-                try:
-                    verdict = r.hint(info.pod, old, new)
-                except Exception as e:  # kube: a hint that fails counts as Queue
-                    log.error("queueing hint raised", plugin=p, cluster_event=str(event), error=f"{type(e).__name__}: {e}")
-                    verdict = QueueingHint.QUEUE
-                if verdict is not QueueingHint.QUEUE_SKIP:
-                    counts[0] += 1
-                    return True
-        if counts is not None:
-            counts[1] += 1
-        return False
+        """A cluster change: the queue moves the pods it may help (:meth:`SchedulingQueue.on_cluster_event`)."""
+        await self.queue.on_cluster_event(event, old, new, self.clock.now(), self.framework.run_pre_enqueue,
+                                          assumed_seq=assumed_seq)
 
     def activate(self, uids: Iterable[str]) -> None:
         """kube's ``PriorityQueue.Activate``: straight to the active queue, skipping any backoff."""
-        q = self.queue
-        for uid in uids:
-            if uid in q.infos and uid not in q.in_flight and uid not in q.active:
-                q.requeue_now(uid)
+        self.queue.activate(uids)
 
     def nominate_pending(self, pod: Pod, node_name: str | None) -> Pod:
         """Nominate a pending pod to ``node_name`` (preemption's PostFilterResult, a migration's target),
@@ -556,18 +295,7 @@ class Scheduler:
         """Periodic queue maintenance: finished backoffs to active, old unschedulable pods retried."""
         if self._deferred:
             await self._run_deferred()
-        now = self.clock.now()
-        self.queue.flush_backoff(now)
-        for info in self.queue.flush_unschedulable_leftover(now):
-            if self.events_complete and self.hinted(info):
-                info.unschedulable_since = now
-                continue
-            if info.gated:
-                st = await self.framework.run_pre_enqueue(info.pod)
-                if not st.ok:
-                    info.unschedulable_since = now
-                    continue
-            self.queue.move_to_active_or_backoff(info, now)
+        await self.queue.flush(self.clock.now(), self.framework.run_pre_enqueue, events_complete=self.events_complete)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -894,10 +622,3 @@ class _Failed(Exception):
         self.status = status
 
 
-def _newer(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Is object ``a`` a later version than ``b`` (both with numeric resourceVersions)?"""
-    try:
-        return int((a.get("metadata") or {}).get("resourceVersion") or "") > int(
-            (b.get("metadata") or {}).get("resourceVersion") or "")
-    except (TypeError, ValueError):
-        return False

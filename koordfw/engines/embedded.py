@@ -275,7 +275,7 @@ class EmbeddedEngine(SchedulerEvents):
             "status": {"phase": "Bound", "accessModes": (new.get("spec") or {}).get("accessModes") or [],
                        "capacity": (new.get("spec") or {}).get("capacity") or {}}})
         self.cluster.set_object("PersistentVolumeClaim", bound)
-        self.scheduler.object_changed("PersistentVolumeClaim", key, pvc, bound)
+        self.scheduler.objects.object_changed("PersistentVolumeClaim", key, pvc, bound)
         return {**new, "status": {**(new.get("status") or {}), "phase": "Bound"}}
 
     async def evict(self, pod: Pod, reason: str) -> bool:
@@ -501,14 +501,14 @@ class EmbeddedMigrationIO:
             return existing
         obj = self._stamp(copy.deepcopy(obj))
         self.cluster.set_object(KIND_RESERVATION, obj)
-        self.engine.scheduler.object_changed(KIND_RESERVATION, name, None, obj)
+        self.engine.scheduler.objects.object_changed(KIND_RESERVATION, name, None, obj)
         return obj
 
     async def delete_reservation(self, name: str) -> None:
         old = self.cluster.get_object(KIND_RESERVATION, name)
         if old is not None:
             self.cluster.delete_object(KIND_RESERVATION, name)
-            self.engine.scheduler.object_changed(KIND_RESERVATION, name, old, None)
+            self.engine.scheduler.objects.object_changed(KIND_RESERVATION, name, old, None)
 
     async def set_reservation_ref(self, job: PodMigrationJob, ref: dict[str, str]) -> None:
         cur = copy.deepcopy(self.cluster.get_object(KIND_POD_MIGRATION_JOB, job.name) or {})

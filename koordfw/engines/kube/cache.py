@@ -210,8 +210,8 @@ class ClusterFeeder:
                 self.cluster.delete_object(kind, key)
             else:
                 self.cluster.set_object(kind, obj)
-            if self.s.object_watchers.get(kind):  # plugins keeping these objects (handle.watch_objects)
-                self.s.object_changed(kind, key, cached, None if etype == "DELETED" else obj)
+            if self.s.objects.watchers.get(kind):  # plugins keeping these objects (handle.watch_objects)
+                self.s.objects.object_changed(kind, key, cached, None if etype == "DELETED" else obj)
                 self._wake()
             now = time.monotonic()
             if now - self._last_object_event >= self.object_event_interval:

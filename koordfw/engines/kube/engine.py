@@ -84,7 +84,7 @@ def build_cache(registry: Registry, client: KubeClient, *, scheduler_name: str |
                 engine: SchedulerEvents | None = None) -> tuple[Scheduler, ClusterFeeder, list[Reflector]]:
     """A Scheduler over an empty cluster plus the reflectors that fill it (not started)."""
     sched = Scheduler(registry, ClusterState(), RealClock(), engine=engine, seed=seed)
-    sched.objects_live = False  # watchers hear of objects once the caches have synced (replay_objects)
+    sched.objects.live = False  # watchers hear of objects once the caches have synced (replay_objects)
     sched.responsible_for = scheduler_name
     feeder = ClusterFeeder(sched, scheduler_name=scheduler_name)
     refl = [Reflector(client, "/api/v1/nodes", feeder.on_node, name="nodes", watch_timeout=watch_timeout),
@@ -373,7 +373,7 @@ class KubeSchedulerEngine(SchedulerEvents):
                         return
                     bg.start_soon(self._hold_leadership)
                 # plugins watching objects (handle.watch_objects) hear of what was listed, nodes and pods there
-                self.scheduler.replay_objects()
+                self.scheduler.objects.replay_objects()
                 log.info("scheduling", scheduler=self.scheduler_name, nodes=self.cluster.num_nodes,
                          pending=len(self.scheduler.queue))
                 self.started.set()
