@@ -22,7 +22,6 @@ import attrs
 import numpy as np
 import structlog
 
-from .caller import PluginFailure
 from .clock import Clock
 from .cluster import ClusterState, NodeView
 from .errors import ManifestError, PluginLoadError
@@ -38,6 +37,7 @@ from .hints import (
     in_default,
 )
 from .model import Pod
+from .node_runtime import NodeRuntime
 from .nominator import Nominator
 from .plugins import Registry
 from .queue import QueuedPodInfo, SchedulingQueue
@@ -242,6 +242,8 @@ class Scheduler:
         registry.bind(self.handle_for)
         self.framework = Framework(registry, cluster, self.nominator, self.handle_for)
         self.caller = self.framework.caller
+        #: the points outside the scheduling cycle (startup/shutdown, deschedule, report, node_resources)
+        self.node_runtime = NodeRuntime(self.caller)
         self.waiting_pods: dict[str, WaitingPod] = {}
         #: plugin → its registered events (plugins without ``events_to_register`` are absent)
         self.hints: dict[str, list[ClusterEventWithHint]] = {}
@@ -573,16 +575,11 @@ class Scheduler:
     async def startup(self) -> None:
         """Every plugin's ``startup`` (all of them run); the first that failed then fails the start: its
         bad-input error as the user's error, naming the input file, or a :class:`PluginLoadError`."""
-        failed: Exception | None = None
-        for impl in self.caller.impls("startup"):
-            try:
-                await self.caller.call(impl)
-            except PluginFailure as f:  # the caller logged the cause (with a traceback when it is a plugin bug)
-                if failed is None:
-                    failed = (self._in_its_file(f.__cause__) if isinstance(f.__cause__, ManifestError)
-                              else PluginLoadError(f"plugin {impl.plugin} failed at startup: {f.status.message}"))
-        if failed is not None:
-            raise failed
+        failures = await self.node_runtime.run_startup_raising()
+        if failures:  # the caller logged each cause (with a traceback when it is a plugin bug)
+            plugin, f = failures[0]
+            raise (self._in_its_file(f.__cause__) if isinstance(f.__cause__, ManifestError)
+                   else PluginLoadError(f"plugin {plugin} failed at startup: {f.status.message}"))
         self.hints = await self.framework.events_to_register()
 
     def _in_its_file(self, e: ManifestError) -> ManifestError:
@@ -595,7 +592,7 @@ class Scheduler:
         return ManifestError(e.detail, file=src, obj=e.obj, field=e.field) if src else e
 
     async def shutdown(self) -> None:
-        await self.caller.call_safe("shutdown")
+        await self.node_runtime.run_lifecycle("shutdown")
 
     # -- one scheduling cycle -------------------------------------------------------------------
     async def schedule_next(self, tg: anyio.abc.TaskGroup) -> Pod | None:
