@@ -221,7 +221,7 @@ async def update_node_resources(engine: EmbeddedEngine, last_update: MutableMapp
     from .engines.embedded import colocation_from_objects
 
     rt = engine.scheduler.node_runtime
-    if not rt.caller.impls("node_resources"):
+    if not rt.implements("node_resources"):
         return []
     now = engine.clock.now()
     engine.colocation = colocation_from_objects(engine.cluster)

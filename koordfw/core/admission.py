@@ -207,7 +207,7 @@ class Admission:
     @property
     def active(self) -> bool:
         """Does any plugin of the profile implement an admission hook?"""
-        return bool(self.caller.impls("mutate_pod") or self.caller.impls("validate_pod"))
+        return self.runtime.implements("mutate_pod", "validate_pod")
 
     def namespace_of(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
         """The pod's Namespace from the store (the store's own object: plugins only read it)."""

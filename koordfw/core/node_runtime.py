@@ -237,6 +237,10 @@ class NodeRuntime:
     def __init__(self, caller: HookCaller) -> None:
         self.caller = caller
 
+    def implements(self, *points: str) -> bool:
+        """Does any plugin implement one of ``points`` (else running them is a no-op)?"""
+        return any(self.caller.impls(p) for p in points)
+
     def plugins(self, *points: str) -> set[str]:
         """The plugins implementing any of ``points``."""
         return {i.plugin for p in points for i in self.caller.impls(p)}

@@ -327,7 +327,7 @@ class EmbeddedEngine(SchedulerEvents):
     async def refresh_node_resources(self) -> None:
         """Run the node_resources hooks for every node and merge their results into allocatable."""
         rt = self.scheduler.node_runtime
-        if not rt.caller.impls("node_resources"):
+        if not rt.implements("node_resources"):
             return
         now = self.clock.now()
         self.colocation = colocation_from_objects(self.cluster)
