@@ -389,3 +389,76 @@ def test_call_sync_runs_async_and_threaded_implementations_as_call_does(threaded
 
     assert anyio.run(go) == (("P", "x"), ("P", "x"))
     assert caller.durations[("x", "reserve")][0] == 2
+
+
+# -- the other points, each result checked once ------------------------------------------------------------------
+def test_a_hanging_qos_plan_times_out_alone() -> None:
+    class Hangs:
+        @hookimpl
+        async def qos_plan(self) -> list:
+            await anyio.sleep(60)
+            return []
+
+    class Writes:
+        @hookimpl
+        def qos_plan(self) -> list:
+            return [FileWrite("cpu/kubepods/cpu.shares", "2")]
+
+    reg = Registry(profile_from_dict({"pluginTimeoutSeconds": 0.05})).load(
+        only=set(), extra={"hangs": Hangs, "writes": Writes})
+    plan = anyio.run(NodePlanner(reg).plan, koordfw.NodeState())
+    assert [w.plugin for w in plan.writes] == ["writes"]
+    assert plan.errors == ["hangs: plugin hangs timed out after 0.05s in qos_plan"]
+
+
+def test_deschedule_report_and_runtime_hook_results_are_checked_in_the_runtime() -> None:
+    from koordfw.core.caller import HookCaller
+    from koordfw.core.model import Migration
+    from koordfw.core.node_runtime import NodeRuntime
+
+    class Good:
+        @hookimpl
+        def deschedule(self) -> list:
+            return [Migration("default/a", "n1", None, "r")]
+
+        @hookimpl
+        def report(self) -> dict:
+            return {"good": 1}
+
+        @hookimpl
+        def runtime_hook(self, event: str) -> list:
+            return [FileWrite(f"cpu/{event}/cpu.shares", "2")]
+
+    class Bad:
+        @hookimpl
+        def deschedule(self) -> list:
+            return ["default/b"]
+
+        @hookimpl
+        def report(self) -> list:
+            return ["not a mapping"]
+
+        @hookimpl
+        def runtime_hook(self) -> list:
+            return [Eviction("u", "default/u")]  # runtime_hook plans writes only
+
+    class Raises:
+        @hookimpl
+        def deschedule(self) -> list:
+            raise RuntimeError("boom")
+
+    reg = Registry(profile_from_dict({})).load(only=set(), extra={"good": Good, "bad": Bad, "raises": Raises})
+    reg.bind(lambda name: None)  # the class plugins constructed (no handle needed here)
+    rt = NodeRuntime(HookCaller(reg, lambda name: None))
+
+    async def go() -> Any:
+        return (await rt.run_deschedule(None), await rt.run_report(),
+                await rt.run_runtime_hook("pod_start", None, None, koordfw.NodeState()))  # type: ignore[arg-type]
+
+    (plans, failures), report, (writes, hook_failures) = anyio.run(go)
+    assert plans == {"good": [Migration("default/a", "n1", None, "r", plugin="good")]}
+    assert [(f.plugin, f.bad_output) for f in failures] == [("raises", False), ("bad", True)]
+    assert report == {"good": 1}
+    assert [(w.path, w.plugin) for w in writes] == [("cpu/pod_start/cpu.shares", "good")]
+    assert [(f.plugin, f.point, f.bad_output) for f in hook_failures] == [("bad", "runtime_hook", True)]
+    assert rt.implements("report") and not rt.implements("qos_plan")
