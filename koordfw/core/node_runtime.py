@@ -19,7 +19,7 @@ planners' (``koordfw agent plan``, :class:`koordfw.NodePlanner`) over a :class:`
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -215,7 +215,7 @@ class NodeHandle:
         return f"<AgentHandle of {self.plugin_name}>"
 
 
-def node_handles(host: NodeHost) -> Any:
+def node_handles(host: NodeHost) -> Callable[[str], NodeHandle]:
     """A ``handle_for`` making one :class:`NodeHandle` per plugin of ``host``."""
     handles: dict[str, NodeHandle] = {}
 
@@ -324,6 +324,8 @@ class NodeRuntime:
         results, failures = await self._each("node_resources", node=node, pods=pods, metric=metric, now=now,
                                              last_update=last_update, colocation=colocation)
         name = getattr(getattr(node, "node", None), "name", None)
+        for f in failures:  # the caller logged the cause; this names the node
+            log.error("node_resources failed; its amounts are left out", node=name, plugin=f.plugin, error=f.message)
         for impl, res in results:
             if res is None:
                 continue
