@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         if names:
             state[str(p.relative_to(ROOT))] = names
         rel = str(p.relative_to(ROOT))
-        if rel not in ("koordfw/core/runtime.py", "koordfw/core/caller.py", "koordfw/core/plugins.py"):
+        if rel not in ("koordfw/core/runtime.py", "koordfw/core/node_runtime.py", "koordfw/core/caller.py",
+                       "koordfw/core/plugins.py"):
             n = sum(text.count(r) for r in HOOK_RUNNERS)
             if n:
                 runners[rel] = n

@@ -46,6 +46,7 @@ from .core.manifests import (
     resource_map,
 )
 from .core.model import Migration, Node, Pod, Taint, make_node, make_pod, parse_time, raw_allocatable, selector_matches
+from .core.node_runtime import NodePlan
 from .core.nodestate import (
     CFS_PERIOD_US,
     FS_RESCTRL,
@@ -139,19 +140,6 @@ def plan_writes(*a: Any, **kw: Any) -> list[dict[str, str]]:
     return _plan(*a, **kw)
 
 
-class NodePlan:
-    """What the node QoS plugins planned for one node state (:meth:`NodePlanner.plan`): the cgroup /
-    resctrl ``writes`` (:class:`FileWrite`, each stamped with its plugin, in plan order) and the
-    ``evictions`` (:class:`Eviction`), plus one message per plugin that failed or returned a bad plan."""
-
-    __slots__ = ("writes", "evictions", "errors")
-
-    def __init__(self, writes: list[FileWrite], evictions: list[Eviction], errors: list[str]) -> None:
-        self.writes = writes
-        self.evictions = evictions
-        self.errors = errors
-
-
 class NodePlanner:
     """The agent's planning step (``collect`` is the caller's, ``apply`` nobody's) for node states built by
     the caller: runs every loaded plugin's ``qos_plan`` hook on a :class:`NodeState` and returns the plan,
@@ -163,68 +151,32 @@ class NodePlanner:
 
     def __init__(self, registry: Registry, clock: Any = None) -> None:
         from .core.caller import HookCaller
-        from .core.events import EventLog
+        from .core.node_runtime import NodeRuntime, PlannedNode, node_handles
 
         self.registry = registry
         self.clock: Any = clock if clock is not None else VirtualClock(0.0)
-        self.node_state: NodeState = NodeState()
-        events = EventLog()
-        planner = self
-
-        class _Handle:
-            """The AgentHandle of a planned round: the node state being planned; nothing is applied."""
-
-            def __init__(self, plugin_name: str) -> None:
-                self.plugin_name = plugin_name
-                self.events = events
-
-            @property
-            def node_state(self) -> NodeState:
-                return planner.node_state
-
-            @property
-            def clock(self) -> Any:
-                return planner.clock
-
-            @property
-            def args(self) -> Any:
-                return registry.args.get(self.plugin_name)
-
-            def now(self) -> float:
-                return float(planner.clock.now())
-
-            async def apply(self, writes: Any) -> Any:
-                raise RuntimeError("a NodePlanner applies nothing")
-
-        handles: dict[str, _Handle] = {}
-
-        def handle_for(name: str) -> _Handle:
-            return handles.setdefault(name, _Handle(name))
-
+        self._node = PlannedNode(registry, self.clock, "a NodePlanner applies nothing")
+        self._node.node_state = NodeState()
+        handle_for = node_handles(self._node)
         registry.bind(handle_for)
-        self._caller = HookCaller(registry, handle_for)
+        self._runtime = NodeRuntime(HookCaller(registry, handle_for))
+
+    @property
+    def node_state(self) -> NodeState:
+        """The node state of the round being (or last) planned."""
+        ns = self._node.node_state
+        assert ns is not None
+        return ns
+
+    @node_state.setter
+    def node_state(self, value: NodeState) -> None:
+        self._node.node_state = value
 
     async def plan(self, node_state: NodeState) -> NodePlan:
         """One round of ``qos_plan`` on ``node_state``; a plugin that raises, or returns something that is
         not a list of FileWrite/Eviction, is left out of the plan and named in ``errors``."""
-        from .agent.loop import split_plan
-
-        self.node_state = node_state
-        writes: list[FileWrite] = []
-        evictions: list[Eviction] = []
-        errors: list[str] = []
-        for impl, res, status in await self._caller.call_safe("qos_plan", node_state=node_state):
-            if status is not None:
-                errors.append(f"{impl.plugin}: {status.message}")
-                continue
-            try:
-                w, e = split_plan(res, impl.plugin)
-            except TypeError as exc:
-                errors.append(f"{impl.plugin}: bad plan: {exc}")
-                continue
-            writes += w
-            evictions += e
-        return NodePlan(writes, evictions, errors)
+        self._node.node_state = node_state
+        return await self._runtime.run_qos_plan(node_state)
 
 
 class PodAdmission:
@@ -266,31 +218,22 @@ async def update_node_resources(engine: EmbeddedEngine, last_update: MutableMapp
     merged into the node's allocatable and ``last_update[node]`` becomes now. Returns the nodes written
     (the caller sends the scheduler a ``NODE_UPDATE`` for them). ``EmbeddedEngine.refresh_node_resources``
     is the same step that always writes."""
-    from .engines.embedded import _bad_amounts, colocation_from_objects
+    from .engines.embedded import colocation_from_objects
 
-    s = engine.scheduler
-    impls = s.caller.impls("node_resources")
-    if not impls:
+    rt = engine.scheduler.node_runtime
+    if not rt.implements("node_resources"):
         return []
     now = engine.clock.now()
     engine.colocation = colocation_from_objects(engine.cluster)
     written = []
     for view in list(engine.cluster.nodes):
-        merged: dict[str, int] = {}
         # the hooks compare with what the node carries now (its allocatable with the extended resources
         # written before), as they compare with node.status on a live cluster
-        current = _NodeWithAllocatable(view)
-        for impl in impls:
-            try:
-                res = await s.caller.call(impl, node=current, pods=engine.cluster.pods_on(view.name),
-                                          metric=engine.cluster.node_metric(view.name), now=now,
-                                          last_update=last_update.get(view.name), colocation=engine.colocation)
-            except PluginFailure:
-                continue
-            if res and not _bad_amounts(res):
-                merged.update({str(k): 0 if v is None else int(v) for k, v in res.items()})
-        if merged:
-            engine.cluster.set_extra_allocatable(view.name, merged)
+        res = await rt.run_node_resources(_NodeWithAllocatable(view), engine.cluster.pods_on(view.name),
+                                          engine.cluster.node_metric(view.name), now, last_update.get(view.name),
+                                          engine.colocation)
+        if res.amounts:
+            engine.cluster.set_extra_allocatable(view.name, {k: 0 if v is None else v for k, v in res.amounts.items()})
             last_update[view.name] = now
             written.append(view.name)
     return written

@@ -38,7 +38,7 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +47,13 @@ import attrs
 import structlog
 from prometheus_client import Counter, Histogram
 
-from ..core.caller import HookCaller, PluginFailure
+from ..core.caller import HookCaller
 from ..core.clock import Clock, RealClock
 from ..core.events import EventLog
 from ..core.model import Node, Pod
+from ..core.node_runtime import NodeHandle, NodeRuntime, PointFailure
 from ..core.nodestate import KOORD_QOS_OF_KUBE, ContainerState, Eviction, FileWrite, HostApp, NodeState, PodState
-from ..core.plugins import Impl, Registry
-from ..core.status import Status
+from ..core.plugins import Registry
 from ..extension import BATCH_CPU, BATCH_MEMORY
 from ..metrics import REGISTRY, track_caller
 from .cgroups import (
@@ -120,90 +120,6 @@ async def log_evictions(evictions: Sequence[Eviction], node_state: NodeState) ->
         log.warning("would evict (no API server to evict through)", pod=e.pod, uid=e.pod_uid, reason=e.reason,
                     plugin=e.plugin, node=node_state.name)
         m.evictions.labels(e.plugin, "logged").inc()
-
-
-class AgentPluginHandle:
-    """The :class:`koordfw.AgentHandle` one node-side plugin gets: the node state collected this tick,
-    the agent's clock, its own name and args, and ``apply`` (writes stamped with its name)."""
-
-    __slots__ = ("_a", "plugin_name")
-
-    def __init__(self, agent: Agent, plugin_name: str) -> None:
-        self._a = agent
-        self.plugin_name = plugin_name
-
-    @property
-    def args(self) -> Any:
-        return self._a.registry.args.get(self.plugin_name)
-
-    @property
-    def clock(self) -> Any:
-        return self._a.clock
-
-    def now(self) -> float:
-        return float(self._a.clock.now())
-
-    @property
-    def node_state(self) -> NodeState | None:
-        return self._a.node_state
-
-    @property
-    def unevicted(self) -> frozenset[str]:
-        """Uids of the last round's planned evictions that were not carried out (see :attr:`Agent.unevicted`):
-        a plugin keeping its own evicted-pods cache forgets them, so they are planned again."""
-        return self._a.unevicted
-
-    @property
-    def roots(self) -> dict[str, str]:
-        return {fs: str(p) for fs, p in self._a.executor.roots.items()}
-
-    @property
-    def events(self) -> EventLog:
-        return self._a.recorder
-
-    async def apply(self, writes: Sequence[FileWrite]) -> list[WriteResult]:
-        """Apply writes now through the executor (used by ``shutdown`` to restore)."""
-        return self._a.executor.apply(_stamp(list(writes), self.plugin_name))
-
-    def __repr__(self) -> str:
-        return f"<AgentHandle of {self.plugin_name}>"
-
-
-def _stamped(w: FileWrite | Eviction, plugin: str) -> Any:
-    """``w`` with ``plugin`` as its plugin (itself when it has it already, or no plugin is given)."""
-    return attrs.evolve(w, plugin=plugin) if plugin and w.plugin != plugin else w
-
-
-def _stamp(writes: Any, plugin: str) -> list[FileWrite]:
-    if writes is None:
-        return []
-    if not isinstance(writes, (list, tuple)):
-        raise TypeError(f"expected a list of FileWrite, got {type(writes).__name__}")
-    out = []
-    for i, w in enumerate(writes):
-        if not isinstance(w, FileWrite):
-            raise TypeError(f"item {i}: expected a FileWrite, got {type(w).__name__}")
-        out.append(_stamped(w, plugin))
-    return out
-
-
-def split_plan(res: Any, plugin: str) -> tuple[list[FileWrite], list[Eviction]]:
-    """A ``qos_plan`` result as (writes, evictions), each stamped with ``plugin``; ``TypeError`` on an item
-    that is neither a :class:`FileWrite` nor an :class:`Eviction` (the whole plan of that plugin is dropped)."""
-    if res is None:
-        return [], []
-    if not isinstance(res, (list, tuple)):
-        raise TypeError(f"expected a list of FileWrite/Eviction, got {type(res).__name__}")
-    evictions: list[Eviction] = []
-    writes: list[FileWrite] = []
-    for i, w in enumerate(res):  # each stamped as _stamp would, in this one pass (not a second type check)
-        if isinstance(w, FileWrite):
-            writes.append(_stamped(w, plugin))
-        elif isinstance(w, Eviction):
-            evictions.append(_stamped(w, plugin))
-        else:
-            raise TypeError(f"item {i}: expected a FileWrite or an Eviction, got {type(w).__name__}")
-    return writes, evictions
 
 
 #: memory.stat keys koordlet's ParseMemoryStatRaw requires (v1 hierarchical totals, v2 plain)
@@ -296,9 +212,10 @@ class Agent:
         if executor.clock is None:  # the executor's write cache ages on the agent's clock
             executor.clock = self.clock
         self.recorder = EventLog()
-        self._handles: dict[str, AgentPluginHandle] = {}
+        self._handles: dict[str, NodeHandle] = {}
         registry.bind(self.handle_for)
-        self.caller = HookCaller(registry, self.handle_for)
+        #: the node-side points (collect, runtime_hook, qos_plan, startup/shutdown) run over ``caller``
+        self.runtime = NodeRuntime(HookCaller(registry, self.handle_for))
         track_caller(self.caller)
         self.node_state: NodeState | None = None
         self.usage = UsageTracker()
@@ -328,12 +245,35 @@ class Agent:
         #: called with each round's node state after the plugins' ``collect`` (e.g. the NodeMetric's samples)
         self.on_collect: list[Callable[[NodeState], Any]] = []
 
-    def handle_for(self, plugin: str) -> AgentPluginHandle:
+    def handle_for(self, plugin: str) -> NodeHandle:
         """The handle of ``plugin`` (one per plugin)."""
         h = self._handles.get(plugin)
         if h is None:
-            h = self._handles[plugin] = AgentPluginHandle(self, plugin)
+            h = self._handles[plugin] = NodeHandle(self, plugin)
         return h
+
+    @property
+    def caller(self) -> HookCaller:
+        """The hook caller the runtime calls plugins through (one handle per plugin)."""
+        return self.runtime.caller
+
+    @caller.setter
+    def caller(self, caller: HookCaller) -> None:
+        self.runtime = NodeRuntime(caller)
+
+    # -- what the plugins' NodeHandles read (koordfw.core.node_runtime.NodeHost) ----------------------
+    @property
+    def roots(self) -> dict[str, str]:
+        """Where the executor's filesystems are (``--cgroup-root`` / ``--resctrl-root``)."""
+        return {fs: str(p) for fs, p in self.executor.roots.items()}
+
+    @property
+    def events(self) -> EventLog:
+        return self.recorder
+
+    async def apply_writes(self, writes: list[FileWrite]) -> list[WriteResult]:
+        """Apply (stamped) writes now through the executor (a plugin's ``shutdown`` restoring)."""
+        return self.executor.apply(writes)
 
     @property
     def interval(self) -> float:
@@ -433,38 +373,12 @@ class Agent:
     def node_plugins(self) -> set[str]:
         """Plugins with a node-side hook; only they get ``startup``/``shutdown`` from the agent (a
         scheduler plugin's startup expects a cluster, which a node does not have)."""
-        return {i.plugin for p in ("collect", "qos_plan", "runtime_hook") for i in self.caller.impls(p)}
+        return self.runtime.plugins("collect", "qos_plan", "runtime_hook")
 
-    async def _call(self, point: str, only: set[str] | None = None, **kw: Any) -> list[tuple[str, Any]]:
-        out = []
-        results: list[tuple[Impl, Any, Status | None]]
-        if only is not None:
-            results = []
-            for impl in self.caller.impls(point):
-                if impl.plugin not in only:
-                    continue
-                try:
-                    results.append((impl, await self.caller.call(impl, **kw), None))
-                except PluginFailure as f:
-                    results.append((impl, None, f.status))
-        else:
-            results = await self.caller.call_safe(point, **kw)
-        for impl, res, status in results:
-            if status is not None:
-                self.metrics.plugin_errors.labels(impl.plugin, point).inc()
-                continue
-            out.append((impl.plugin, res))
-        return out
-
-    async def _writes(self, point: str, **kw: Any) -> list[FileWrite]:
-        writes: list[FileWrite] = []
-        for plugin, res in await self._call(point, **kw):
-            try:
-                writes += _stamp(res, plugin)
-            except TypeError as e:
-                self.metrics.plugin_errors.labels(plugin, point).inc()
-                log.error("plugin returned a bad plan", plugin=plugin, hook=point, error=str(e))
-        return writes
+    def _failed(self, failures: Iterable[PointFailure]) -> None:
+        """Count plugin failures (the runtime logged each)."""
+        for f in failures:
+            self.metrics.plugin_errors.labels(f.plugin, f.point).inc()
 
     async def run_once(self) -> list[WriteResult]:
         """One collect → plan → apply round; returns what the executor did."""
@@ -472,12 +386,13 @@ class Agent:
         ns = self.collect_state()
         self.node_state = ns
         reads: dict[str, str] = {}
-        for _plugin, res in await self._call("collect", node_state=ns):
-            if isinstance(res, Mapping):
-                read = res.get(NodeState.COLLECTED_CGROUPS)
-                if isinstance(read, Mapping):
-                    reads.update((str(k), str(v)) for k, v in read.items())
-                ns.metrics.update((k, v) for k, v in res.items() if k != NodeState.COLLECTED_CGROUPS)
+        collected, failures = await self.runtime.run_collect(ns)
+        self._failed(failures)
+        for res in collected:
+            read = res.get(NodeState.COLLECTED_CGROUPS)
+            if isinstance(read, Mapping):
+                reads.update((str(k), str(v)) for k, v in read.items())
+            ns.metrics.update((k, v) for k, v in res.items() if k != NodeState.COLLECTED_CGROUPS)
         if reads and isinstance(ns.cgroups, dict):
             # what the plugins read this round joins the agent's reads (which win: read first), so the
             # executor compares with them instead of reading each file again
@@ -491,22 +406,19 @@ class Agent:
         writes: list[FileWrite] = []
         for p in ns.pods:
             if p.uid not in self._seen:
-                writes += await self._writes("runtime_hook", event="pod_start", pod=p, container=None, node_state=ns)
+                w, failures = await self.runtime.run_runtime_hook("pod_start", p, None, ns)
+                writes += w
+                self._failed(failures)
             for c in p.containers:
                 if c.cgroup_dir not in self._seen:
-                    writes += await self._writes("runtime_hook", event="container_start", pod=p, container=c,
-                                                 node_state=ns)
+                    w, failures = await self.runtime.run_runtime_hook("container_start", p, c, ns)
+                    writes += w
+                    self._failed(failures)
         self._seen = {p.uid for p in ns.pods} | {c.cgroup_dir for p in ns.pods for c in p.containers}
-        evictions: list[Eviction] = []
-        for plugin, res in await self._call("qos_plan", node_state=ns):
-            try:
-                w, planned = split_plan(res, plugin)
-            except TypeError as err:
-                self.metrics.plugin_errors.labels(plugin, "qos_plan").inc()
-                log.error("plugin returned a bad plan", plugin=plugin, hook="qos_plan", error=str(err))
-                continue
-            writes += w
-            evictions += planned
+        plan = await self.runtime.run_qos_plan(ns)
+        self._failed(plan.failures)
+        writes += plan.writes
+        evictions = plan.evictions
         results = self.executor.apply(writes, current=ns.cgroups)
         self.last_results = results
         self.last_evictions = evictions
@@ -531,7 +443,7 @@ class Agent:
         return results
 
     async def startup(self) -> None:
-        await self._call("startup", only=self.node_plugins())
+        self._failed(await self.runtime.run_lifecycle("startup", only=self.node_plugins()))
 
     async def shutdown(self) -> None:
         """Run every plugin's ``shutdown`` (restores) on a fresh node state, shielded from cancellation."""
@@ -540,7 +452,7 @@ class Agent:
                 self.node_state = self.collect_state()
             except OSError as e:
                 log.error("cannot re-read the node on shutdown; restoring from the last state", error=str(e))
-            await self._call("shutdown", only=self.node_plugins())
+            self._failed(await self.runtime.run_lifecycle("shutdown", only=self.node_plugins()))
         # the descriptors kept of the kubepods tree's files (reads after this open them again)
         CGROUP_FILES.forget([self.layout.kubepods])
         self._dirs = set()

@@ -198,57 +198,22 @@ def plan_node(ns, registry, *, only_changes: bool = True) -> dict[str, list[dict
     import anyio
 
     from ..agent.executor import path_refusal, values_equal
-    from ..agent.loop import split_plan
     from ..core.caller import HookCaller
     from ..core.clock import RealClock
-    from ..core.events import EventLog
+    from ..core.node_runtime import NodeRuntime, PlannedNode, node_handles
 
-    recorder = EventLog()
-
-    class _PlanHandle:
-        """The AgentHandle of a dry plan: the given node state; nothing is written."""
-
-        node_state = ns
-        clock = RealClock()
-        events = recorder
-
-        def __init__(self, plugin_name: str) -> None:
-            self.plugin_name = plugin_name
-
-        @property
-        def args(self):
-            return registry.args.get(self.plugin_name)
-
-        def now(self) -> float:
-            return self.clock.now()
-
-        async def apply(self, writes):
-            raise RuntimeError("koordfw agent plan writes nothing")
-
-    handles: dict[str, _PlanHandle] = {}
-
-    def handle_for(name: str) -> _PlanHandle:
-        return handles.setdefault(name, _PlanHandle(name))
-
+    node = PlannedNode(registry, RealClock(), "koordfw agent plan writes nothing")
+    node.node_state = ns
+    handle_for = node_handles(node)
     registry.bind(handle_for)
-    caller = HookCaller(registry, handle_for)
-
-    async def go():
-        out, evictions = [], []
-        for impl, res, status in await caller.call_safe("qos_plan", node_state=ns):
-            if status is not None:
-                print(f"koordfw: warning: {status.message}", file=sys.stderr)
-                continue
-            try:
-                w, e = split_plan(res, impl.plugin)
-            except TypeError as e:
-                print(f"koordfw: warning: plugin {impl.plugin} returned a bad plan: {e}", file=sys.stderr)
-                continue
-            out += w
-            evictions += e
-        return out, evictions
-
-    writes, evictions = anyio.run(go)
+    runtime = NodeRuntime(HookCaller(registry, handle_for))
+    plan = anyio.run(runtime.run_qos_plan, ns)
+    for f in plan.failures:
+        if f.bad_output:
+            print(f"koordfw: warning: plugin {f.plugin} returned a bad plan: {f.message}", file=sys.stderr)
+        else:
+            print(f"koordfw: warning: {f.message}", file=sys.stderr)
+    writes, evictions = plan.writes, plan.evictions
     current = {("cgroup", k): v for k, v in ns.cgroups.items()}
     out = []
     for w in writes:

@@ -20,11 +20,11 @@ import jsonpatch
 import numpy as np
 
 from ..extension import CONFIG_GROUP_VERSION, KIND_CLUSTER_COLOCATION_PROFILE, QOS_CLASSES, SCHEDULING_K8S_GROUP_VERSION
-from .caller import HookCaller, PluginFailure
+from .caller import HookCaller
 from .clock import Clock, RealClock
 from .errors import ManifestError
+from .node_runtime import NodeRuntime
 from .plugins import Registry
-from .status import Code, Status, as_status
 
 __all__ = ["ADMISSION_KINDS", "Admission", "AdmissionResult", "ObjectStore", "StaticObjects", "check_object", "json_patch"]
 
@@ -199,6 +199,7 @@ class Admission:
         # class plugins not constructed yet (no engine bound the registry) are constructed with this handle
         registry.bind(self._handle_for)
         self.caller = HookCaller(registry, self._handle_for)
+        self.runtime = NodeRuntime(self.caller)
 
     def _handle_for(self, plugin: str) -> _Handle:
         return _Handle(plugin, self.registry.args.get(plugin), self.clock, self.rng, self.store)
@@ -206,7 +207,7 @@ class Admission:
     @property
     def active(self) -> bool:
         """Does any plugin of the profile implement an admission hook?"""
-        return bool(self.caller.impls("mutate_pod") or self.caller.impls("validate_pod"))
+        return self.runtime.implements("mutate_pod", "validate_pod")
 
     def namespace_of(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
         """The pod's Namespace from the store (the store's own object: plugins only read it)."""
@@ -219,41 +220,17 @@ class Admission:
         leaves the result's ``patch`` empty, for a caller that wants only the mutated pod (an embedder
         creating pods itself): the diff is a good part of a small mutation's cost."""
         _check_operation(operation)
-        namespace = self.namespace_of(pod)
-        current = _json_copy(pod)
-        for impl in self.caller.impls("mutate_pod"):
-            try:
-                out = await self.caller.call(impl, pod=current, operation=operation, namespace=namespace)
-            except PluginFailure as f:
-                return AdmissionResult(False, pod, code=500, message=f.status.message, plugin=impl.plugin)
-            if out is None:
-                continue
-            if not isinstance(out, dict):
-                return AdmissionResult(False, pod, code=500, plugin=impl.plugin,
-                                       message=f"plugin {impl.plugin} returned {type(out).__name__} from mutate_pod, "
-                                               "expected the pod manifest (a dict) or None")
-            current = out
-        return AdmissionResult(True, current, json_patch(pod, current) if patch else [])
+        out = await self.runtime.run_mutate_pod(_json_copy(pod), operation, self.namespace_of(pod))
+        if not out.allowed:
+            return AdmissionResult(False, pod, code=out.code, message=out.message, plugin=out.plugin)
+        return AdmissionResult(True, out.pod, json_patch(pod, out.pod) if patch else [])
 
     async def validate(self, pod: dict[str, Any], old: dict[str, Any] | None, operation: str) -> AdmissionResult:
         """Run the ``validate_pod`` plugins; the first rejection (or failure) decides."""
         _check_operation(operation)
-        namespace = self.namespace_of(pod)
-        for impl in self.caller.impls("validate_pod"):
-            try:
-                # validate_pod is pure: the manifests are passed as they are, not copied
-                out = await self.caller.call(impl, pod=pod, old=old, operation=operation, namespace=namespace)
-            except PluginFailure as f:
-                return AdmissionResult(False, pod, code=500, message=f.status.message, plugin=impl.plugin)
-            if isinstance(out, str) and not out:
-                continue
-            st: Status = as_status(out, impl.plugin)
-            if st.code in (Code.SUCCESS, Code.SKIP):
-                continue
-            if st.code is Code.ERROR:
-                return AdmissionResult(False, pod, code=500, message=st.message, plugin=impl.plugin)
-            return AdmissionResult(False, pod, code=403, message=st.message or f"rejected by {impl.plugin}",
-                                   plugin=impl.plugin)
+        out = await self.runtime.run_validate_pod(pod, old, operation, self.namespace_of(pod))
+        if not out.allowed:
+            return AdmissionResult(False, pod, code=out.code, message=out.message, plugin=out.plugin)
         return AdmissionResult(True, pod)
 
     async def admit(self, pod: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None, *,

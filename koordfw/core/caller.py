@@ -102,6 +102,15 @@ def _positional(fn: Callable[..., Any], argnames: tuple[str, ...]) -> bool:
     return all(p.name == a and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p, a in zip(params, argnames))
 
 
+def _in_thread(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` for a threaded plugin: calling it returns the coroutine that runs ``fn`` in a worker thread
+    (abandoned on cancellation, as a timeout does)."""
+    def start(*a: Any, **kw: Any) -> Any:
+        return anyio.to_thread.run_sync(functools.partial(fn, *a, **kw), abandon_on_cancel=True)
+
+    return start
+
+
 class Prepared:
     """One implementation made ready for :meth:`HookCaller.call_sync` at one call site (whose arguments
     come by position, named ``passed``): its plugin's handle, args and timing entry bound in.
@@ -116,7 +125,7 @@ class Prepared:
     def __init__(self, impl: Impl, passed: tuple[str, ...], handle: Any, durations: list[float]) -> None:
         self.impl = impl
         self.plugin = impl.plugin
-        #: a plain function (async and threaded implementations go through :meth:`HookCaller.call_prepared`)
+        #: a plain function (an async or threaded one always returns a :class:`Pending` from ``call_sync``)
         self.sync = not impl.is_async and not impl.threaded
         self.durations = durations
         argnames = impl.argnames
@@ -133,6 +142,8 @@ class Prepared:
         else:
             self.n = -1
             self.fn = impl.fn
+        if impl.threaded:  # called, it starts nothing: the coroutine running it in a worker thread is awaited
+            self.fn = _in_thread(self.fn)
         #: (name, position among the call site's values) of the names given by keyword (``n`` -1)
         self.names = tuple((a, passed.index(a)) for a in given if a in passed)
         self.consts = consts
@@ -157,6 +168,13 @@ class Pending:
 
     def __await__(self) -> Generator[Any, None, Any]:
         return self._finish().__await__()
+
+    def discard(self) -> None:
+        """Drop the result unawaited (a call site that cannot await): a coroutine is closed, the timer stopped
+        and the plugin context reset, as awaiting it would."""
+        if inspect.iscoroutine(self.res):
+            self.res.close()
+        self.caller._done(self.p.durations, self.t0, self.token)
 
     async def _finish(self) -> Any:
         impl = self.p.impl
@@ -247,10 +265,11 @@ class HookCaller:
         return Prepared(impl, passed, p[1], p[2])
 
     def call_sync(self, p: Prepared, *values: Any) -> Any:
-        """:meth:`call` of an implementation that is a plain function (``p.sync``), without a coroutine:
-        the same arguments, failures, plugin context and timing. A result that is awaitable is returned
-        as a :class:`Pending` (its time still running, its plugin context still set) for the caller to
-        await, which finishes it as :meth:`call` would."""
+        """:meth:`call` of a prepared implementation without a coroutine: the same arguments, failures,
+        plugin context and timing. A result that is awaitable (an async implementation's coroutine, a
+        threaded one's worker, a plain function's awaitable) is returned as a :class:`Pending` (its time
+        still running, its plugin context still set) for the caller to await, which finishes it as
+        :meth:`call` would: the one place that tells the kinds apart."""
         if p.missing is not None:
             raise PluginFailure(Status.error(p.missing, p.plugin))
         n = p.n
@@ -283,28 +302,12 @@ class HookCaller:
 
     async def call_prepared(self, p: Prepared, *values: Any) -> Any:
         """:meth:`call` of a prepared implementation of any kind (async, threaded or plain), with the call
-        site's arguments by position."""
-        if p.sync:
-            res = self.call_sync(p, *values)
-            if type(res) is Pending:
-                res = await res
-            return res
-        if p.missing is not None:
-            raise PluginFailure(Status.error(p.missing, p.plugin))
-        impl = p.impl
-        n = p.n
-        call = functools.partial(p.fn, *values[:n]) if n >= 0 else functools.partial(p.fn, **p.arguments(values))
-        token = CURRENT_PLUGIN.set(p.plugin)
-        t0 = time.perf_counter()
-        try:
-            if impl.is_async:
-                return await _finish(call(), impl.timeout)
-            with anyio.fail_after(impl.timeout):
-                return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
-        except Exception as e:
-            _raise_failure(impl, e)
-        finally:
-            self._done(p.durations, t0, token)
+        site's arguments by position: :meth:`call_sync`, its :class:`Pending` awaited. (A hot call site
+        writes these three lines itself, saving a coroutine per call.)"""
+        res = self.call_sync(p, *values)
+        if type(res) is Pending:
+            res = await res
+        return res
 
     def _done(self, d: list[float], t0: float, token: contextvars.Token[str | None]) -> None:
         dt = time.perf_counter() - t0

@@ -259,9 +259,11 @@ class Handle(PluginsRunner, Protocol):
 
 @runtime_checkable
 class AgentHandle(Protocol):
-    """What a node-side plugin gets as ``handle`` in the node agent. ``shutdown`` and ``startup`` are
-    called by every engine; ``isinstance(handle, AgentHandle)`` tells a node-side plugin it runs in
-    the agent."""
+    """What a node-side plugin gets as ``handle`` in the node agent, and in a dry plan (``koordfw agent
+    plan``, :class:`koordfw.NodePlanner`, whose ``apply`` refuses): one implementation,
+    :class:`koordfw.core.node_runtime.NodeHandle`. ``shutdown`` and ``startup`` are called by every engine;
+    ``isinstance(handle, AgentHandle)`` tells a node-side plugin it runs on the node side, not in a
+    scheduler or the manager."""
 
     @property
     def plugin_name(self) -> str: ...

@@ -206,6 +206,7 @@ class Framework:
         reg = self.registry
         qs = reg.impls("queue_sort")
         self.queue_sort_impl = qs[0] if qs else None
+        self._queue_sort: Prepared | None = None  # prepared on first use (the handles may not exist yet)
         self.has_scoring = bool(reg.impls("score"))
         self._filter_impls = reg.impls("filter")
         self._normalizers = {i.plugin: i for i in reg.impls("normalize_score")}
@@ -236,27 +237,34 @@ class Framework:
 
     # -- queue ----------------------------------------------------------------------------------
     def queue_sort_key(self, pod: Pod) -> Any:
-        """The queue_sort plugin's key for ``pod`` (None: the plugin has no opinion, or it raised)."""
-        impl = self.queue_sort_impl
-        if impl is None:
-            return None
-        kwargs = {"pod": pod, "args": impl.args, "handle": self.caller.handle(impl.plugin)}
+        """The queue_sort plugin's key for ``pod`` (None: the plugin has no opinion, or it failed, and the
+        queue's default order applies). Called through the caller as every hook is (timing, the
+        current-plugin marker, a failure logged naming the plugin); a key must be computed synchronously,
+        so an awaitable result is refused (logged) as a failure."""
+        p = self._queue_sort
+        if p is None:
+            impl = self.queue_sort_impl
+            if impl is None:
+                return None
+            p = self._queue_sort = self.caller.prepared(impl, ("pod",))
         try:
-            return impl.fn(**{a: kwargs[a] for a in impl.argnames})
-        except Exception as e:  # a broken sort key must not stop the queue
-            log.error("queue_sort raised", plugin=impl.plugin, error=str(e))
+            res = self.caller.call_sync(p, pod)
+        except PluginFailure:  # logged by the caller; a broken sort key must not stop the queue
             return None
+        if type(res) is Pending:
+            res.discard()
+            log.error("queue_sort returned an awaitable; a sort key must be computed synchronously",
+                      plugin=p.plugin, hook="queue_sort")
+            return None
+        return res
 
     async def run_pre_enqueue(self, pod: Pod) -> Status:
         caller = self.caller
         for p in self._prepared("pre_enqueue"):
             try:
-                if p.sync:
-                    res = caller.call_sync(p, pod)
-                    if type(res) is Pending:
-                        res = await res
-                else:
-                    res = await caller.call_prepared(p, pod)
+                res = caller.call_sync(p, pod)
+                if type(res) is Pending:
+                    res = await res
                 st = as_status(res, p.plugin)
             except PluginFailure as f:
                 return f.status
@@ -295,12 +303,9 @@ class Framework:
         caller = self.caller
         for p in self._prepared("pre_filter"):
             try:
-                if p.sync:
-                    res = caller.call_sync(p, pod, state)
-                    if type(res) is Pending:
-                        res = await res
-                else:
-                    res = await caller.call_prepared(p, pod, state)
+                res = caller.call_sync(p, pod, state)
+                if type(res) is Pending:
+                    res = await res
             except PluginFailure as f:
                 return f.status, None
             if res is None:
@@ -392,12 +397,9 @@ class Framework:
             if impl.per_node:
                 cur = await self._filter_per_node(p, pod, state, cur, statuses)
                 continue
-            if p.sync:
-                res = call_sync(p, pod, NodeBatch(cluster, cur), state)
-                if type(res) is Pending:
-                    res = await res
-            else:
-                res = await caller.call_prepared(p, pod, NodeBatch(cluster, cur), state)
+            res = call_sync(p, pod, NodeBatch(cluster, cur), state)
+            if type(res) is Pending:
+                res = await res
             if res is None:
                 continue
             if type(res) is tuple and len(res) == 2 and type(res[0]) is np.ndarray:
@@ -444,12 +446,9 @@ class Framework:
         keep = np.ones(len(cur), dtype=bool)
         caller, impl = self.caller, p.impl
         for j, gi in enumerate(cur.tolist()):
-            if p.sync:
-                res = caller.call_sync(p, pod, views[gi], state)
-                if type(res) is Pending:
-                    res = await res
-            else:
-                res = await caller.call_prepared(p, pod, views[gi], state)
+            res = caller.call_sync(p, pod, views[gi], state)
+            if type(res) is Pending:
+                res = await res
             if res is None or res is True:
                 continue
             st = as_status(res, impl.plugin)
@@ -581,12 +580,9 @@ class Framework:
         call_sync = caller.call_sync
         batch = NodeBatch(cluster, feasible)
         for p in self._prepared("pre_score"):
-            if p.sync:
-                res = call_sync(p, pod, batch, state)
-                if type(res) is Pending:
-                    res = await res
-            else:
-                res = await caller.call_prepared(p, pod, batch, state)
+            res = call_sync(p, pod, batch, state)
+            if type(res) is Pending:
+                res = await res
             if res is None:
                 continue
             if type(res) is Status and res.code == Code.SKIP:  # the common answer: no tagged copy needed
@@ -608,32 +604,23 @@ class Framework:
             if impl.per_node:
                 vals = []
                 for v in batch:
-                    if p.sync:
-                        r = call_sync(p, pod, v, state)
-                        if type(r) is Pending:
-                            r = await r
-                    else:
-                        r = await caller.call_prepared(p, pod, v, state)
+                    r = call_sync(p, pod, v, state)
+                    if type(r) is Pending:
+                        r = await r
                     vals.append(r or 0)
                 arr = np.asarray(vals, dtype=np.int64)
             else:
-                if p.sync:
-                    res = call_sync(p, pod, batch, state)
-                    if type(res) is Pending:
-                        res = await res
-                else:
-                    res = await caller.call_prepared(p, pod, batch, state)
+                res = call_sync(p, pod, batch, state)
+                if type(res) is Pending:
+                    res = await res
                 if res is None:
                     continue
                 arr = self._score_array(impl, res, batch)
             norm = self._normalizer(impl.plugin)
             if norm is not None:
-                if norm.sync:
-                    out = call_sync(norm, pod, batch, arr, state)
-                    if type(out) is Pending:
-                        out = await out
-                else:
-                    out = await caller.call_prepared(norm, pod, batch, arr, state)
+                out = call_sync(norm, pod, batch, arr, state)
+                if type(out) is Pending:
+                    out = await out
                 if out is not None:
                     arr = self._score_array(norm.impl, out, batch)
             # one reduction checks both bounds: a negative int64 viewed as uint64 is above 100

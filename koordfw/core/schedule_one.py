@@ -21,7 +21,6 @@ import attrs
 import numpy as np
 import structlog
 
-from .caller import PluginFailure
 from .clock import Clock
 from .cluster import ClusterState, NodeView
 from .errors import ManifestError, PluginLoadError
@@ -35,6 +34,7 @@ from .hints import (
     ClusterEventWithHint,
 )
 from .model import Pod
+from .node_runtime import NodeRuntime
 from .nominator import Nominator
 from .object_hub import ObjectHub
 from .plugins import Registry
@@ -91,6 +91,8 @@ class Scheduler:
         registry.bind(self.handle_for)
         self.framework = Framework(registry, cluster, self.nominator, self.handle_for)
         self.caller = self.framework.caller
+        #: the points outside the scheduling cycle (startup/shutdown, deschedule, report, node_resources)
+        self.node_runtime = NodeRuntime(self.caller)
         self.waiting_pods: dict[str, WaitingPod] = {}
         self.next_start_node_index = 0
         #: share of filtered nodes that passed, over recent cycles (sizes the filter search's chunks)
@@ -301,16 +303,11 @@ class Scheduler:
     async def startup(self) -> None:
         """Every plugin's ``startup`` (all of them run); the first that failed then fails the start: its
         bad-input error as the user's error, naming the input file, or a :class:`PluginLoadError`."""
-        failed: Exception | None = None
-        for impl in self.caller.impls("startup"):
-            try:
-                await self.caller.call(impl)
-            except PluginFailure as f:  # the caller logged the cause (with a traceback when it is a plugin bug)
-                if failed is None:
-                    failed = (self._in_its_file(f.__cause__) if isinstance(f.__cause__, ManifestError)
-                              else PluginLoadError(f"plugin {impl.plugin} failed at startup: {f.status.message}"))
-        if failed is not None:
-            raise failed
+        failures = await self.node_runtime.run_startup_raising()
+        if failures:  # the caller logged each cause (with a traceback when it is a plugin bug)
+            plugin, f = failures[0]
+            raise (self._in_its_file(f.__cause__) if isinstance(f.__cause__, ManifestError)
+                   else PluginLoadError(f"plugin {plugin} failed at startup: {f.status.message}"))
         self.hints = await self.framework.events_to_register()
 
     def _in_its_file(self, e: ManifestError) -> ManifestError:
@@ -323,7 +320,7 @@ class Scheduler:
         return ManifestError(e.detail, file=src, obj=e.obj, field=e.field) if src else e
 
     async def shutdown(self) -> None:
-        await self.caller.call_safe("shutdown")
+        await self.node_runtime.run_lifecycle("shutdown")
 
     # -- one scheduling cycle -------------------------------------------------------------------
     async def schedule_next(self, tg: anyio.abc.TaskGroup) -> Pod | None:

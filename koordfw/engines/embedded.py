@@ -23,7 +23,6 @@ import attrs
 import structlog
 
 from ..core.admission import ADMISSION_KINDS, Admission, StaticObjects
-from ..core.caller import PluginFailure
 from ..core.clock import VirtualClock
 from ..core.cluster import ClusterState
 from ..core.errors import ManifestError
@@ -33,7 +32,7 @@ from ..core.manifests import Manifests, load_manifests
 from ..core.model import Migration, Pod, pod_from_manifest
 from ..core.plugins import Registry
 from ..core.profile import Profile, load_profile
-from ..core.quantity import bad_node_resources, format_quantity
+from ..core.quantity import format_quantity
 from ..core.schedule_one import Scheduler
 from ..core.state import CycleState
 from ..core.status import Status
@@ -149,11 +148,6 @@ def claims_report(cluster: ClusterState) -> list[dict[str, Any]]:
                      "volumeName": (obj.get("spec") or {}).get("volumeName") or None,
                      "selectedNode": (meta.get("annotations") or {}).get("volume.kubernetes.io/selected-node")})
     return rows
-
-
-#: what a node_resources result holds that is not a resource name with an int64 amount >= 0 (the rule
-#: koordfw manager's controller applies too)
-_bad_amounts = bad_node_resources
 
 
 def colocation_from_objects(cluster: ClusterState) -> dict[str, Any] | None:
@@ -332,32 +326,17 @@ class EmbeddedEngine(SchedulerEvents):
 
     async def refresh_node_resources(self) -> None:
         """Run the node_resources hooks for every node and merge their results into allocatable."""
-        s = self.scheduler
-        impls = s.caller.impls("node_resources")
-        if not impls:
+        rt = self.scheduler.node_runtime
+        if not rt.implements("node_resources"):
             return
         now = self.clock.now()
         self.colocation = colocation_from_objects(self.cluster)
         for view in list(self.cluster.nodes):
-            merged: dict[str, int] = {}
-            for impl in impls:
-                try:
-                    res = await s.caller.call(impl, node=view, pods=self.cluster.pods_on(view.name),
-                                              metric=self.cluster.node_metric(view.name), now=now,
-                                              last_update=None, colocation=self.colocation)
-                except PluginFailure as f:
-                    log.error("node_resources failed", node=view.name, plugin=impl.plugin, error=f.status.message)
-                    continue
-                if res:
-                    bad = _bad_amounts(res)
-                    if bad:
-                        log.error("node_resources returned invalid amounts", node=view.name, plugin=impl.plugin,
-                                  invalid=bad)
-                        continue
-                    # None (Koordinator's reset) and 0 both leave none of the resource here
-                    merged.update({str(k): 0 if v is None else int(v) for k, v in res.items()})
-            if merged:
-                self.cluster.set_extra_allocatable(view.name, merged)
+            res = await rt.run_node_resources(view, self.cluster.pods_on(view.name), self.cluster.node_metric(view.name),
+                                              now, None, self.colocation)
+            if res.amounts:
+                # None (Koordinator's reset) and 0 both leave none of the resource here
+                self.cluster.set_extra_allocatable(view.name, {k: 0 if v is None else v for k, v in res.amounts.items()})
 
     async def run(self, *, progress: Callable[[int, int], None] | None = None) -> None:
         s = self.scheduler
@@ -433,15 +412,8 @@ class EmbeddedEngine(SchedulerEvents):
     async def deschedule_plans(self) -> tuple[dict[str, list[Migration]], list[str]]:
         """Run every plugin's ``deschedule`` once: (plugin → the migrations it planned, each named after
         its plugin unless it named one; one error message per plugin that failed). Nothing is applied."""
-        plans: dict[str, list[Migration]] = {}
-        errors: list[str] = []
-        for impl, res, st in await self.scheduler.caller.call_safe("deschedule", cluster=self.cluster):
-            if st is not None:
-                log.error("deschedule failed", plugin=impl.plugin, error=st.message)
-                errors.append(f"{impl.plugin}: {st.message}")
-                continue
-            plans[impl.plugin] = [m if m.plugin else attrs.evolve(m, plugin=impl.plugin) for m in res or []]
-        return plans, errors
+        plans, failures = await self.scheduler.node_runtime.run_deschedule(self.cluster)
+        return plans, [f"{f.plugin}: {f.message}" for f in failures]
 
     async def deschedule(self) -> list[Migration]:
         """Run the descheduling plugins once and apply their plan in memory; evicted pods are rescheduled.
@@ -628,10 +600,7 @@ async def run_simulation(source: Manifests | Sequence[str | Path], registry: Reg
     for _ in range(int(deschedule)):
         migrations += await engine.deschedule()
     seconds = time.perf_counter() - t0
-    extra: dict[str, Any] = {}
-    for _impl, res, _st in await engine.scheduler.caller.call_safe("report"):
-        if isinstance(res, dict):
-            extra.update(res)
+    extra = await engine.scheduler.node_runtime.run_report()
     await engine.scheduler.shutdown()
     return SimulationResult(engine, seconds, migrations, extra, order, rejected)
 

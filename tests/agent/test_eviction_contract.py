@@ -8,9 +8,10 @@ import json
 import pytest
 
 from koordfw import Eviction, FileWrite, hookimpl
-from koordfw.agent.loop import log_evictions, split_plan
+from koordfw.agent.loop import log_evictions
 from koordfw.commands.agent import plan_node, plan_writes
 from koordfw.core.caller import HookCaller
+from koordfw.core.node_runtime import split_plan
 from koordfw.core.nodestate import NodeState
 from koordfw.core.plugins import Registry
 from koordfw.core.profile import profile_from_dict

@@ -32,6 +32,7 @@ import yaml
 from realkube_testkit import stop_process
 
 import koordfw
+from koordfw.core import node_runtime
 from koordfw.core.cluster import ClusterState
 from koordfw.core.manifests import load_manifests
 from koordfw.core.quantity import bad_node_resources, canonical
@@ -274,9 +275,10 @@ async def helper_result(objects: list[dict], tmp: Path) -> dict[str, dict[str, i
 
 
 def test_one_rule_validates_node_resources_everywhere() -> None:
-    """The embedded engine, the public helper (which uses the embedded engine's) and the manager's
-    controller check plugins' node_resources results with one function, so they refuse alike."""
-    assert embedded._bad_amounts is bad_node_resources and noderesource.bad_amounts is bad_node_resources
+    """The embedded engine, the public helper and the manager's controller run node_resources through
+    one runtime method, which checks plugins' results with one function, so they refuse alike."""
+    assert node_runtime.bad_node_resources is bad_node_resources  # NodeRuntime.run_node_resources: the one place
+    assert not hasattr(embedded, "bad_node_resources") and not hasattr(noderesource, "bad_node_resources")
     import numpy as np
 
     assert bad_node_resources({"kubernetes.io/batch-cpu": np.int64(5), "x": None, "y": 0}) == {}

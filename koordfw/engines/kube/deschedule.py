@@ -44,7 +44,6 @@ import anyio
 import attrs
 import structlog
 
-from ...core.caller import PluginFailure
 from ...core.model import Migration, Pod, replace_pod
 from ...core.schedule_one import Scheduler
 from ...extension import KIND_POD_MIGRATION_JOB, KIND_RESERVATION, SCHEDULING_GROUP_VERSION
@@ -216,16 +215,8 @@ class LiveDescheduler:
     # -- one round ----------------------------------------------------------------------------------
     async def plan(self) -> list[Migration]:
         s = self.scheduler
-        plan: list[Migration] = []
-        for impl in s.caller.impls("deschedule"):
-            try:
-                res = await s.caller.call(impl, cluster=s.cluster)
-            except PluginFailure as f:
-                log.error("deschedule plugin failed", plugin=impl.plugin, error=f.status.message)
-                continue
-            for m in res or []:
-                plan.append(m if m.plugin else attrs.evolve(m, plugin=impl.plugin))
-        return plan
+        plans, _failures = await s.node_runtime.run_deschedule(s.cluster)  # each failure logged by the runtime
+        return [m for ms in plans.values() for m in ms]
 
     def _rate_ok(self) -> bool:
         now = self.clock()

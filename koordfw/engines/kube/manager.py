@@ -29,7 +29,8 @@ manager (exit 1). Pass the components to :class:`KubeManager` (``controllers=[..
 ``koordfw manager`` command builds the list (:func:`koordfw.commands.manager.build_controllers`).
 
 What a component gets in :class:`ManagerContext`: the API client, the plugin registry and its hook
-caller (``ctx.caller``: call plugins' hooks with the engine's handles), the cluster cache
+caller (``ctx.caller``: the engine's handles; ``ctx.node_runtime`` runs the points outside the scheduling
+cycle over it, ``node_resources`` among them), the cluster cache
 (``ctx.cluster``: a :class:`koordfw.core.cluster.ClusterState` with nodes, pods accounted on their
 nodes, and the ``NodeMetric``/``Device`` objects by name), the raw cached objects by reflector
 (``ctx.reflectors[kind].store``), the ConfigMap's ``data`` (``ctx.slo_config``), the injected wall clock
@@ -46,6 +47,7 @@ import anyio
 import structlog
 
 from ...core.cluster import ClusterState
+from ...core.node_runtime import NodeRuntime
 from ...core.plugins import Registry
 from ...extension import CONFIG_NAMESPACE, SCHEDULING_GROUP_VERSION, SLO_CTRL_CONFIG_MAP, SLO_GROUP_VERSION
 from .client import KubeClient
@@ -88,6 +90,8 @@ class ManagerContext:
         self.cluster = cluster
         #: the engine's :class:`koordfw.core.caller.HookCaller` (one handle per plugin)
         self.caller = caller
+        #: the hook points outside the scheduling cycle (``node_resources``) run over ``caller``
+        self.node_runtime = NodeRuntime(caller)
         #: kind ("Node", "Pod", "NodeMetric", "Device", "ConfigMap") -> its reflector (``.store``: raw objects)
         self.reflectors = reflectors
         self.config_namespace = config_namespace

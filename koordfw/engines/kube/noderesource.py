@@ -25,18 +25,12 @@ from typing import Any
 import anyio
 import structlog
 
-from ...core.caller import PluginFailure
-from ...core.quantity import bad_node_resources, format_quantity
+from ...core.quantity import format_quantity
 from ...extension import COLOCATION_CONFIG_KEY, SLO_CTRL_CONFIG_MAP
 from .client import ApiError
 from .manager import ManagerContext
 
 log = structlog.get_logger("koordfw.kube")
-
-
-#: what a live node_resources result holds that is not ``{resource name: int64 >= 0 or None}`` (the rule
-#: the embedded engine and koordfw.update_node_resources apply too)
-bad_amounts = bad_node_resources
 
 
 def status_patch(node: Any, resources: dict[str, int | None]) -> dict[str, dict[str, str | None]] | None:
@@ -190,30 +184,10 @@ class NodeResourceController:
         if view is None:
             self.last_update.pop(name, None)
             return None
-        caller = ctx.caller
-        now = ctx.now()
-        pods = ctx.cluster.pods_on(name)
-        metric = ctx.cluster.node_metric(name)
-        merged: dict[str, int | None] = {}
-        wanted = False
-        for impl in caller.impls("node_resources"):
-            try:
-                res = await caller.call(impl, node=view, pods=pods, metric=metric, now=now,
-                                        last_update=self.last_update.get(name), colocation=self.colocation)
-            except PluginFailure as f:
-                self.errors += 1
-                log.error("node_resources failed", node=name, plugin=impl.plugin, error=f.status.message)
-                continue
-            if res is None:
-                continue
-            bad = bad_amounts(res)
-            if bad:
-                self.errors += 1
-                log.error("node_resources returned invalid amounts", node=name, plugin=impl.plugin, invalid=bad)
-                continue
-            wanted = True
-            merged.update({k: None if v is None else int(v) for k, v in res.items()})  # numpy ints too
-        return merged if wanted else None
+        res = await ctx.node_runtime.run_node_resources(view, ctx.cluster.pods_on(name), ctx.cluster.node_metric(name),
+                                                        ctx.now(), self.last_update.get(name), self.colocation)
+        self.errors += len(res.failures)
+        return res.amounts
 
     async def reconcile(self, ctx: ManagerContext, name: str) -> bool:
         """Recompute one node and write its status when a plugin asks; True when a patch was sent."""
@@ -249,4 +223,4 @@ class NodeResourceController:
         return True
 
 
-__all__ = ["NodeResourceController", "bad_amounts", "status_patch"]
+__all__ = ["NodeResourceController", "status_patch"]
