@@ -63,7 +63,7 @@ from .core.nodestate import (
 )
 from .core.profile import Profile, camel, load_profile, profile_from_dict
 from .core.quantity import QuantityError, canonical, format_quantity, parse_duration, parse_quantity
-from .core.runtime import NodeStatuses, PostFilterResult, PreFilterResult, fit_error
+from .core.results import NodeStatuses, PostFilterResult, PreFilterResult, fit_error
 from .core.safeload import InputError, load_yaml, load_yaml_all, loads_json, shorten
 from .core.schedule_one import Scheduler
 from .core.state import CycleState, StateKey

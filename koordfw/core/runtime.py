@@ -20,23 +20,26 @@ each point's semantics:
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections import Counter
-from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import anyio
-import attrs
 import numpy as np
 import structlog
 
 from .caller import HookCaller, Pending, PluginFailure, Prepared
-from .clock import Clock, TimerHandle
 from .cluster import ClusterState, NodeBatch, NodeView
 from .hints import ClusterEventWithHint
 from .model import Pod
 from .nominator import Nominator
 from .plugins import Impl, Registry
+from .results import (
+    NodeStatuses,
+    PostFilterResult,
+    PreFilterResult,
+    node_statuses,
+    score_array,
+    shared_status,
+)
 from .state import CycleState, StateKey
 from .status import Code, Status, as_status
 
@@ -53,8 +56,7 @@ _PASSED: dict[str, tuple[str, ...]] = {
 #: per-node filters and scores, and the points after a node is chosen
 _ON_NODE: tuple[str, ...] = ("pod", "node", "state")
 
-__all__ = ["Framework", "MAX_NODE_SCORE", "MAX_PERMIT_TIMEOUT", "NodeStatuses", "PostFilterResult",
-           "PreFilterResult", "RESTORED_REQUESTS", "WaitingPod", "fit_error"]
+__all__ = ["Framework", "MAX_NODE_SCORE", "MAX_PERMIT_TIMEOUT", "RESTORED_REQUESTS"]
 
 #: requests that count as free on some nodes while one pod's filters and scores run: node index → a
 #: request vector (aligned with the cluster's resources) taken off that node's ``requested`` meanwhile.
@@ -62,130 +64,6 @@ __all__ = ["Framework", "MAX_NODE_SCORE", "MAX_PERMIT_TIMEOUT", "NodeStatuses", 
 #: for its owner: Koordinator's restore-reservation transformer); honoured by every ``run_filters`` and
 #: ``run_score`` of the cycle, what-ifs included, and undone after each.
 RESTORED_REQUESTS: StateKey[dict[int, np.ndarray]] = StateKey("koordfw/restored_requests")
-
-
-class NodeStatuses(Mapping[str, Status]):
-    """Node name → rejecting Status, kept as (node indices, statuses) chunks and built on first use."""
-
-    def __init__(self, cluster: ClusterState) -> None:
-        self._cluster = cluster
-        self._chunks: list[tuple[np.ndarray, list[Status] | Status]] = []
-        self._dict: dict[str, Status] | None = None
-
-    def add(self, idx: np.ndarray, statuses: list[Status] | Status) -> None:
-        """Rejections of the nodes ``idx``: one status each, or one status shared by all of them."""
-        self._chunks.append((idx, statuses))
-        self._dict = None
-
-    def update(self, other: NodeStatuses) -> None:
-        self._chunks.extend(other._chunks)
-        self._dict = None
-
-    def _build(self) -> dict[str, Status]:
-        if self._dict is None:
-            views = self._cluster.views
-            d: dict[str, Status] = {}
-            for idx, sts in self._chunks:
-                if isinstance(sts, Status):
-                    for i in idx.tolist():
-                        d[views[i].node.name] = sts
-                else:
-                    for i, st in zip(idx.tolist(), sts):
-                        d[views[i].node.name] = st
-            self._dict = d
-        return self._dict
-
-    def __getitem__(self, name: str) -> Status:
-        return self._build()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._build())
-
-    def __len__(self) -> int:
-        return len(self._build())
-
-    # the Mapping mixins would call __getitem__ per key; go to the built dict directly
-    def values(self) -> ValuesView[Status]:
-        return self._build().values()
-
-    def items(self) -> ItemsView[str, Status]:
-        return self._build().items()
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self._build().get(name, default)
-
-
-@attrs.frozen
-class PreFilterResult:
-    """Returned by ``pre_filter`` to restrict the candidate nodes (``None`` = all)."""
-
-    node_names: frozenset[str] | None = None
-
-
-@attrs.frozen
-class PostFilterResult:
-    """Returned by ``post_filter`` after making room: the node the pod should try next."""
-
-    nominated_node: str
-
-
-class WaitingPod:
-    """A pod held at Permit: keeps its reservation until every waiting plugin allows it, one rejects
-    it, or a plugin's timer fires."""
-
-    def __init__(self, pod: Pod, node_name: str, timeouts: dict[str, float], clock: Clock) -> None:
-        self.pod, self.node_name = pod, node_name
-        self.status: Status | None = None
-        self._event = anyio.Event()
-        now = clock.now()
-        self._pending: dict[str, TimerHandle] = {
-            p: clock.call_at(now + t, functools.partial(self._timeout, p, t)) for p, t in timeouts.items()}
-
-    @property
-    def pending_plugins(self) -> list[str]:
-        return sorted(self._pending)
-
-    def allow(self, plugin: str) -> None:
-        h = self._pending.pop(plugin, None)
-        if h is not None:
-            h.cancel()
-        if not self._pending and self.status is None:
-            self.status = Status.success()
-            self._event.set()
-
-    def reject(self, plugin: str, message: str) -> None:
-        if self.status is not None:
-            return
-        for h in self._pending.values():
-            h.cancel()
-        self._pending.clear()
-        self.status = Status.unschedulable(message, plugin=plugin)
-        self._event.set()
-
-    def _timeout(self, plugin: str, seconds: float) -> None:
-        self.reject(plugin, f"rejected due to timeout after waiting {seconds:g}s at plugin {plugin}")
-
-    async def wait(self) -> Status:
-        await self._event.wait()
-        assert self.status is not None
-        return self.status
-
-
-def fit_error(n_all: int, statuses: Mapping[str, Status]) -> Status:
-    """kube's ``FitError``: "0/N nodes are available: <count> <reason>, ..." from the per-node
-    rejections; Unresolvable only when every node's rejection is."""
-    counts: Counter[str] = Counter()
-    unresolvable = True
-    for st in statuses.values():
-        for r in st.reasons or (f"rejected by {st.plugin}",):
-            counts[r] += 1
-        if st.code != Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
-            unresolvable = False
-    detail = ", ".join(f"{c} {r}" for r, c in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
-    msg = f"0/{n_all} nodes are available" + (f": {detail}." if detail else ".")
-    plugins = sorted({st.plugin for st in statuses.values() if st.plugin})
-    code = Code.UNSCHEDULABLE_AND_UNRESOLVABLE if unresolvable and statuses else Code.UNSCHEDULABLE
-    return Status(code, (msg,), ",".join(plugins) or None)
 
 
 class Framework:
@@ -413,7 +291,7 @@ class Framework:
                 if np.count_nonzero(ok) == n:
                     continue
                 if reason is None or type(reason) is str or isinstance(reason, Status):
-                    statuses.add(cur[~ok], self._shared_status(impl, reason))
+                    statuses.add(cur[~ok], shared_status(impl.plugin, reason))
                 else:
                     bad = (~ok).nonzero()[0]
                     reasons = reason if type(reason) is list else list(reason)
@@ -425,16 +303,16 @@ class Framework:
                             raise PluginFailure(st)
                         statuses.add(cur[bad], st)
                     else:
-                        statuses.add(cur[bad], self._statuses(impl, picked))
+                        statuses.add(cur[bad], node_statuses(impl.plugin, picked))
                 cur = cur[ok]
                 continue
             rejected, reasons = self._filter_rejections(impl, res, cur)
             if len(rejected) == 0:
                 continue
             if isinstance(reasons, list):
-                statuses.add(cur[rejected], self._statuses(impl, reasons))
+                statuses.add(cur[rejected], node_statuses(impl.plugin, reasons))
             else:
-                statuses.add(cur[rejected], self._shared_status(impl, reasons))
+                statuses.add(cur[rejected], shared_status(impl.plugin, reasons))
             keep = np.ones(n, dtype=bool)
             keep[rejected] = False
             cur = cur[keep]
@@ -459,23 +337,6 @@ class Framework:
             keep[j] = False
             statuses.add(np.array([gi]), st)
         return cur[keep]
-
-    def _shared_status(self, impl: Impl, reason: Any) -> Status:
-        """The rejection status of one reason shared by every node a filter call rejected."""
-        st = as_status(reason or f"node(s) rejected by {impl.plugin}", impl.plugin)
-        if st.code == Code.ERROR:
-            raise PluginFailure(st)
-        return st
-
-    def _statuses(self, impl: Impl, reasons: list[Any]) -> list[Status]:
-        """Per-node rejection statuses (each distinct reason object is converted once)."""
-        conv: dict[int, Status] = {}
-        for r in reasons:
-            if id(r) not in conv:
-                st = conv[id(r)] = as_status(r, impl.plugin)
-                if st.code == Code.ERROR:
-                    raise PluginFailure(st)
-        return [conv[id(r)] for r in reasons]
 
     def _filter_rejections(self, impl: Impl, res: Any, cur: np.ndarray) -> tuple[np.ndarray, Any]:
         """Normalise a batch filter result to (positions rejected in ``cur``, their reasons): a list
@@ -615,14 +476,14 @@ class Framework:
                     res = await res
                 if res is None:
                     continue
-                arr = self._score_array(impl, res, batch)
+                arr = score_array(impl.plugin, res, batch)
             norm = self._normalizer(impl.plugin)
             if norm is not None:
                 out = call_sync(norm, pod, batch, arr, state)
                 if type(out) is Pending:
                     out = await out
                 if out is not None:
-                    arr = self._score_array(norm.impl, out, batch)
+                    arr = score_array(norm.impl.plugin, out, batch)
             # one reduction checks both bounds: a negative int64 viewed as uint64 is above 100
             if len(arr) and arr.view(np.uint64).max() > MAX_NODE_SCORE:
                 bad = int(arr.max() if arr.max() > MAX_NODE_SCORE else arr.min())
@@ -635,25 +496,6 @@ class Framework:
                 total += arr * w if w != 1 else arr
             max_total += MAX_NODE_SCORE * w
         return (total if total is not None else np.zeros(len(feasible), dtype=np.int64)), max_total
-
-    def _score_array(self, impl: Impl, res: Any, batch: NodeBatch) -> np.ndarray:
-        """A score result as int64 scores aligned with ``batch``."""
-        n = len(batch.idx)
-        if type(res) is np.ndarray and res.dtype == np.int64:
-            arr = res
-        elif isinstance(res, dict):
-            return np.fromiter((int(res.get(name, 0)) for name in batch.names), dtype=np.int64, count=n)
-        else:
-            try:
-                arr = np.asarray(res).astype(np.int64, copy=False)
-            except (TypeError, ValueError):
-                raise PluginFailure(Status.error(
-                    f"plugin {impl.plugin} returned an unexpected {type(res).__name__} from score",
-                    impl.plugin)) from None
-        if arr.shape != (n,):
-            raise PluginFailure(Status.error(
-                f"plugin {impl.plugin} returned {arr.size} scores for {n} nodes", impl.plugin))
-        return arr
 
     # -- reserve / permit -------------------------------------------------------------------------
     async def run_reserve(self, pod: Pod, node: NodeView, state: CycleState) -> Status:

@@ -39,7 +39,8 @@ from .nominator import Nominator
 from .object_hub import ObjectHub
 from .plugins import Registry
 from .queue import QueuedPodInfo, SchedulingQueue, rejectors
-from .runtime import Framework, NodeStatuses, WaitingPod, fit_error
+from .results import NodeStatuses, WaitingPod, fit_error
+from .runtime import Framework
 from .scheduler_handle import SchedulerHandle
 from .state import CycleState, StateKey
 from .status import Status

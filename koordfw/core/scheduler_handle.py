@@ -13,7 +13,8 @@ from .clock import Clock
 from .cluster import ClusterState
 from .events import EventLog
 from .model import Pod
-from .runtime import RESTORED_REQUESTS, WaitingPod
+from .results import WaitingPod
+from .runtime import RESTORED_REQUESTS
 from .state import CycleState
 from .status import Status
 

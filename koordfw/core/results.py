@@ -1,0 +1,185 @@
+"""What the scheduling points return and hold, and how the runtime reads plugins' results: the
+per-node rejections of a filter search (:class:`NodeStatuses`, summed up by :func:`fit_error` as kube's
+FitError), :class:`PreFilterResult` / :class:`PostFilterResult`, a pod waiting at permit
+(:class:`WaitingPod`), and the readers that turn a filter's or score's result into statuses and score
+arrays, refusing a malformed one as an Error naming the plugin."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import ItemsView, Iterator, Mapping, ValuesView
+from typing import Any
+
+import anyio
+import attrs
+import numpy as np
+
+from .caller import PluginFailure
+from .clock import Clock, TimerHandle
+from .cluster import ClusterState, NodeBatch
+from .model import Pod
+from .status import Code, Status, as_status
+
+
+class NodeStatuses(Mapping[str, Status]):
+    """Node name → rejecting Status, kept as (node indices, statuses) chunks and built on first use."""
+
+    def __init__(self, cluster: ClusterState) -> None:
+        self._cluster = cluster
+        self._chunks: list[tuple[np.ndarray, list[Status] | Status]] = []
+        self._dict: dict[str, Status] | None = None
+
+    def add(self, idx: np.ndarray, statuses: list[Status] | Status) -> None:
+        """Rejections of the nodes ``idx``: one status each, or one status shared by all of them."""
+        self._chunks.append((idx, statuses))
+        self._dict = None
+
+    def update(self, other: NodeStatuses) -> None:
+        self._chunks.extend(other._chunks)
+        self._dict = None
+
+    def _build(self) -> dict[str, Status]:
+        if self._dict is None:
+            views = self._cluster.views
+            d: dict[str, Status] = {}
+            for idx, sts in self._chunks:
+                if isinstance(sts, Status):
+                    for i in idx.tolist():
+                        d[views[i].node.name] = sts
+                else:
+                    for i, st in zip(idx.tolist(), sts):
+                        d[views[i].node.name] = st
+            self._dict = d
+        return self._dict
+
+    def __getitem__(self, name: str) -> Status:
+        return self._build()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._build())
+
+    def __len__(self) -> int:
+        return len(self._build())
+
+    # the Mapping mixins would call __getitem__ per key; go to the built dict directly
+    def values(self) -> ValuesView[Status]:
+        return self._build().values()
+
+    def items(self) -> ItemsView[str, Status]:
+        return self._build().items()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._build().get(name, default)
+
+
+@attrs.frozen
+class PreFilterResult:
+    """Returned by ``pre_filter`` to restrict the candidate nodes (``None`` = all)."""
+
+    node_names: frozenset[str] | None = None
+
+
+@attrs.frozen
+class PostFilterResult:
+    """Returned by ``post_filter`` after making room: the node the pod should try next."""
+
+    nominated_node: str
+
+
+class WaitingPod:
+    """A pod held at Permit: keeps its reservation until every waiting plugin allows it, one rejects
+    it, or a plugin's timer fires."""
+
+    def __init__(self, pod: Pod, node_name: str, timeouts: dict[str, float], clock: Clock) -> None:
+        self.pod, self.node_name = pod, node_name
+        self.status: Status | None = None
+        self._event = anyio.Event()
+        now = clock.now()
+        self._pending: dict[str, TimerHandle] = {
+            p: clock.call_at(now + t, functools.partial(self._timeout, p, t)) for p, t in timeouts.items()}
+
+    @property
+    def pending_plugins(self) -> list[str]:
+        return sorted(self._pending)
+
+    def allow(self, plugin: str) -> None:
+        h = self._pending.pop(plugin, None)
+        if h is not None:
+            h.cancel()
+        if not self._pending and self.status is None:
+            self.status = Status.success()
+            self._event.set()
+
+    def reject(self, plugin: str, message: str) -> None:
+        if self.status is not None:
+            return
+        for h in self._pending.values():
+            h.cancel()
+        self._pending.clear()
+        self.status = Status.unschedulable(message, plugin=plugin)
+        self._event.set()
+
+    def _timeout(self, plugin: str, seconds: float) -> None:
+        self.reject(plugin, f"rejected due to timeout after waiting {seconds:g}s at plugin {plugin}")
+
+    async def wait(self) -> Status:
+        await self._event.wait()
+        assert self.status is not None
+        return self.status
+
+
+def fit_error(n_all: int, statuses: Mapping[str, Status]) -> Status:
+    """kube's ``FitError``: "0/N nodes are available: <count> <reason>, ..." from the per-node
+    rejections; Unresolvable only when every node's rejection is."""
+    counts: Counter[str] = Counter()
+    unresolvable = True
+    for st in statuses.values():
+        for r in st.reasons or (f"rejected by {st.plugin}",):
+            counts[r] += 1
+        if st.code != Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+            unresolvable = False
+    detail = ", ".join(f"{c} {r}" for r, c in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+    msg = f"0/{n_all} nodes are available" + (f": {detail}." if detail else ".")
+    plugins = sorted({st.plugin for st in statuses.values() if st.plugin})
+    code = Code.UNSCHEDULABLE_AND_UNRESOLVABLE if unresolvable and statuses else Code.UNSCHEDULABLE
+    return Status(code, (msg,), ",".join(plugins) or None)
+
+
+def shared_status(plugin: str, reason: Any) -> Status:
+    """The rejection status of one reason shared by every node a filter call rejected."""
+    st = as_status(reason or f"node(s) rejected by {plugin}", plugin)
+    if st.code == Code.ERROR:
+        raise PluginFailure(st)
+    return st
+
+
+def node_statuses(plugin: str, reasons: list[Any]) -> list[Status]:
+    """Per-node rejection statuses (each distinct reason object is converted once)."""
+    conv: dict[int, Status] = {}
+    for r in reasons:
+        if id(r) not in conv:
+            st = conv[id(r)] = as_status(r, plugin)
+            if st.code == Code.ERROR:
+                raise PluginFailure(st)
+    return [conv[id(r)] for r in reasons]
+
+
+def score_array(plugin: str, res: Any, batch: NodeBatch) -> np.ndarray:
+    """A score result as int64 scores aligned with ``batch``."""
+    n = len(batch.idx)
+    if type(res) is np.ndarray and res.dtype == np.int64:
+        arr = res
+    elif isinstance(res, dict):
+        return np.fromiter((int(res.get(name, 0)) for name in batch.names), dtype=np.int64, count=n)
+    else:
+        try:
+            arr = np.asarray(res).astype(np.int64, copy=False)
+        except (TypeError, ValueError):
+            raise PluginFailure(Status.error(
+                f"plugin {plugin} returned an unexpected {type(res).__name__} from score",
+                plugin)) from None
+    if arr.shape != (n,):
+        raise PluginFailure(Status.error(
+            f"plugin {plugin} returned {arr.size} scores for {n} nodes", plugin))
+    return arr
