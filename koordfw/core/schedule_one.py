@@ -351,7 +351,7 @@ class Scheduler:
             await self._cycle_failed(pod, status, state, run_post_filter=status.is_rejection)
             return
         # assume + reserve; like kube's assume, an assumed pod is no longer counted as nominated
-        self._assume(pod, node.name)
+        self.assume(pod, node.name)
         if self.nominator:
             self.nominator.nominate(pod, None)
         st = await fw.run_reserve(pod, node, state)
@@ -359,7 +359,7 @@ class Scheduler:
         if st.ok:
             st, waits = await fw.run_permit(pod, node, state)
         if not st.ok:
-            await self._unreserve_and_forget(pod, node, state)
+            await self.unreserve_and_forget(pod, node, state)
             await self._cycle_failed(pod, st, state, run_post_filter=False)
             return
         wp = None
@@ -489,12 +489,12 @@ class Scheduler:
         feasible = np.concatenate(feasible_parts) if feasible_parts else np.zeros(0, dtype=np.int64)
         return feasible, statuses, n
 
-    def _assume(self, pod: Pod, node_name: str) -> None:
+    def assume(self, pod: Pod, node_name: str) -> None:
         self.cluster.assume(pod, node_name)
         self.assume_seq += 1
         self._assumed_at[pod.uid] = self.assume_seq
 
-    async def _unreserve_and_forget(self, pod: Pod, node: NodeView, state: CycleState) -> int:
+    async def unreserve_and_forget(self, pod: Pod, node: NodeView, state: CycleState) -> int:
         """unreserve, then forget the assumed pod; returns the assume sequence it had (-1: unknown)."""
         await self.framework.run_unreserve(pod, node, state)
         self.cluster.forget(pod)
@@ -540,7 +540,7 @@ class Scheduler:
         self.engine.pod_bound(pod, node_name, state)
 
     async def _binding_failed(self, pod: Pod, node: NodeView, state: CycleState, st: Status) -> None:
-        seq = await self._unreserve_and_forget(pod, node, state)
+        seq = await self.unreserve_and_forget(pod, node, state)
         # the reservation it held is released: an assigned pod leaving, for the other pods' hints; pods
         # that failed before it was taken are skipped (their attempt saw the cluster without it)
         await self.cluster_event(ASSIGNED_POD_DELETE, attrs.evolve(pod, node_name=node.name), None, assumed_seq=seq)
@@ -567,48 +567,6 @@ class Scheduler:
                 log.exception("placeholder failure callback failed", pod=pod.key, plugin=self.placeholders.get(pod.uid))
 
     # -- the back half of a cycle, for a pod another scheduler placed ------------------------------
-    async def reserve_placed(self, pod: Pod, node_name: str) -> tuple[Status, CycleState]:
-        """The back half of a cycle for a pod that another scheduler placed on ``node_name`` (the
-        extender's ``bind`` verb): pre_filter, the filters on that node, assume, reserve, pre_bind.
-
-        On success the pod stays assumed on the node with its reservations held, and
-        ``state.annotations`` holds what pre_bind plugins wrote; the caller binds, then calls
-        :meth:`release_placed` if the binding fails. On failure nothing is left reserved or assumed and
-        the status names the plugin. permit is not run: the other scheduler ran its own permit phase,
-        and a wait here would hold its bind call open.
-        """
-        fw = self.framework
-        state = CycleState()
-        i = self.cluster.node_index(node_name)
-        if i is None:
-            return Status.unresolvable(f"node {node_name} not found"), state
-        known = self.cluster.pod(pod.uid)
-        if pod.node_name or (known is not None and known.node_name):
-            where = pod.node_name or (known.node_name if known is not None else "")
-            return Status.unresolvable(f"pod {pod.key} is already on node {where}"), state
-        st, candidates = await fw.run_pre_filter(pod, state)
-        if not st.ok:
-            return st, state
-        if candidates is not None and node_name not in candidates:
-            return Status.unresolvable(f"node {node_name} is not in the pre_filter node set"), state
-        st = await fw.run_filters_on_node(pod, node_name, state)
-        if not st.ok:
-            return st, state
-        node = self.cluster.views[i]
-        self._assume(pod, node_name)
-        st = await fw.run_reserve(pod, node, state)
-        if st.ok:
-            st = await fw.run_pre_bind(pod, node, state)
-        if not st.ok:
-            await self._unreserve_and_forget(pod, node, state)
-        return st, state
-
-    async def release_placed(self, pod: Pod, node_name: str, state: CycleState) -> None:
-        """Undo :meth:`reserve_placed` after a failed binding: unreserve in reverse order, forget."""
-        i = self.cluster.node_index(node_name)
-        if i is not None:
-            await self._unreserve_and_forget(pod, self.cluster.views[i], state)
-
     # -- reporting ------------------------------------------------------------------------------
     def pending_uids(self) -> list[str]:
         return [uid for uid, e in self.cluster.pods.items()

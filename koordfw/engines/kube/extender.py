@@ -62,6 +62,7 @@ from ...core.clock import RealClock
 from ...core.cluster import ClusterState
 from ...core.errors import KoordfwError
 from ...core.model import DNS_LABEL, DNS_SUBDOMAIN, node_from_manifest, pod_from_manifest
+from ...core.placed import release_placed, reserve_placed
 from ...core.plugins import Registry
 from ...core.safeload import InputError, decode_text, loads_json
 from ...core.safeload import shorten as _short
@@ -539,13 +540,13 @@ class Extender:
         s = self.scheduler
         s.cluster.forget_request_cache(pod.uid)
         cached = s.cluster.pod(pod.uid) is not None  # the cache keeps no pending pod of other schedulers
-        st, state = await s.reserve_placed(pod, node)
+        st, state = await reserve_placed(s, pod, node)
         if st.ok:
             try:
                 await self.binder(pod, node, dict(state.annotations))
                 return {"Error": ""}
             except (BindDropped, BindGated, ApiError) as e:
-                await s.release_placed(pod, node, state)
+                await release_placed(s, pod, node, state)
                 st = Status.error(str(e))
         if not cached:
             s.cluster.remove_pod(pod.uid)
