@@ -45,6 +45,7 @@ from .core.manifests import (
     read_node_metric,
     resource_map,
 )
+from .core.memo import BoundedCache, memo
 from .core.model import Migration, Node, Pod, Taint, make_node, make_pod, parse_time, raw_allocatable, selector_matches
 from .core.nodestate import (
     CFS_PERIOD_US,
@@ -65,6 +66,7 @@ from .core.quantity import QuantityError, canonical, format_quantity, parse_dura
 from .core.runtime import NodeStatuses, PostFilterResult, PreFilterResult, fit_error
 from .core.safeload import InputError, load_yaml, load_yaml_all, loads_json, shorten
 from .core.schedule_one import Scheduler
+from .core.stash import Stash, StashKey, new_stash
 from .core.state import CycleState, StateKey
 from .core.status import Code, Status
 from .hookspecs import hookimpl, hookspec
@@ -96,6 +98,7 @@ __all__ = [
     "selector_matches", "shorten", "simulate", "StateKey", "Status", "Taint", "VirtualClock", "WaitingPodView", "warn_once",
     "NodeStatuses", "PluginsRunner",
     "CollectPolicy", "NodeMetricReporter", "NodePlan", "NodePlanner", "PodAdmission", "update_node_resources",
+    "BoundedCache", "memo", "Stash", "StashKey",
 ]
 
 
@@ -177,6 +180,7 @@ class NodePlanner:
             def __init__(self, plugin_name: str) -> None:
                 self.plugin_name = plugin_name
                 self.events = events
+                self.stash = new_stash()  # this plugin's, for this planner's lifetime
 
             @property
             def node_state(self) -> NodeState:

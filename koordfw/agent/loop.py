@@ -53,6 +53,7 @@ from ..core.events import EventLog
 from ..core.model import Node, Pod
 from ..core.nodestate import KOORD_QOS_OF_KUBE, ContainerState, Eviction, FileWrite, HostApp, NodeState, PodState
 from ..core.plugins import Impl, Registry
+from ..core.stash import new_stash
 from ..core.status import Status
 from ..extension import BATCH_CPU, BATCH_MEMORY
 from ..metrics import REGISTRY, track_caller
@@ -126,11 +127,12 @@ class AgentPluginHandle:
     """The :class:`koordfw.AgentHandle` one node-side plugin gets: the node state collected this tick,
     the agent's clock, its own name and args, and ``apply`` (writes stamped with its name)."""
 
-    __slots__ = ("_a", "plugin_name")
+    __slots__ = ("_a", "plugin_name", "stash")
 
     def __init__(self, agent: Agent, plugin_name: str) -> None:
         self._a = agent
         self.plugin_name = plugin_name
+        self.stash = new_stash()  # this plugin's, for this agent's lifetime
 
     @property
     def args(self) -> Any:

@@ -201,6 +201,7 @@ def plan_node(ns, registry, *, only_changes: bool = True) -> dict[str, list[dict
     from ..core.caller import HookCaller
     from ..core.clock import RealClock
     from ..core.events import EventLog
+    from ..core.stash import new_stash
 
     recorder = EventLog()
 
@@ -213,6 +214,7 @@ def plan_node(ns, registry, *, only_changes: bool = True) -> dict[str, list[dict
 
         def __init__(self, plugin_name: str) -> None:
             self.plugin_name = plugin_name
+            self.stash = new_stash()
 
         @property
         def args(self):

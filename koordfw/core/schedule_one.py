@@ -42,6 +42,7 @@ from .nominator import Nominator
 from .plugins import Registry
 from .queue import QueuedPodInfo, SchedulingQueue
 from .runtime import RESTORED_REQUESTS, Framework, NodeStatuses, WaitingPod, fit_error
+from .stash import new_stash
 from .state import CycleState, StateKey
 from .status import Status
 
@@ -85,11 +86,12 @@ def num_feasible_nodes_to_find(num_all: int, percentage: int = 0) -> int:
 class SchedulerHandle:
     """The :class:`koordfw.Handle` one plugin of a :class:`Scheduler` is given."""
 
-    __slots__ = ("_s", "plugin_name")
+    __slots__ = ("_s", "plugin_name", "stash")
 
     def __init__(self, scheduler: Scheduler, plugin_name: str) -> None:
         self._s = scheduler
         self.plugin_name = plugin_name
+        self.stash = new_stash()  # this plugin's, for this scheduler's lifetime
 
     @property
     def args(self) -> Any:
