@@ -25,6 +25,7 @@ from koordfw import (
     CPUInfo,
     FileWrite,
     NodeState,
+    StashKey,
     camel,
     format_cpuset,
     hookimpl,
@@ -431,8 +432,13 @@ def plan(ns: NodeState, args: Args, budget_milli: int | None = None) -> list[Fil
     return out
 
 
-#: agent handle → the feedback loop's state; only the live agent calls ``collect``
-_FEEDBACK: dict[Any, FeedbackState] = {}
+#: the feedback loop's state, in the handle's stash (one per agent); only the live agent calls ``collect``
+FEEDBACK = StashKey[FeedbackState]()
+
+
+def _forget_feedback(handle: Any) -> None:
+    if FEEDBACK in handle.stash:
+        del handle.stash[FEEDBACK]
 
 
 @hookimpl
@@ -440,9 +446,9 @@ def collect(node_state, args, handle):
     """Read the LS pressure signal and take one feedback step (only with ``lsPressureFeedback.enable``)."""
     cfg = args.ls_pressure_feedback
     if not args.enable or not cfg.enable:
-        _FEEDBACK.pop(handle, None)
+        _forget_feedback(handle)
         return None
-    fb = _FEEDBACK.setdefault(handle, FeedbackState())
+    fb = handle.stash.setdefault(FEEDBACK, FeedbackState())
     roots = getattr(handle, "roots", None)
     now = float(handle.now())
     sig = fb.read_signal(node_state, cfg, roots.get("cgroup") if isinstance(roots, dict) else None, now)
@@ -452,7 +458,7 @@ def collect(node_state, args, handle):
 
 def feedback_budget(handle: Any) -> int | None:
     """This round's feedback budget of the agent behind ``handle`` (``None``: Koordinator's alone)."""
-    fb = _FEEDBACK.get(handle)
+    fb = handle.stash.get(FEEDBACK, None)
     return fb.applied_milli if fb is not None else None
 
 
@@ -465,7 +471,7 @@ def qos_plan(node_state, args, handle):
 @hookimpl
 async def shutdown(args, handle):
     """Restore the besteffort knobs through the agent (no-op for engines without a node)."""
-    _FEEDBACK.pop(handle, None)
+    _forget_feedback(handle)
     if not isinstance(handle, AgentHandle) or handle.node_state is None:
         return
     await handle.apply(restore_writes(handle.node_state))
