@@ -709,15 +709,11 @@ def _availability_stats(topo: CPUTopology, unavailable: frozenset[int]) -> tuple
     return int(mask.sum()), int(full.sum()) * cpc, int((per_core > 0).sum()), best
 
 
-_ARRAYS: dict[int, tuple[CPUTopology, tuple]] = {}
-
-
 def _topology_arrays(topo: CPUTopology) -> tuple:
     """(sorted CPU ids, core index of each, NUMA index of each core, socket index of each core, CPUs per
-    core), cached per topology object."""
-    hit = _ARRAYS.get(id(topo))
-    if hit is not None and hit[0] is topo:
-        return hit[1]
+    core), kept on the (immutable) topology object itself."""
+    if topo.arrays is not None:
+        return topo.arrays
     cpu_ids = np.array(sorted(topo.details), dtype=np.int64)
     cores = sorted(topo.cpus_in_core)
     core_index = {c: k for k, c in enumerate(cores)}
@@ -728,9 +724,7 @@ def _topology_arrays(topo: CPUTopology) -> tuple:
     node_of_core = np.array([nodes[f.node] for f in first], dtype=np.int64)
     socket_of_core = np.array([sockets[f.socket] for f in first], dtype=np.int64)
     arr = (cpu_ids, core_of, node_of_core, socket_of_core, max(topo.cpus_per_core(), 1))
-    if len(_ARRAYS) > 1024:
-        _ARRAYS.clear()
-    _ARRAYS[id(topo)] = (topo, arr)
+    topo.arrays = arr
     return arr
 
 
