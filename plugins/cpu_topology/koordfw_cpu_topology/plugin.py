@@ -15,13 +15,14 @@ annotation or leaves the node. Filter and score read numpy columns of that state
 from __future__ import annotations
 
 import json
+import operator
 from typing import Any
 
 import attrs
 import numpy as np
 import structlog
 
-from koordfw import StateKey, Status, hookimpl, loads_json
+from koordfw import BoundedCache, StateKey, Status, hookimpl, loads_json, warn_once
 from koordfw.extension import (
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
     ANNOTATION_NODE_CPU_ALLOCS,
@@ -170,7 +171,7 @@ class CPUTopologyPlugin:
     """Stateful scheduler plugin (one instance per scheduler)."""
 
     def __init__(self) -> None:
-        self._cluster_id = 0
+        self._cluster: Any = None  # the cluster the columns are of (held: compared with 'is')
         self._nodes: list[NodeCPUState | None] = []
         self._ver = np.zeros(0, dtype=np.int64)
         self._valid = np.zeros(0, dtype=bool)
@@ -181,24 +182,32 @@ class CPUTopologyPlugin:
         self._n_alloc = np.zeros(0, dtype=np.int64)
         self._max_full_block = np.zeros(0, dtype=np.int64)
         self._forced = np.zeros(0, dtype=np.int8)
-        self._nrt_ids: dict[str, int] = {}
+        #: NodeResourceTopology key -> the object the columns were built with (held: compared with 'is')
+        self._nrt_objs: dict[str, Any] = {}
         self._nrt_index: dict[str, list] = {}
+        #: (cluster, its NodeResourceTopology objects...) the index was built from
         self._nrt_index_key: tuple = ()
-        #: node errors already logged
-        self._warned: set[str] = set()
+        #: node errors and unreadable resource-specs already logged
+        self._warned: BoundedCache[str, bool] = BoundedCache(65536)
         #: node index → what its CPU state was built from (see _signature)
         self._sigs: dict[int, tuple] = {}
-        self._topologies: dict[str, tuple[CPUTopology | None, str]] = {}
-        #: (topology id, unavailable CPUs) → (available, CPUs of whole free cores, cores with a free CPU,
-        #: CPUs of whole free cores in the best NUMA node or socket)
-        self._stats_cache: dict[tuple[int, frozenset[int]], tuple[int, int, int, int]] = {}
-        self._status_cache: dict[str, frozenset[int] | None] = {}
+        #: annotation text -> (its topology or None, the error)
+        self._topologies: BoundedCache[str, tuple[CPUTopology | None, str]] = BoundedCache(4096)
+        #: (topology object, unavailable CPUs) → (available, CPUs of whole free cores, cores with a free CPU,
+        #: CPUs of whole free cores in the best NUMA node or socket); the key holds the topology (identity
+        #: hash, immutable object)
+        self._stats_cache: BoundedCache[tuple[CPUTopology, frozenset[int]], tuple[int, int, int, int]] = (
+            BoundedCache(8192))
+        #: resource-status annotation text -> its CPUs (None: unreadable)
+        self._status_cache: BoundedCache[str, frozenset[int] | None] = BoundedCache(65536)
         #: CPUs picked at reserve, by node name then pod uid: (cpus, exclusive policy)
         self._reserved: dict[str, dict[str, tuple[frozenset[int], str]]] = {}
         self._reserved_node: dict[str, str] = {}
         self._max_ref = 1
         self._default_strategy = LEAST_ALLOCATED
+        #: (cluster, its NodeResourceTopology objects...) and labels generation of _forced_any
         self._forced_key: tuple = ()
+        self._forced_gen = -1
         self._forced_any = False
 
     # -- configuration --------------------------------------------------------------------------
@@ -222,8 +231,6 @@ class CPUTopologyPlugin:
                 hit = (topo, "") if topo.is_valid() else (None, f"{ANNOTATION_CPU_TOPOLOGY}: no CPUs")
             except TopologyError as e:
                 hit = (None, str(e))
-            if len(self._topologies) > 4096:
-                self._topologies.clear()
             self._topologies[text] = hit
         return hit
 
@@ -240,8 +247,6 @@ class CPUTopologyPlugin:
             log.warning("ignoring unparsable resource-status", pod=pod.key, annotation=ANNOTATION_RESOURCE_STATUS,
                         error=str(e))
             cpus = None  # remembered too: one warning per value, not one per rebuild
-        if len(self._status_cache) > 65536:
-            self._status_cache.clear()
         self._status_cache[text] = cpus
         return cpus
 
@@ -249,8 +254,8 @@ class CPUTopologyPlugin:
         """The node's NodeResourceTopology by ``metadata.name`` (it is cluster-scoped: a namespace does not
         make a second one), and an error when two objects name the same node (then neither is used)."""
         nrts = cluster.objects_of(NRT_KIND)
-        key = (id(cluster), tuple(map(id, nrts.values())))
-        if key != self._nrt_index_key:
+        key = (cluster, *nrts.values())
+        if not _same(key, self._nrt_index_key):
             by_name: dict[str, list[tuple[str, dict]]] = {}
             for k, obj in nrts.items():
                 meta = obj.get("metadata") if isinstance(obj, dict) else None
@@ -319,11 +324,8 @@ class CPUTopologyPlugin:
                         f"None, FullPCPUsOnly, SpreadByPCPUs")
         if nrt_error:
             st.error = f"{ERR_INVALID_CPU_TOPOLOGY}: {nrt_error}"
-        if st.error and st.error != ERR_INVALID_CPU_TOPOLOGY and st.error not in self._warned:
-            if len(self._warned) > 65536:
-                self._warned.clear()
-            self._warned.add(st.error)
-            log.warning("node left out of CPU binding", node=node.name, error=st.error)
+        if st.error and st.error != ERR_INVALID_CPU_TOPOLOGY:
+            warn_once(log, self._warned, st.error, "node left out of CPU binding", node=node.name, error=st.error)
         st.strategy = node.labels.get(LABEL_NUMA_ALLOCATE_STRATEGY) or self._default_strategy
         held = self._reserved.get(node.name, {})
         on_node = set()
@@ -369,29 +371,30 @@ class CPUTopologyPlugin:
 
     def _refresh(self, cluster: Any) -> None:
         """Rebuild the nodes whose version (or NodeResourceTopology object) changed."""
-        if id(cluster) != self._cluster_id:
-            self._cluster_id = id(cluster)
+        if cluster is not self._cluster:
+            self._cluster = cluster
             self._nodes, self._ver = [], np.zeros(0, dtype=np.int64)
             self._valid, self._cpc = np.zeros(0, dtype=bool), np.ones(0, dtype=np.int64)
             self._n_avail = self._n_full = self._n_cores = self._n_alloc = np.zeros(0, dtype=np.int64)
             self._max_full_block = np.zeros(0, dtype=np.int64)
             self._forced = np.zeros(0, dtype=np.int8)
-            self._nrt_ids = {}
+            self._nrt_objs = {}
             self._sigs = {}
         n = cluster.num_nodes
         self._grow(n)
         nrts = cluster.objects_of(NRT_KIND)
-        if nrts or self._nrt_ids:
-            cur = {k: id(v) for k, v in nrts.items()}
-            if cur != self._nrt_ids:
-                for key in set(cur) ^ set(self._nrt_ids) | {k for k in cur if self._nrt_ids.get(k) != cur[k]}:
+        if nrts or self._nrt_objs:
+            cur = dict(nrts)
+            changed = set(cur) ^ set(self._nrt_objs) | {k for k, v in cur.items() if self._nrt_objs.get(k) is not v}
+            if changed:
+                for key in changed:
                     obj = nrts.get(key)
                     meta = obj.get("metadata") if isinstance(obj, dict) else None
                     name = str(meta["name"]) if isinstance(meta, dict) and meta.get("name") else key.rsplit("/", 1)[-1]
                     i = cluster.node_index(name)
                     if i is not None:
                         self._ver[i] = -1
-                self._nrt_ids = cur
+                self._nrt_objs = cur
         stale = np.flatnonzero(self._ver[:n] != cluster.node_version)
         if len(stale) == 0:
             return
@@ -420,7 +423,7 @@ class CPUTopologyPlugin:
         pods = tuple((p.uid, p.annotations.get(ANNOTATION_RESOURCE_STATUS), p.annotations.get(ANNOTATION_RESOURCE_SPEC))
                      for p in cluster.pods_on(view.node.name)
                      if p.uid in held or ANNOTATION_RESOURCE_STATUS in p.annotations)
-        return (id(view.node), id(self._nrt(cluster, view.node.name)[0]), pods, tuple(held.items()))
+        return (_Same(view.node), _Same(self._nrt(cluster, view.node.name)[0]), pods, tuple(held.items()))
 
     def _store_columns(self, i: int, st: NodeCPUState) -> None:
         topo = st.topology
@@ -432,12 +435,10 @@ class CPUTopologyPlugin:
             self._max_full_block[i] = 0
             return
         held = frozenset(c for c, a in st.allocation.cpus.items() if a.ref_count >= self._max_ref)
-        key = (id(topo), held | st.reserved)
+        key = (topo, held | st.reserved)
         stats = self._stats_cache.get(key)
         if stats is None:
             stats = _availability_stats(topo, key[1])
-            if len(self._stats_cache) > 8192:
-                self._stats_cache.clear()
             self._stats_cache[key] = stats
         self._valid[i] = True
         self._cpc[i] = max(topo.cpus_per_core(), 1)
@@ -497,8 +498,8 @@ class CPUTopologyPlugin:
         """Whether any node forces a bind policy (label or kubelet full-pcpus-only); cached until node
         labels/annotations or NodeResourceTopology objects change, so ordinary pods stay cheap."""
         nrts = cluster.objects_of(NRT_KIND)
-        key = (id(cluster), cluster.labels_generation, tuple(map(id, nrts.values())))
-        if key != self._forced_key:
+        key = (cluster, *nrts.values())
+        if cluster.labels_generation != self._forced_gen or not _same(key, self._forced_key):
             forced = bool(cluster.label_mask(LABEL_CPU_BIND_POLICY).any())
             if not forced:
                 sources = [v.node.annotations for v in cluster.nodes]
@@ -507,7 +508,7 @@ class CPUTopologyPlugin:
             if forced:  # the exact per-node answer (label values, option parsing) comes from the state
                 self._refresh(cluster)
                 forced = bool(self._forced.any())
-            self._forced_key, self._forced_any = key, forced
+            self._forced_key, self._forced_gen, self._forced_any = key, cluster.labels_generation, forced
         return self._forced_any
 
     def _binding_mask(self, st: PodCPUState, idx: np.ndarray) -> np.ndarray:
@@ -747,15 +748,33 @@ def _cpus_field(value: Any, src: str, field: str) -> frozenset[int]:
         raise ValueError(f"{src}: {field}: {e}") from None
 
 
-def _exclusive_of(pod: Any, warned: set[str] | None = None) -> str:
+def _same(a: tuple, b: tuple) -> bool:
+    """Are ``a`` and ``b`` the very same objects, item by item? (Keys that hold the objects they stand for,
+    compared by identity: a replaced object, even an equal one, is a change, and a held object's identity
+    is never another's.)"""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+class _Same:
+    """An object, held, equal only to a :class:`_Same` of that very object (a signature's part)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _exclusive_of(pod: Any, warned: set[str] | BoundedCache[str, bool] | None = None) -> str:
     """The bound pod's exclusive policy; an unreadable resource-spec counts as none (warned once)."""
     try:
         return parse_resource_spec(pod.annotations.get(ANNOTATION_RESOURCE_SPEC)).get("preferredCPUExclusivePolicy", "")
     except ValueError as e:
         key = f"{pod.uid}\0{pod.annotations.get(ANNOTATION_RESOURCE_SPEC)}"
-        if warned is None or key not in warned:
-            if warned is not None:
-                warned.add(key)
-            log.warning("ignoring unparsable resource-spec of a bound pod", pod=pod.key,
-                        annotation=ANNOTATION_RESOURCE_SPEC, error=str(e))
+        warn_once(log, warned, key, "ignoring unparsable resource-spec of a bound pod", pod=pod.key,
+                  annotation=ANNOTATION_RESOURCE_SPEC, error=str(e))
         return ""
