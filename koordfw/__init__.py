@@ -45,7 +45,7 @@ from .core.manifests import (
     read_node_metric,
     resource_map,
 )
-from .core.memo import BoundedCache, memo
+from .core.memo import BoundedCache, IdentityKey, memo
 from .core.model import Migration, Node, Pod, Taint, make_node, make_pod, parse_time, raw_allocatable, selector_matches
 from .core.nodestate import (
     CFS_PERIOD_US,
@@ -98,7 +98,7 @@ __all__ = [
     "selector_matches", "shorten", "simulate", "StateKey", "Status", "Taint", "VirtualClock", "WaitingPodView", "warn_once",
     "NodeStatuses", "PluginsRunner",
     "CollectPolicy", "NodeMetricReporter", "NodePlan", "NodePlanner", "PodAdmission", "update_node_resources",
-    "BoundedCache", "memo", "Stash", "StashKey",
+    "BoundedCache", "IdentityKey", "memo", "Stash", "StashKey",
 ]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from koordfw import BoundedCache, memo
+from koordfw import BoundedCache, IdentityKey, memo
 
 
 def test_bound_and_oldest_out_first():
@@ -87,3 +87,19 @@ def test_memo_bound_holds_under_many_keys():
 
     assert [double(i) for i in range(1000)] == [2 * i for i in range(1000)]
     assert len(double.cache) == 16 and 999 in [k[0] for k in double.cache._data]  # type: ignore[attr-defined]
+
+
+def test_identity_key_holds_and_compares_the_very_objects():
+    a, b = {"x": 1}, {"x": 1}  # equal dicts, different objects (dicts have no value hash)
+    k = IdentityKey(a, b)
+    assert k == IdentityKey(a, b) and hash(k) == hash(IdentityKey(a, b))
+    assert k != IdentityKey(b, a) and k != IdentityKey(a) and k != IdentityKey(a, {"x": 1})
+    assert (3, k) == (3, IdentityKey(a, b)) and (4, k) != (3, IdentityKey(a, b))
+    c: BoundedCache[IdentityKey, str] = BoundedCache(4)
+    c[k] = "ab"
+    assert c.get(IdentityKey(a, b)) == "ab" and IdentityKey(a, dict(b)) not in c
+    # the key holds its objects: one made for a dropped object stays that object's
+    key = IdentityKey({"y": 2})
+    held = key.objects[0]
+    del held
+    assert key.objects[0] == {"y": 2} and key == key

@@ -6,6 +6,9 @@ of resource names, a frozen object's fields) or what names one version of an obj
 ``resourceVersion``, a cluster's generation counters). Never key one by ``id()``: an id is reused as
 soon as its object is collected, so a cache keyed by it answers for another object. A cache of the
 engine's objects belongs in the plugin's :class:`~koordfw.Stash` (one per engine), not in a module.
+An object with no value to key on (the cluster, a manifest dict the engine hands out until it changes)
+is keyed by an :class:`IdentityKey`, which holds it: while the key lives the object does too, so its
+identity is never another object's.
 
 A process-wide cache (a module-level ``BoundedCache`` or a ``@memo`` function) is for pure functions
 of immutable values only: whatever engine asks, the answer is the same.
@@ -14,10 +17,11 @@ of immutable values only: whatever engine asks, the answer is the same.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Hashable
 from typing import Generic, ParamSpec, TypeVar, overload
 
-__all__ = ["BoundedCache", "memo"]
+__all__ = ["BoundedCache", "IdentityKey", "memo"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -77,6 +81,33 @@ class BoundedCache(Generic[K, V]):
 
     def __repr__(self) -> str:
         return f"<BoundedCache {len(self._data)}/{self.maxsize}>"
+
+
+class IdentityKey:
+    """A key standing for objects themselves, in order: ``IdentityKey(cluster, *devices)``. It holds
+    them, so none is collected (and its identity reused) while the key lives, and it equals only a key of
+    the very same objects: a replaced object, even an equal one, makes a different key. Hashable (by the
+    objects' identities) and comparable with ``==``; put it in a tuple with value parts (generations)."""
+
+    __slots__ = ("_hash", "objects")
+
+    def __init__(self, *objects: object) -> None:
+        self.objects = objects
+        self._hash: int | None = None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, IdentityKey):
+            return NotImplemented
+        a, b = self.objects, other.objects
+        return len(a) == len(b) and all(map(operator.is_, a, b))
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(tuple(object.__hash__(o) for o in self.objects))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"IdentityKey({', '.join(type(o).__name__ for o in self.objects)})"
 
 
 def memo(maxsize: int) -> Callable[[Callable[P, R]], Callable[P, R]]:

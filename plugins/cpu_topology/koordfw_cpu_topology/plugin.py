@@ -15,14 +15,13 @@ annotation or leaves the node. Filter and score read numpy columns of that state
 from __future__ import annotations
 
 import json
-import operator
 from typing import Any
 
 import attrs
 import numpy as np
 import structlog
 
-from koordfw import BoundedCache, StateKey, Status, hookimpl, loads_json, warn_once
+from koordfw import BoundedCache, IdentityKey, StateKey, Status, hookimpl, loads_json, warn_once
 from koordfw.extension import (
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
     ANNOTATION_NODE_CPU_ALLOCS,
@@ -185,8 +184,8 @@ class CPUTopologyPlugin:
         #: NodeResourceTopology key -> the object the columns were built with (held: compared with 'is')
         self._nrt_objs: dict[str, Any] = {}
         self._nrt_index: dict[str, list] = {}
-        #: (cluster, its NodeResourceTopology objects...) the index was built from
-        self._nrt_index_key: tuple = ()
+        #: the cluster and NodeResourceTopology objects the index was built from
+        self._nrt_index_key: IdentityKey | None = None
         #: node errors and unreadable resource-specs already logged
         self._warned: BoundedCache[str, bool] = BoundedCache(65536)
         #: node index → what its CPU state was built from (see _signature)
@@ -205,9 +204,7 @@ class CPUTopologyPlugin:
         self._reserved_node: dict[str, str] = {}
         self._max_ref = 1
         self._default_strategy = LEAST_ALLOCATED
-        #: (cluster, its NodeResourceTopology objects...) and labels generation of _forced_any
         self._forced_key: tuple = ()
-        self._forced_gen = -1
         self._forced_any = False
 
     # -- configuration --------------------------------------------------------------------------
@@ -254,8 +251,8 @@ class CPUTopologyPlugin:
         """The node's NodeResourceTopology by ``metadata.name`` (it is cluster-scoped: a namespace does not
         make a second one), and an error when two objects name the same node (then neither is used)."""
         nrts = cluster.objects_of(NRT_KIND)
-        key = (cluster, *nrts.values())
-        if not _same(key, self._nrt_index_key):
+        key = IdentityKey(cluster, *nrts.values())
+        if key != self._nrt_index_key:
             by_name: dict[str, list[tuple[str, dict]]] = {}
             for k, obj in nrts.items():
                 meta = obj.get("metadata") if isinstance(obj, dict) else None
@@ -423,7 +420,7 @@ class CPUTopologyPlugin:
         pods = tuple((p.uid, p.annotations.get(ANNOTATION_RESOURCE_STATUS), p.annotations.get(ANNOTATION_RESOURCE_SPEC))
                      for p in cluster.pods_on(view.node.name)
                      if p.uid in held or ANNOTATION_RESOURCE_STATUS in p.annotations)
-        return (_Same(view.node), _Same(self._nrt(cluster, view.node.name)[0]), pods, tuple(held.items()))
+        return (IdentityKey(view.node, self._nrt(cluster, view.node.name)[0]), pods, tuple(held.items()))
 
     def _store_columns(self, i: int, st: NodeCPUState) -> None:
         topo = st.topology
@@ -498,8 +495,8 @@ class CPUTopologyPlugin:
         """Whether any node forces a bind policy (label or kubelet full-pcpus-only); cached until node
         labels/annotations or NodeResourceTopology objects change, so ordinary pods stay cheap."""
         nrts = cluster.objects_of(NRT_KIND)
-        key = (cluster, *nrts.values())
-        if cluster.labels_generation != self._forced_gen or not _same(key, self._forced_key):
+        key = (cluster.labels_generation, IdentityKey(cluster, *nrts.values()))
+        if key != self._forced_key:
             forced = bool(cluster.label_mask(LABEL_CPU_BIND_POLICY).any())
             if not forced:
                 sources = [v.node.annotations for v in cluster.nodes]
@@ -508,7 +505,7 @@ class CPUTopologyPlugin:
             if forced:  # the exact per-node answer (label values, option parsing) comes from the state
                 self._refresh(cluster)
                 forced = bool(self._forced.any())
-            self._forced_key, self._forced_gen, self._forced_any = key, cluster.labels_generation, forced
+            self._forced_key, self._forced_any = key, forced
         return self._forced_any
 
     def _binding_mask(self, st: PodCPUState, idx: np.ndarray) -> np.ndarray:
@@ -746,27 +743,6 @@ def _cpus_field(value: Any, src: str, field: str) -> frozenset[int]:
         return parse_cpuset(value)
     except CPUSetError as e:
         raise ValueError(f"{src}: {field}: {e}") from None
-
-
-def _same(a: tuple, b: tuple) -> bool:
-    """Are ``a`` and ``b`` the very same objects, item by item? (Keys that hold the objects they stand for,
-    compared by identity: a replaced object, even an equal one, is a change, and a held object's identity
-    is never another's.)"""
-    return len(a) == len(b) and all(map(operator.is_, a, b))
-
-
-class _Same:
-    """An object, held, equal only to a :class:`_Same` of that very object (a signature's part)."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Same) and other.obj is self.obj
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 def _exclusive_of(pod: Any, warned: set[str] | BoundedCache[str, bool] | None = None) -> str:
