@@ -3,7 +3,7 @@ number of intolerable PreferNoSchedule taints (fewer is better, normalised in re
 
 import numpy as np
 
-from koordfw import NODE_ADD, NODE_UPDATE, ClusterEventWithHint, QueueingHint, Status, hookimpl, memo, normalize
+from koordfw import NODE_ADD, NODE_UPDATE, ClusterEventWithHint, IdentityKey, QueueingHint, Status, hookimpl, memo, normalize
 
 
 @memo(4096)
@@ -30,7 +30,7 @@ class TaintToleration:
         self._soft = None
 
     def _columns(self, cluster):
-        key = (id(cluster), cluster.labels_generation, cluster.num_nodes)
+        key = (cluster.labels_generation, cluster.num_nodes, IdentityKey(cluster))
         if key != self._key:
             views = cluster.views
             self._hard = np.fromiter((any(t.effect in ("NoSchedule", "NoExecute") for t in v.node.taints)
