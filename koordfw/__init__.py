@@ -45,6 +45,7 @@ from .core.manifests import (
     read_node_metric,
     resource_map,
 )
+from .core.memo import BoundedCache, IdentityKey, memo
 from .core.model import Migration, Node, Pod, Taint, make_node, make_pod, parse_time, raw_allocatable, selector_matches
 from .core.node_runtime import NodePlan
 from .core.nodestate import (
@@ -66,6 +67,7 @@ from .core.quantity import QuantityError, canonical, format_quantity, parse_dura
 from .core.results import NodeStatuses, PostFilterResult, PreFilterResult, fit_error
 from .core.safeload import InputError, load_yaml, load_yaml_all, loads_json, shorten
 from .core.schedule_one import Scheduler
+from .core.stash import Stash, StashKey
 from .core.state import CycleState, StateKey
 from .core.status import Code, Status
 from .hookspecs import hookimpl, hookspec
@@ -97,6 +99,7 @@ __all__ = [
     "selector_matches", "shorten", "simulate", "StateKey", "Status", "Taint", "VirtualClock", "WaitingPodView", "warn_once",
     "NodeStatuses", "PluginsRunner",
     "CollectPolicy", "NodeMetricReporter", "NodePlan", "NodePlanner", "PodAdmission", "update_node_resources",
+    "BoundedCache", "IdentityKey", "memo", "Stash", "StashKey",
 ]
 
 

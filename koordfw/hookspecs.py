@@ -32,7 +32,7 @@ pod's :class:`koordfw.CycleState`, read and written with typed :class:`koordfw.S
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pluggy
 
@@ -52,8 +52,14 @@ PROJECT = "koordfw"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-#: (title, loop, index of its first hook) of each section, appended by :func:`_section` as the module runs
-_SECTION_STARTS: list[tuple[str, bool, int]] = []
+
+class _Section(NamedTuple):
+    """A section of the hooks: its title, whether its hooks run in an engine's loop, the index of its
+    first hook. Bound to a module-level name where it starts (see :func:`_section`)."""
+
+    title: str
+    loop: bool
+    start: int
 
 
 def _specs() -> list[str]:
@@ -63,10 +69,11 @@ def _specs() -> list[str]:
             if callable(obj) and getattr(obj, f"{PROJECT}_spec", None) is not None]
 
 
-def _section(title: str, *, loop: bool = True) -> None:
-    """Start a section: the hooks defined from here to the next call belong to it. ``title`` is its
-    heading in docs/hooks.md; ``loop`` is False for hooks outside the engines' loops (lifecycle)."""
-    _SECTION_STARTS.append((title, loop, len(_specs())))
+def _section(title: str, *, loop: bool = True) -> _Section:
+    """Start a section (bind it to a module-level name): the hooks defined from here to the next one
+    belong to it. ``title`` is its heading in docs/hooks.md; ``loop`` is False for hooks outside the
+    engines' loops (lifecycle)."""
+    return _Section(title, loop, len(_specs()))
 
 
 def _called_on_load(fn: Any) -> Any:
@@ -77,7 +84,7 @@ def _called_on_load(fn: Any) -> Any:
 # ================================================================================================
 # Lifecycle and configuration
 # ================================================================================================
-_section("Lifecycle and configuration", loop=False)
+_LIFECYCLE = _section("Lifecycle and configuration", loop=False)
 
 
 @_called_on_load
@@ -122,7 +129,7 @@ def report(args: Any, handle: Handle | AgentHandle) -> dict | None:
 # ================================================================================================
 # Scheduling cycle (one pod at a time; named after the Kubernetes extension points)
 # ================================================================================================
-_section("Scheduling cycle")
+_SCHEDULING = _section("Scheduling cycle")
 
 
 @hookspec(firstresult=True)
@@ -256,7 +263,7 @@ def permit(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Handl
 # ================================================================================================
 # Binding cycle (runs concurrently, one task per pod)
 # ================================================================================================
-_section("Binding cycle")
+_BINDING = _section("Binding cycle")
 
 
 @hookspec
@@ -282,7 +289,7 @@ def post_bind(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Ha
 # ================================================================================================
 # Node QoS loop (the node agent: collect → plan → apply)
 # ================================================================================================
-_section("Node QoS loop (node agent)")
+_NODE_QOS = _section("Node QoS loop (node agent)")
 
 
 @hookspec
@@ -321,7 +328,7 @@ def runtime_hook(
 # ================================================================================================
 # Descheduling loop
 # ================================================================================================
-_section("Descheduling loop")
+_DESCHEDULING = _section("Descheduling loop")
 
 
 @hookspec
@@ -336,7 +343,7 @@ def deschedule(cluster: ClusterView, args: Any, handle: Handle) -> list | None:
 # ================================================================================================
 # Node resources
 # ================================================================================================
-_section("Node resources")
+_NODE_RESOURCES = _section("Node resources")
 
 
 @hookspec
@@ -363,7 +370,7 @@ def node_resources(
 # ================================================================================================
 # Pod admission (the manager's webhook; ``koordfw simulate`` before scheduling)
 # ================================================================================================
-_section("Pod admission")
+_ADMISSION = _section("Pod admission")
 
 
 @hookspec
@@ -401,6 +408,8 @@ def validate_pod(
 HOOK_NAMES: tuple[str, ...] = tuple(_specs())
 
 #: the hooks of each section, by title (docs/hooks.md's ``##`` headings), in definition order
+#: the sections in definition order (each bound where it starts)
+_SECTION_STARTS: tuple[_Section, ...] = tuple(v for v in globals().values() if isinstance(v, _Section))
 _ENDS = [start for *_, start in _SECTION_STARTS[1:]] + [len(HOOK_NAMES)]
 SECTIONS: dict[str, tuple[str, ...]] = {title: HOOK_NAMES[start:end]
                                          for (title, _, start), end in zip(_SECTION_STARTS, _ENDS)}

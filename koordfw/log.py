@@ -10,6 +10,8 @@ from typing import Any
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
+from .core.memo import BoundedCache
+
 
 def add_plugin_name(logger: WrappedLogger, method: str, event_dict: EventDict) -> EventDict:
     """Name the plugin on every record logged while one of its hooks runs."""
@@ -54,14 +56,19 @@ def configure(fmt: str = "auto", level: str = "warning") -> None:
 WARN_ONCE_LIMIT = 65536
 
 
-def warn_once(logger: Any, seen: set | None, key: Hashable, event: str, **kw: Any) -> None:
+def warn_once(logger: Any, seen: set | BoundedCache[Any, bool] | None, key: Hashable, event: str, **kw: Any) -> None:
     """``logger.warning(event, **kw)`` unless ``key`` is in ``seen`` already: how a plugin reports a node's
-    or pod's unreadable annotation once, not at every round that reads it again. ``seen`` is the caller's
-    (a plugin instance's set); ``None`` warns every time. It holds at most :data:`WARN_ONCE_LIMIT` keys."""
+    or pod's unreadable annotation once, not at every round that reads it again. ``seen`` is the caller's:
+    a plugin instance's set (it holds at most :data:`WARN_ONCE_LIMIT` keys, then starts again) or a
+    :class:`koordfw.BoundedCache` (its own bound, the oldest key forgotten first); ``None`` warns every
+    time."""
     if seen is not None:
         if key in seen:
             return
-        if len(seen) >= WARN_ONCE_LIMIT:
-            seen.clear()
-        seen.add(key)
+        if isinstance(seen, BoundedCache):
+            seen[key] = True
+        else:
+            if len(seen) >= WARN_ONCE_LIMIT:
+                seen.clear()
+            seen.add(key)
     logger.warning(event, **kw)

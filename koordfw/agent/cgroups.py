@@ -34,6 +34,7 @@ from pathlib import Path
 import attrs
 import structlog
 
+from ..core.memo import BoundedCache
 from ..core.model import BEST_EFFORT, BURSTABLE, GUARANTEED
 from ..core.nodestate import MAX_CPUS, CPUInfo, NodeState, parse_cpuset
 
@@ -391,10 +392,11 @@ class CgroupLayout:
     kubepods: str = "kubepods"
 
     _prefixes: dict[str, str] = attrs.field(factory=dict, init=False, repr=False, eq=False)
-    _paths: dict[tuple[str, str, str], str] = attrs.field(factory=dict, init=False, repr=False, eq=False)
+    _paths: BoundedCache[tuple[str, str, str], str] = attrs.field(factory=lambda: BoundedCache(16384), init=False,
+                                                                  repr=False, eq=False)
     _paths_root: Path | None = attrs.field(default=None, init=False, repr=False, eq=False)
-    _rel_paths: dict[tuple[str, str, str], tuple[str, str]] = attrs.field(factory=dict, init=False, repr=False,
-                                                                        eq=False)
+    _rel_paths: BoundedCache[tuple[str, str, str], tuple[str, str]] = attrs.field(
+        factory=lambda: BoundedCache(16384), init=False, repr=False, eq=False)
     _rel_root: Path | None = attrs.field(default=None, init=False, repr=False, eq=False)
     #: the last :meth:`discover`'s pods by (QoS level, dir, container dirs...)
     _discovered: dict[tuple[str, ...], DiscoveredPod] = attrs.field(factory=dict, init=False, repr=False, eq=False)
@@ -502,7 +504,7 @@ class CgroupLayout:
         root = str(self.root)
         pre = [(self.controller_prefix(c), name) for c, name in files]
         memo = self._rel_paths
-        if self._rel_root is not self.root or len(memo) >= 16384:
+        if self._rel_root is not self.root:
             memo.clear()
             self._rel_root = self.root
         for d in dirs:
@@ -524,7 +526,7 @@ class CgroupLayout:
         hit = self._paths.get(key)
         if hit is not None and self._paths_root is self.root:
             return hit
-        if self._paths_root is not self.root or len(self._paths) >= 16384:
+        if self._paths_root is not self.root:
             self._paths.clear()
             self._paths_root = self.root
         path = self._paths[key] = f"{self.root}/{self.rel(controller, rel_dir, name)}"

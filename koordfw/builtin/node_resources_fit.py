@@ -14,10 +14,13 @@ from koordfw import (
     NODE_ADD,
     NODE_UPDATE,
     POD_DELETE,
+    BoundedCache,
     ClusterEventWithHint,
     QueueingHint,
+    StashKey,
     Status,
     hookimpl,
+    memo,
 )
 
 _STRATEGIES = {"leastallocated": "LeastAllocated", "least_allocated": "LeastAllocated",
@@ -43,9 +46,6 @@ class Args:
     scoring_strategy: str = attrs.field(default="LeastAllocated", converter=_strategy)
     resources: list[ResourceWeight] = attrs.field(factory=lambda: [ResourceWeight("cpu"), ResourceWeight("memory")])
     ignored_resources: list[str] = attrs.field(factory=list)
-
-
-_REASONS: dict[tuple[str, ...], Status] = {}
 
 
 @hookimpl
@@ -113,16 +113,15 @@ def filter(pod, nodes, args):
 
 #: bit k of a node's shortage mask: short of the k-th needed resource
 _BITS = np.int64(1) << np.arange(63, dtype=np.int64)
-#: the needed resources' names -> shortage mask -> its Status
-_BY_MASK: dict[tuple[str, ...], dict[int, Status | None]] = {}
+#: the needed resources' names -> shortage mask -> its Status (a pure function of the names: process-wide)
+_BY_MASK: BoundedCache[tuple[str, ...], dict[int, Status | None]] = BoundedCache(1024)
 
 
+@memo(4096)
 def _reason(key):
-    """The Status naming the resources in ``key`` (one object per key, shared by every node and call)."""
-    st = _REASONS.get(key)
-    if st is None:
-        st = _REASONS[key] = Status.unschedulable(*("Too many pods" if r == "pods" else f"Insufficient {r}" for r in key))
-    return st
+    """The Status naming the resources in ``key`` (one object per key while cached, shared by every node
+    and call)."""
+    return Status.unschedulable(*("Too many pods" if r == "pods" else f"Insufficient {r}" for r in key))
 
 
 def _verdicts_by_mask(names, need, short):
@@ -135,9 +134,7 @@ def _verdicts_by_mask(names, need, short):
     key = tuple(names[c] for c in need.tolist())
     table = _BY_MASK.get(key)
     if table is None:
-        if len(_BY_MASK) > 1024:
-            _BY_MASK.clear()
-        table = _BY_MASK[key] = {0: None}  # 0: short of nothing, no reason
+        table = _BY_MASK[key] = {0: None}  # 0: short of nothing, no reason (at most 2**len(key) masks)
     ms = masks.tolist()
     for m in set(ms) - table.keys():
         table[m] = _reason(tuple(r for b, r in enumerate(key) if m >> b & 1))
@@ -157,19 +154,19 @@ def _verdicts_by_row(names, need, short):
     return ~rejected, reasons
 
 
-_SCORE_COLUMNS: dict[int, tuple] = {}
+#: (args, cluster, column indices, weights, their sum) of the last score, in the plugin's stash (one engine's)
+_SCORE_COLUMNS = StashKey[tuple]()
 
 
-def _score_columns(cluster, args):
-    """(column indices, weights, their sum) of ``args.resources`` in ``cluster``, cached per args object
-    and cluster (a resource column, once added, keeps its index)."""
-    got = _SCORE_COLUMNS.get(id(args))
+def _score_columns(cluster, args, stash):
+    """(column indices, weights, their sum) of ``args.resources`` in ``cluster``, kept in ``stash`` while
+    the args object and the cluster stay the same objects (a resource column, once added, keeps its
+    index); the entry holds both, so neither is another object's."""
+    got = stash.get(_SCORE_COLUMNS, None)
     if got is None or got[0] is not args or got[1] is not cluster:
         cols = np.array([cluster.resource_index(r.name) for r in args.resources], dtype=np.int64)
         weights = np.array([r.weight for r in args.resources], dtype=np.int64)
-        if len(_SCORE_COLUMNS) > 64:
-            _SCORE_COLUMNS.clear()
-        got = _SCORE_COLUMNS[id(args)] = (args, cluster, cols, weights, int(weights.sum()))
+        got = stash[_SCORE_COLUMNS] = (args, cluster, cols, weights, int(weights.sum()))
     return got[2], got[3], got[4]
 
 
@@ -186,10 +183,10 @@ def _saturating_add(a, b):
 
 
 @hookimpl
-def score(pod, nodes, args):
+def score(pod, nodes, args, handle):
     cluster = nodes.cluster
     vec = cluster.request_vector(pod)
-    cols, weights, wsum = _score_columns(cluster, args)
+    cols, weights, wsum = _score_columns(cluster, args, handle.stash)
     if wsum <= 0:
         return None
     alloc = _cells(cluster.allocatable, nodes.idx, cols)

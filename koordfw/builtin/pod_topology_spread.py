@@ -44,6 +44,7 @@ from koordfw import (
     ASSIGNED_POD_DELETE,
     NODE_ADD,
     NODE_UPDATE,
+    BoundedCache,
     ClusterEventWithHint,
     ClusterState,
     CycleState,
@@ -219,7 +220,7 @@ class PodTopologySpread:
         self._default_score = any(c.get("whenUnsatisfiable") == "ScheduleAnyway" for c in defaults)
         self._domains = Domains()
         self._tallies = TallyCache(256)
-        self._masks: dict[Hashable, tuple[int, np.ndarray]] = {}
+        self._masks: BoundedCache[Hashable, tuple[int, np.ndarray]] = BoundedCache(256)
 
     @staticmethod
     @hookimpl
@@ -259,8 +260,6 @@ class PodTopologySpread:
         gen = cluster.labels_generation
         got = self._masks.get(key)
         if got is None or got[0] != gen or len(got[1]) != cluster.num_nodes:
-            if len(self._masks) > 256:
-                self._masks.clear()
             got = self._masks[key] = (gen, build())
         return got[1]
 

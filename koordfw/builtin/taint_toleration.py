@@ -3,16 +3,13 @@ number of intolerable PreferNoSchedule taints (fewer is better, normalised in re
 
 import numpy as np
 
-from koordfw import NODE_ADD, NODE_UPDATE, ClusterEventWithHint, QueueingHint, Status, Taint, hookimpl, normalize
-
-_REASONS: dict[Taint, Status] = {}
+from koordfw import NODE_ADD, NODE_UPDATE, ClusterEventWithHint, IdentityKey, QueueingHint, Status, hookimpl, memo, normalize
 
 
+@memo(4096)
 def _reason(taint):
-    st = _REASONS.get(taint)
-    if st is None:
-        st = _REASONS[taint] = Status.unresolvable(f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}")
-    return st
+    """The Status of an untolerated ``taint`` (a frozen value: one object per taint while cached)."""
+    return Status.unresolvable(f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}")
 
 
 def _after_node_change(pod, old, new):
@@ -33,7 +30,7 @@ class TaintToleration:
         self._soft = None
 
     def _columns(self, cluster):
-        key = (id(cluster), cluster.labels_generation, cluster.num_nodes)
+        key = (cluster.labels_generation, cluster.num_nodes, IdentityKey(cluster))
         if key != self._key:
             views = cluster.views
             self._hard = np.fromiter((any(t.effect in ("NoSchedule", "NoExecute") for t in v.node.taints)

@@ -25,6 +25,7 @@ from .clock import Clock, RealClock
 from .errors import ManifestError
 from .node_runtime import NodeRuntime
 from .plugins import Registry
+from .stash import Stash, new_stash
 
 __all__ = ["ADMISSION_KINDS", "Admission", "AdmissionResult", "ObjectStore", "StaticObjects", "check_object", "json_patch"]
 
@@ -174,6 +175,7 @@ class _Handle:
     clock: Clock
     rng: np.random.Generator
     store: ObjectStore
+    stash: Stash = attrs.field(factory=new_stash)  # this plugin's, for this engine's lifetime
 
     def now(self) -> float:
         return self.clock.now()
@@ -196,13 +198,17 @@ class Admission:
         self.store = store
         self.clock: Clock = clock or RealClock()
         self.rng = np.random.default_rng(seed)
+        self._handles: dict[str, _Handle] = {}  # one per plugin: its stash lives as long as this engine
         # class plugins not constructed yet (no engine bound the registry) are constructed with this handle
         registry.bind(self._handle_for)
         self.caller = HookCaller(registry, self._handle_for)
         self.runtime = NodeRuntime(self.caller)
 
     def _handle_for(self, plugin: str) -> _Handle:
-        return _Handle(plugin, self.registry.args.get(plugin), self.clock, self.rng, self.store)
+        h = self._handles.get(plugin)
+        if h is None:
+            h = self._handles[plugin] = _Handle(plugin, self.registry.args.get(plugin), self.clock, self.rng, self.store)
+        return h
 
     @property
     def active(self) -> bool:

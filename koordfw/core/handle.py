@@ -4,7 +4,7 @@ Every hook may take ``handle``. Scheduling-side plugins (scheduler, descheduler,
 embedded cluster) get a :class:`Handle`; node-side plugins (the agent's ``collect``, ``qos_plan``,
 ``runtime_hook``) get an :class:`AgentHandle`. Both are ``Protocol`` s: the engines implement them,
 plugins only call them, and tests may pass any object with the same members. Each plugin gets its
-own handle (``plugin_name`` and ``args`` are its own); everything else is shared by the engine.
+own handle (``plugin_name``, ``args`` and ``stash`` are its own); everything else is shared by the engine.
 
 This mirrors kube-scheduler's ``framework.Handle`` (snapshot, waiting pods, ``Activate``,
 ``PluginsRunner``, the nominator, the event recorder) and Koordinator's extended handle.
@@ -20,6 +20,7 @@ import numpy as np
 
 from .clock import Clock
 from .model import Pod
+from .stash import Stash
 from .state import CycleState
 from .status import Status
 
@@ -158,6 +159,10 @@ class Handle(PluginsRunner, Protocol):
         """The engine's seeded random generator (the one that breaks score ties)."""
     @property
     def events(self) -> EventRecorder: ...
+    @property
+    def stash(self) -> Stash:
+        """This plugin's state for the engine's lifetime (see :class:`koordfw.Stash`): one per plugin
+        per engine, never another plugin's or another engine's."""
 
     # -- waiting pods (kube's IterateOverWaitingPods / GetWaitingPod / RejectWaitingPod) --------------
     def iterate_waiting_pods(self) -> list[WaitingPodView]: ...
@@ -282,6 +287,10 @@ class AgentHandle(Protocol):
         (as given by ``--cgroup-root`` / ``--resctrl-root``)."""
     @property
     def events(self) -> EventRecorder: ...
+    @property
+    def stash(self) -> Stash:
+        """This plugin's state for the agent's lifetime (see :class:`koordfw.Stash`): one per plugin per
+        engine (a planner's or a dry plan's handles have their own, empty at first)."""
     def apply(self, writes: Sequence[FileWrite]) -> Awaitable[Any]:
         """Write cgroup/resctrl files now, outside the plan phase (stamped with this plugin's name)."""
 
@@ -306,6 +315,9 @@ class AdmissionHandle(Protocol):
     @property
     def rng(self) -> np.random.Generator:
         """The engine's seeded random generator (a ClusterColocationProfile's ``probability`` draws from it)."""
+    @property
+    def stash(self) -> Stash:
+        """This plugin's state for the engine's lifetime (see :class:`koordfw.Stash`)."""
     def objects(self, api_version: str, kind: str) -> Sequence[Mapping[str, Any]]:
         """Every cached object of that kind (``"config.koordinator.sh/v1alpha1", "ClusterColocationProfile"``),
         in name order (namespace, then name, for namespaced kinds)."""

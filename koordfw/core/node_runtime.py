@@ -32,6 +32,7 @@ from .model import Migration
 from .nodestate import ContainerState, Eviction, FileWrite, NodeState, PodState
 from .plugins import Impl, Registry
 from .quantity import bad_node_resources
+from .stash import new_stash
 from .status import Code, Status, as_status
 
 log = structlog.get_logger("koordfw")
@@ -177,6 +178,7 @@ class NodeHandle:
     def __init__(self, host: NodeHost, plugin_name: str) -> None:
         self._host = host
         self.plugin_name = plugin_name
+        self.stash = new_stash()  # this plugin's, for this host's lifetime
 
     @property
     def args(self) -> Any:

@@ -15,6 +15,7 @@ from .events import EventLog
 from .model import Pod
 from .results import WaitingPod
 from .runtime import RESTORED_REQUESTS
+from .stash import new_stash
 from .state import CycleState
 from .status import Status
 
@@ -34,11 +35,12 @@ def _add_vectors(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 class SchedulerHandle:
     """The :class:`koordfw.Handle` one plugin of a :class:`Scheduler` is given."""
 
-    __slots__ = ("_s", "plugin_name")
+    __slots__ = ("_s", "plugin_name", "stash")
 
     def __init__(self, scheduler: Scheduler, plugin_name: str) -> None:
         self._s = scheduler
         self.plugin_name = plugin_name
+        self.stash = new_stash()  # this plugin's, for this scheduler's lifetime
 
     @property
     def args(self) -> Any:

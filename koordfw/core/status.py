@@ -6,6 +6,8 @@ import enum
 
 import attrs
 
+from .memo import BoundedCache
+
 
 class Code(enum.IntEnum):
     SUCCESS = 0
@@ -16,7 +18,7 @@ class Code(enum.IntEnum):
     SKIP = 5
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Status:
     """The outcome of one plugin call (or of a whole cycle).
 
@@ -78,9 +80,10 @@ _SUCCESS = Status()
 _SKIP = Status(Code.SKIP)
 
 
-#: id(untagged status), plugin -> (that status, its copy naming the plugin); keyed by identity because
-#: plugins return the same few module-level statuses over and over, and hashing a Status is slow
-_TAGGED: dict[tuple[int, str], tuple[Status, Status]] = {}
+#: (untagged status, plugin) -> its copy naming the plugin: plugins return the same few module-level
+#: statuses over and over. Keyed by value (a Status is frozen and caches its hash), so equal statuses share
+#: one copy; process-wide, as the answer depends on the key alone
+_TAGGED: BoundedCache[tuple[Status, str], Status] = BoundedCache(4096)
 
 
 def as_status(value: object, plugin: str, *, default_code: Code = Code.UNSCHEDULABLE) -> Status:
@@ -93,14 +96,10 @@ def as_status(value: object, plugin: str, *, default_code: Code = Code.UNSCHEDUL
     if isinstance(value, Status):
         if value.plugin or value.code is Code.SUCCESS:
             return value
-        key = (id(value), plugin)
-        hit = _TAGGED.get(key)
-        if hit is not None and hit[0] is value:
-            return hit[1]
-        if len(_TAGGED) > 4096:
-            _TAGGED.clear()
-        st = attrs.evolve(value, plugin=plugin)
-        _TAGGED[key] = (value, st)
+        key = (value, plugin)
+        st = _TAGGED.get(key)
+        if st is None:
+            st = _TAGGED[key] = attrs.evolve(value, plugin=plugin)
         return st
     if isinstance(value, str):
         return Status(default_code, (value,), plugin)

@@ -311,6 +311,9 @@ class KubeClient:
         #: clock time of the first 401 since a request last got another answer; None: not refused
         self.unauthorized_since: float | None = None
         self.unauthorized = 0
+        #: what this client's server serves (:func:`koordfw.engines.kube.discovery.discovery_for`, made on
+        #: first use): it lives and dies with the client
+        self.discovery: Any = None
 
     def _answered(self, status: int, *, stream: bool = False) -> None:
         """Record an answer. ``stream``: an event on a watch opened earlier, which shows the API is

@@ -21,7 +21,6 @@ followed. A failed discovery request (no answer, 5xx) is not cached.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import structlog
@@ -36,14 +35,11 @@ KNOWN_VERSIONS: dict[str, tuple[str, ...]] = {"policy": ("v1", "v1beta1")}
 #: the Eviction version when discovery cannot say (a server that answers nothing useful)
 DEFAULT_EVICTION_VERSION = "policy/v1"
 
-_CACHE: weakref.WeakKeyDictionary[KubeClient, Discovery] = weakref.WeakKeyDictionary()
-
-
 def discovery_for(client: KubeClient) -> Discovery:
-    """The discovery cache of ``client`` (one per client, made on first use)."""
-    d = _CACHE.get(client)
-    if d is None:
-        d = _CACHE[client] = Discovery(client)
+    """The discovery cache of ``client`` (one per client, made on first use and kept on the client)."""
+    d = client.discovery
+    if not isinstance(d, Discovery):
+        d = client.discovery = Discovery(client)
     return d
 
 

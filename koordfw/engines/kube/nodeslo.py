@@ -49,6 +49,7 @@ import copy
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import anyio
@@ -548,8 +549,10 @@ _STRATEGY_KEYS: dict[str, tuple[str, _Struct, Callable[[], dict]]] = {
     CPU_BURST_CONFIG_KEY: ("cpuBurstStrategy", CPU_BURST_STRATEGY, _default_cpu_burst),
     SYSTEM_CONFIG_KEY: ("systemStrategy", SYSTEM_STRATEGY, lambda: {"totalNetworkBandwidth": "0"}),
 }
-_CFG_TYPES = {key: _strategy_cfg(t.name.removesuffix("Strategy"), t) for key, (_, t, _d) in _STRATEGY_KEYS.items()}
-_CFG_TYPES[HOST_APPLICATION_CONFIG_KEY] = _HOST_APPLICATION_CFG
+#: key -> the ConfigMap entry's type (a table filled at import, read-only)
+_CFG_TYPES: Mapping[str, _Struct] = MappingProxyType(
+    {**{key: _strategy_cfg(t.name.removesuffix("Strategy"), t) for key, (_, t, _d) in _STRATEGY_KEYS.items()},
+     HOST_APPLICATION_CONFIG_KEY: _HOST_APPLICATION_CFG})
 #: the keys in the order Koordinator reads them
 SLO_CONFIG_KEYS = (RESOURCE_THRESHOLD_CONFIG_KEY, RESOURCE_QOS_CONFIG_KEY, CPU_BURST_CONFIG_KEY, SYSTEM_CONFIG_KEY,
                    HOST_APPLICATION_CONFIG_KEY)

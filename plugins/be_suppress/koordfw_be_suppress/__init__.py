@@ -22,9 +22,11 @@ import structlog
 from koordfw import (
     CFS_PERIOD_US,
     AgentHandle,
+    BoundedCache,
     CPUInfo,
     FileWrite,
     NodeState,
+    StashKey,
     camel,
     format_cpuset,
     hookimpl,
@@ -62,8 +64,9 @@ def _percent(inst: Any, attribute: Any, value: Any) -> None:
         raise ValueError(f"{camel(attribute.name)}: must be between 0 and 100, got {value!r}")
 
 
-#: (object, annotation value) already warned about: the plan runs every round, the warning once
-_WARNED: set[tuple[str, str]] = set()
+#: (object, annotation value) already warned about: the plan runs every round, the warning once (a log
+#: line's dedup, no effect on plans: process-wide)
+_WARNED: BoundedCache[tuple[str, str], bool] = BoundedCache(4096)
 
 
 def parse_cpuset(text: Any) -> list[int]:
@@ -330,16 +333,14 @@ def _kubelet_static(ns: NodeState) -> bool:
     return isinstance(obj, dict) and obj.get("policy") == "static"
 
 
-#: the most entries :data:`_CPUSET_WRITES` and :data:`_CPUSET_TEXT` hold before they start again
+#: the most entries :data:`_CPUSET_WRITES` and :data:`_CPUSET_TEXT` hold (the oldest goes first)
 _CACHE_MAX = 4096
 #: (cgroup version, cgroup dir, value) → the ``cpuset.cpus`` FileWrite of that dir (:func:`_cpuset_write`):
 #: a pod's writes are the same round after round while it stays and the node's CPUs and the BE cpuset do
 #: not change (the key is all a write's path and value depend on), so each is built once, not once a round
-#: (FileWrite is frozen: the same object is safely handed out again); emptied when full, as pods come and go
-_CPUSET_WRITES: dict[tuple[int, str, str], FileWrite] = {}
-#: CPU ids (as recover_cpuset gives them) → their cpu list text (:func:`format_cpuset`): each node's recover
-#: value, the same every round
-_CPUSET_TEXT: dict[tuple[int, ...], str] = {}
+#: (FileWrite is frozen: the same object is safely handed out again). A function of the key alone:
+#: process-wide
+_CPUSET_WRITES: BoundedCache[tuple[int, str, str], FileWrite] = BoundedCache(_CACHE_MAX)
 
 
 def _cpuset_write(ns: NodeState, rel_dir: str, value: str) -> FileWrite:
@@ -347,10 +348,13 @@ def _cpuset_write(ns: NodeState, rel_dir: str, value: str) -> FileWrite:
     key = (ns.cgroup_version, rel_dir, value)
     w = _CPUSET_WRITES.get(key)
     if w is None:
-        if len(_CPUSET_WRITES) >= _CACHE_MAX:
-            _CPUSET_WRITES.clear()
         w = _CPUSET_WRITES[key] = FileWrite(ns.cpuset_file(rel_dir), value, plugin=NAME)
     return w
+
+
+#: CPU ids (as recover_cpuset gives them) → their cpu list text (:func:`format_cpuset`): each node's recover
+#: value, the same every round; a function of the key alone: process-wide
+_CPUSET_TEXT: BoundedCache[tuple[int, ...], str] = BoundedCache(_CACHE_MAX)
 
 
 def _cpuset_text(cpus: list[int]) -> str:
@@ -358,8 +362,6 @@ def _cpuset_text(cpus: list[int]) -> str:
     key = tuple(cpus)
     text = _CPUSET_TEXT.get(key)
     if text is None:
-        if len(_CPUSET_TEXT) >= _CACHE_MAX:
-            _CPUSET_TEXT.clear()
         text = _CPUSET_TEXT[key] = format_cpuset(cpus)
     return text
 
@@ -431,8 +433,13 @@ def plan(ns: NodeState, args: Args, budget_milli: int | None = None) -> list[Fil
     return out
 
 
-#: agent handle → the feedback loop's state; only the live agent calls ``collect``
-_FEEDBACK: dict[Any, FeedbackState] = {}
+#: the feedback loop's state, in the handle's stash (one per agent); only the live agent calls ``collect``
+FEEDBACK = StashKey[FeedbackState]()
+
+
+def _forget_feedback(handle: Any) -> None:
+    if FEEDBACK in handle.stash:
+        del handle.stash[FEEDBACK]
 
 
 @hookimpl
@@ -440,9 +447,9 @@ def collect(node_state, args, handle):
     """Read the LS pressure signal and take one feedback step (only with ``lsPressureFeedback.enable``)."""
     cfg = args.ls_pressure_feedback
     if not args.enable or not cfg.enable:
-        _FEEDBACK.pop(handle, None)
+        _forget_feedback(handle)
         return None
-    fb = _FEEDBACK.setdefault(handle, FeedbackState())
+    fb = handle.stash.setdefault(FEEDBACK, FeedbackState())
     roots = getattr(handle, "roots", None)
     now = float(handle.now())
     sig = fb.read_signal(node_state, cfg, roots.get("cgroup") if isinstance(roots, dict) else None, now)
@@ -452,7 +459,7 @@ def collect(node_state, args, handle):
 
 def feedback_budget(handle: Any) -> int | None:
     """This round's feedback budget of the agent behind ``handle`` (``None``: Koordinator's alone)."""
-    fb = _FEEDBACK.get(handle)
+    fb = handle.stash.get(FEEDBACK, None)
     return fb.applied_milli if fb is not None else None
 
 
@@ -465,7 +472,7 @@ def qos_plan(node_state, args, handle):
 @hookimpl
 async def shutdown(args, handle):
     """Restore the besteffort knobs through the agent (no-op for engines without a node)."""
-    _FEEDBACK.pop(handle, None)
+    _forget_feedback(handle)
     if not isinstance(handle, AgentHandle) or handle.node_state is None:
         return
     await handle.apply(restore_writes(handle.node_state))

@@ -20,6 +20,7 @@ from koordfw_be_suppress import (
     restore_writes,
 )
 
+from koordfw import BoundedCache
 from koordfw.core.nodestate import ContainerState, CPUInfo, FileWrite, NodeState, format_cpuset
 
 BE_QUOTA = "cpu/kubepods/besteffort/cpu.cfs_quota_us"
@@ -347,7 +348,8 @@ def test_nodes_planned_in_turn_keep_their_own_writes(monkeypatch):
     """The replay plans many nodes slot after slot, pods coming and going: every answer is the fresh one,
     also when the caches fill up and start again."""
     _clear_caches()
-    monkeypatch.setattr(bs, "_CACHE_MAX", 5)
+    monkeypatch.setattr(bs, "_CPUSET_WRITES", BoundedCache(5))
+    monkeypatch.setattr(bs, "_CPUSET_TEXT", BoundedCache(5))
     nodes = [state(pods=_pods(), topo=_topo_dicts(), cpu="8"),
              state(pods=_pods()[:1] + [pod(f"be{j}", "BE", "1", "besteffort") for j in range(4, 9)], cpu="12"),
              state(pods=[pod("ls", "LS", "8")], cpu="4", version=2)]

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import AdmissionHandle, hookimpl
+from koordfw import AdmissionHandle, StashKey, hookimpl
 from koordfw.extension import (
     BATCH_CPU,
     BATCH_MEMORY,
@@ -153,20 +153,27 @@ def _apply(pod: dict[str, Any], profile: ColocationProfile, handle: AdmissionHan
     return pod
 
 
-#: id(profile object) -> (the object, its parse): the engine hands out the same dicts until they change
-_PARSED: dict[int, tuple[Mapping[str, Any], ColocationProfile]] = {}
+#: profile name -> (the profile object, its parse), in the plugin's stash (one per engine): the engine hands
+#: out the same dicts until they change, so a parse is reused while its entry holds that very object. Only
+#: the objects of the last call are kept
+_PARSED = StashKey[dict[str, tuple[Mapping[str, Any], ColocationProfile]]]()
 
 
 def _profiles(handle: AdmissionHandle) -> list[ColocationProfile]:
     out = []
     objs = handle.objects(CONFIG_GROUP_VERSION, KIND_CLUSTER_COLOCATION_PROFILE)
-    if len(_PARSED) > 4 * len(objs) + 64:
-        _PARSED.clear()
+    before = handle.stash.get(_PARSED, None) or {}
+    now: dict[str, tuple[Mapping[str, Any], ColocationProfile]] = {}
     for o in objs:
-        hit = _PARSED.get(id(o))
+        meta = o.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        hit = before.get(name) if isinstance(name, str) else None
         if hit is None or hit[0] is not o:
-            hit = _PARSED[id(o)] = (o, parse_profile(o))
+            hit = (o, parse_profile(o))
+        if isinstance(name, str):
+            now[name] = hit
         out.append(hit[1])
+    handle.stash[_PARSED] = now
     return out
 
 

@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from koordfw import QuantityError, canonical
+from koordfw import BoundedCache, QuantityError, canonical
 from koordfw.extension import (
     ANNOTATION_EXTENDED_RESOURCE_SPEC,
     BATCH_CPU,
@@ -71,8 +71,9 @@ def pod_priority_class_raw(pod: Mapping[str, Any]) -> str:
     return PRIORITY_NONE
 
 
-#: (resource, quantity string) -> canonical amount: pods repeat a few quantities, parsing one exactly is slow
-_AMOUNTS: dict[tuple[str, str], int] = {}
+#: (resource, quantity string) -> canonical amount: pods repeat a few quantities, parsing one exactly is
+#: slow; a function of the key alone: process-wide
+_AMOUNTS: BoundedCache[tuple[str, str], int] = BoundedCache(65536)
 
 
 def _amount(resource: str, value: Any, where: str) -> int:
@@ -86,8 +87,6 @@ def _amount(resource: str, value: Any, where: str) -> int:
     except QuantityError as e:
         raise ValueError(f"{where}.{resource}: {e}") from None
     if key is not None:
-        if len(_AMOUNTS) > 65536:
-            _AMOUNTS.clear()
         _AMOUNTS[key] = amount
     return amount
 

@@ -10,6 +10,8 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
 from typing import Any
 
 from koordfw import Commands, ConfigError, InputError, format_quantity, load_yaml, parse_quantity
@@ -124,22 +126,27 @@ def replay(args: argparse.Namespace, progress_for: Any = None) -> dict[str, Any]
     results: dict[str, Result] = {}
     # with both modes and a second core, the (cheap) kubernetes mode runs in a forked process meanwhile:
     # the same deterministic replay, its result sent back
-    pool = None
+    child = None
     if len(modes) == 2 and (os.cpu_count() or 1) >= 2 and "fork" in multiprocessing.get_all_start_methods():
-        _FORKED["one"] = one  # the forked child has this process's memory: only the mode is sent
-        pool = multiprocessing.get_context("fork").Pool(1)
-        pending = pool.apply_async(_forked, ("kubernetes",))
+        ctx = multiprocessing.get_context("fork")
+        answer, send = ctx.Pipe(duplex=False)
+        # the forked child has this process's memory: ``one`` is not pickled, only the result sent back
+        child = ctx.Process(target=_forked, args=(one, "kubernetes", send), daemon=True)
+        child.start()
+        send.close()
     try:
         for mode in modes:
-            if pool is not None and mode == "kubernetes":
+            if child is not None and mode == "kubernetes":
                 continue
             results[mode] = one(mode, progress_for(mode) if progress_for else None)
-        if pool is not None:
-            results["kubernetes"] = pending.get()
+        if child is not None:
+            results["kubernetes"] = _received(answer)
     finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
+        if child is not None:
+            answer.close()
+            if child.is_alive() and "kubernetes" not in results:
+                child.terminate()  # this run failed: the child's result would never be read
+            child.join()
     for mode in modes:
         res = results[mode]
         out["modes"][mode] = {"summary": res.summary, "hours": res.hours, "series": res.series}
@@ -147,12 +154,25 @@ def replay(args: argparse.Namespace, progress_for: Any = None) -> dict[str, Any]
     return out
 
 
-#: the replay function the forked worker runs (set just before the fork)
-_FORKED: dict[str, Any] = {}
+def _forked(one: Callable[[str], Result], mode: str, send: Connection) -> None:
+    """The forked child: ``one(mode)``, sent back (or the exception it raised)."""
+    try:
+        send.send((True, one(mode)))
+    except BaseException as e:  # noqa: BLE001 - re-raised in the parent
+        send.send((False, e))
+    finally:
+        send.close()
 
 
-def _forked(mode: str) -> Result:
-    return _FORKED["one"](mode)
+def _received(answer: Connection) -> Result:
+    """The forked child's result, or its exception raised here."""
+    try:
+        ok, value = answer.recv()
+    except EOFError:
+        raise RuntimeError("the forked kubernetes-mode replay ended without a result") from None
+    if not ok:
+        raise value
+    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import AgentHandle, FileWrite, NodeState, PodState, hookimpl, read_cgroup_file, warn_once
+from koordfw import AgentHandle, BoundedCache, FileWrite, NodeState, PodState, hookimpl, read_cgroup_file, warn_once
 from koordfw.extension import ANNOTATION_POD_CPU_BURST, LABEL_POD_QOS, QOS_BE, QOS_LSE, QOS_LSR
 
 from .burst import (
@@ -113,7 +113,7 @@ class CPUBurst:
         self._stat: dict[str, tuple[int, int]] = {}  # container id → (nr_periods, nr_throttled)
         self._usage: dict[str, tuple[float, int]] = {}  # container id → (time, usage ns)
         self._samples: deque[tuple[float, int | None, dict[str, int]]] = deque(maxlen=64)
-        self._said: set[Any] = set()
+        self._said: BoundedCache[Any, bool] = BoundedCache(10000)
         #: the last :meth:`pods` answer: (node state, args, restore, pods)
         self._pods_memo: tuple[NodeState, Args, bool, tuple[PodView, ...]] | None = None
         #: pod uid → (its inputs, its view's key, config and containers, or ``None`` when skipped): what
@@ -130,9 +130,7 @@ class CPUBurst:
     def _once(self, key: Any, event: str, level: str = "info", **kw: Any) -> None:
         if key in self._said:
             return
-        if len(self._said) >= 10000:
-            self._said.clear()
-        self._said.add(key)
+        self._said[key] = True
         getattr(log, level)(event, plugin=NAME, **kw)
 
     def pods(self, ns: NodeState, args: Args, *, restore: bool = False) -> list[PodView]:

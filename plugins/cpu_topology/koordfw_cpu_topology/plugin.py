@@ -21,7 +21,7 @@ import attrs
 import numpy as np
 import structlog
 
-from koordfw import StateKey, Status, hookimpl, loads_json
+from koordfw import BoundedCache, IdentityKey, StateKey, Status, hookimpl, loads_json, warn_once
 from koordfw.extension import (
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
     ANNOTATION_NODE_CPU_ALLOCS,
@@ -170,7 +170,7 @@ class CPUTopologyPlugin:
     """Stateful scheduler plugin (one instance per scheduler)."""
 
     def __init__(self) -> None:
-        self._cluster_id = 0
+        self._cluster: Any = None  # the cluster the columns are of (held: compared with 'is')
         self._nodes: list[NodeCPUState | None] = []
         self._ver = np.zeros(0, dtype=np.int64)
         self._valid = np.zeros(0, dtype=bool)
@@ -181,18 +181,24 @@ class CPUTopologyPlugin:
         self._n_alloc = np.zeros(0, dtype=np.int64)
         self._max_full_block = np.zeros(0, dtype=np.int64)
         self._forced = np.zeros(0, dtype=np.int8)
-        self._nrt_ids: dict[str, int] = {}
+        #: NodeResourceTopology key -> the object the columns were built with (held: compared with 'is')
+        self._nrt_objs: dict[str, Any] = {}
         self._nrt_index: dict[str, list] = {}
-        self._nrt_index_key: tuple = ()
-        #: node errors already logged
-        self._warned: set[str] = set()
+        #: the cluster and NodeResourceTopology objects the index was built from
+        self._nrt_index_key: IdentityKey | None = None
+        #: node errors and unreadable resource-specs already logged
+        self._warned: BoundedCache[str, bool] = BoundedCache(65536)
         #: node index → what its CPU state was built from (see _signature)
         self._sigs: dict[int, tuple] = {}
-        self._topologies: dict[str, tuple[CPUTopology | None, str]] = {}
-        #: (topology id, unavailable CPUs) → (available, CPUs of whole free cores, cores with a free CPU,
-        #: CPUs of whole free cores in the best NUMA node or socket)
-        self._stats_cache: dict[tuple[int, frozenset[int]], tuple[int, int, int, int]] = {}
-        self._status_cache: dict[str, frozenset[int] | None] = {}
+        #: annotation text -> (its topology or None, the error)
+        self._topologies: BoundedCache[str, tuple[CPUTopology | None, str]] = BoundedCache(4096)
+        #: (topology object, unavailable CPUs) → (available, CPUs of whole free cores, cores with a free CPU,
+        #: CPUs of whole free cores in the best NUMA node or socket); the key holds the topology (identity
+        #: hash, immutable object)
+        self._stats_cache: BoundedCache[tuple[CPUTopology, frozenset[int]], tuple[int, int, int, int]] = (
+            BoundedCache(8192))
+        #: resource-status annotation text -> its CPUs (None: unreadable)
+        self._status_cache: BoundedCache[str, frozenset[int] | None] = BoundedCache(65536)
         #: CPUs picked at reserve, by node name then pod uid: (cpus, exclusive policy)
         self._reserved: dict[str, dict[str, tuple[frozenset[int], str]]] = {}
         self._reserved_node: dict[str, str] = {}
@@ -222,8 +228,6 @@ class CPUTopologyPlugin:
                 hit = (topo, "") if topo.is_valid() else (None, f"{ANNOTATION_CPU_TOPOLOGY}: no CPUs")
             except TopologyError as e:
                 hit = (None, str(e))
-            if len(self._topologies) > 4096:
-                self._topologies.clear()
             self._topologies[text] = hit
         return hit
 
@@ -240,8 +244,6 @@ class CPUTopologyPlugin:
             log.warning("ignoring unparsable resource-status", pod=pod.key, annotation=ANNOTATION_RESOURCE_STATUS,
                         error=str(e))
             cpus = None  # remembered too: one warning per value, not one per rebuild
-        if len(self._status_cache) > 65536:
-            self._status_cache.clear()
         self._status_cache[text] = cpus
         return cpus
 
@@ -249,7 +251,7 @@ class CPUTopologyPlugin:
         """The node's NodeResourceTopology by ``metadata.name`` (it is cluster-scoped: a namespace does not
         make a second one), and an error when two objects name the same node (then neither is used)."""
         nrts = cluster.objects_of(NRT_KIND)
-        key = (id(cluster), tuple(map(id, nrts.values())))
+        key = IdentityKey(cluster, *nrts.values())
         if key != self._nrt_index_key:
             by_name: dict[str, list[tuple[str, dict]]] = {}
             for k, obj in nrts.items():
@@ -319,11 +321,8 @@ class CPUTopologyPlugin:
                         f"None, FullPCPUsOnly, SpreadByPCPUs")
         if nrt_error:
             st.error = f"{ERR_INVALID_CPU_TOPOLOGY}: {nrt_error}"
-        if st.error and st.error != ERR_INVALID_CPU_TOPOLOGY and st.error not in self._warned:
-            if len(self._warned) > 65536:
-                self._warned.clear()
-            self._warned.add(st.error)
-            log.warning("node left out of CPU binding", node=node.name, error=st.error)
+        if st.error and st.error != ERR_INVALID_CPU_TOPOLOGY:
+            warn_once(log, self._warned, st.error, "node left out of CPU binding", node=node.name, error=st.error)
         st.strategy = node.labels.get(LABEL_NUMA_ALLOCATE_STRATEGY) or self._default_strategy
         held = self._reserved.get(node.name, {})
         on_node = set()
@@ -369,29 +368,30 @@ class CPUTopologyPlugin:
 
     def _refresh(self, cluster: Any) -> None:
         """Rebuild the nodes whose version (or NodeResourceTopology object) changed."""
-        if id(cluster) != self._cluster_id:
-            self._cluster_id = id(cluster)
+        if cluster is not self._cluster:
+            self._cluster = cluster
             self._nodes, self._ver = [], np.zeros(0, dtype=np.int64)
             self._valid, self._cpc = np.zeros(0, dtype=bool), np.ones(0, dtype=np.int64)
             self._n_avail = self._n_full = self._n_cores = self._n_alloc = np.zeros(0, dtype=np.int64)
             self._max_full_block = np.zeros(0, dtype=np.int64)
             self._forced = np.zeros(0, dtype=np.int8)
-            self._nrt_ids = {}
+            self._nrt_objs = {}
             self._sigs = {}
         n = cluster.num_nodes
         self._grow(n)
         nrts = cluster.objects_of(NRT_KIND)
-        if nrts or self._nrt_ids:
-            cur = {k: id(v) for k, v in nrts.items()}
-            if cur != self._nrt_ids:
-                for key in set(cur) ^ set(self._nrt_ids) | {k for k in cur if self._nrt_ids.get(k) != cur[k]}:
+        if nrts or self._nrt_objs:
+            cur = dict(nrts)
+            changed = set(cur) ^ set(self._nrt_objs) | {k for k, v in cur.items() if self._nrt_objs.get(k) is not v}
+            if changed:
+                for key in changed:
                     obj = nrts.get(key)
                     meta = obj.get("metadata") if isinstance(obj, dict) else None
                     name = str(meta["name"]) if isinstance(meta, dict) and meta.get("name") else key.rsplit("/", 1)[-1]
                     i = cluster.node_index(name)
                     if i is not None:
                         self._ver[i] = -1
-                self._nrt_ids = cur
+                self._nrt_objs = cur
         stale = np.flatnonzero(self._ver[:n] != cluster.node_version)
         if len(stale) == 0:
             return
@@ -420,7 +420,7 @@ class CPUTopologyPlugin:
         pods = tuple((p.uid, p.annotations.get(ANNOTATION_RESOURCE_STATUS), p.annotations.get(ANNOTATION_RESOURCE_SPEC))
                      for p in cluster.pods_on(view.node.name)
                      if p.uid in held or ANNOTATION_RESOURCE_STATUS in p.annotations)
-        return (id(view.node), id(self._nrt(cluster, view.node.name)[0]), pods, tuple(held.items()))
+        return (IdentityKey(view.node, self._nrt(cluster, view.node.name)[0]), pods, tuple(held.items()))
 
     def _store_columns(self, i: int, st: NodeCPUState) -> None:
         topo = st.topology
@@ -432,12 +432,10 @@ class CPUTopologyPlugin:
             self._max_full_block[i] = 0
             return
         held = frozenset(c for c, a in st.allocation.cpus.items() if a.ref_count >= self._max_ref)
-        key = (id(topo), held | st.reserved)
+        key = (topo, held | st.reserved)
         stats = self._stats_cache.get(key)
         if stats is None:
             stats = _availability_stats(topo, key[1])
-            if len(self._stats_cache) > 8192:
-                self._stats_cache.clear()
             self._stats_cache[key] = stats
         self._valid[i] = True
         self._cpc[i] = max(topo.cpus_per_core(), 1)
@@ -497,7 +495,7 @@ class CPUTopologyPlugin:
         """Whether any node forces a bind policy (label or kubelet full-pcpus-only); cached until node
         labels/annotations or NodeResourceTopology objects change, so ordinary pods stay cheap."""
         nrts = cluster.objects_of(NRT_KIND)
-        key = (id(cluster), cluster.labels_generation, tuple(map(id, nrts.values())))
+        key = (cluster.labels_generation, IdentityKey(cluster, *nrts.values()))
         if key != self._forced_key:
             forced = bool(cluster.label_mask(LABEL_CPU_BIND_POLICY).any())
             if not forced:
@@ -709,15 +707,11 @@ def _availability_stats(topo: CPUTopology, unavailable: frozenset[int]) -> tuple
     return int(mask.sum()), int(full.sum()) * cpc, int((per_core > 0).sum()), best
 
 
-_ARRAYS: dict[int, tuple[CPUTopology, tuple]] = {}
-
-
 def _topology_arrays(topo: CPUTopology) -> tuple:
     """(sorted CPU ids, core index of each, NUMA index of each core, socket index of each core, CPUs per
-    core), cached per topology object."""
-    hit = _ARRAYS.get(id(topo))
-    if hit is not None and hit[0] is topo:
-        return hit[1]
+    core), kept on the (immutable) topology object itself."""
+    if topo.arrays is not None:
+        return topo.arrays
     cpu_ids = np.array(sorted(topo.details), dtype=np.int64)
     cores = sorted(topo.cpus_in_core)
     core_index = {c: k for k, c in enumerate(cores)}
@@ -728,9 +722,7 @@ def _topology_arrays(topo: CPUTopology) -> tuple:
     node_of_core = np.array([nodes[f.node] for f in first], dtype=np.int64)
     socket_of_core = np.array([sockets[f.socket] for f in first], dtype=np.int64)
     arr = (cpu_ids, core_of, node_of_core, socket_of_core, max(topo.cpus_per_core(), 1))
-    if len(_ARRAYS) > 1024:
-        _ARRAYS.clear()
-    _ARRAYS[id(topo)] = (topo, arr)
+    topo.arrays = arr
     return arr
 
 
@@ -753,15 +745,12 @@ def _cpus_field(value: Any, src: str, field: str) -> frozenset[int]:
         raise ValueError(f"{src}: {field}: {e}") from None
 
 
-def _exclusive_of(pod: Any, warned: set[str] | None = None) -> str:
+def _exclusive_of(pod: Any, warned: set[str] | BoundedCache[str, bool] | None = None) -> str:
     """The bound pod's exclusive policy; an unreadable resource-spec counts as none (warned once)."""
     try:
         return parse_resource_spec(pod.annotations.get(ANNOTATION_RESOURCE_SPEC)).get("preferredCPUExclusivePolicy", "")
     except ValueError as e:
         key = f"{pod.uid}\0{pod.annotations.get(ANNOTATION_RESOURCE_SPEC)}"
-        if warned is None or key not in warned:
-            if warned is not None:
-                warned.add(key)
-            log.warning("ignoring unparsable resource-spec of a bound pod", pod=pod.key,
-                        annotation=ANNOTATION_RESOURCE_SPEC, error=str(e))
+        warn_once(log, warned, key, "ignoring unparsable resource-spec of a bound pod", pod=pod.key,
+                  annotation=ANNOTATION_RESOURCE_SPEC, error=str(e))
         return ""

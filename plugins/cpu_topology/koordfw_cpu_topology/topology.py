@@ -32,7 +32,7 @@ class CPUTopology:
     """Immutable CPU topology with Koordinator's derived sizes (integer division, 0 when empty)."""
 
     __slots__ = ("cpus_in_core", "details", "num_cores", "num_cpus", "num_nodes", "num_sockets",
-                 "cpus_in_node", "cpus_in_socket", "all_cpus")
+                 "cpus_in_node", "cpus_in_socket", "all_cpus", "arrays")
 
     def __init__(self, infos: Iterable[CPUInfo]) -> None:
         self.details: dict[int, CPUInfo] = {}
@@ -51,6 +51,8 @@ class CPUTopology:
                 groups.setdefault(info[key], []).append(info.cpu)
             setattr(self, attr, {k: tuple(sorted(v)) for k, v in groups.items()})
         self.all_cpus = frozenset(self.details)
+        #: the scheduler plugin's index arrays of this topology, made on first use (they die with it)
+        self.arrays: tuple | None = None
 
     def is_valid(self) -> bool:
         return bool(self.num_sockets and self.num_nodes and self.num_cores and self.num_cpus)

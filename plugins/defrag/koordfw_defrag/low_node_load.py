@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import ManifestError, canonical, field_mapping, parse_time, raw_allocatable
+from koordfw import BoundedCache, ManifestError, canonical, field_mapping, parse_time, raw_allocatable, warn_once
 from koordfw.extension import (
     ANNOTATION_NODE_RAW_ALLOCATABLE,
     LABEL_POD_QOS,
@@ -38,8 +38,8 @@ PLUGIN = "low_node_load"
 
 log = structlog.get_logger("koordfw.defrag")
 
-#: node errors already logged (the notes carry them every round)
-_WARNED: set[str] = set()
+#: node errors already logged (the notes carry them every round); a log line's dedup: process-wide
+_WARNED: BoundedCache[str, bool] = BoundedCache(4096)
 
 _CLASS_RANK = {PRIORITY_FREE: 0, PRIORITY_BATCH: 1, PRIORITY_MID: 2, PRIORITY_PROD: 3}
 _KUBE_QOS_RANK = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}
@@ -141,11 +141,7 @@ def readable_node_usage(view: Any, cluster: Any, now: float, expiration: float, 
     except ManifestError as e:
         if notes is not None:
             notes.append(f"{PLUGIN}[{pool}]: node {view.name} left out: {e}")
-        if str(e) not in _WARNED:
-            if len(_WARNED) > 4096:
-                _WARNED.clear()
-            _WARNED.add(str(e))
-            log.warning("node left out of LowNodeLoad", node=view.name, error=str(e))
+        warn_once(log, _WARNED, str(e), "node left out of LowNodeLoad", node=view.name, error=str(e))
         return None
 
 

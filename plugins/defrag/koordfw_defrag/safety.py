@@ -7,12 +7,16 @@ from typing import Any
 
 import structlog
 
-from koordfw import selector_matches  # noqa: F401  (re-exported for low_node_load)
+from koordfw import (
+    BoundedCache,
+    selector_matches,  # noqa: F401  (re-exported for low_node_load)
+    warn_once,
+)
 from koordfw.extension import ANNOTATION_GANG_MODE, ANNOTATION_GANG_NAME, LABEL_POD_GROUP, LABEL_POD_GROUP_DEPRECATED
 
 log = structlog.get_logger("koordfw.defrag")
-#: (PDB, value) already warned about
-_WARNED: set[tuple[str, str]] = set()
+#: (PDB, value) already warned about; a log line's dedup: process-wide
+_WARNED: BoundedCache[tuple[str, str], bool] = BoundedCache(4096)
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 SYSTEM_CRITICAL_PRIORITY = 2000000000
@@ -92,10 +96,10 @@ class PdbBudget:
             raw = st.get("disruptionsAllowed", 0) if isinstance(st, Mapping) else None
             if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= 2**31 - 1:
                 # Kubernetes' disruptionsAllowed is an int32 >= 0: anything else allows no eviction
-                if raw != 0 and (key, repr(raw)) not in _WARNED:
-                    _WARNED.add((key, repr(raw)))
-                    log.warning("PodDisruptionBudget with an invalid status.disruptionsAllowed allows no eviction",
-                                pdb=key, value=repr(raw)[:40])
+                if raw != 0:
+                    warn_once(log, _WARNED, (key, repr(raw)),
+                              "PodDisruptionBudget with an invalid status.disruptionsAllowed allows no eviction",
+                              pdb=key, value=repr(raw)[:40])
                 raw = 0
             self.left[key] = raw
 

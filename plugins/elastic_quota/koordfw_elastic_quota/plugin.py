@@ -22,7 +22,20 @@ import attrs
 import numpy as np
 import structlog
 
-from koordfw import Code, Migration, PostFilterResult, PreFilterResult, StateKey, Status, camel, canonical, hookimpl
+from koordfw import (
+    BoundedCache,
+    Code,
+    IdentityKey,
+    Migration,
+    PostFilterResult,
+    PreFilterResult,
+    StateKey,
+    Status,
+    camel,
+    canonical,
+    hookimpl,
+    warn_once,
+)
 from koordfw.extension import ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD, KIND_RESERVATION
 
 from .quotas import DEFAULT, LABEL_PREEMPTIBLE, ROOT, SYSTEM, QuotaTree, build_quotas, fmt, fmt_map
@@ -97,7 +110,7 @@ class ElasticQuota:
         self._quota_sig: tuple | None = None
         self._quotas: tuple[dict, dict] | None = None
         self._pod_quota: dict[str, tuple[Any, str]] = {}
-        self._logged: set[str] = set()
+        self._logged: BoundedCache[str, bool] = BoundedCache(4096)
         #: quota → last time its used was within runtime (Koordinator's lastUnderUsedTime)
         self._last_under: dict[str, float] = {}
         self._last_revoke: float | None = None
@@ -108,8 +121,9 @@ class ElasticQuota:
         self._nominated_by_uid: dict[str, tuple[str, Any]] = {}
         #: quota → uid → the placed reserve pods charged to it (what Reservations hold for their owners)
         self._holds: dict[str, dict[str, Any]] = {}
-        #: id(Reservation object) → (object, its owners' reader or None when unreadable)
-        self._reservations: dict[int, tuple[Any, Any]] = {}
+        #: Reservation name → (the object, its owners' reader or None when unreadable), reused while the
+        #: cluster holds that very object
+        self._reservations: BoundedCache[str, tuple[Any, Any]] = BoundedCache(65536)
 
     @property
     def _nominated(self) -> list[tuple[str, Any]]:
@@ -176,10 +190,11 @@ class ElasticQuota:
         if not objs:
             self._tree = self._tree_key = None
             return None
-        key = (id(cluster), cluster.generation, id(args))
+        key = (cluster.generation, IdentityKey(cluster, args))
         if self._tree is not None and key == self._tree_key:
             return self._tree
-        sig = (id(cluster), *((k, id(o)) for k, o in sorted(objs.items())))
+        names = sorted(objs)
+        sig = (tuple(names), IdentityKey(cluster, *(objs[k] for k in names)))
         if sig != self._quota_sig or self._quotas is None:  # (_quotas is None only while _quota_sig is)
             self._quotas = build_quotas(o for _, o in sorted(objs.items()))
             self._quota_sig = sig
@@ -189,9 +204,7 @@ class ElasticQuota:
             self._sums.clear()
             self._nominated_by_uid.clear()
             for q in self._quotas[1].values():
-                if q.error not in self._logged:
-                    self._logged.add(q.error)
-                    log.warning("invalid ElasticQuota ignored", quota=q.name, error=q.error)
+                warn_once(log, self._logged, q.error, "invalid ElasticQuota ignored", quota=q.name, error=q.error)
         valid, invalid = self._quotas
         tree = QuotaTree(valid, invalid,
                          default_max={k: canonical(k, v) for k, v in args.default_quota_group_max.items()},
@@ -242,16 +255,17 @@ class ElasticQuota:
             return []
         out: list[tuple[str, dict[str, int]]] = []
         for h in holds.values():
-            obj = cluster.get_object(KIND_RESERVATION, h.annotations.get(ANNOTATION_RESERVATION_NAME, ""))
+            rname = h.annotations.get(ANNOTATION_RESERVATION_NAME, "")
+            obj = cluster.get_object(KIND_RESERVATION, rname)
             if obj is None:
                 continue
-            hit = self._reservations.get(id(obj))
+            hit = self._reservations.get(rname)
             if hit is None or hit[0] is not obj:
                 try:
                     hit = (obj, reservation_from_manifest(obj))
                 except Exception:  # noqa: BLE001 - the reservation plugin reports a malformed Reservation
                     hit = (obj, None)
-                self._reservations[id(obj)] = hit
+                self._reservations[rname] = hit
             r = hit[1]
             if r is None or not r.matches_owner(pod):
                 continue

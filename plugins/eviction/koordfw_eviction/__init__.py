@@ -54,7 +54,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import Eviction, InputError, NodeState, PodState, camel, hookimpl, loads_json
+from koordfw import Eviction, InputError, NodeState, PodState, StashKey, camel, hookimpl, loads_json
 from koordfw.extension import (
     ANNOTATION_POD_EVICT_POLICY,
     ANNOTATION_POD_EVICTION_PRIORITY,
@@ -614,13 +614,14 @@ class Live:
         return max(self.samples[-1][0] - self.samples[-2][0], 1e-3)
 
 
-#: agent handle → its history; only the live agent calls ``collect``, so ``agent plan`` finds none
-_LIVE: dict[Any, Live] = {}
+#: the agent's history, in the handle's stash (one per agent); only the live agent calls ``collect``, so
+#: ``agent plan`` finds none
+LIVE = StashKey[Live]()
 
 
 @hookimpl
 def collect(node_state: NodeState, args: Args, handle: Any) -> None:
-    live = _LIVE.setdefault(handle, Live())
+    live = handle.stash.setdefault(LIVE, Live())
     now = handle.now()
     sample = be_cpu_sample(node_state)
     if sample is not None:
@@ -679,7 +680,7 @@ def _plan_cpu_live(ns: NodeState, args: Args, live: Live, now: float, pending: S
 
 @hookimpl
 def qos_plan(node_state: NodeState, args: Args, handle: Any) -> list[Eviction]:
-    live = _LIVE.get(handle)
+    live = handle.stash.get(LIVE, None)
     now = float(handle.now()) if live is not None else 0.0
     out = plan(node_state, args, live, now)
     for e in out:
@@ -689,4 +690,5 @@ def qos_plan(node_state: NodeState, args: Args, handle: Any) -> list[Eviction]:
 
 @hookimpl
 def shutdown(handle: Any) -> None:
-    _LIVE.pop(handle, None)
+    if LIVE in handle.stash:
+        del handle.stash[LIVE]

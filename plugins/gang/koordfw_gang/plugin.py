@@ -29,6 +29,7 @@ from koordfw import (
     NODE_UPDATE,
     POD_ADD,
     POD_DELETE,
+    BoundedCache,
     ClusterEvent,
     ClusterEventWithHint,
     QueueingHint,
@@ -110,12 +111,13 @@ class Coscheduling:
         self._pod_gang: dict[str, str] = {}
         self._arrival: dict[str, float] = {}
         self._crd: set[str] = set()
-        self._pg_seen: dict[str, int] = {}
+        #: gang -> the PodGroup object its spec was read from (held, so `is` tells a replaced object)
+        self._pg_seen: dict[str, Any] = {}
         self._rounds: dict[str, Round] = {}
         self._active_group: str | None = None
         self._deferred: dict[str, None] = {}
         self._binding: dict[str, tuple[str, int]] = {}
-        self._demand_cache: dict[tuple[Any, ...], bool] = {}
+        self._demand_cache: BoundedCache[tuple[Any, ...], bool] = BoundedCache(4096)
         self._room_key: tuple[int, int] | None = None
         self._room: np.ndarray | None = None
         self._lowest: tuple[int, int] | None = None
@@ -215,8 +217,6 @@ class Coscheduling:
             cols = np.flatnonzero(need)
             fits_per_node = (free[:, cols] // need[cols]).min(axis=1)
             ok = int(fits_per_node.sum()) >= missing
-        if len(self._demand_cache) > 4096:
-            self._demand_cache.clear()
         self._demand_cache[key] = ok
         return ok
 
@@ -278,13 +278,13 @@ class Coscheduling:
             if pg is None:
                 g.spec, g.error = None, f"Gang \"{g.gang_id}\" not found: no PodGroup {g.gang_id}"
                 self._pg_seen.pop(g.gang_id, None)
-            elif self._pg_seen.get(g.gang_id) != id(pg):
+            elif self._pg_seen.get(g.gang_id) is not pg:
                 try:
                     g.spec, g.error = spec_from_pod_group(g.gang_id, pg, default_timeout=timeout,
                                                        default_match_policy=match_policy), ""
                 except GangDefinitionError as e:
                     g.spec, g.error = None, f"Gang \"{g.gang_id}\" has not initialized: {e}"
-                self._pg_seen[g.gang_id] = id(pg)
+                self._pg_seen[g.gang_id] = pg
             return g
         if g.spec is None:
             first_error = ""

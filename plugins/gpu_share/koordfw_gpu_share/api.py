@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from koordfw import BoundedCache, IdentityKey
+
 from .frag import PodKey, Workload, make_workload, node_frag, node_frag_capacity, typical_pods
 from .inventory import Alloc, Inventory
 from .plugin import Args, typical_weights
@@ -51,12 +53,12 @@ class InventoryCache:
         self._inv: Inventory | None = None
         self._inv_key: tuple | None = None
         self._sync_key: tuple | None = None
-        self._warned: set[str] = set()
+        self._warned: BoundedCache[Any, bool] = BoundedCache(65536)
 
     def inventory(self, cluster: Any) -> Inventory:
         """The inventory of ``cluster``, brought up to date."""
         devs = cluster.objects_of("Device")
-        key = (id(cluster), cluster.num_nodes, cluster.labels_generation, tuple(id(o) for o in devs.values()))
+        key = (cluster.num_nodes, cluster.labels_generation, IdentityKey(cluster, *devs.values()))
         if key != self._inv_key or self._inv is None:
             self._inv = Inventory(cluster, self._warned)
             self._inv_key = key

@@ -14,7 +14,7 @@ import attrs
 import numpy as np
 import structlog
 
-from koordfw import loads_json, parse_quantity
+from koordfw import BoundedCache, loads_json, parse_quantity, warn_once
 from koordfw.extension import RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 
 from .requests import GPU_MODEL_LABEL, NVIDIA_GPU
@@ -146,7 +146,7 @@ def devices_by_node(cluster: Any) -> tuple[dict[str, Any], dict[str, str]]:
 class Inventory:
     """GPU columns for every node of a ClusterState, plus the allocations held on them."""
 
-    def __init__(self, cluster: Any, warned: set[str] | None = None) -> None:
+    def __init__(self, cluster: Any, warned: set[str] | BoundedCache[Any, bool] | None = None) -> None:
         """``warned``: inventory errors already logged (kept by the caller across rebuilds, so that a bad
         Device is reported once, not at every rebuild)."""
         self.cluster = cluster
@@ -170,10 +170,7 @@ class Inventory:
                     devs = self._from_allocatable(v)
             except InventoryError as e:
                 self.errors[name] = str(e)
-                if warned is None or str(e) not in warned:
-                    if warned is not None:
-                        warned.add(str(e))
-                    log.warning("bad GPU inventory: the node's GPUs are left out", node=name, error=str(e))
+                warn_once(log, warned, str(e), "bad GPU inventory: the node's GPUs are left out", node=name, error=str(e))
                 devs = []
             per_node.append(devs)
             m = v.labels.get(GPU_MODEL_LABEL, "")
@@ -202,7 +199,7 @@ class Inventory:
         self.tags: list[dict[str, int]] = [dict() for _ in range(n)]
         self.any_gpu = bool(self.ngpu.any())
         #: (pod uid, annotation) already warned about as unreadable
-        self.bad_annotations: set[tuple[str, str]] = set()
+        self.bad_annotations: BoundedCache[tuple[str, str], bool] = BoundedCache(65536)
 
     @staticmethod
     def _from_allocatable(view: Any) -> list[tuple[int, bool, int, int, int]]:
@@ -258,12 +255,8 @@ class Inventory:
             slots, core, mem, mem_b = self._parse_allocated(raw, node)
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
             key = (pod.uid, raw)
-            if key not in self.bad_annotations:
-                if len(self.bad_annotations) > 65536:
-                    self.bad_annotations.clear()
-                self.bad_annotations.add(key)
-                log.warning("ignoring bad device-allocated annotation", pod=pod.key, annotation=DEVICE_ALLOCATED,
-                            error=str(e))
+            warn_once(log, self.bad_annotations, key, "ignoring bad device-allocated annotation", pod=pod.key,
+                      annotation=DEVICE_ALLOCATED, error=str(e))
             return None
         if not slots:
             return None

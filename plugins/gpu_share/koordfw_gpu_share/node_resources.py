@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from koordfw import ManifestError, field_list, field_mapping, loads_json, resource_map, selector_matches, warn_once
+from koordfw import BoundedCache, ManifestError, field_list, field_mapping, loads_json, resource_map, selector_matches, warn_once
 from koordfw.extension import (
     GPU_VENDOR_NVIDIA,
     LABEL_GPU_VENDOR,
@@ -78,7 +78,8 @@ def node_strategy(colocation: Mapping[str, Any], labels: Mapping[str, str], anno
     return s
 
 
-def device_resources(device: Mapping[str, Any] | None, warned: set | None = None) -> dict[str, int | None]:
+def device_resources(device: Mapping[str, Any] | None,
+                     warned: set | BoundedCache[Any, bool] | None = None) -> dict[str, int | None]:
     """The node's device resources from its Device object (``None`` values: reset)."""
     reset: dict[str, int | None] = {r: None for r in RESOURCE_NAMES}
     if device is None:

@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from koordfw import StateKey, Status, camel, format_quantity, hookimpl
+from koordfw import BoundedCache, IdentityKey, StateKey, Status, camel, format_quantity, hookimpl
 from koordfw.extension import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 
 from . import (
@@ -133,13 +133,13 @@ class GpuShare:
         self._seen: dict[str, frag.PodKey] = {}
         self._seen_order: deque[str] = deque()
         self._since_refresh = 0
-        self._cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # the FGD family's
+        self._cache: BoundedCache[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = BoundedCache(1024)  # FGD's
         self._frag_cache: tuple[np.ndarray, np.ndarray] | None = None
         self.packer = lp.Packer()
         self._shares_seen: Counter = Counter()
         self._shares_since = 0
         self._lp_counted: dict[str, None] = {}  # insertion-ordered, bounded by LP_COUNTED_MAX
-        self._warned: set[str] = set()  # inventory errors already logged
+        self._warned: BoundedCache[Any, bool] = BoundedCache(65536)  # inventory errors already logged
         self._policies: dict[str, Policy] = {}
 
     def policy(self, args) -> Policy:
@@ -212,7 +212,7 @@ class GpuShare:
     def sync(self, cluster) -> Inventory:
         """Bring the inventory up to date with the cluster (nodes, Devices, departed or annotated pods)."""
         devs = cluster.objects_of("Device")
-        key = (id(cluster), cluster.num_nodes, cluster.labels_generation, tuple(id(o) for o in devs.values()))
+        key = (cluster.num_nodes, cluster.labels_generation, IdentityKey(cluster, *devs.values()))
         if key != self._inv_key or self.inv is None:  # (inv is None only while _inv_key is)
             old = self.inv
             self.inv = Inventory(cluster, self._warned)

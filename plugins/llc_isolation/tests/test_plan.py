@@ -25,6 +25,7 @@ from koordfw.core.model import make_pod
 from koordfw.core.nodestate import NodeState, PodState
 from koordfw.core.nodestate import ResctrlInfo as StateResctrlInfo
 from koordfw.core.profile import structure_args
+from koordfw.core.stash import Stash
 from koordfw.testing.resctrl import FakeResctrl, KernelExecutor
 
 INFO = ResctrlInfo(cbm_mask="7ff", min_cbm_bits=1, num_closids=16, cache_ids=(0, 1), vendor=INTEL, mba=True)
@@ -220,7 +221,7 @@ class Node:
             pod = attrs.evolve(pod, uid=uid, phase="Running")
             self.pods.append(PodState(uid=uid, pod=pod, qos=qos, kube_qos=kube_qos, cgroup_dir=d))
         # an AgentHandle (every member of the protocol; apply is set by the tests that restore)
-        self.handle = SimpleNamespace(plugin_name="llc_isolation", args=None, clock=None, now=lambda: 0.0,
+        self.handle = SimpleNamespace(plugin_name="llc_isolation", args=None, clock=None, now=lambda: 0.0, stash=Stash(),
                                       node_state=None, events=None, apply=None,
                                       roots={"resctrl": str(self.fake.root), "cgroup": str(self.cgroot),
                                              "proc": str(self.fake.proc_root)})

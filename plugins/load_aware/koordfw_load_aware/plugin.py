@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from koordfw import ManifestError, hookimpl, loads_json, raw_allocatable, shorten, warn_once
+from koordfw import BoundedCache, ManifestError, hookimpl, loads_json, raw_allocatable, shorten, warn_once
 from koordfw.extension import ANNOTATION_NODE_RAW_ALLOCATABLE, PRIORITY_PROD
 
 from .args import LoadAwareArgs
@@ -161,7 +161,8 @@ class _Columns:
         self.n = 0
         self._alloc_arrays(16)
         self.metric_objs: dict[str, Any] = {}
-        self.parsed: dict[int, tuple[Any, MetricInfo | None]] = {}
+        #: NodeMetric name -> (the object, its parse): reused while the cluster holds that very object
+        self.parsed: BoundedCache[str, tuple[Any, MetricInfo | None]] = BoundedCache(65536)
         self.free_gen = -1
         self.pod_est: dict[str, np.ndarray] = {}
 
@@ -229,7 +230,9 @@ class _Columns:
                 self.metric_objs.pop(name, None)
 
     def _metric(self, obj: Any) -> MetricInfo | None:
-        hit = self.parsed.get(id(obj))
+        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+        name = str(meta.get("name")) if isinstance(meta, Mapping) else ""
+        hit = self.parsed.get(name)
         if hit is not None and hit[0] is obj:
             return hit[1]
         try:
@@ -237,9 +240,7 @@ class _Columns:
         except ManifestError as e:
             log.warning("ignoring invalid NodeMetric: load-aware treats the node as having none", error=str(e))
             info = None
-        if len(self.parsed) > 65536:
-            self.parsed.clear()
-        self.parsed[id(obj)] = (obj, info)
+        self.parsed[name] = (obj, info)
         return info
 
     def _vec(self, m: Mapping[str, int] | None) -> np.ndarray:
