@@ -30,7 +30,8 @@ import numpy as np
 from koordfw_defrag import Args, plan
 from koordfw_gpu_share.replay import _node, _pod, bin_curve, parse_seeds, prepare_trace, profile_for
 
-from koordfw import ClusterState, EmbeddedEngine, Scheduler, build_registry
+from koordfw import build_registry
+from koordfw.embed import ClusterState, EmbeddedEngine, Scheduler
 
 DATA = Path("/work/shared/data/alibaba-gpu-v2023")
 

@@ -23,7 +23,9 @@ import time
 import anyio
 import numpy as np
 
-from koordfw import EmbeddedEngine, build_registry, load_objects, make_node, make_pod
+from koordfw import build_registry
+from koordfw.embed import EmbeddedEngine
+from koordfw.inputs import load_objects, make_node, make_pod
 
 POD_SHAPES = [("100m", "128Mi", 30), ("250m", "512Mi", 25), ("500m", "1Gi", 20), ("1", "2Gi", 15), ("2", "4Gi", 7),
               ("4", "8Gi", 3)]

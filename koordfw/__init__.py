@@ -1,272 +1,51 @@
 """koordfw: colocation scheduling as a small asyncio kernel plus pluggable policies.
 
-Public API for plugin authors and embedders. Plugins import only from here, ``koordfw.extension`` (the
-Koordinator and Kubernetes wire names: labels, annotations, resource names, QoS and priority classes, CRD
-API versions) and ``koordfw.hookspecs``.
+This module is the plugin contract: what a plugin author needs to write hooks (:func:`hookimpl`), the
+values they are given and return, the handles, statuses, cycle state and stash, errors, and the small
+helpers every plugin uses. It only re-exports. The rest of the public API is in named modules:
+
+* ``koordfw.hints``: the cluster events of queueing hints (``NODE_ADD``, ``ASSIGNED_POD_DELETE``, ...);
+* ``koordfw.nodestate``: more of the node side (cpu lists, CPU topology, limits, the cgroup file reader);
+* ``koordfw.inputs``: reading objects, JSON and YAML with errors that name the field; pod/node builders;
+* ``koordfw.embed``: the engines and steps for programs that embed koordfw (simulate, the planner, the
+  admission, the manager's node-resource step, profiles, subcommands);
+* ``koordfw.extension``: the Koordinator and Kubernetes wire names; ``koordfw.hookspecs``: every hook;
+* ``koordfw.testing``: the fake API server, the real control plane fixtures, cluster builders.
 """
 
-from __future__ import annotations
-
-import os as _os
-from collections.abc import MutableMapping
-from typing import TYPE_CHECKING, Any
-
-import numpy as _np
-
-from .agent.cgroups import CGROUP_FILES as _CGROUP_FILES
-from .command_api import Commands, add_plugin_options, registry_from_args
-from .core.caller import PluginFailure
-from .core.clock import VirtualClock
-from .core.cluster import ClusterState, NodeBatch, NodeView
+from .core.cluster import NodeBatch, NodeView
 from .core.errors import ConfigError, KoordfwError, ManifestError, PluginLoadError
-from .core.events import SchedulerEvents
 from .core.handle import AdmissionHandle, AgentHandle, ClusterView, EventRecorder, Handle, PluginsRunner, WaitingPodView
-from .core.hints import (
-    ASSIGNED_POD_ADD,
-    ASSIGNED_POD_DELETE,
-    NODE_ADD,
-    NODE_DELETE,
-    NODE_UPDATE,
-    POD_ADD,
-    POD_DELETE,
-    ClusterEvent,
-    ClusterEventWithHint,
-    QueueingHint,
-)
-from .core.manifests import (
-    Manifests,
-    NodeMetricStatus,
-    PodMetric,
-    field_list,
-    field_mapping,
-    load_manifests,
-    load_objects,
-    node_metric_name,
-    read_node_metric,
-    resource_map,
-)
+from .core.hints import ClusterEvent, ClusterEventWithHint, QueueingHint
 from .core.memo import BoundedCache, IdentityKey, memo
-from .core.model import Migration, Node, Pod, Taint, make_node, make_pod, parse_time, raw_allocatable, selector_matches
-from .core.node_runtime import NodePlan
-from .core.nodestate import (
-    CFS_PERIOD_US,
-    FS_RESCTRL,
-    MAX_CPUS,
-    CPUInfo,
-    Eviction,
-    FileWrite,
-    NodeState,
-    PodState,
-    Reservation,
-    format_cpuset,
-    parse_cpuset,
-    parse_reservation,
-)
-from .core.profile import Profile, camel, load_profile, profile_from_dict
+from .core.model import Migration, Node, Pod, Taint
+from .core.nodestate import Eviction, FileWrite, NodeState, PodState
 from .core.quantity import QuantityError, canonical, format_quantity, parse_duration, parse_quantity
-from .core.results import NodeStatuses, PostFilterResult, PreFilterResult, fit_error
-from .core.safeload import InputError, load_yaml, load_yaml_all, loads_json, shorten
-from .core.schedule_one import Scheduler
+from .core.results import NodeStatuses, PostFilterResult, PreFilterResult, fit_error, normalize
+from .core.safeload import InputError
 from .core.stash import Stash, StashKey
 from .core.state import CycleState, StateKey
 from .core.status import Code, Status
-from .hookspecs import hookimpl, hookspec
+from .embed import build_registry, simulate
+from .hookspecs import hookimpl
 from .log import warn_once
-
-if TYPE_CHECKING:
-    from .agent.nodemetric import CollectPolicy, NodeMetricReporter
-    from .core.plugins import Registry
-    from .engines.embedded import EmbeddedEngine, SimulationResult
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ASSIGNED_POD_ADD", "ASSIGNED_POD_DELETE", "NODE_ADD", "NODE_DELETE", "NODE_UPDATE", "POD_ADD", "POD_DELETE",
-    "add_plugin_options", "AdmissionHandle", "AgentHandle",
-    "build_registry", "camel", "canonical", "CFS_PERIOD_US", "ClusterState", "ClusterView",
-    "ClusterEvent", "ClusterEventWithHint", "Code", "Commands", "ConfigError", "CPUInfo", "CycleState",
-    "EmbeddedEngine", "EventRecorder", "Eviction", "field_list",
-    "field_mapping", "FileWrite", "fit_error", "format_cpuset", "format_quantity",
-    "FS_RESCTRL", "Handle", "hookimpl", "hookspec", "InputError", "KoordfwError", "load_manifests",
-    "load_objects", "load_profile", "load_yaml", "load_yaml_all", "loads_json", "make_node", "make_pod",
-    "ManifestError", "Manifests", "MAX_CPUS", "Migration", "Node", "node_metric_name", "NodeBatch",
-    "NodeMetricStatus", "NodeState", "NodeView", "normalize", "parse_cpuset", "parse_duration",
-    "parse_quantity", "parse_reservation", "parse_time", "plan_writes", "PluginFailure", "PluginLoadError", "Pod",
-    "PodMetric", "PodState",
-    "PostFilterResult", "PreFilterResult", "Profile", "QueueingHint", "Reservation", "profile_from_dict", "QuantityError",
-    "raw_allocatable", "read_cgroup_file", "read_node_metric", "registry_from_args", "resource_map", "Scheduler",
-    "SchedulerEvents",
-    "selector_matches", "shorten", "simulate", "StateKey", "Status", "Taint", "VirtualClock", "WaitingPodView", "warn_once",
-    "NodeStatuses", "PluginsRunner",
-    "CollectPolicy", "NodeMetricReporter", "NodePlan", "NodePlanner", "PodAdmission", "update_node_resources",
-    "BoundedCache", "IdentityKey", "memo", "Stash", "StashKey",
+    # writing hooks
+    "hookimpl", "Handle", "AgentHandle", "AdmissionHandle", "ClusterView", "WaitingPodView", "EventRecorder",
+    "PluginsRunner",
+    # what hooks are given and return
+    "Pod", "Node", "Taint", "NodeView", "NodeBatch", "Migration", "NodeState", "PodState", "FileWrite", "Eviction",
+    "CycleState", "StateKey", "Status", "Code", "PreFilterResult", "PostFilterResult", "NodeStatuses", "fit_error",
+    "ClusterEvent", "ClusterEventWithHint", "QueueingHint",
+    # engine-lifetime state and caches
+    "Stash", "StashKey", "BoundedCache", "IdentityKey", "memo",
+    # errors
+    "KoordfwError", "ConfigError", "ManifestError", "PluginLoadError", "QuantityError", "InputError",
+    # helpers
+    "normalize", "canonical", "format_quantity", "parse_quantity", "parse_duration", "warn_once",
+    # running it
+    "simulate", "build_registry",
 ]
-
-
-def normalize(scores: Any, reverse: bool = False, max_priority: int = 100) -> _np.ndarray:
-    """kube's DefaultNormalizeScore: ``max_priority * s / max(s)`` (integer), optionally reversed."""
-    arr = _np.asarray(scores, dtype=_np.int64)
-    top = int(arr.max()) if arr.size else 0
-    if top == 0:
-        return _np.full_like(arr, max_priority if reverse else 0)
-    out = max_priority * arr // top
-    return max_priority - out if reverse else out
-
-
-def read_cgroup_file(path: str | _os.PathLike[str], limit: int = 65536) -> bytes | None:
-    """The first ``limit`` bytes of a cgroup file (``None`` when absent, unreadable or not a path), read as
-    the agent reads its own: a file on a mounted cgroup filesystem through a descriptor kept open and read
-    again at offset 0 (the kernel builds the content anew), any other file opened and closed; see
-    :class:`koordfw.agent.cgroups.CgroupFiles`. For node plugins that read cgroup files every round."""
-    return _CGROUP_FILES.read_bytes(path, limit)
-
-
-def simulate(*a: Any, **kw: Any) -> SimulationResult:
-    """Schedule manifests in the embedded cluster; see :func:`koordfw.engines.embedded.simulate`."""
-    from .engines.embedded import simulate as _simulate
-
-    return _simulate(*a, **kw)
-
-
-def build_registry(*a: Any, **kw: Any) -> Registry:
-    """Load and configure plugins; see :func:`koordfw.engines.embedded.build_registry`."""
-    from .engines.embedded import build_registry as _build
-
-    return _build(*a, **kw)
-
-
-def plan_writes(*a: Any, **kw: Any) -> list[dict[str, str]]:
-    """The cgroup/resctrl writes the node QoS plugins want for a NodeState, as ``koordfw agent plan``
-    prints them; see :func:`koordfw.commands.agent.plan_writes`."""
-    from .commands.agent import plan_writes as _plan
-
-    return _plan(*a, **kw)
-
-
-class NodePlanner:
-    """The agent's planning step (``collect`` is the caller's, ``apply`` nobody's) for node states built by
-    the caller: runs every loaded plugin's ``qos_plan`` hook on a :class:`NodeState` and returns the plan,
-    as ``koordfw agent plan`` does, but awaitable and on the caller's clock, so a replay can plan many
-    nodes round after round on a :class:`VirtualClock` (each plugin keeps its state across rounds: one
-    planner stands for one agent, or for the agents of many nodes when its plugins key their state by
-    node). ``registry`` is bound to this planner's handles: give it a registry of its own (not one an
-    engine uses). Nothing is written or evicted."""
-
-    def __init__(self, registry: Registry, clock: Any = None) -> None:
-        from .core.caller import HookCaller
-        from .core.node_runtime import NodeRuntime, PlannedNode, node_handles
-
-        self.registry = registry
-        self.clock: Any = clock if clock is not None else VirtualClock(0.0)
-        self._node = PlannedNode(registry, self.clock, "a NodePlanner applies nothing")
-        self._node.node_state = NodeState()
-        handle_for = node_handles(self._node)
-        registry.bind(handle_for)
-        self._runtime = NodeRuntime(HookCaller(registry, handle_for))
-
-    @property
-    def node_state(self) -> NodeState:
-        """The node state of the round being (or last) planned."""
-        ns = self._node.node_state
-        assert ns is not None
-        return ns
-
-    @node_state.setter
-    def node_state(self, value: NodeState) -> None:
-        self._node.node_state = value
-
-    async def plan(self, node_state: NodeState) -> NodePlan:
-        """One round of ``qos_plan`` on ``node_state``; a plugin that raises, or returns something that is
-        not a list of FileWrite/Eviction, is left out of the plan and named in ``errors``."""
-        self._node.node_state = node_state
-        return await self._runtime.run_qos_plan(node_state)
-
-
-class PodAdmission:
-    """The API server's pod admission for an embedder that creates pods itself (a replay): runs the
-    registry's ``mutate_pod`` then ``validate_pod`` hooks on a pod manifest (operation CREATE), the plugins
-    reading ``objects`` (ClusterColocationProfiles, Namespaces, PriorityClasses) as ``koordfw simulate``'s
-    do. ``seed`` seeds the generator the plugins share (a profile's probability draws). The registry may be
-    the one a scheduler uses (its class plugins are then shared, each hook given an admission handle)."""
-
-    def __init__(self, registry: Registry, objects: Any = (), *, clock: Any = None, seed: int = 0) -> None:
-        from .core.admission import Admission, StaticObjects
-
-        self._admission = Admission(registry, StaticObjects(objects), clock=clock, seed=seed)
-
-    @property
-    def active(self) -> bool:
-        """Does any plugin implement an admission hook (else :meth:`admit` returns pods unchanged)?"""
-        return bool(self._admission.active)
-
-    async def admit(self, manifest: dict[str, Any]) -> Pod:
-        """The admitted pod; :class:`ManifestError` when a webhook refuses it or the mutated pod is invalid
-        (the message names the plugin)."""
-        from .core.model import pod_from_manifest
-
-        if not self._admission.active:
-            return pod_from_manifest(manifest)
-        out = await self._admission.admit(manifest, "CREATE", patch=False)  # the pod only: no JSON patch
-        name = str((manifest.get("metadata") or {}).get("name") or "?")
-        if not out.allowed:
-            raise ManifestError(f"admission refused pod {name}: {out.message} ({out.plugin})")
-        return pod_from_manifest(out.pod)
-
-
-async def update_node_resources(engine: EmbeddedEngine, last_update: MutableMapping[str, float]) -> list[str]:
-    """The manager's node-resource step for every node of ``engine``'s cluster, with Koordinator's update
-    rules: each ``node_resources`` hook gets the time the node's resources were last written
-    (``last_update[node]``, absent = never), so a plugin such as batch_resource returns ``None`` (no write)
-    when the change is below its diff threshold and its last write is recent; the amounts returned are
-    merged into the node's allocatable and ``last_update[node]`` becomes now. Returns the nodes written
-    (the caller sends the scheduler a ``NODE_UPDATE`` for them). ``EmbeddedEngine.refresh_node_resources``
-    is the same step that always writes."""
-    from .engines.embedded import colocation_from_objects
-
-    rt = engine.scheduler.node_runtime
-    if not rt.implements("node_resources"):
-        return []
-    now = engine.clock.now()
-    engine.colocation = colocation_from_objects(engine.cluster)
-    written = []
-    for view in list(engine.cluster.nodes):
-        # the hooks compare with what the node carries now (its allocatable with the extended resources
-        # written before), as they compare with node.status on a live cluster
-        res = await rt.run_node_resources(_NodeWithAllocatable(view), engine.cluster.pods_on(view.name),
-                                          engine.cluster.node_metric(view.name), now, last_update.get(view.name),
-                                          engine.colocation)
-        if res.amounts:
-            engine.cluster.set_extra_allocatable(view.name, {k: 0 if v is None else v for k, v in res.amounts.items()})
-            last_update[view.name] = now
-            written.append(view.name)
-    return written
-
-
-class _NodeWithAllocatable:
-    """A NodeView whose ``node`` carries the view's current allocatable (the embedded cluster keeps
-    written extended resources in its columns, not in the Node object)."""
-
-    def __init__(self, view: NodeView) -> None:
-        import attrs
-
-        self._view = view
-        self.node = attrs.evolve(view.node, allocatable=view.allocatable)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._view, name)
-
-
-def __getattr__(name: str) -> Any:
-    # the embedded engine is imported on first use, so that importing koordfw stays light
-    if name == "EmbeddedEngine":
-        from .engines.embedded import EmbeddedEngine
-
-        return EmbeddedEngine
-    if name in ("NodeMetricReporter", "CollectPolicy"):
-        # the agent's NodeMetric aggregation (koordlet's states_nodemetric), for replays that build
-        # NodeMetrics from modelled usage: NodeMetricReporter(policy).observe(node_state, now) each
-        # round, .status(now, pods) the NodeMetric status; CollectPolicy its metricCollectPolicy
-        from .agent import nodemetric
-
-        return getattr(nodemetric, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,8 +10,9 @@ import anyio
 import jsonpatch
 import pytest
 
-from koordfw import AdmissionHandle, Status, VirtualClock, build_registry, hookimpl
+from koordfw import AdmissionHandle, Status, build_registry, hookimpl
 from koordfw.core.admission import Admission, StaticObjects, json_patch
+from koordfw.embed import VirtualClock
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team", "labels": {"app": "x"}},
        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}

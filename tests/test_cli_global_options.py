@@ -9,7 +9,8 @@ from importlib import metadata
 
 import pytest
 
-from koordfw import Commands, cli
+from koordfw import cli
+from koordfw.embed import Commands
 
 
 def parse(argv):

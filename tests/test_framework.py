@@ -326,11 +326,11 @@ def test_handle_run_pre_filters_then_filters():
 
 
 async def test_every_node_removed_fails_the_pod_instead_of_crashing():
-    from koordfw import SchedulerEvents
     from koordfw.core.clock import VirtualClock
     from koordfw.core.cluster import ClusterState
     from koordfw.core.model import make_node, make_pod
     from koordfw.core.schedule_one import Scheduler
+    from koordfw.embed import SchedulerEvents
     from koordfw.engines.embedded import build_registry
 
     class Failures(SchedulerEvents):

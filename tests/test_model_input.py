@@ -7,9 +7,10 @@ from fractions import Fraction
 
 import pytest
 
-from koordfw import ManifestError, load_manifests
+from koordfw import ManifestError
 from koordfw.core.model import pod_from_manifest
 from koordfw.core.quantity import QuantityError, canonical, format_quantity, parse_quantity
+from koordfw.inputs import load_manifests
 
 
 @pytest.mark.parametrize("text,value", [
@@ -207,7 +208,7 @@ def test_parse_duration_refuses_negative_only_when_asked():
     ("not json", "invalid JSON"), ('["cpu"]', "expected a JSON object"), ('{"cpu": "lots"}', "invalid quantity"),
 ])
 def test_raw_allocatable_annotation(value, expected):
-    from koordfw import make_node, raw_allocatable
+    from koordfw.inputs import make_node, raw_allocatable
 
     node = make_node("n1", annotations={} if value is None else {"node.koordinator.sh/raw-allocatable": value})
     if expected is None or isinstance(expected, dict):
@@ -220,7 +221,7 @@ def test_raw_allocatable_annotation(value, expected):
 
 
 def test_read_node_metric_common_part_and_errors():
-    from koordfw import read_node_metric
+    from koordfw.inputs import read_node_metric
 
     obj = {"metadata": {"name": "n1"},
            "status": {"updateTime": "2026-11-01T00:00:00Z",

@@ -2,7 +2,7 @@
 give the same answers through every engine, and a plugin that raises (or returns something the point's
 validator refuses) loses only its own contribution, in every engine.
 
-* ``node_resources``: ``koordfw simulate`` (the embedded engine's refresh), ``koordfw.update_node_resources``
+* ``node_resources``: ``koordfw simulate`` (the embedded engine's refresh), ``koordfw.embed.update_node_resources``
   and the manager's node-resource controller against the fake API server;
 * ``qos_plan``: the node agent's round on a fake node, :class:`koordfw.NodePlanner` and ``koordfw agent plan``;
 * ``mutate_pod``: ``koordfw simulate``'s admission, :class:`koordfw.PodAdmission` and the manager's webhook.
@@ -24,7 +24,9 @@ import yaml
 from kube_testkit import node, pod, wait_for
 
 import koordfw
-from koordfw import AgentHandle, Eviction, FileWrite, NodePlanner, PodAdmission, hookimpl
+import koordfw.embed
+import koordfw.inputs
+from koordfw import AgentHandle, Eviction, FileWrite, hookimpl
 from koordfw.agent.cgroups import CgroupLayout, detect_version
 from koordfw.agent.executor import Executor
 from koordfw.agent.loop import Agent
@@ -36,6 +38,7 @@ from koordfw.core.manifests import load_manifests
 from koordfw.core.plugins import Registry
 from koordfw.core.profile import profile_from_dict
 from koordfw.core.quantity import canonical
+from koordfw.embed import NodePlanner, PodAdmission
 from koordfw.engines.embedded import EmbeddedEngine, build_registry
 from koordfw.engines.kube.client import KubeClient
 from koordfw.engines.kube.manager import KubeManager
@@ -122,7 +125,7 @@ async def through_helper(tmp: Path) -> dict[str, dict[str, int]]:
     cluster = ClusterState()
     engine = EmbeddedEngine(node_resources_registry(), cluster, start_time=manifests.newest_timestamp())
     manifests.to_cluster(cluster)
-    assert await koordfw.update_node_resources(engine, {}) == ["n1", "node-2"]
+    assert await koordfw.embed.update_node_resources(engine, {}) == ["n1", "node-2"]
     return {v.name: {k: int(a) for k, a in v.allocatable.items() if k in WRITTEN and int(a) != 0}
             for v in cluster.nodes}
 
@@ -337,7 +340,7 @@ def test_queue_sort_runs_through_the_caller_and_a_failure_falls_back_to_the_defa
     cluster = ClusterState()
     engine = EmbeddedEngine(reg, cluster)
     fw = engine.scheduler.framework
-    good, bad = koordfw.make_pod("good"), koordfw.make_pod("bad")
+    good, bad = koordfw.inputs.make_pod("good"), koordfw.inputs.make_pod("bad")
     assert fw.queue_sort_key(good) == ("good",)
     assert fw.queue_sort_key(bad) is None  # logged by the caller; the scheduler's default key applies
     assert seen == ["by_name", "by_name"] and CURRENT_PLUGIN.get() is None
@@ -352,7 +355,7 @@ def test_an_async_queue_sort_is_refused_and_leaves_no_plugin_context() -> None:
 
     engine = EmbeddedEngine(build_registry({}, only=[], plugins={"async_sort": Async()}, disable=["priority_sort"]),
                             ClusterState())
-    assert engine.scheduler.framework.queue_sort_key(koordfw.make_pod("p")) is None
+    assert engine.scheduler.framework.queue_sort_key(koordfw.inputs.make_pod("p")) is None
     assert CURRENT_PLUGIN.get() is None
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import anyio
 import attrs
 
-from koordfw import EmbeddedEngine, Status, build_registry, hookimpl, make_pod
+from koordfw import Status, build_registry, hookimpl
+from koordfw.embed import EmbeddedEngine
+from koordfw.inputs import make_pod
 from koordfw.testing import ClusterBuilder
 
 

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import anyio
 
-from koordfw import (
-    ASSIGNED_POD_DELETE,
-    NODE_ADD,
-    ClusterEventWithHint,
-    EmbeddedEngine,
-    QueueingHint,
-    Status,
-    build_registry,
-    hookimpl,
-    make_node,
-    make_pod,
-)
+from koordfw import ClusterEventWithHint, QueueingHint, Status, build_registry, hookimpl
 from koordfw.core.cluster import ClusterState
+from koordfw.embed import EmbeddedEngine
+from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD
+from koordfw.inputs import make_node, make_pod
 from koordfw.testing import ClusterBuilder, schedule
 
 ALLOC = {"cpu": "4", "memory": "8Gi", "pods": "10"}

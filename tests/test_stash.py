@@ -9,7 +9,7 @@ import pytest
 from koordfw_be_suppress import FEEDBACK
 from koordfw_eviction import LIVE
 
-from koordfw import AdmissionHandle, AgentHandle, EmbeddedEngine, Stash, StashKey, build_registry, hookimpl
+from koordfw import AdmissionHandle, AgentHandle, Stash, StashKey, build_registry, hookimpl
 from koordfw.agent.cgroups import CgroupLayout, detect_version
 from koordfw.agent.executor import Executor
 from koordfw.agent.loop import Agent
@@ -17,6 +17,7 @@ from koordfw.core.admission import Admission, StaticObjects
 from koordfw.core.clock import VirtualClock
 from koordfw.core.plugins import Registry
 from koordfw.core.profile import profile_from_dict
+from koordfw.embed import EmbeddedEngine
 from koordfw.testing import ClusterBuilder
 from koordfw.testing.cgroups import FakeNode
 

@@ -8,7 +8,8 @@ import copy
 
 import pytest
 
-from koordfw import ManifestError, load_objects
+from koordfw import ManifestError
+from koordfw.inputs import load_objects
 
 PVC = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": "db"},
        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",

@@ -13,16 +13,10 @@ from typing import Any
 import anyio
 import pytest
 
-from koordfw import (
-    ASSIGNED_POD_DELETE,
-    NODE_ADD,
-    EmbeddedEngine,
-    QueueingHint,
-    StateKey,
-    build_registry,
-    make_node,
-    make_pod,
-)
+from koordfw import QueueingHint, StateKey, build_registry
+from koordfw.embed import EmbeddedEngine
+from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD
+from koordfw.inputs import make_node, make_pod
 from koordfw.testing import ClusterBuilder, schedule
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "writing-a-plugin.md"

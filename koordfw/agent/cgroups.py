@@ -363,8 +363,16 @@ class CgroupFiles:
 
 
 #: the process's cgroup file reader: the agent's collection, its executor and (through
-#: :func:`koordfw.read_cgroup_file`) the node plugins read through it
+#: :func:`koordfw.nodestate.read_cgroup_file`) the node plugins read through it
 CGROUP_FILES = CgroupFiles()
+
+
+def read_cgroup_file(path: str | os.PathLike[str], limit: int = 65536) -> bytes | None:
+    """The first ``limit`` bytes of a cgroup file (``None`` when absent, unreadable or not a path), read as
+    the agent reads its own: a file on a mounted cgroup filesystem through a descriptor kept open and read
+    again at offset 0 (the kernel builds the content anew), any other file opened and closed; see
+    :class:`CgroupFiles`. For node plugins that read cgroup files every round."""
+    return CGROUP_FILES.read_bytes(path, limit)
 
 
 def read_value(path: str | Path) -> str | None:

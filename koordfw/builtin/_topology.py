@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from koordfw import ClusterState, Pod, selector_matches
+from koordfw import Pod
+from koordfw.embed import ClusterState
+from koordfw.inputs import selector_matches
 
 #: the label kube-apiserver puts on every Namespace (NamespaceDefaultLabelName)
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"

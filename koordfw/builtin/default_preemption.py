@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import attrs
 
-from koordfw import Code, PostFilterResult, Status, hookimpl, selector_matches
+from koordfw import Code, PostFilterResult, Status, hookimpl
+from koordfw.inputs import selector_matches
 
 
 @attrs.define

@@ -14,7 +14,8 @@ import weakref
 
 import numpy as np
 
-from koordfw import ClusterState, CycleState, NodeBatch, Pod, StateKey, Status, hookimpl
+from koordfw import CycleState, NodeBatch, Pod, StateKey, Status, hookimpl
+from koordfw.embed import ClusterState
 
 MB = 1024 * 1024
 MIN_THRESHOLD = 23 * MB

@@ -40,21 +40,9 @@ from typing import Any, cast
 import attrs
 import numpy as np
 
-from koordfw import (
-    ASSIGNED_POD_ADD,
-    ASSIGNED_POD_DELETE,
-    NODE_ADD,
-    NODE_UPDATE,
-    ClusterEventWithHint,
-    ClusterState,
-    CycleState,
-    NodeBatch,
-    Pod,
-    QueueingHint,
-    StateKey,
-    Status,
-    hookimpl,
-)
+from koordfw import ClusterEventWithHint, CycleState, NodeBatch, Pod, QueueingHint, StateKey, Status, hookimpl
+from koordfw.embed import ClusterState
+from koordfw.hints import ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE
 
 from ._topology import AffinityTerm, Domains, Namespaces, NodeTally, TallyCache, domain_sums, pod_terms
 

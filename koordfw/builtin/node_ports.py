@@ -19,17 +19,8 @@ from typing import cast
 
 import numpy as np
 
-from koordfw import (
-    ASSIGNED_POD_DELETE,
-    NODE_ADD,
-    NODE_UPDATE,
-    ClusterEventWithHint,
-    NodeBatch,
-    Pod,
-    QueueingHint,
-    Status,
-    hookimpl,
-)
+from koordfw import ClusterEventWithHint, NodeBatch, Pod, QueueingHint, Status, hookimpl
+from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE
 
 from ._topology import NodeTally
 

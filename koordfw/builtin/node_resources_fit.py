@@ -9,19 +9,8 @@ across resources), each over ``resources`` with weights (default cpu and memory,
 import attrs
 import numpy as np
 
-from koordfw import (
-    ASSIGNED_POD_DELETE,
-    NODE_ADD,
-    NODE_UPDATE,
-    POD_DELETE,
-    BoundedCache,
-    ClusterEventWithHint,
-    QueueingHint,
-    StashKey,
-    Status,
-    hookimpl,
-    memo,
-)
+from koordfw import BoundedCache, ClusterEventWithHint, QueueingHint, StashKey, Status, hookimpl, memo
+from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE, POD_DELETE
 
 _STRATEGIES = {"leastallocated": "LeastAllocated", "least_allocated": "LeastAllocated",
                "mostallocated": "MostAllocated", "most_allocated": "MostAllocated",

@@ -7,7 +7,8 @@ terms, normalised to 0..100. Pods with nothing to check are skipped at pre_filte
 
 import numpy as np
 
-from koordfw import NODE_ADD, NODE_UPDATE, ClusterEventWithHint, QueueingHint, Status, hookimpl, normalize
+from koordfw import ClusterEventWithHint, QueueingHint, Status, hookimpl, normalize
+from koordfw.hints import NODE_ADD, NODE_UPDATE
 
 REASON = Status.unresolvable("node(s) didn't match Pod's node affinity/selector")
 

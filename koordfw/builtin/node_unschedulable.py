@@ -1,7 +1,8 @@
 """node_unschedulable: nodes with ``spec.unschedulable`` reject pods that do not tolerate
 ``node.kubernetes.io/unschedulable:NoSchedule`` (kube's NodeUnschedulable)."""
 
-from koordfw import NODE_ADD, NODE_UPDATE, ClusterEventWithHint, QueueingHint, Status, Taint, hookimpl
+from koordfw import ClusterEventWithHint, QueueingHint, Status, Taint, hookimpl
+from koordfw.hints import NODE_ADD, NODE_UPDATE
 
 REASON = Status.unresolvable("node(s) were unschedulable")
 _TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")

@@ -39,23 +39,10 @@ from typing import Any
 import attrs
 import numpy as np
 
-from koordfw import (
-    ASSIGNED_POD_ADD,
-    ASSIGNED_POD_DELETE,
-    NODE_ADD,
-    NODE_UPDATE,
-    BoundedCache,
-    ClusterEventWithHint,
-    ClusterState,
-    CycleState,
-    NodeBatch,
-    Pod,
-    QueueingHint,
-    StateKey,
-    Status,
-    hookimpl,
-    selector_matches,
-)
+from koordfw import BoundedCache, ClusterEventWithHint, CycleState, NodeBatch, Pod, QueueingHint, StateKey, Status, hookimpl
+from koordfw.embed import ClusterState
+from koordfw.hints import ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE
+from koordfw.inputs import selector_matches
 
 from ._topology import Domains, TallyCache, freeze, merge_label_keys
 from .inter_pod_affinity import nominated_on

@@ -3,7 +3,8 @@ number of intolerable PreferNoSchedule taints (fewer is better, normalised in re
 
 import numpy as np
 
-from koordfw import NODE_ADD, NODE_UPDATE, ClusterEventWithHint, IdentityKey, QueueingHint, Status, hookimpl, memo, normalize
+from koordfw import ClusterEventWithHint, IdentityKey, QueueingHint, Status, hookimpl, memo, normalize
+from koordfw.hints import NODE_ADD, NODE_UPDATE
 
 
 @memo(4096)

@@ -49,8 +49,6 @@ import attrs
 import numpy as np
 
 from koordfw import (
-    NODE_ADD,
-    NODE_UPDATE,
     ClusterEvent,
     ClusterEventWithHint,
     CycleState,
@@ -62,8 +60,9 @@ from koordfw import (
     Status,
     hookimpl,
     parse_quantity,
-    selector_matches,
 )
+from koordfw.hints import NODE_ADD, NODE_UPDATE
+from koordfw.inputs import selector_matches
 
 from ._volumes import access_modes, claim, claim_class, missing_claim
 from .node_selector import term_matches

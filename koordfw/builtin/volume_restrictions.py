@@ -25,19 +25,8 @@ from typing import Any, cast
 import attrs
 import numpy as np
 
-from koordfw import (
-    ASSIGNED_POD_DELETE,
-    NODE_ADD,
-    NODE_UPDATE,
-    ClusterEvent,
-    ClusterEventWithHint,
-    CycleState,
-    NodeBatch,
-    Pod,
-    StateKey,
-    Status,
-    hookimpl,
-)
+from koordfw import ClusterEvent, ClusterEventWithHint, CycleState, NodeBatch, Pod, StateKey, Status, hookimpl
+from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE
 
 from ._topology import NodeTally
 from ._volumes import access_modes, claim, claims_known, not_found

@@ -17,18 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from koordfw import (
-    NODE_ADD,
-    NODE_UPDATE,
-    ClusterEvent,
-    ClusterEventWithHint,
-    CycleState,
-    NodeBatch,
-    Pod,
-    StateKey,
-    Status,
-    hookimpl,
-)
+from koordfw import ClusterEvent, ClusterEventWithHint, CycleState, NodeBatch, Pod, StateKey, Status, hookimpl
+from koordfw.hints import NODE_ADD, NODE_UPDATE
 
 from ._volumes import claim, claim_class, claims_known, not_found
 

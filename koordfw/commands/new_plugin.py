@@ -50,7 +50,8 @@ def score(pod, nodes):
     return {{n.name: 100 if n.labels.get(LABEL) == "preferred" else 0 for n in nodes}}
 '''
 
-TEST = '''from koordfw import Manifests, make_node, make_pod, simulate
+TEST = '''from koordfw import simulate
+from koordfw.inputs import Manifests, make_node, make_pod
 
 
 def test_{name}_steers_pods():

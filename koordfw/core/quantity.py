@@ -215,7 +215,7 @@ def bad_node_resources(res: Any) -> dict[str, str]:
     amount being an integer (numpy's too; not a bool) in ``[0, MAX_CANONICAL]`` and a name a non-empty
     string: ``{name: repr(value)}`` of the offenders, ``{"<result>": type}`` for a result that is not a
     dict, ``{}`` when it is valid. The one rule for every place that applies these results (the
-    embedded engine, ``koordfw.update_node_resources`` and ``koordfw manager``), so a plugin's result is
+    embedded engine, ``koordfw.embed.update_node_resources`` and ``koordfw manager``), so a plugin's result is
     accepted or refused alike everywhere."""
     if not isinstance(res, dict):
         return {"<result>": type(res).__name__}

@@ -183,3 +183,13 @@ def score_array(plugin: str, res: Any, batch: NodeBatch) -> np.ndarray:
         raise PluginFailure(Status.error(
             f"plugin {plugin} returned {arr.size} scores for {n} nodes", plugin))
     return arr
+
+
+def normalize(scores: Any, reverse: bool = False, max_priority: int = 100) -> np.ndarray:
+    """kube's DefaultNormalizeScore: ``max_priority * s / max(s)`` (integer), optionally reversed."""
+    arr = np.asarray(scores, dtype=np.int64)
+    top = int(arr.max()) if arr.size else 0
+    if top == 0:
+        return np.full_like(arr, max_priority if reverse else 0)
+    out = max_priority * arr // top
+    return max_priority - out if reverse else out

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import koordfw
+import koordfw.nodestate
 from koordfw.agent.cgroups import CGROUP_FILES, CgroupFiles, cgroup_devices, read_value
 from koordfw.testing.cgroups import make_real_cgroup, real_cgroups_unavailable, remove_real_cgroups
 
@@ -170,7 +171,7 @@ def test_the_agent_and_plugins_share_the_process_reader(cg):
         assert read_value(path) == "42"
         assert path in CGROUP_FILES
         (cg / "cpu.shares").write_text("43")
-        assert koordfw.read_cgroup_file(path) == b"43\n"
+        assert koordfw.nodestate.read_cgroup_file(path) == b"43\n"
     finally:
         CGROUP_FILES.forget([cg.name])
     assert path not in CGROUP_FILES

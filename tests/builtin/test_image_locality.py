@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from koordfw import CycleState, ManifestError, NodeBatch, make_pod
+from koordfw import CycleState, ManifestError, NodeBatch
 from koordfw.builtin.image_locality import ImageLocality, normalized_image_name
 from koordfw.core.cluster import ClusterState
 from koordfw.core.model import node_from_manifest
+from koordfw.inputs import make_pod
 from koordfw.testing import ClusterBuilder, schedule
 
 MB = 1024 * 1024

@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from koordfw import CycleState, NodeBatch, make_node, make_pod
+from koordfw import CycleState, NodeBatch
 from koordfw.builtin.inter_pod_affinity import Args, InterPodAffinity
 from koordfw.core.cluster import ClusterState
+from koordfw.inputs import make_node, make_pod
 from koordfw.testing import ClusterBuilder, schedule
 
 AFF = "node(s) didn't match pod affinity rules"

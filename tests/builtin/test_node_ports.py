@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from koordfw import ManifestError, make_pod
+from koordfw import ManifestError
+from koordfw.inputs import make_pod
 from koordfw.testing import ClusterBuilder, schedule
 
 REASON = "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."

@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from koordfw import ConfigError, CycleState, NodeBatch, build_registry, make_node, make_pod
+from koordfw import ConfigError, CycleState, NodeBatch, build_registry
 from koordfw.builtin.pod_topology_spread import Args, PodTopologySpread, default_selector
 from koordfw.core.cluster import ClusterState
 from koordfw.core.model import pod_from_manifest
+from koordfw.inputs import make_node, make_pod
 from koordfw.testing import ClusterBuilder, schedule
 
 SKEW = "node(s) didn't match pod topology spread constraints"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from koordfw import ManifestError, make_pod
+from koordfw import ManifestError
+from koordfw.inputs import make_pod
 from koordfw.testing import ClusterBuilder, schedule
 
 

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from koordfw import CycleState, Status, make_pod
+from koordfw import CycleState, Status
 from koordfw.builtin.volume_binding import BIND_CONFLICT, BOUND_BY_CONTROLLER, SELECTED_NODE, VolumeBinding
 from koordfw.core.cluster import ClusterState
 from koordfw.core.events import merge_patch
+from koordfw.inputs import make_pod
 from koordfw.testing import ClusterBuilder
 
 LOCAL = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "local"},

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from koordfw import ManifestError, make_pod
+from koordfw import ManifestError
+from koordfw.inputs import make_pod
 from koordfw.testing import ClusterBuilder, schedule
 
 DISK = "0/1 nodes are available: 1 node(s) had no available disk."

@@ -10,13 +10,14 @@ import anyio
 import attrs
 import pytest
 
-from koordfw import NODE_ADD, POD_ADD, ClusterEventWithHint, QueueingHint, Status, hookimpl
+from koordfw import ClusterEventWithHint, QueueingHint, Status, hookimpl
 from koordfw.core.clock import VirtualClock
 from koordfw.core.cluster import ClusterState
 from koordfw.core.model import make_node, make_pod
 from koordfw.core.plugins import Registry
 from koordfw.core.queue import SchedulingQueue
 from koordfw.core.schedule_one import Scheduler
+from koordfw.hints import NODE_ADD, POD_ADD
 
 
 def by_priority(pod, info):

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from admission_validation import validate_webhook_configuration
 
-from koordfw import selector_matches
 from koordfw.engines.kube.webhook import DEFAULT_PORT, Webhook
+from koordfw.inputs import selector_matches
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DOCS = [d for d in yaml.safe_load_all((DEPLOY / "webhook.yaml").read_text()) if d]

@@ -1,5 +1,5 @@
 """Same answers everywhere (issue #30, point 7): the same objects given to ``koordfw simulate`` (the
-embedded engine), to ``koordfw.update_node_resources`` (the public helper), and to ``koordfw manager``
+embedded engine), to ``koordfw.embed.update_node_resources`` (the public helper), and to ``koordfw manager``
 on a REAL kube-apiserver and on the FAKE one give the same ``Node.status`` resources (batch and device);
 and a small mixed workload gets the same placements from ``koordfw simulate`` and from the live
 scheduler on the real API server (same seed).
@@ -32,6 +32,7 @@ import yaml
 from realkube_testkit import stop_process
 
 import koordfw
+import koordfw.embed
 from koordfw.core import node_runtime
 from koordfw.core.cluster import ClusterState
 from koordfw.core.manifests import load_manifests
@@ -262,14 +263,14 @@ async def manager_result(kubeconfig: Path, log: Path, get_status) -> dict[str, d
 
 
 async def helper_result(objects: list[dict], tmp: Path) -> dict[str, dict[str, int]]:
-    """``koordfw.update_node_resources``, the public helper, on an embedded engine of the same objects."""
+    """``koordfw.embed.update_node_resources``, the public helper, on an embedded engine of the same objects."""
     f = tmp / "helper.yaml"
     f.write_text(yaml.safe_dump_all(objects))
     manifests = load_manifests([str(f)])
     cluster = ClusterState()
     engine = EmbeddedEngine(build_registry(None), cluster, start_time=manifests.newest_timestamp())
     manifests.to_cluster(cluster)
-    await koordfw.update_node_resources(engine, {})
+    await koordfw.embed.update_node_resources(engine, {})
     return {v.name: {k: int(a) for k, a in v.allocatable.items() if k in WRITTEN and int(a) != 0}
             for v in cluster.nodes}
 

@@ -24,8 +24,9 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import parse_reservation, warn_once
+from koordfw import warn_once
 from koordfw.extension import ANNOTATION_NODE_RESERVATION, BATCH_CPU, BATCH_MEMORY, PRIORITY_BATCH, PRIORITY_FREE, QOS_LSE
+from koordfw.nodestate import parse_reservation
 
 from .metric import CPU, MEMORY, NodeMetricInfo
 from .strategy import MAX_USAGE_REQUEST, REQUEST, ColocationStrategy

@@ -12,8 +12,8 @@ from typing import Any
 
 import attrs
 
-from koordfw import PodMetric, field_list, field_mapping, read_node_metric, resource_map
 from koordfw.extension import PRIORITY_BATCH, PRIORITY_FREE
+from koordfw.inputs import PodMetric, field_list, field_mapping, read_node_metric, resource_map
 
 CPU, MEMORY = "cpu", "memory"
 

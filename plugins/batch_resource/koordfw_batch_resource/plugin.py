@@ -29,8 +29,9 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import ManifestError, NodeState, PodState, format_quantity, hookimpl, read_cgroup_file, warn_once
+from koordfw import ManifestError, NodeState, PodState, format_quantity, hookimpl, warn_once
 from koordfw.extension import ANNOTATION_CPU_NORMALIZATION_RATIO, BATCH_CPU, BATCH_MEMORY, COLOCATION_CONFIG_KEY
+from koordfw.nodestate import read_cgroup_file
 
 from .calculator import BatchResult, calculate, needs_sync
 from .metric import NodeMetricInfo, parse_node_metric

@@ -37,8 +37,9 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import FileWrite, NodeState, PodState, QuantityError, canonical, loads_json, warn_once
+from koordfw import FileWrite, NodeState, PodState, QuantityError, canonical, warn_once
 from koordfw.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY, LABEL_POD_QOS, QOS_BE
+from koordfw.inputs import loads_json
 
 log = structlog.get_logger("koordfw.batch_resource")
 

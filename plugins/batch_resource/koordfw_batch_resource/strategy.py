@@ -15,7 +15,8 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import camel, loads_json, selector_matches, warn_once
+from koordfw import warn_once
+from koordfw.inputs import camel, loads_json, selector_matches
 
 ANNOTATION_COLOCATION_STRATEGY = "node.koordinator.sh/colocation-strategy"
 LABEL_CPU_RECLAIM_RATIO = "node.koordinator.sh/cpu-reclaim-ratio"

@@ -23,7 +23,7 @@ import attrs
 import pytest
 from koordfw_batch_resource import ColocationStrategy, calculate, needs_sync, parse_node_metric, strategy_for_node
 
-from koordfw import load_objects, make_pod
+from koordfw.inputs import load_objects, make_pod
 
 G = 2**30
 NOW = 1_800_000_000.0

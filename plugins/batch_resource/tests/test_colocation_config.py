@@ -10,7 +10,7 @@ import datetime as dt
 import pytest
 from koordfw_batch_resource import BatchResource, ColocationStrategy
 
-from koordfw import make_node
+from koordfw.inputs import make_node
 
 NOW = 1_800_000_000.0
 CPU, MEM = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"

@@ -12,8 +12,8 @@ import pytest
 from koordfw_batch_resource.calculator import annotation_reservation
 from koordfw_batch_resource.metric import CPU
 
-from koordfw import parse_reservation
 from koordfw.extension import ANNOTATION_NODE_RESERVATION
+from koordfw.nodestate import parse_reservation
 from koordfw.testing.hostile import check_cli_outcome, simulate_objects
 
 CS = "node.koordinator.sh/colocation-strategy"

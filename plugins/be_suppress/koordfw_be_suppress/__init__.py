@@ -19,21 +19,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import (
-    CFS_PERIOD_US,
-    AgentHandle,
-    BoundedCache,
-    CPUInfo,
-    FileWrite,
-    NodeState,
-    StashKey,
-    camel,
-    format_cpuset,
-    hookimpl,
-    loads_json,
-    warn_once,
-)
-from koordfw import parse_cpuset as _parse_cpuset
+from koordfw import AgentHandle, BoundedCache, FileWrite, NodeState, StashKey, hookimpl, warn_once
 from koordfw.extension import (
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
     ANNOTATION_NODE_RESERVATION,
@@ -43,6 +29,9 @@ from koordfw.extension import (
     QOS_LSE,
     QOS_LSR,
 )
+from koordfw.inputs import camel, loads_json
+from koordfw.nodestate import CFS_PERIOD_US, CPUInfo, format_cpuset
+from koordfw.nodestate import parse_cpuset as _parse_cpuset
 
 from .feedback import FeedbackState, LSPressureFeedback
 

@@ -38,7 +38,9 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import NodeState, camel, read_cgroup_file, warn_once
+from koordfw import NodeState, warn_once
+from koordfw.inputs import camel
+from koordfw.nodestate import read_cgroup_file
 
 log = structlog.get_logger("koordfw.be_suppress")
 

@@ -22,8 +22,9 @@ from koordfw_colocation_profile import (
     validation_errors,
 )
 
-from koordfw import ManifestError, VirtualClock, build_registry
+from koordfw import ManifestError, build_registry
 from koordfw.core.admission import Admission, StaticObjects
+from koordfw.embed import VirtualClock
 from koordfw.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 
 QOS, PRIO = "koordinator.sh/qosClass", "koordinator.sh/priority"

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from koordfw import Commands, ConfigError, InputError, format_quantity, load_yaml, parse_quantity
+from koordfw import ConfigError, InputError, format_quantity, parse_quantity
+from koordfw.embed import Commands
+from koordfw.inputs import load_yaml
 
 from .model import (
     Replay,

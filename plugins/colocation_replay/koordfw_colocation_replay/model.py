@@ -43,22 +43,19 @@ import attrs
 import numpy as np
 from koordfw_resource_profile.api import ANNOTATION_TEMPLATES
 
-from koordfw import (
-    NODE_UPDATE,
+from koordfw import NodeState, PodState, build_registry
+from koordfw.embed import (
     ClusterState,
     CollectPolicy,
     EmbeddedEngine,
     NodeMetricReporter,
     NodePlanner,
-    NodeState,
     PodAdmission,
-    PodState,
-    build_registry,
-    make_node,
-    make_pod,
     update_node_resources,
 )
 from koordfw.extension import BATCH_CPU, BATCH_MEMORY, LABEL_POD_QOS
+from koordfw.hints import NODE_UPDATE
+from koordfw.inputs import make_node, make_pod
 
 from .traces import SLOT, LSTrace, Task, TraceError
 

@@ -260,7 +260,7 @@ def test_plot_without_matplotlib_fails_before_the_run(tmp_path: Path, monkeypatc
 def test_replay_is_a_shared_group() -> None:
     import argparse
 
-    from koordfw import Commands
+    from koordfw.embed import Commands
 
     parser = argparse.ArgumentParser()
     top = Commands.nested(parser, dest="command")
@@ -275,19 +275,10 @@ def test_replay_is_a_shared_group() -> None:
 
 def test_front_doors_node_planner_and_update_node_resources() -> None:
     """The agent's plan and the manager's node-resource step as the replay drives them."""
-    from koordfw import (
-        ClusterState,
-        EmbeddedEngine,
-        NodePlanner,
-        NodeState,
-        PodState,
-        VirtualClock,
-        build_registry,
-        make_node,
-        make_pod,
-        update_node_resources,
-    )
+    from koordfw import NodeState, PodState, build_registry
+    from koordfw.embed import ClusterState, EmbeddedEngine, NodePlanner, VirtualClock, update_node_resources
     from koordfw.extension import BATCH_CPU
+    from koordfw.inputs import make_node, make_pod
 
     ls = make_pod("ls", "default", requests={"cpu": "4"}, labels={"koordinator.sh/qosClass": "LS"})
     be = make_pod("be", "default", requests={BATCH_CPU: "1000"}, labels={"koordinator.sh/qosClass": "BE"},

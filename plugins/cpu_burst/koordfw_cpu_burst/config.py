@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from koordfw import camel, loads_json
+from koordfw.inputs import camel, loads_json
 
 #: CPUBurstPolicy values (apis/slo/v1alpha1/nodeslo_types.go)
 POLICY_NONE = "none"

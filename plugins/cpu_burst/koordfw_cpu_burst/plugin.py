@@ -21,8 +21,9 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import AgentHandle, BoundedCache, FileWrite, NodeState, PodState, hookimpl, read_cgroup_file, warn_once
+from koordfw import AgentHandle, BoundedCache, FileWrite, NodeState, PodState, hookimpl, warn_once
 from koordfw.extension import ANNOTATION_POD_CPU_BURST, LABEL_POD_QOS, QOS_BE, QOS_LSE, QOS_LSR
+from koordfw.nodestate import read_cgroup_file
 
 from .burst import (
     BurstLimiter,

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import structlog
 
-from koordfw import FileWrite, NodeState, PodState, hookimpl, loads_json
+from koordfw import FileWrite, NodeState, PodState, hookimpl
 from koordfw.extension import ANNOTATION_RESOURCE_STATUS, QOS_LS, QOS_LSE, QOS_LSR
+from koordfw.inputs import loads_json
 
 from .cpuset import format_cpuset, parse_cpuset
 

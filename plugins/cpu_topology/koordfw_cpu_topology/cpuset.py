@@ -1,6 +1,6 @@
 """Linux CPU list format ("0-3,8,10-11"), as written in cpuset.cpus and Koordinator's annotations.
 
-The kernel's parser and formatter (public as ``koordfw.parse_cpuset`` and ``koordfw.format_cpuset``) do
+The kernel's parser and formatter (public as ``koordfw.nodestate.parse_cpuset`` and ``koordfw.nodestate.format_cpuset``) do
 the work, CPU ids bounded below :data:`MAX_CPUS` (8192, the kernel's largest ``NR_CPUS``) before anything
 is expanded, so that ``"0-100000000"`` in an annotation costs nothing instead of gigabytes; this module is
 stricter about what the scheduler accepts in an annotation: only strings, and no empty elements.
@@ -8,8 +8,8 @@ stricter about what the scheduler accepts in an annotation: only strings, and no
 
 from __future__ import annotations
 
-from koordfw import MAX_CPUS, format_cpuset
-from koordfw import parse_cpuset as _parse
+from koordfw.nodestate import MAX_CPUS, format_cpuset
+from koordfw.nodestate import parse_cpuset as _parse
 
 __all__ = ["MAX_CPUS", "CPUSetError", "format_cpuset", "parse_cpuset"]
 

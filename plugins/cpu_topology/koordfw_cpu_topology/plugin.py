@@ -21,7 +21,7 @@ import attrs
 import numpy as np
 import structlog
 
-from koordfw import BoundedCache, IdentityKey, StateKey, Status, hookimpl, loads_json, warn_once
+from koordfw import BoundedCache, IdentityKey, StateKey, Status, hookimpl, warn_once
 from koordfw.extension import (
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
     ANNOTATION_NODE_CPU_ALLOCS,
@@ -32,6 +32,7 @@ from koordfw.extension import (
     QOS_LSE,
     QOS_LSR,
 )
+from koordfw.inputs import loads_json
 
 from .accumulator import (
     EXCLUSIVE_NONE,

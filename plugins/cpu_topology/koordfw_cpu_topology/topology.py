@@ -11,8 +11,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from koordfw import loads_json
 from koordfw.extension import ANNOTATION_NODE_CPU_TOPOLOGY as ANNOTATION_CPU_TOPOLOGY
+from koordfw.inputs import loads_json
 
 from .cpuset import MAX_CPUS
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from koordfw_cpu_topology.agent import CPUSetAgent, plan
 
-from koordfw import make_pod
 from koordfw.agent.executor import Executor
 from koordfw.core.nodestate import ContainerState, CPUInfo, NodeState, PodState
+from koordfw.inputs import make_pod
 
 STATUS = "scheduling.koordinator.sh/resource-status"
 

@@ -8,8 +8,8 @@ import pytest
 from cpu_topology_helpers import SPEC, STATUS, TOPO, cpuset_of, lsr, reason_of, topo_ann
 from koordfw_cpu_topology.plugin import parse_resource_spec
 
-from koordfw import make_pod
 from koordfw.engines.embedded import EmbeddedEngine, build_registry
+from koordfw.inputs import make_pod
 from koordfw.testing import ClusterBuilder, schedule
 
 ONLY = ["cpu_topology"]

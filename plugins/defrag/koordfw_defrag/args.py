@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 
 import attrs
 
-from koordfw import camel, parse_duration
+from koordfw import parse_duration
+from koordfw.inputs import camel
 
 DEFAULT_POOL = "__default_node_pool__"
 

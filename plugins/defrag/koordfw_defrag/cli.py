@@ -11,7 +11,8 @@ import argparse
 import json
 import sys
 
-from koordfw import Commands, ConfigError, add_plugin_options
+from koordfw import ConfigError
+from koordfw.embed import Commands, add_plugin_options
 
 
 def register(sub: Commands) -> None:
@@ -29,7 +30,7 @@ async def plan_snapshot(manifests, registry) -> dict:
     """Run every plugin's ``deschedule`` hook once on the snapshot; the defrag plugin's plan is shown
     even in dry-run mode."""
 
-    from koordfw import EmbeddedEngine
+    from koordfw.embed import EmbeddedEngine
 
     cluster = manifests.to_cluster()
     engine = EmbeddedEngine(registry, cluster, start_time=manifests.newest_timestamp())
@@ -59,7 +60,8 @@ async def plan_snapshot(manifests, registry) -> dict:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from koordfw import load_manifests, registry_from_args
+    from koordfw.embed import registry_from_args
+    from koordfw.inputs import load_manifests
 
     manifests = load_manifests(args.paths)
     registry = registry_from_args(args)

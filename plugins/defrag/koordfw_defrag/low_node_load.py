@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import BoundedCache, ManifestError, canonical, field_mapping, parse_time, raw_allocatable, warn_once
+from koordfw import BoundedCache, ManifestError, canonical, warn_once
 from koordfw.extension import (
     ANNOTATION_NODE_RAW_ALLOCATABLE,
     LABEL_POD_QOS,
@@ -29,6 +29,7 @@ from koordfw.extension import (
     QOS_LSR,
     QOS_SYSTEM,
 )
+from koordfw.inputs import field_mapping, parse_time, raw_allocatable
 
 from .args import AnomalyCondition, LowNodeLoadArgs, NodePool
 from .plan import PlanBuilder

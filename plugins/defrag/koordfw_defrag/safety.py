@@ -7,12 +7,9 @@ from typing import Any
 
 import structlog
 
-from koordfw import (
-    BoundedCache,
-    selector_matches,  # noqa: F401  (re-exported for low_node_load)
-    warn_once,
-)
+from koordfw import BoundedCache, warn_once
 from koordfw.extension import ANNOTATION_GANG_MODE, ANNOTATION_GANG_NAME, LABEL_POD_GROUP, LABEL_POD_GROUP_DEPRECATED
+from koordfw.inputs import selector_matches
 
 log = structlog.get_logger("koordfw.defrag")
 #: (PDB, value) already warned about; a log line's dedup: process-wide

@@ -7,7 +7,7 @@ from defrag_testkit import metric, moves, node, pdb, plan, pod
 from koordfw_defrag.args import AnomalyCondition, NodePool
 from koordfw_defrag.low_node_load import AnomalyTracker, NodeUsage, classify, pod_sort_key, thresholds
 
-from koordfw import make_pod
+from koordfw.inputs import make_pod
 
 GI = 1024 ** 3
 

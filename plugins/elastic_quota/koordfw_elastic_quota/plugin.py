@@ -31,12 +31,12 @@ from koordfw import (
     PreFilterResult,
     StateKey,
     Status,
-    camel,
     canonical,
     hookimpl,
     warn_once,
 )
 from koordfw.extension import ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD, KIND_RESERVATION
+from koordfw.inputs import camel
 
 from .quotas import DEFAULT, LABEL_PREEMPTIBLE, ROOT, SYSTEM, QuotaTree, build_quotas, fmt, fmt_map
 

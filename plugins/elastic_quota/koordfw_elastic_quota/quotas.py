@@ -15,7 +15,8 @@ from typing import Any
 
 import attrs
 
-from koordfw import QuantityError, canonical, loads_json, parse_quantity
+from koordfw import QuantityError, canonical, parse_quantity
+from koordfw.inputs import loads_json
 
 from .runtime import Child, redistribute, scale_mins
 

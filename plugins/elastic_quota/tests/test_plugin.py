@@ -198,7 +198,7 @@ def test_revoker_off_without_monitor_all_quotas():
     ({"cpu": 3}, {"cpu": 3}, [("p1", 1, 3)], []),
 ])
 def test_revoke_list(used, runtime, pods, evicted):
-    from koordfw import make_pod
+    from koordfw.inputs import make_pod
 
     objs = [make_pod(n, requests={"cpu": str(c)}, priority=prio) for n, prio, c in pods]
     used = {k: v * 1000 for k, v in used.items()}

@@ -54,7 +54,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import Eviction, InputError, NodeState, PodState, StashKey, camel, hookimpl, loads_json
+from koordfw import Eviction, InputError, NodeState, PodState, StashKey, hookimpl
 from koordfw.extension import (
     ANNOTATION_POD_EVICT_POLICY,
     ANNOTATION_POD_EVICTION_PRIORITY,
@@ -66,6 +66,7 @@ from koordfw.extension import (
     PRIORITY_MID,
     PRIORITY_PROD,
 )
+from koordfw.inputs import camel, loads_json
 
 log = structlog.get_logger("koordfw.eviction")
 

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import loads_json, parse_duration, shorten
+from koordfw import parse_duration
 from koordfw.extension import (
     ANNOTATION_GANG_MODE,
     ANNOTATION_GANG_NAME,
@@ -20,6 +20,7 @@ from koordfw.extension import (
     LABEL_POD_GROUP,
     LABEL_POD_GROUP_DEPRECATED,
 )
+from koordfw.inputs import loads_json, shorten
 
 log = structlog.get_logger("koordfw.gang")
 

@@ -23,21 +23,8 @@ from typing import Any
 import attrs
 import numpy as np
 
-from koordfw import (
-    ASSIGNED_POD_DELETE,
-    NODE_ADD,
-    NODE_UPDATE,
-    POD_ADD,
-    POD_DELETE,
-    BoundedCache,
-    ClusterEvent,
-    ClusterEventWithHint,
-    QueueingHint,
-    StateKey,
-    Status,
-    fit_error,
-    hookimpl,
-)
+from koordfw import BoundedCache, ClusterEvent, ClusterEventWithHint, QueueingHint, StateKey, Status, fit_error, hookimpl
+from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE, POD_ADD, POD_DELETE
 
 from .gang import (
     ANNOTATION_BIND_GANG_GROUP_ID,

@@ -12,7 +12,7 @@ from koordfw_gang.gang import (
     spec_from_pod_group,
 )
 
-from koordfw import make_pod
+from koordfw.inputs import make_pod
 
 G = "gang.scheduling.koordinator.sh"
 

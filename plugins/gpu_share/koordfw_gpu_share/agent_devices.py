@@ -13,7 +13,7 @@ import socket
 import sys
 from typing import Any
 
-from koordfw import Commands
+from koordfw.embed import Commands
 from koordfw.extension import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, SCHEDULING_GROUP_VERSION
 
 

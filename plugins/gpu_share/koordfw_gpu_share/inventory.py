@@ -14,8 +14,9 @@ import attrs
 import numpy as np
 import structlog
 
-from koordfw import BoundedCache, loads_json, parse_quantity, warn_once
+from koordfw import BoundedCache, parse_quantity, warn_once
 from koordfw.extension import RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
+from koordfw.inputs import loads_json
 
 from .requests import GPU_MODEL_LABEL, NVIDIA_GPU
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from koordfw import BoundedCache, ManifestError, field_list, field_mapping, loads_json, resource_map, selector_matches, warn_once
+from koordfw import BoundedCache, ManifestError, warn_once
 from koordfw.extension import (
     GPU_VENDOR_NVIDIA,
     LABEL_GPU_VENDOR,
@@ -33,6 +33,7 @@ from koordfw.extension import (
     RESOURCE_HUAWEI_NPU_CPU,
     RESOURCE_HUAWEI_NPU_DVPP,
 )
+from koordfw.inputs import field_list, field_mapping, loads_json, resource_map, selector_matches
 
 log = structlog.get_logger("koordfw.gpu_share")
 

@@ -25,8 +25,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from koordfw import BoundedCache, IdentityKey, StateKey, Status, camel, format_quantity, hookimpl
+from koordfw import BoundedCache, IdentityKey, StateKey, Status, format_quantity, hookimpl
 from koordfw.extension import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
+from koordfw.inputs import camel
 
 from . import (
     baselines,  # noqa: F401  (registers the paper's baselines and fgdcap)

@@ -24,8 +24,10 @@ from typing import Any
 import attrs
 import numpy as np
 
-from koordfw import ClusterState, Commands, ConfigError, EmbeddedEngine, make_node, make_pod
+from koordfw import ConfigError
+from koordfw.embed import ClusterState, Commands, EmbeddedEngine
 from koordfw.extension import RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO
+from koordfw.inputs import make_node, make_pod
 
 from . import frag
 from .plugin import POLICIES, GpuShare

@@ -11,8 +11,9 @@ from koordfw_gpu_share.inventory import Alloc
 from koordfw_gpu_share.plugin import Args, GpuShare
 from koordfw_gpu_share.requests import pod_gpu_request
 
-from koordfw import ConfigError, make_node, make_pod
+from koordfw import ConfigError
 from koordfw.core.cluster import ClusterState
+from koordfw.inputs import make_node, make_pod
 from koordfw.testing import schedule
 
 ANN = "scheduling.koordinator.sh/device-allocated"

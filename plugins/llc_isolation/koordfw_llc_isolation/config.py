@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from koordfw import camel
+from koordfw.inputs import camel
 
 from .resctrl import DEFAULT_ROOT
 

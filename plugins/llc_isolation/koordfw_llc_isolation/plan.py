@@ -12,7 +12,9 @@ from typing import Any
 
 import attrs
 
-from koordfw import FS_RESCTRL, FileWrite, loads_json
+from koordfw import FileWrite
+from koordfw.inputs import loads_json
+from koordfw.nodestate import FS_RESCTRL
 
 from .config import LLCIsolationArgs
 from .resctrl import (

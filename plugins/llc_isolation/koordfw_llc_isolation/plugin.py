@@ -15,7 +15,8 @@ from typing import Any
 
 import structlog
 
-from koordfw import FS_RESCTRL, AgentHandle, FileWrite, hookimpl
+from koordfw import AgentHandle, FileWrite, hookimpl
+from koordfw.nodestate import FS_RESCTRL
 
 from .config import LLCIsolationArgs
 from .plan import ANNOTATION_RESCTRL, PLUGIN, PodTasks, info_from_state, plan, pod_group_uid

@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 
-from koordfw import camel
+from koordfw.inputs import camel
 
 from .metric import parse_duration
 

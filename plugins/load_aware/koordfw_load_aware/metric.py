@@ -12,8 +12,9 @@ from typing import Any
 
 import attrs
 
-from koordfw import ManifestError, field_list, field_mapping, node_metric_name, parse_time, read_node_metric, resource_map  # noqa: F401  (parse_time: re-exported)
+from koordfw import ManifestError
 from koordfw import parse_duration as _parse_duration
+from koordfw.inputs import field_list, field_mapping, node_metric_name, read_node_metric, resource_map
 
 #: Koordinator's default ``spec.metricCollectPolicy.reportIntervalSeconds``
 DEFAULT_REPORT_INTERVAL_SECONDS = 60

@@ -25,12 +25,13 @@ from typing import Any
 import numpy as np
 import structlog
 
-from koordfw import BoundedCache, ManifestError, hookimpl, loads_json, raw_allocatable, shorten, warn_once
+from koordfw import BoundedCache, ManifestError, hookimpl, warn_once
 from koordfw.extension import ANNOTATION_NODE_RAW_ALLOCATABLE, PRIORITY_PROD
+from koordfw.inputs import loads_json, parse_time, raw_allocatable, shorten
 
 from .args import LoadAwareArgs
 from .estimator import estimate_pod
-from .metric import MetricInfo, parse_duration, parse_node_metric, parse_time
+from .metric import MetricInfo, parse_duration, parse_node_metric
 
 ANNOTATION_USAGE_THRESHOLDS = "scheduling.koordinator.sh/usage-thresholds"
 REASON_EXPIRED = "node(s) nodeMetric expired"

@@ -11,8 +11,8 @@ import pytest
 from koordfw_load_aware import ANNOTATION_USAGE_THRESHOLDS as UT
 from koordfw_load_aware import node_allocatable
 
-from koordfw import make_node
 from koordfw.extension import ANNOTATION_NODE_RAW_ALLOCATABLE as RA
+from koordfw.inputs import make_node
 from koordfw.testing.hostile import check_cli_outcome, simulate_objects
 
 DEEP = "[" * 5000 + "]" * 5000

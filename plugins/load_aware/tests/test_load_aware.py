@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from koordfw_load_aware import DEFAULT_MEMORY, AggregatedArgs, LoadAware, LoadAwareArgs, estimate_resource, parse_duration
 
-from koordfw import NodeBatch, load_objects, make_node, make_pod
+from koordfw import NodeBatch
+from koordfw.inputs import load_objects, make_node, make_pod
 from koordfw.testing import VirtualClock
 
 G = 2**30
@@ -58,7 +59,7 @@ def incoming(**kw):
 
 
 def cluster_of(metric=None, pods=(), annotations=None, alloc=None):
-    from koordfw import Manifests
+    from koordfw.inputs import Manifests
 
     m = Manifests()
     m.nodes.append(make_node("n1", allocatable=alloc or {"cpu": "10", "memory": "100Gi", "pods": "110"},
@@ -252,7 +253,7 @@ def test_score(metric, args, expected):
 
 
 def test_score_prefers_the_cooler_node():
-    from koordfw import Manifests
+    from koordfw.inputs import Manifests
 
     m = Manifests()
     for n in ("hot", "cool", "bare"):

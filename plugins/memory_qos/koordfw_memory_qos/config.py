@@ -27,8 +27,8 @@ from typing import Any
 
 import attrs
 
-from koordfw import loads_json
 from koordfw.extension import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, QOS_SYSTEM
+from koordfw.inputs import loads_json
 
 #: the knobs of Koordinator's ``MemoryQOS`` (page cache limit aside), in its field order, with the
 #: ranges of its API validation (``validate:"omitempty,min=..,max=.."``)

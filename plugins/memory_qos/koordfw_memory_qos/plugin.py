@@ -17,8 +17,9 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import AgentHandle, NodeState, PodState, hookimpl, read_cgroup_file, warn_once
+from koordfw import AgentHandle, NodeState, PodState, hookimpl, warn_once
 from koordfw.extension import ANNOTATION_POD_MEMORY_QOS
+from koordfw.nodestate import read_cgroup_file
 
 from .config import MemoryQOSArgs, PodPolicy, parse_pod_policy, pod_settings
 from .plan import FILES, PLUGIN, container_dirs, container_values, direct_writes, is_active, plan_writes, pod_values

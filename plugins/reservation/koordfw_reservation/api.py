@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from koordfw import ManifestError, Pod, Taint, canonical, load_objects, parse_duration, parse_time, selector_matches
+from koordfw import ManifestError, Pod, Taint, canonical, parse_duration
 from koordfw.extension import (
     ANNOTATION_RESERVATION_AFFINITY,
     ANNOTATION_RESERVATION_NAME,
@@ -26,6 +26,7 @@ from koordfw.extension import (
     LABEL_RESERVATION_IGNORED,
     LABEL_RESERVATION_ORDER,
 )
+from koordfw.inputs import load_objects, parse_time, selector_matches
 
 PENDING, AVAILABLE, SUCCEEDED, WAITING, FAILED = "Pending", "Available", "Succeeded", "Waiting", "Failed"
 PHASES = (PENDING, AVAILABLE, SUCCEEDED, WAITING, FAILED)

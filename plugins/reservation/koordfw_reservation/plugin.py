@@ -44,10 +44,6 @@ import numpy as np
 import structlog
 
 from koordfw import (
-    ASSIGNED_POD_ADD,
-    ASSIGNED_POD_DELETE,
-    NODE_ADD,
-    NODE_UPDATE,
     ClusterEvent,
     ClusterEventWithHint,
     CycleState,
@@ -60,6 +56,7 @@ from koordfw import (
     normalize,
 )
 from koordfw.extension import ANNOTATION_RESERVATION_ALLOCATED, KIND_RESERVATION
+from koordfw.hints import ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE
 
 from .api import (
     AVAILABLE,

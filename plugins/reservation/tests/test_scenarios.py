@@ -8,7 +8,8 @@ import anyio
 import pytest
 from reservation_testkit import IGNORED, affinity, pod, reason, reservation, rows, run, ts
 
-from koordfw import EmbeddedEngine, ManifestError, build_registry
+from koordfw import ManifestError, build_registry
+from koordfw.embed import EmbeddedEngine
 from koordfw.testing import ClusterBuilder
 
 WEB = {"app": "web"}

@@ -26,8 +26,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from koordfw import AdmissionHandle, KoordfwError, canonical, hookimpl, parse_time
+from koordfw import AdmissionHandle, KoordfwError, canonical, hookimpl
 from koordfw.extension import BATCH_CPU, BATCH_MEMORY, LABEL_POD_QOS, PRIORITY_BATCH, PRIORITY_FREE
+from koordfw.inputs import parse_time
 
 from .profiler import ProfileArgs, Profiler
 

@@ -14,8 +14,10 @@ from koordfw_resource_profile import (
     ResourceProfile,
 )
 
-from koordfw import PodAdmission, VirtualClock, build_registry, make_pod
+from koordfw import build_registry
+from koordfw.embed import PodAdmission, VirtualClock
 from koordfw.extension import BATCH_CPU, BATCH_MEMORY
+from koordfw.inputs import make_pod
 
 HOUR = 3600.0
 
