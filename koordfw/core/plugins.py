@@ -32,8 +32,8 @@ BUILTIN_DISTRIBUTION = "koordfw"
 #: installed metadata does not keep (hatchling writes entry_points.txt sorted by name). What the built-ins
 #: are and where they live comes from those entry points alone; one missing here loads after these.
 BUILTIN_ORDER: tuple[str, ...] = (
-    "priority_sort", "scheduling_gates", "node_unschedulable", "node_selector", "taint_toleration", "node_ports",
-    "node_resources_fit", "volume_restrictions", "node_volume_limits", "volume_binding", "volume_zone",
+    "priority_sort", "scheduling_gates", "scheduling_hint", "node_unschedulable", "node_selector", "taint_toleration",
+    "node_ports", "node_resources_fit", "volume_restrictions", "node_volume_limits", "volume_binding", "volume_zone",
     "pod_topology_spread", "inter_pod_affinity", "image_locality", "default_preemption", "default_binder")
 
 #: hooks whose implementations may come in a per-node form (``node`` instead of ``nodes``)
