@@ -361,3 +361,12 @@ def test_scheduler_takes_kube_schedulers_config_flag():
     args = build_parser().parse_args(["scheduler", "--config", str(KOORD_CONFIG)])
     assert args.profile == str(KOORD_CONFIG)
     assert build_registry(args.profile).profile.scheduler_name == "koord-scheduler"
+
+
+def test_ignored_resource_groups_are_not_filtered():
+    b = ClusterBuilder().node("n1", cpu="4")
+    b.pod("p", requests={"cpu": "1", "example.com/foo": "1"})
+    cfg = kube_config({"type": "LeastAllocated"})
+    assert schedule(b, profile=cfg).placements()["default/p"] is None  # no node has example.com/foo
+    cfg["profiles"][0]["pluginConfig"][0]["args"]["ignoredResourceGroups"] = ["example.com"]
+    assert schedule(b, profile=cfg).placements()["default/p"] == "n1"

@@ -76,6 +76,9 @@ class Args:
     scoring_strategy: str = attrs.field(default="LeastAllocated", converter=_strategy)
     resources: list[ResourceWeight] = attrs.field(factory=lambda: [ResourceWeight("cpu"), ResourceWeight("memory")])
     ignored_resources: list[str] = attrs.field(factory=list)
+    #: kube's ignoredResourceGroups: extended resources whose group (the part before the ``/``) is one of
+    #: these are not checked by the filter (``example.com`` ignores ``example.com/foo``)
+    ignored_resource_groups: list[str] = attrs.field(factory=list)
     requested_to_capacity_ratio: RequestedToCapacityRatio | None = attrs.field(
         default=None, validator=attrs.validators.optional(_shape))
 
@@ -91,9 +94,12 @@ def plugin_args():
 def _needed(pod, cluster, args):
     vec = cluster.request_vector(pod)
     need = np.flatnonzero(vec)
-    if args.ignored_resources:
+    if args.ignored_resources or args.ignored_resource_groups:
         skip = {cluster.resource_index(r) for r in args.ignored_resources}
-        need = np.array([i for i in need.tolist() if i not in skip], dtype=np.int64)
+        groups = set(args.ignored_resource_groups)
+        names = cluster.resources
+        need = np.array([i for i in need.tolist() if i not in skip
+                         and not ("/" in names[i] and names[i].partition("/")[0] in groups)], dtype=np.int64)
     return vec, need
 
 

@@ -173,7 +173,7 @@ PLUGINS: dict[str, PluginMapping] = {
         _node_resources_fit,
         (("scoringStrategy.type", "scoringStrategy"), ("scoringStrategy.resources", "resources"),
          ("scoringStrategy.requestedToCapacityRatio", "requestedToCapacityRatio"),
-         ("ignoredResources", "ignoredResources"))),
+         ("ignoredResources", "ignoredResources"), ("ignoredResourceGroups", "ignoredResourceGroups"))),
     "NodeResourcesBalancedAllocation": PluginMapping(
         None, "no separate plugin: node_resources_fit scores with one strategy; set its scoringStrategy "
         "to BalancedAllocation to score this way",
