@@ -370,3 +370,62 @@ def test_ignored_resource_groups_are_not_filtered():
     assert schedule(b, profile=cfg).placements()["default/p"] is None  # no node has example.com/foo
     cfg["profiles"][0]["pluginConfig"][0]["args"]["ignoredResourceGroups"] = ["example.com"]
     assert schedule(b, profile=cfg).placements()["default/p"] == "n1"
+
+
+def _typed(kind: str, **args) -> dict:
+    return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": kind, **args}
+
+
+#: what ``kube-scheduler --write-config-to`` writes for its default profile (v1)
+KUBE_DEFAULTS = {
+    "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+    "clientConnection": {"acceptContentTypes": "", "burst": 100, "contentType": "application/vnd.kubernetes.protobuf",
+                         "kubeconfig": "", "qps": 50},
+    "enableContentionProfiling": True, "enableProfiling": True, "parallelism": 16,
+    "leaderElection": {"leaderElect": True, "leaseDuration": "15s", "renewDeadline": "10s",
+                       "resourceLock": "leases", "resourceName": "kube-scheduler",
+                       "resourceNamespace": "kube-system", "retryPeriod": "2s"},
+    "percentageOfNodesToScore": 0, "podInitialBackoffSeconds": 1, "podMaxBackoffSeconds": 10,
+    "profiles": [{
+        "schedulerName": "default-scheduler",
+        "pluginConfig": [
+            {"name": "DefaultPreemption", "args": _typed("DefaultPreemptionArgs", minCandidateNodesAbsolute=100,
+                                                         minCandidateNodesPercentage=10)},
+            {"name": "InterPodAffinity", "args": _typed("InterPodAffinityArgs", hardPodAffinityWeight=1,
+                                                        ignorePreferredTermsOfExistingPods=False)},
+            {"name": "NodeAffinity", "args": _typed("NodeAffinityArgs")},
+            {"name": "NodeResourcesBalancedAllocation", "args": _typed(
+                "NodeResourcesBalancedAllocationArgs", resources=[{"name": "cpu", "weight": 1},
+                                                                  {"name": "memory", "weight": 1}])},
+            {"name": "NodeResourcesFit", "args": _typed("NodeResourcesFitArgs", scoringStrategy={
+                "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}],
+                "type": "LeastAllocated"})},
+            {"name": "PodTopologySpread", "args": _typed("PodTopologySpreadArgs", defaultingType="System")},
+            {"name": "VolumeBinding", "args": _typed("VolumeBindingArgs", bindTimeoutSeconds=600)}],
+        "plugins": {"bind": {}, "filter": {}, "multiPoint": {"enabled": [
+            {"name": "SchedulingGates", "weight": 0}, {"name": "PrioritySort", "weight": 0},
+            {"name": "NodeUnschedulable", "weight": 0}, {"name": "NodeName", "weight": 0},
+            {"name": "TaintToleration", "weight": 3}, {"name": "NodeAffinity", "weight": 2},
+            {"name": "NodePorts", "weight": 0}, {"name": "NodeResourcesFit", "weight": 1},
+            {"name": "VolumeRestrictions", "weight": 0}, {"name": "EBSLimits", "weight": 0},
+            {"name": "GCEPDLimits", "weight": 0}, {"name": "NodeVolumeLimits", "weight": 0},
+            {"name": "AzureDiskLimits", "weight": 0}, {"name": "VolumeBinding", "weight": 0},
+            {"name": "VolumeZone", "weight": 0}, {"name": "PodTopologySpread", "weight": 2},
+            {"name": "InterPodAffinity", "weight": 2}, {"name": "DefaultPreemption", "weight": 0},
+            {"name": "NodeResourcesBalancedAllocation", "weight": 1}, {"name": "ImageLocality", "weight": 1},
+            {"name": "DefaultBinder", "weight": 0}]},
+            "permit": {}, "postBind": {}, "postFilter": {}, "preBind": {}, "preEnqueue": {}, "preFilter": {},
+            "preScore": {}, "queueSort": {}, "reserve": {}, "score": {}}}]}
+
+
+def test_kube_schedulers_own_default_config_dump_loads():
+    reg = build_registry(KUBE_DEFAULTS, autoload=False)
+    prof = reg.profile
+    assert prof.scheduler_name == "default-scheduler"
+    assert prof.warnings and "NodeResourcesBalancedAllocation" in prof.warnings[0]
+    assert names(reg, "bind") == ["default_binder"]
+    assert prof.weight("taint_toleration") == 3 and prof.weight("node_selector") == 2
+    assert reg.args["pod_topology_spread"].defaulting_type == "System"
+    assert reg.args["node_resources_fit"].scoring_strategy == "LeastAllocated"
+    res = schedule(three_nodes().pod("p", cpu="1", memory="1Gi"), profile=KUBE_DEFAULTS)
+    assert res.placements()["default/p"] == "n2"

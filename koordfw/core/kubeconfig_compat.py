@@ -52,6 +52,8 @@ class PluginMapping:
     fields: tuple[tuple[str, str], ...] = ()
     #: a warning printed when the plugin is enabled (its behaviour is not fully carried over)
     warn: str = ""
+    #: for a plugin mapped to None: its args are accepted and not read (the warning says why)
+    ignore_args: bool = False
 
 
 def _drop(args: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
@@ -178,14 +180,17 @@ PLUGINS: dict[str, PluginMapping] = {
         None, "no separate plugin: node_resources_fit scores with one strategy; set its scoringStrategy "
         "to BalancedAllocation to score this way",
         warn="NodeResourcesBalancedAllocation: koordfw has no separate plugin for it, so its score is not added; "
-             "node_resources_fit's scoringStrategy BalancedAllocation scores this way instead"),
+             "node_resources_fit's scoringStrategy BalancedAllocation scores this way instead",
+        fields=(("resources", "accepted, not read"),), ignore_args=True),
     "VolumeRestrictions": PluginMapping("volume_restrictions"),
     "NodeVolumeLimits": PluginMapping("node_volume_limits"),
     "EBSLimits": PluginMapping("node_volume_limits", "the CSI limits cover the in-tree volume types"),
     "GCEPDLimits": PluginMapping("node_volume_limits", "the CSI limits cover the in-tree volume types"),
     "AzureDiskLimits": PluginMapping("node_volume_limits", "the CSI limits cover the in-tree volume types"),
     "CinderLimits": PluginMapping("node_volume_limits", "the CSI limits cover the in-tree volume types"),
-    "VolumeBinding": PluginMapping("volume_binding"),
+    "VolumeBinding": PluginMapping("volume_binding", "", lambda a, w: _drop(a, ("bindTimeoutSeconds",)),
+                                   (("bindTimeoutSeconds", "dropped: koordfw binds the pod at once and the kubelet "
+                                     "waits for its volumes (see volume_binding)"),)),
     "VolumeZone": PluginMapping("volume_zone"),
     "PodTopologySpread": PluginMapping("pod_topology_spread", "",
                                        fields=(("defaultConstraints", "defaultConstraints"),
@@ -381,7 +386,7 @@ def _plugin_config(pc: Any, source: str) -> Any:
             out.append({**item, "args": args})
             continue
         if m.koordfw is None:
-            if args:
+            if args and not m.ignore_args:
                 raise ConfigError(f"{source}: profiles[0].pluginConfig[{i}]: {name} takes no args in koordfw "
                                   f"({m.note})")
             continue

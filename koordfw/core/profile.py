@@ -189,9 +189,11 @@ class Profile:
     warnings: list[str] = attrs.field(factory=list)
 
     def weight(self, plugin: str) -> int:
-        for name, w in self.plugins.get("score", PluginSet()).enabled:
-            if name == plugin:
-                return w or 1
+        """The plugin's score weight: from ``plugins.score.enabled``, else ``multiPoint`` (kube's rule), else 1."""
+        for point in ("score", "*"):
+            for name, w in self.plugins.get(point, PluginSet()).enabled:
+                if name == plugin and w:
+                    return w
         return 1
 
     def names_mentioned(self) -> set[str]:
