@@ -74,7 +74,10 @@ def hint_of(pod: Pod) -> Hint | None:
 
 
 @hookimpl
-async def pre_filter(pod: Pod, state: CycleState, args: Args, handle: Handle) -> Any:
+def pre_filter(pod: Pod, state: CycleState, args: Args, handle: Handle) -> Any:
+    """Sync for the common pod without a hint (Skip); the preferred-node step is awaited by the kernel."""
+    if ANNOTATION_SCHEDULING_HINT not in pod.annotations and DEPRECATED_ANNOTATION_SCHEDULING_HINT not in pod.annotations:
+        return Status.skip()
     try:
         hint = hint_of(pod)
     except ValueError as e:
@@ -84,6 +87,12 @@ async def pre_filter(pod: Pod, state: CycleState, args: Args, handle: Handle) ->
     required = PreFilterResult(frozenset(hint.node_names)) if hint.node_names else None
     if not hint.preferred_node_names or state.get(_RUNNING):
         return required
+    return _prefer(pod, state, args, handle, hint, required)
+
+
+async def _prefer(pod: Pod, state: CycleState, args: Args, handle: Handle, hint: Hint,
+                  required: PreFilterResult | None) -> PreFilterResult | None:
+    """Koordinator's PreferNodes: after every pre_filter, the first preferred node passing the filters."""
     state[_RUNNING] = True
     try:
         st, candidates = await handle.run_pre_filters(pod, state)
