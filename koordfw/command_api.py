@@ -95,6 +95,11 @@ def add_plugin_options(parser: argparse.ArgumentParser) -> None:
 def registry_from_args(args: argparse.Namespace) -> Registry:
     """The plugins of the run, loaded and configured from :func:`add_plugin_options`' options (as
     :func:`koordfw.build_registry`); plugins that failed to load are in ``registry.errors``."""
+    import sys
+
     from .engines.embedded import build_registry
 
-    return build_registry(args.profile, disable=args.disable, strict=args.strict_plugins)
+    registry = build_registry(args.profile, disable=args.disable, strict=args.strict_plugins)
+    for w in registry.profile.warnings:  # what a Koordinator/kube configuration could not carry over
+        print(f"koordfw: warning: {registry.profile.source}: {w}", file=sys.stderr)
+    return registry

@@ -173,3 +173,11 @@ LABEL_CREATED_BY = "app.kubernetes.io/created-by"
 
 __all__ += ["KIND_POD_MIGRATION_JOB", "LABEL_CREATED_BY", "POD_MIGRATION_MODE_EVICT_DIRECTLY",
             "POD_MIGRATION_MODE_RESERVATION_FIRST"]
+
+# -- the scheduling hint (apis/extension/multi_scheduler.go, v1.8), read by the scheduling_hint built-in:
+# JSON {"nodeNames": [...], "preferredNodeNames": [...], "extensions": {...}}; the internal domain first
+ANNOTATION_SCHEDULING_HINT = "internal.scheduling.koordinator.sh/scheduling-hint"  # AnnotationSchedulingHint
+#: DeprecatedAnnotationSchedulingHint: read when the internal one is absent or empty
+DEPRECATED_ANNOTATION_SCHEDULING_HINT = "scheduling.koordinator.sh/scheduling-hint"
+
+__all__ += ["ANNOTATION_SCHEDULING_HINT", "DEPRECATED_ANNOTATION_SCHEDULING_HINT"]

@@ -2,8 +2,13 @@
 
 Filter: every resource the pod requests (``pods`` counts one) must fit in allocatable − requested,
 extended resources included (``kubernetes.io/batch-cpu``, GPUs, ...). Score, by ``scoringStrategy``:
-``LeastAllocated`` (default; spread), ``MostAllocated`` (binpack) or ``BalancedAllocation`` (even use
-across resources), each over ``resources`` with weights (default cpu and memory, weight 1).
+``LeastAllocated`` (default; spread), ``MostAllocated`` (binpack), ``RequestedToCapacityRatio`` (kube's
+piecewise-linear ``requestedToCapacityRatio.shape`` of utilisation) or ``BalancedAllocation`` (even use
+across resources), each over ``resources`` with weights (default cpu and memory, weight 1), with kube's
+rules (``resource_allocation.go``): an extended resource (a name with a ``/``, hugepages) the pod does not
+request is skipped, a resource the node does not advertise is left out of the weights, and, except for
+BalancedAllocation, a container without a cpu or memory request counts kube's non-zero defaults, 100m and
+200Mi, on the pod and on the node's pods.
 """
 
 import attrs
@@ -14,6 +19,8 @@ from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE, POD_DELETE
 
 _STRATEGIES = {"leastallocated": "LeastAllocated", "least_allocated": "LeastAllocated",
                "mostallocated": "MostAllocated", "most_allocated": "MostAllocated",
+               "requestedtocapacityratio": "RequestedToCapacityRatio",
+               "requested_to_capacity_ratio": "RequestedToCapacityRatio",
                "balancedallocation": "BalancedAllocation", "balanced_allocation": "BalancedAllocation"}
 
 
@@ -26,8 +33,34 @@ class ResourceWeight:
 def _strategy(value):
     key = str(value).lower()
     if key not in _STRATEGIES:
-        raise ValueError(f"unknown scoring strategy {value!r}; use LeastAllocated, MostAllocated or BalancedAllocation")
+        raise ValueError(f"unknown scoring strategy {value!r}; use LeastAllocated, MostAllocated, "
+                         f"RequestedToCapacityRatio or BalancedAllocation")
     return _STRATEGIES[key]
+
+
+def _shape(instance, attribute, value):
+    pts = value.shape
+    if not pts:
+        raise ValueError("requestedToCapacityRatio.shape: expected at least one point")
+    for i, p in enumerate(pts):
+        if not 0 <= p.utilization <= 100 or not 0 <= p.score <= 10:
+            raise ValueError(f"requestedToCapacityRatio.shape[{i}]: utilization in [0, 100] and score in [0, 10]")
+        if i and p.utilization <= pts[i - 1].utilization:
+            raise ValueError("requestedToCapacityRatio.shape: utilization values must be increasing")
+
+
+@attrs.define
+class UtilizationShapePoint:
+    utilization: int
+    score: int
+
+
+@attrs.define
+class RequestedToCapacityRatio:
+    """kube's RequestedToCapacityRatioParam: ``shape`` points of utilisation (%) to score (0..10)."""
+
+    shape: list[UtilizationShapePoint] = attrs.field(
+        factory=lambda: [UtilizationShapePoint(0, 10), UtilizationShapePoint(100, 0)])
 
 
 @attrs.define
@@ -35,6 +68,11 @@ class Args:
     scoring_strategy: str = attrs.field(default="LeastAllocated", converter=_strategy)
     resources: list[ResourceWeight] = attrs.field(factory=lambda: [ResourceWeight("cpu"), ResourceWeight("memory")])
     ignored_resources: list[str] = attrs.field(factory=list)
+    #: kube's ignoredResourceGroups: extended resources whose group (the part before the ``/``) is one of
+    #: these are not checked by the filter (``example.com`` ignores ``example.com/foo``)
+    ignored_resource_groups: list[str] = attrs.field(factory=list)
+    requested_to_capacity_ratio: RequestedToCapacityRatio | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_shape))
 
 
 @hookimpl
@@ -45,9 +83,12 @@ def plugin_args():
 def _needed(pod, cluster, args):
     vec = cluster.request_vector(pod)
     need = np.flatnonzero(vec)
-    if args.ignored_resources:
+    if args.ignored_resources or args.ignored_resource_groups:
         skip = {cluster.resource_index(r) for r in args.ignored_resources}
-        need = np.array([i for i in need.tolist() if i not in skip], dtype=np.int64)
+        groups = set(args.ignored_resource_groups)
+        names = cluster.resources
+        need = np.array([i for i in need.tolist() if i not in skip
+                         and not ("/" in names[i] and names[i].partition("/")[0] in groups)], dtype=np.int64)
     return vec, need
 
 
@@ -148,15 +189,68 @@ _SCORE_COLUMNS = StashKey[tuple]()
 
 
 def _score_columns(cluster, args, stash):
-    """(column indices, weights, their sum) of ``args.resources`` in ``cluster``, kept in ``stash`` while
-    the args object and the cluster stay the same objects (a resource column, once added, keeps its
-    index); the entry holds both, so neither is another object's."""
+    """(column indices, weights, whether each is an extended resource) of ``args.resources`` in
+    ``cluster``, kept in ``stash`` while the args object and the cluster stay the same objects (a resource
+    column, once added, keeps its index); the entry holds both, so neither is another object's."""
     got = stash.get(_SCORE_COLUMNS, None)
     if got is None or got[0] is not args or got[1] is not cluster:
         cols = np.array([cluster.resource_index(r.name) for r in args.resources], dtype=np.int64)
         weights = np.array([r.weight for r in args.resources], dtype=np.int64)
-        got = stash[_SCORE_COLUMNS] = (args, cluster, cols, weights, int(weights.sum()))
+        scalar = np.array([_is_scalar(r.name) for r in args.resources], dtype=bool)
+        got = stash[_SCORE_COLUMNS] = (args, cluster, cols, weights, scalar)
     return got[2], got[3], got[4]
+
+
+def _is_scalar(name):
+    """kube's IsScalarResourceName: extended, prefixed-native and attachable-volume names (with a ``/``)
+    and hugepages; not cpu, memory, ephemeral-storage or pods."""
+    return "/" in name or name.startswith("hugepages-")
+
+
+#: kube's schedutil.DefaultMilliCPURequest and DefaultMemoryRequest: what a container without a cpu or
+#: memory request counts for scoring
+DEFAULT_MILLI_CPU = 100
+DEFAULT_MEMORY = 200 * 2**20
+
+
+def _missing(pod):
+    """(milli-CPU, bytes) the pod counts for scoring over its requests: the non-zero defaults of its
+    containers without a cpu / memory request (kube's NonMissingContainerRequests)."""
+    cpu = sum(DEFAULT_MILLI_CPU for c in pod.containers if "cpu" not in c.requests)
+    mem = sum(DEFAULT_MEMORY for c in pod.containers if "memory" not in c.requests)
+    return cpu, mem
+
+
+#: per cluster: (the cluster, node versions seen, per node the defaults its pods add: [cpu, memory])
+_NON_ZERO: dict[int, tuple] = {}
+
+
+def _node_missing(cluster, idx):
+    """Per node of ``idx``, what its pods add as non-zero defaults ([milli-CPU, bytes] rows, kube's
+    NodeInfo.NonZeroRequested - Requested), recounted only on nodes whose pods changed."""
+    got = _NON_ZERO.get(id(cluster))
+    versions = cluster.node_version
+    n = len(versions)
+    if got is None or got[0] is not cluster:
+        if len(_NON_ZERO) > 16:
+            _NON_ZERO.clear()
+        got = _NON_ZERO[id(cluster)] = [cluster, np.full(0, -1, dtype=np.int64), np.zeros((0, 2), dtype=np.int64)]
+    if len(got[1]) < n:
+        got[1] = np.concatenate([got[1], np.full(n - len(got[1]), -1, dtype=np.int64)])
+        got[2] = np.concatenate([got[2], np.zeros((n - len(got[2]), 2), dtype=np.int64)])
+    seen, extra = got[1], got[2]
+    stale = idx[seen[idx] != versions[idx]]
+    if len(stale):
+        views = cluster.views
+        for i in stale.tolist():
+            cpu = mem = 0
+            for p in cluster.pods_on(views[i].name):
+                c, m = _missing(p)
+                cpu += c
+                mem += m
+            extra[i] = (cpu, mem)
+            seen[i] = versions[i]
+    return extra[idx]
 
 
 def _cells(matrix, rows, cols):
@@ -174,23 +268,70 @@ def _saturating_add(a, b):
 @hookimpl
 def score(pod, nodes, args, handle):
     cluster = nodes.cluster
+    cols, weights, scalar = _score_columns(cluster, args, handle.stash)  # first: it may add resource columns
     vec = cluster.request_vector(pod)
-    cols, weights, wsum = _score_columns(cluster, args, handle.stash)
-    if wsum <= 0:
+    if not len(cols):
         return None
     alloc = _cells(cluster.allocatable, nodes.idx, cols)
-    req = _saturating_add(_cells(cluster.requested, nodes.idx, cols), vec[cols])
+    # kube: an extended resource the pod does not request is left out (as if the node had none of it)
+    skip = scalar & (vec[cols] == 0)
+    if skip.any():
+        alloc = np.where(skip, 0, alloc)
+    requested = _cells(cluster.requested, nodes.idx, cols)
+    pod_req = vec[cols]
+    if args.scoring_strategy != "BalancedAllocation":  # kube's non-zero defaults (useRequested=false)
+        names = [r.name for r in args.resources]
+        if "cpu" in names or "memory" in names:
+            pod_req = pod_req.copy()
+            node_extra = _node_missing(cluster, nodes.idx)
+            cpu, mem = _missing(pod)
+            requested = requested.copy()
+            for k, name in enumerate(names):
+                if name in ("cpu", "memory"):
+                    j = 0 if name == "cpu" else 1
+                    pod_req[k] += (cpu, mem)[j]
+                    requested[:, k] += node_extra[:, j]
+    req = _saturating_add(requested, pod_req)
     safe = np.where(alloc > 0, alloc, 1)
     if args.scoring_strategy == "BalancedAllocation":
         frac = np.minimum(req / safe, 1.0)
         frac = np.where(alloc > 0, frac, np.nan)
-        std = np.nan_to_num(np.nanstd(frac, axis=1), nan=0.0)
+        with np.errstate(all="ignore"):
+            std = np.nan_to_num(np.nanstd(frac, axis=1), nan=0.0)
         return ((1.0 - std) * 100).astype(np.int64)
+    # kube: a resource the node does not advertise is left out of the weights
+    w = np.where(alloc > 0, weights, 0)
+    if args.scoring_strategy == "RequestedToCapacityRatio":
+        per = _ratio_scores(np.minimum(_percent(req, safe), 10**6), args.requested_to_capacity_ratio)
+        w = np.where(per > 0, w, 0)  # kube counts only resources scoring above 0
+        wsum = w.sum(axis=1)
+        total = (per * w).sum(axis=1)
+        return np.where(wsum > 0, np.floor(total / np.where(wsum > 0, wsum, 1) + 0.5), 0).astype(np.int64)
     if args.scoring_strategy == "MostAllocated":
         per = np.where(alloc > 0, _percent(np.minimum(req, alloc), safe), 0)
     else:
         per = np.where((alloc > 0) & (req <= alloc), _percent(np.maximum(alloc - req, 0), safe), 0)
-    return (per * weights).sum(axis=1) // wsum
+    wsum = w.sum(axis=1)
+    return np.where(wsum > 0, (per * w).sum(axis=1) // np.where(wsum > 0, wsum, 1), 0)
+
+
+def _ratio_scores(util, param):
+    """kube's buildBrokenLinearFunction over ``util`` (percent, an int array), shape scores × 10."""
+    pts = (param or RequestedToCapacityRatio()).shape
+    us = [p.utilization for p in pts]
+    ss = [p.score * 10 for p in pts]
+    out = np.full(util.shape, ss[-1], dtype=np.int64)
+    done = np.zeros(util.shape, dtype=bool)
+    for i in range(len(pts)):
+        hit = ~done & (util <= us[i])
+        if i == 0:
+            val = np.full(util.shape, ss[0], dtype=np.int64)
+        else:
+            num = (ss[i] - ss[i - 1]) * (util - us[i - 1])
+            val = ss[i - 1] + np.sign(num) * (np.abs(num) // (us[i] - us[i - 1]))  # Go's truncating division
+        out = np.where(hit, val, out)
+        done |= hit
+    return out
 
 
 #: above this, ``amount * 100`` no longer fits int64

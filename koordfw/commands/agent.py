@@ -74,6 +74,9 @@ def register(sub: Commands) -> None:
                     help="the node state (JSON or YAML; format in docs/agent.md, e.g. examples/agent/state.json)")
     pl.add_argument("--config", dest="plan_config", metavar="FILE",
                     help="profile YAML; the state's `config` is merged over its pluginConfig")
+    # also after `plan` (`agent plan --disable X`); added to the agent's own --disable
+    pl.add_argument("--disable", dest="plan_disable", metavar="NAME", action="append", default=[],
+                    help="disable a plugin (repeatable)")
     pl.add_argument("--all", action="store_true",
                     help="also list writes that would not change the current value given in `cgroups`")
     pl.set_defaults(func=run_plan)
@@ -233,7 +236,8 @@ def run_plan(args: argparse.Namespace) -> int:
     from ..core.nodestate import NodeState
 
     ns = NodeState.from_state_file(_read_state(args.state), source=args.state)
-    registry = _load_registry(args.plan_config, args.disable, dict(ns.config), plugin_config_source=args.state)
+    registry = _load_registry(args.plan_config, [*args.disable, *args.plan_disable], dict(ns.config),
+                              plugin_config_source=args.state)
     json.dump(plan_node(ns, registry, only_changes=not args.all), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

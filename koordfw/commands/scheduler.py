@@ -39,6 +39,9 @@ def register(sub: Commands) -> None:
     add_connection_options(p)
     p.add_argument("--scheduler-name", help="schedulerName to serve (default: the profile's, koordfw-scheduler)")
     add_plugin_options(p)
+    p.add_argument("--config", dest="profile", metavar="FILE",
+                   help="as --profile; kube-scheduler's flag, for a KubeSchedulerConfiguration (Koordinator's "
+                        "koord-scheduler-config included, see docs/koordinator-config.md)")
     p.add_argument("--leader-elect", action="store_true", help="elect a leader on a coordination.k8s.io Lease")
     p.add_argument("--leader-elect-namespace", default="kube-system",
                    help="namespace of the leader election Lease (default kube-system)")

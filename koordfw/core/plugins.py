@@ -19,7 +19,7 @@ import structlog
 
 from .. import hookspecs
 from .errors import ConfigError, PluginLoadError
-from .profile import PluginSet, Profile, structure_args
+from .profile import PluginSet, Profile, structure_args, unknown_plugin_error
 
 log = structlog.get_logger("koordfw.plugins")
 
@@ -32,8 +32,8 @@ BUILTIN_DISTRIBUTION = "koordfw"
 #: installed metadata does not keep (hatchling writes entry_points.txt sorted by name). What the built-ins
 #: are and where they live comes from those entry points alone; one missing here loads after these.
 BUILTIN_ORDER: tuple[str, ...] = (
-    "priority_sort", "scheduling_gates", "node_unschedulable", "node_selector", "taint_toleration", "node_ports",
-    "node_resources_fit", "volume_restrictions", "node_volume_limits", "volume_binding", "volume_zone",
+    "priority_sort", "scheduling_gates", "scheduling_hint", "node_unschedulable", "node_selector", "taint_toleration",
+    "node_ports", "node_resources_fit", "volume_restrictions", "node_volume_limits", "volume_binding", "volume_zone",
     "pod_topology_spread", "inter_pod_affinity", "image_locality", "default_preemption", "default_binder")
 
 #: hooks whose implementations may come in a per-node form (``node`` instead of ``nodes``)
@@ -259,7 +259,15 @@ class Registry:
 
         ``only`` restricts the entry-point plugins (not the built-ins) to those names.
         """
-        disable = set(disable or ()) | set(self.profile.disable)
+        cli_disable = set(disable or ())
+        disable = cli_disable | set(self.profile.disable)
+        # a name switched off must name a plugin: a typo (``load-aware``) would leave the plugin running
+        known = {ep.name for ep in builtin_entry_points()} | {ep.name for ep in metadata.entry_points(
+            group=ENTRY_POINT_GROUP)} | set(extra or ())
+        for name in sorted(cli_disable - known):
+            raise unknown_plugin_error(name, known, "--disable")
+        for name in sorted(set(self.profile.disable) - known):
+            raise unknown_plugin_error(name, known, f"{self.profile.source}: disable")
         if autoload is None:
             autoload = os.environ.get("KOORDFW_DISABLE_PLUGIN_AUTOLOAD", "") not in ("1", "true", "yes")
         seen: set[str] = set()
@@ -302,8 +310,7 @@ class Registry:
         broken = {e.name for e in self.errors}
         for name in sorted(self.profile.names_mentioned()):
             if name not in known and name not in self.profile.disable and name not in broken:
-                raise ConfigError(f"{self.profile.source}: unknown plugin {name!r}; "
-                                  f"available: {', '.join(sorted(known))}")
+                raise unknown_plugin_error(name, known, self.profile.source)
         for name, info in self.plugins.items():
             raw = self.profile.plugin_config.get(name)
             if info.args_cls is None:

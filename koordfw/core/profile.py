@@ -8,16 +8,20 @@ A profile is YAML (or a dict)::
       score:                             #   defaults first, then ``enabled`` appended;
         disabled: [{name: "*"}]          #   "*" in ``disabled`` drops the defaults
         enabled: [{name: load_aware, weight: 2}, node_resources_fit]
-    disable: [default_preemption]        # switch plugins off everywhere
+    disable: [default_preemption]        # switch plugins off everywhere (names are checked)
     pluginConfig:
       node_resources_fit: {scoringStrategy: MostAllocated}   # a string, not kube's {type: ...}
 
 ``pluginConfig`` may also be Kubernetes' list form ``[{name: ..., args: {...}}]``. Args are
 structured into the plugin's attrs class (see the ``plugin_args`` hook) with camelCase keys.
+
+A ``KubeSchedulerConfiguration`` (Koordinator's or kube-scheduler's, with their plugin names and args),
+or a ConfigMap holding one, is accepted too: :mod:`koordfw.core.kubeconfig_compat` maps it.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from pathlib import Path
@@ -142,6 +146,26 @@ def _camel_path(msg: str, prefix: str) -> str:
     return head + prefix + re.sub(r"\.([a-z0-9]+(?:_[a-z0-9]+)+)", lambda m: "." + camel(m.group(1)), tail)
 
 
+def unknown_plugin_error(name: str, known: Any, where: str) -> ConfigError:
+    """The error for a plugin name that no loaded or installed plugin has: ``where`` (``"--disable"``,
+    ``"FILE: disable"``, ...) names the field, then a did-you-mean over ``known`` (difflib's close
+    matches; ``load-aware`` -> ``load_aware``), Koordinator's and kube-scheduler's own names pointing
+    at their koordfw plugin (``LoadAwareScheduling`` -> ``load_aware``), and the names there are."""
+    from .kubeconfig_compat import koordfw_name_for
+
+    names = sorted(set(known))
+    hint = ""
+    mapped = koordfw_name_for(name)
+    if mapped is not None and mapped in names:
+        hint = f" (Koordinator's/kube-scheduler's name of {mapped!r}: use {mapped!r}, or a KubeSchedulerConfiguration)"
+    else:
+        by_lower = {n.lower().replace("-", "_"): n for n in names}
+        close = difflib.get_close_matches(name.lower().replace("-", "_"), list(by_lower), n=3, cutoff=0.6)
+        if close:
+            hint = f" (did you mean {' or '.join(repr(by_lower[c]) for c in close)}?)"
+    return ConfigError(f"{where}: unknown plugin {name!r}{hint}; available: {', '.join(names)}")
+
+
 @attrs.define
 class PluginSet:
     enabled: list[tuple[str, int]] = attrs.field(factory=list)  # (name, weight)
@@ -161,11 +185,15 @@ class Profile:
     pod_max_backoff_seconds: float = 10.0
     pod_max_in_unschedulable_seconds: float = 300.0
     source: str = "<default profile>"
+    #: what a Koordinator/kube configuration could not carry over in full, for the commands to print
+    warnings: list[str] = attrs.field(factory=list)
 
     def weight(self, plugin: str) -> int:
-        for name, w in self.plugins.get("score", PluginSet()).enabled:
-            if name == plugin:
-                return w or 1
+        """The plugin's score weight: from ``plugins.score.enabled``, else ``multiPoint`` (kube's rule), else 1."""
+        for point in ("score", "*"):
+            for name, w in self.plugins.get(point, PluginSet()).enabled:
+                if name == plugin and w:
+                    return w
         return 1
 
     def names_mentioned(self) -> set[str]:
@@ -213,30 +241,21 @@ def profile_from_dict(raw: Any, source: str = "<profile>") -> Profile:
         check_depth(raw)
     except InputError as e:
         raise ConfigError(f"{source}: {e}") from None
-    # A KubeSchedulerConfiguration with one profile is accepted too.
-    if raw.get("kind") == "KubeSchedulerConfiguration" and "profiles" in raw:
-        profiles = raw["profiles"]
-        if not isinstance(profiles, list) or not profiles:
-            raise ConfigError(f"{source}: profiles: expected a list of one profile")
-        if len(profiles) > 1:
-            names = [str(p.get("schedulerName", "default-scheduler"))[:60] if isinstance(p, dict) else "?"
-                     for p in profiles]
-            raise ConfigError(f"{source}: profiles: koordfw runs one profile per process, found {len(profiles)} "
-                              f"({', '.join(names)}); keep the one to run, or run one koordfw per profile")
-        if not isinstance(profiles[0], dict):
-            raise ConfigError(f"{source}: profiles[0]: expected a mapping")
-        merged = dict(profiles[0])
-        for k in ("percentageOfNodesToScore",):
-            if k in raw and k not in merged:
-                merged[k] = raw[k]
-        raw = merged
+    # Koordinator's and kube-scheduler's configuration (or the ConfigMap shipping one), names and args
+    # mapped to koordfw's (koordfw.core.kubeconfig_compat)
+    from . import kubeconfig_compat
+
+    raw, source = kubeconfig_compat.unwrap_configmap(raw, source)
+    warnings: list[str] = []
+    if kubeconfig_compat.is_kube_config(raw):
+        raw, warnings = kubeconfig_compat.to_profile_dict(raw, source)
     known = {"schedulerName", "plugins", "pluginConfig", "disable", "percentageOfNodesToScore",
              "pluginTimeoutSeconds", "threadedPlugins", "podInitialBackoffSeconds", "podMaxBackoffSeconds",
              "podMaxInUnschedulablePodsDuration", "apiVersion", "kind"}
     unknown = set(raw) - known
     if unknown:
         raise ConfigError(f"{source}: unknown profile field(s) {sorted(unknown)}; known: {sorted(known)}")
-    prof = Profile(source=source)
+    prof = Profile(source=source, warnings=warnings)
     if "schedulerName" in raw:
         if not isinstance(raw["schedulerName"], str) or not raw["schedulerName"]:
             raise ConfigError(f"{source}: schedulerName: expected a non-empty string")
