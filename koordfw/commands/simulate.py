@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     import anyio
 
     from ..core.manifests import load_manifests
+    from ..core.workloads import workload_rows
     from ..engines.embedded import run_simulation
     from ..report import render_simulation
 
@@ -37,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--deschedule-cycles: must be at least 1, got {args.deschedule_cycles}")
     cycles = args.deschedule_cycles if args.deschedule else 0
     manifests = load_manifests(args.paths)
+    for line in manifests.warnings():
+        print(f"koordfw: warning: {line}", file=sys.stderr)
     registry = registry_from_args(args)
     for e in registry.errors:
         print(f"koordfw: warning: plugin {e.name!r} from {e.distribution!r} failed to load: {e.error}", file=sys.stderr)
@@ -52,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         result = anyio.run(lambda: run_simulation(manifests, registry, seed=args.seed, deschedule=cycles))
     data = result.to_dict()
+    if manifests.workloads:
+        data["workloads"] = workload_rows(manifests.workload_summary(), manifests.owners, data["pods"])
     if args.output == "json":
         json.dump(data, sys.stdout, indent=2, sort_keys=False)
         sys.stdout.write("\n")

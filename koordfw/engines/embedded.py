@@ -616,6 +616,7 @@ async def run_simulation(source: Manifests | Sequence[str | Path], registry: Reg
     """Schedule every pending pod; then, with ``deschedule`` (True = 1, or a number of cycles), run the
     descheduling plugins that many times, each plan applied and its pods rescheduled before the next."""
     manifests = source if isinstance(source, Manifests) else load_manifests(source)
+    manifests.expand_workloads()  # workloads loaded with load_objects(into=...): their pods, before admission
     # the engine binds the registry (class plugins get scheduler handles), then pods are admitted, then added
     cluster = ClusterState()
     engine = EmbeddedEngine(registry, cluster, seed=seed, start_time=manifests.newest_timestamp())
