@@ -366,3 +366,11 @@ def test_the_workloads_example_folder_previews(capsys):
     exporter = [p for p in a["pods"] if p["name"].startswith("node-exporter-")]
     assert sorted(p["node"] for p in exporter) == ["worker-1", "worker-2", "worker-3"]
     assert a["summary"]["bound"] == 20 and a["summary"]["pending"] == 2
+
+
+def test_replicas_beyond_what_a_cluster_holds_are_refused_not_created(tmp_path, capsys):
+    rc, err, _ = simulate(tmp_path, [node("n1"), workload("Deployment", "web", replicas=2**31 - 1)], capsys)
+    assert rc == 2 and "Deployment default/web: field spec.replicas: the input's workloads would create more" in err
+    rc, err, _ = simulate(tmp_path, [node("n1"), *(workload("ReplicaSet", f"r{i}", replicas=100_000) for i in range(2))],
+                          capsys)
+    assert rc == 2 and "ReplicaSet default/r1: field spec.replicas" in err

@@ -23,7 +23,7 @@ from .model import Node, Pod, node_from_manifest, object_name, object_namespace,
 from .quantity import QuantityError, canonical
 from .safeload import InputError, load_yaml_all, loads_json, read_text
 from .storage import STORAGE_KINDS, check_storage_object
-from .workloads import WORKLOAD_KINDS, Workload, expand_workload, parse_workload
+from .workloads import MAX_WORKLOAD_PODS, WORKLOAD_KINDS, Workload, expand_workload, parse_workload
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -162,6 +162,13 @@ class Manifests:
         objects = {(kind, object_key(kind, obj.get("metadata") or {})): obj for kind, obj in self.objects}
         taken = {p.key for p in self.pods}
         now = self.newest_timestamp()
+        made = len(self.owners)
+        for w in todo:  # all counted first: refused before any is created
+            made += len(self.nodes) if w.replicas < 0 else w.replicas
+            if made > MAX_WORKLOAD_PODS:
+                raise ManifestError(f"the input's workloads would create more than {MAX_WORKLOAD_PODS} pods "
+                                    "(Kubernetes' tested limit of pods per cluster)", file=w.file, obj=w.ref,
+                                    field=w.count_field)
         for w in todo:
             self.expanded.add(w.ref)
             got = expand_workload(w, nodes=self.nodes, pods=self.pods, objects=objects, taken=taken, now=now)

@@ -48,12 +48,15 @@ from .model import (
     selector_matches,
 )
 
-__all__ = ["WORKLOAD_KINDS", "Expansion", "Workload", "daemon_tolerations", "daemonset_admits", "expand_workload",
-           "next_schedule", "parse_workload", "safe_encode", "template_hash", "workload_rows"]
+__all__ = ["MAX_WORKLOAD_PODS", "WORKLOAD_KINDS", "Expansion", "Workload", "daemon_tolerations", "daemonset_admits",
+           "expand_workload", "parse_workload", "safe_encode", "template_hash", "workload_rows"]
 
 WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "CronJob", "DaemonSet")
 #: kube's ``rand.SafeEncodeString`` / ``rand.String`` alphabet (no vowels, no confusable characters)
 ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"
+#: the most pods the workloads of one input may create: Kubernetes' tested limit of pods per cluster (a
+#: ``replicas: 2147483647`` is a few bytes of YAML; creating them would exhaust memory)
+MAX_WORKLOAD_PODS = 150_000
 #: kube's ``maxGeneratedNameLength``: a generateName prefix is cut to 63 - 5 characters
 MAX_GENERATE_PREFIX = 58
 _APPS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet")
@@ -132,6 +135,12 @@ class Workload:
     @property
     def spec(self) -> Mapping[str, Any]:
         return self.raw.get("spec") or {}
+
+    @property
+    def count_field(self) -> str:
+        """The field that sets how many pods it creates, for errors."""
+        return {"Job": "spec.parallelism", "CronJob": "spec.jobTemplate.spec.parallelism",
+                "DaemonSet": "spec.template.spec"}.get(self.kind, "spec.replicas")
 
 
 def owner_reference(kind: str, name: str, uid: str) -> dict[str, Any]:
