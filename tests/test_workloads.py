@@ -374,3 +374,14 @@ def test_replicas_beyond_what_a_cluster_holds_are_refused_not_created(tmp_path, 
     rc, err, _ = simulate(tmp_path, [node("n1"), *(workload("ReplicaSet", f"r{i}", replicas=100_000) for i in range(2))],
                           capsys)
     assert rc == 2 and "ReplicaSet default/r1: field spec.replicas" in err
+
+
+def test_a_deployment_whose_replicaset_is_in_the_input_leaves_the_pods_to_it():
+    rs = workload("ReplicaSet", "web-5d8f7b9c4", replicas=2)
+    rs["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "d",
+                                          "controller": True}]
+    m = load_objects([workload("Deployment", "web", replicas=2), rs])
+    assert [k for k, _ in m.objects].count("ReplicaSet") == 1
+    assert len(m.pods) == 2 and all(p.controller.name == "web-5d8f7b9c4" for p in m.pods)
+    assert {m.owners[p.key] for p in m.pods} == {"Deployment default/web"}
+    assert m.notes["Deployment default/web"] == "its ReplicaSet is in the input"

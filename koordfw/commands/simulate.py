@@ -30,7 +30,6 @@ def run(args: argparse.Namespace) -> int:
     import anyio
 
     from ..core.manifests import load_manifests
-    from ..core.workloads import workload_rows
     from ..engines.embedded import run_simulation
     from ..report import render_simulation
 
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         result = anyio.run(lambda: run_simulation(manifests, registry, seed=args.seed, deschedule=cycles))
     data = result.to_dict()
     if manifests.workloads:
-        data["workloads"] = workload_rows(manifests.workload_summary(), manifests.owners, data["pods"])
+        data["workloads"] = manifests.workload_rows(data["pods"])
     if args.output == "json":
         json.dump(data, sys.stdout, indent=2, sort_keys=False)
         sys.stdout.write("\n")

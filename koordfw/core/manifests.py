@@ -208,6 +208,30 @@ class Manifests:
         """(``Kind ns/name``, note) of each workload, in input order."""
         return [(w.ref, self.notes.get(w.ref, w.note)) for w in self.workloads]
 
+    def workload_rows(self, pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The ``workloads`` section of a simulation: one row per workload in input order, its pods bound of
+        all, pending with their reasons (reason → count), refused by admission, and its note; ``pods`` are the
+        rows of the simulation's ``pods`` section."""
+        rows: dict[str, dict[str, Any]] = {}
+        for ref, note in self.workload_summary():
+            kind, _, key = ref.partition(" ")
+            ns, _, name = key.partition("/")
+            rows[ref] = {"kind": kind, "namespace": ns, "name": name, "pods": 0, "bound": 0, "pending": 0,
+                         "rejected": 0, "reasons": {}, "note": note}
+        for p in pods:
+            row = rows.get(self.owners.get(f"{p['namespace']}/{p['name']}", ""))
+            if row is None:
+                continue
+            row["pods"] += 1
+            phase = p.get("phase")
+            if phase == "Bound":
+                row["bound"] += 1
+            else:
+                row["rejected" if phase == "Rejected" else "pending"] += 1
+                reason = str(p.get("reason") or "no reason recorded")
+                row["reasons"][reason] = row["reasons"].get(reason, 0) + 1
+        return list(rows.values())
+
     def warnings(self) -> list[str]:
         """Lines about input ``simulate`` does not model: one naming every kind no pods are made from and
         no built-in reads (kept as objects for plugins that read them), with counts."""

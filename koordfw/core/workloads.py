@@ -49,7 +49,7 @@ from .model import (
 )
 
 __all__ = ["MAX_WORKLOAD_PODS", "WORKLOAD_KINDS", "Expansion", "Workload", "daemon_tolerations", "daemonset_admits",
-           "expand_workload", "parse_workload", "safe_encode", "template_hash", "workload_rows"]
+           "expand_workload", "parse_workload", "safe_encode", "template_hash"]
 
 WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "CronJob", "DaemonSet")
 #: kube's ``rand.SafeEncodeString`` / ``rand.String`` alphabet (no vowels, no confusable characters)
@@ -300,6 +300,13 @@ def _owned(pods: Iterable[Pod], namespace: str, kind: str, name: str) -> list[Po
             and p.controller.kind == kind and p.controller.name == name]
 
 
+def _controlled(objects: Mapping[tuple[str, str], Any], kind: str, wl: Workload) -> bool:
+    """Does the input hold a ``kind`` object whose controller is ``wl``?"""
+    return any(k[0] == kind and k[1].startswith(f"{wl.namespace}/") and any(
+        isinstance(r, dict) and r.get("controller") and r.get("kind") == wl.kind and r.get("name") == wl.name
+        for r in ((o.get("metadata") or {}).get("ownerReferences") or [])) for k, o in objects.items())
+
+
 def _replicas(wl: Workload, count: int, prefix: str, owner: Mapping[str, Any], labels: Mapping[str, str],
               taken: set[str], existing: list[Pod], template: Mapping[str, Any] | None = None) -> list[Pod]:
     """``count`` pods named ``<prefix><5 chars>`` (ReplicaSet, Job), less those the input already has."""
@@ -353,8 +360,8 @@ def expand_workload(wl: Workload, *, nodes: Iterable[Node] = (), pods: Iterable[
     if wl.kind == "Deployment":
         h = template_hash(wl.template)
         rs_name = f"{name}-{h}"
-        if ("ReplicaSet", f"{ns}/{rs_name}") in objects:  # the input has it: its own expansion creates the pods
-            return Expansion(note=wl.note)
+        if ("ReplicaSet", f"{ns}/{rs_name}") in objects or _controlled(objects, "ReplicaSet", wl):
+            return Expansion(note="its ReplicaSet is in the input")  # which creates the pods (not a rollout)
         rs_uid = stable_uid("ReplicaSet", ns, rs_name)
         template = copy.deepcopy(dict(wl.template))
         tmeta = template.setdefault("metadata", {})
@@ -398,10 +405,7 @@ def _cronjob(wl: Workload, pods: list[Pod], objects: Mapping[tuple[str, str], An
     jt = wl.spec.get("jobTemplate") or {}
     jspec = copy.deepcopy(dict(jt.get("spec") or {}))
     jmeta = jt.get("metadata") or {}
-    owned = [k for k, o in objects.items() if k[0] == "Job" and k[1].startswith(f"{wl.namespace}/")
-             and any(r.get("kind") == "CronJob" and r.get("name") == wl.name
-                     for r in ((o.get("metadata") or {}).get("ownerReferences") or []) if isinstance(r, dict))]
-    if owned or ("Job", f"{wl.namespace}/{job_name}") in objects:
+    if _controlled(objects, "Job", wl) or ("Job", f"{wl.namespace}/{job_name}") in objects:
         return Expansion(note="the input has its Job")
     job_uid = stable_uid("Job", wl.namespace, job_name)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
@@ -570,30 +574,3 @@ def _daemon_node(p: Pod) -> str:
             if f.get("key") == "metadata.name" and len(f.get("values") or []) == 1:
                 return str(f["values"][0])
     return ""
-
-
-# -- the per-owner section of the output ---------------------------------------------------------------
-
-def workload_rows(workloads: Iterable[tuple[str, str]], owners: Mapping[str, str],
-                  pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per workload ((ref, note) in input order): its pods bound of all, pending with their reasons
-    (reason → count), refused by admission; ``pods`` are the rows of a simulation's ``pods`` section."""
-    rows: dict[str, dict[str, Any]] = {}
-    for ref, note in workloads:
-        kind, _, key = ref.partition(" ")
-        ns, _, name = key.partition("/")
-        rows[ref] = {"kind": kind, "namespace": ns, "name": name, "pods": 0, "bound": 0, "pending": 0,
-                     "rejected": 0, "reasons": {}, "note": note}
-    for p in pods:
-        row = rows.get(owners.get(f"{p['namespace']}/{p['name']}", ""))
-        if row is None:
-            continue
-        row["pods"] += 1
-        phase = p.get("phase")
-        if phase == "Bound":
-            row["bound"] += 1
-        else:
-            row["rejected" if phase == "Rejected" else "pending"] += 1
-            reason = str(p.get("reason") or "no reason recorded")
-            row["reasons"][reason] = row["reasons"].get(reason, 0) + 1
-    return list(rows.values())
