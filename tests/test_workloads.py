@@ -385,3 +385,13 @@ def test_a_deployment_whose_replicaset_is_in_the_input_leaves_the_pods_to_it():
     assert len(m.pods) == 2 and all(p.controller.name == "web-5d8f7b9c4" for p in m.pods)
     assert {m.owners[p.key] for p in m.pods} == {"Deployment default/web"}
     assert m.notes["Deployment default/web"] == "its ReplicaSet is in the input"
+
+
+def test_an_ordered_statefulset_with_a_pending_pod_says_the_later_ones_would_wait(tmp_path, capsys):
+    docs = [node("small", cpu="3"), workload("StatefulSet", "db", replicas=3, template=template(cpu="2")),
+            workload("StatefulSet", "par", replicas=1, podManagementPolicy="Parallel", template=template(cpu="2"))]
+    rc, out, _ = simulate(tmp_path, docs, capsys)
+    assert rc == 0
+    db, par = out["workloads"]
+    assert (db["bound"], db["pending"]) == (1, 2) and db["note"].startswith("OrderedReady: the pods after db-1")
+    assert par["pending"] == 1 and par["note"] == ""

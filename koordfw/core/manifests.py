@@ -218,10 +218,17 @@ class Manifests:
             ns, _, name = key.partition("/")
             rows[ref] = {"kind": kind, "namespace": ns, "name": name, "pods": 0, "bound": 0, "pending": 0,
                          "rejected": 0, "reasons": {}, "note": note}
+        waiting: dict[str, str] = {}  # StatefulSet → its first pod not bound
+        later: set[str] = set()  # StatefulSets with pods after that one
         for p in pods:
-            row = rows.get(self.owners.get(f"{p['namespace']}/{p['name']}", ""))
+            ref = self.owners.get(f"{p['namespace']}/{p['name']}", "")
+            row = rows.get(ref)
             if row is None:
                 continue
+            if ref in waiting:
+                later.add(ref)
+            elif ref.startswith("StatefulSet ") and p.get("phase") != "Bound":
+                waiting[ref] = p["name"]
             row["pods"] += 1
             phase = p.get("phase")
             if phase == "Bound":
@@ -230,6 +237,12 @@ class Manifests:
                 row["rejected" if phase == "Rejected" else "pending"] += 1
                 reason = str(p.get("reason") or "no reason recorded")
                 row["reasons"][reason] = row["reasons"].get(reason, 0) + 1
+        for w in self.workloads:
+            first = waiting.get(w.ref)
+            if first is not None and w.ref in later and (w.spec.get("podManagementPolicy") or "OrderedReady") == "OrderedReady":
+                row = rows[w.ref]
+                row["note"] = "; ".join(x for x in (row["note"], f"OrderedReady: the pods after {first} would not "
+                                                    f"be created until it runs (simulate creates them all)") if x)
         return list(rows.values())
 
     def warnings(self) -> list[str]:
