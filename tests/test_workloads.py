@@ -395,3 +395,10 @@ def test_an_ordered_statefulset_with_a_pending_pod_says_the_later_ones_would_wai
     db, par = out["workloads"]
     assert (db["bound"], db["pending"]) == (1, 2) and db["note"].startswith("OrderedReady: the pods after db-1")
     assert par["pending"] == 1 and par["note"] == ""
+
+
+def test_the_python_api_reports_workloads_as_the_cli_does():
+    from koordfw import simulate as simulate_api
+
+    data = simulate_api(load_objects([node("n1"), workload("ReplicaSet", "rs", replicas=2)]), autoload=False).to_dict()
+    assert [(r["kind"], r["name"], r["bound"], r["pods"]) for r in data["workloads"]] == [("ReplicaSet", "rs", 2, 2)]

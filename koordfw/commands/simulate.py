@@ -54,8 +54,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         result = anyio.run(lambda: run_simulation(manifests, registry, seed=args.seed, deschedule=cycles))
     data = result.to_dict()
-    if manifests.workloads:
-        data["workloads"] = manifests.workload_rows(data["pods"])
     if args.output == "json":
         json.dump(data, sys.stdout, indent=2, sort_keys=False)
         sys.stdout.write("\n")

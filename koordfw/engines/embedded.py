@@ -71,6 +71,8 @@ class SimulationResult:
     pod_order: list[str] = attrs.field(factory=list)  # uids in input order
     #: uid -> (pod, reason) of the pods the admission hooks refused (never created, so never scheduled)
     rejected: dict[str, tuple[Pod, str]] = attrs.field(factory=dict)
+    #: the input, for the per-workload section (``Manifests.workload_rows``)
+    manifests: Manifests | None = None
 
     @property
     def scheduler(self) -> Scheduler:
@@ -126,6 +128,8 @@ class SimulationResult:
         out = {"pods": pods, "nodes": nodes,
                "summary": {**summary, "seconds": round(self.seconds, 6),
                            "pods_per_second": round(scheduled / self.seconds, 1) if self.seconds > 0 else 0.0}}
+        if self.manifests is not None and self.manifests.workloads:
+            out["workloads"] = self.manifests.workload_rows(pods)
         claims = claims_report(self.cluster)
         if claims:
             out["claims"] = claims
@@ -634,7 +638,7 @@ async def run_simulation(source: Manifests | Sequence[str | Path], registry: Reg
         if isinstance(res, dict):
             extra.update(res)
     await engine.scheduler.shutdown()
-    return SimulationResult(engine, seconds, migrations, extra, order, rejected)
+    return SimulationResult(engine, seconds, migrations, extra, order, rejected, manifests)
 
 
 def simulate(source: Manifests | Sequence[str | Path], profile: Profile | str | Path | dict | None = None, *,
