@@ -402,3 +402,14 @@ def test_the_python_api_reports_workloads_as_the_cli_does():
 
     data = simulate_api(load_objects([node("n1"), workload("ReplicaSet", "rs", replicas=2)]), autoload=False).to_dict()
     assert [(r["kind"], r["name"], r["bound"], r["pods"]) for r in data["workloads"]] == [("ReplicaSet", "rs", 2, 2)]
+
+
+@pytest.mark.parametrize(("spec", "where"), [
+    ({"volumeClaimTemplates": {"a": 1}}, "field spec.volumeClaimTemplates: expected a list"),
+    ({"volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteSometimes"]}}]},
+     "field spec.volumeClaimTemplates[0].spec.accessModes"),
+    ({"selector": {"matchExpressions": [{"key": "app", "operator": "Near"}]}}, "StatefulSet default/db: field spec.selector"),
+])
+def test_malformed_statefulset_claims_and_selectors(tmp_path, capsys, spec, where):
+    rc, err, _ = simulate(tmp_path, [workload("StatefulSet", "db", **spec)], capsys)
+    assert rc == 2 and "in.yaml" in err and where in err, err

@@ -47,6 +47,7 @@ from .model import (
     pod_from_manifest,
     selector_matches,
 )
+from .storage import check_storage_object
 
 __all__ = ["MAX_WORKLOAD_PODS", "WORKLOAD_KINDS", "Expansion", "Workload", "daemon_tolerations", "daemonset_admits",
            "expand_workload", "parse_workload", "safe_encode", "template_hash"]
@@ -204,7 +205,10 @@ def parse_workload(kind: str, obj: Mapping[str, Any], *, file: str | None = None
         if selector is None:
             raise _fail(w, "spec.selector", "Required value", file)
         sel = _mapping(selector, w, "spec.selector", file)
-        label_selector_check(sel, "spec.selector", w)
+        try:
+            label_selector_check(sel, "spec.selector", w)
+        except ManifestError as e:
+            raise _fail(w, e.field or "spec.selector", e.detail, file) from None
         if kind in _APPS and not sel.get("matchLabels") and not sel.get("matchExpressions"):
             raise _fail(w, "spec.selector", f"Invalid value: empty selector is invalid for {kind.lower()}", file)
         labels = tmeta.get("labels") or {}
@@ -245,11 +249,20 @@ def parse_workload(kind: str, obj: Mapping[str, Any], *, file: str | None = None
         if policy not in ("OrderedReady", "Parallel"):
             raise _fail(w, "spec.podManagementPolicy", f'Unsupported value: "{policy}": supported values: '
                                                        '"OrderedReady", "Parallel"', file)
-        for i, t in enumerate(spec.get("volumeClaimTemplates") or []):
-            tm = _mapping(_mapping(t, w, f"spec.volumeClaimTemplates[{i}]", file).get("metadata"), w,
-                          f"spec.volumeClaimTemplates[{i}].metadata", file)
+        claims = spec.get("volumeClaimTemplates") or []
+        if not isinstance(claims, list):
+            raise _fail(w, "spec.volumeClaimTemplates", f"expected a list, got {type(claims).__name__}", file)
+        for i, t in enumerate(claims):
+            at = f"spec.volumeClaimTemplates[{i}]"
+            t = _mapping(t, w, at, file)
+            tm = _mapping(t.get("metadata"), w, f"{at}.metadata", file)
             if not isinstance(tm.get("name"), str) or not tm.get("name"):
-                raise _fail(w, f"spec.volumeClaimTemplates[{i}].metadata.name", "Required value", file)
+                raise _fail(w, f"{at}.metadata.name", "Required value", file)
+            try:  # the claim as the controller creates it, checked as an input claim is
+                check_storage_object("PersistentVolumeClaim", {"metadata": {"name": tm["name"], "namespace": ns},
+                                                               "spec": t.get("spec")})
+            except ManifestError as e:
+                raise _fail(w, f"{at}.{e.field}" if e.field else at, e.detail, file) from None
     wl = Workload(kind, ns, name, uid, obj, template, tfield, replicas, file, note)
     _pod(wl, _pod_manifest(wl, name, {}, wl.owner_reference()), set())  # the template as a pod: every pod check
     return wl
