@@ -413,3 +413,19 @@ def test_the_python_api_reports_workloads_as_the_cli_does():
 def test_malformed_statefulset_claims_and_selectors(tmp_path, capsys, spec, where):
     rc, err, _ = simulate(tmp_path, [workload("StatefulSet", "db", **spec)], capsys)
     assert rc == 2 and "in.yaml" in err and where in err, err
+
+
+@pytest.mark.parametrize(("doc", "where"), [
+    (workload("Job", "j", template={"metadata": {"labels": ["a"]}, "spec": {"restartPolicy": "Never"}}),
+     "Job default/j: field spec.template.metadata.labels: expected a mapping"),
+    ({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"},
+      "spec": {"schedule": "@hourly", "jobTemplate": {"metadata": "x", "spec": {"template": template()}}}},
+     "CronJob default/c: field spec.jobTemplate.metadata: expected a mapping"),
+    (workload("StatefulSet", "s", volumeClaimTemplates=[{"metadata": {"name": "d", "labels": "x"}}]),
+     "StatefulSet default/s: field spec.volumeClaimTemplates[0].metadata.labels"),
+    (workload("DaemonSet", "d", template={"metadata": {"labels": {"app": "x"}}, "spec": ["c"]}),
+     "DaemonSet default/d: field spec.template.spec: expected a mapping"),
+])
+def test_odd_shapes_in_workloads_are_errors_not_crashes(tmp_path, capsys, doc, where):
+    rc, err, _ = simulate(tmp_path, [node("n1"), doc], capsys)
+    assert rc == 2 and where in err, err

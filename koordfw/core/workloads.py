@@ -196,10 +196,16 @@ def parse_workload(kind: str, obj: Mapping[str, Any], *, file: str | None = None
         except ValueError as e:
             raise _fail(w, "spec.schedule", f"invalid schedule {schedule!r}: {e}", file) from None
         jt = _mapping(spec.get("jobTemplate"), w, "spec.jobTemplate", file, required=True)
+        jmeta = _mapping(jt.get("metadata"), w, "spec.jobTemplate.metadata", file)
+        for k in ("labels", "annotations"):
+            _mapping(jmeta.get(k), w, f"spec.jobTemplate.metadata.{k}", file)
         spec = _mapping(jt.get("spec"), w, "spec.jobTemplate.spec", file, required=True)
         tfield = "spec.jobTemplate.spec.template"
     template = _mapping(spec.get("template"), w, tfield, file, required=True)
     tmeta = _mapping(template.get("metadata"), w, f"{tfield}.metadata", file)
+    for k in ("labels", "annotations"):
+        _mapping(tmeta.get(k), w, f"{tfield}.metadata.{k}", file)
+    _mapping(template.get("spec"), w, f"{tfield}.spec", file, required=True)
     if kind in _APPS or spec.get("selector") is not None:
         selector = spec.get("selector")
         if selector is None:
@@ -258,6 +264,7 @@ def parse_workload(kind: str, obj: Mapping[str, Any], *, file: str | None = None
             tm = _mapping(t.get("metadata"), w, f"{at}.metadata", file)
             if not isinstance(tm.get("name"), str) or not tm.get("name"):
                 raise _fail(w, f"{at}.metadata.name", "Required value", file)
+            _mapping(tm.get("labels"), w, f"{at}.metadata.labels", file)
             try:  # the claim as the controller creates it, checked as an input claim is
                 check_storage_object("PersistentVolumeClaim", {"metadata": {"name": tm["name"], "namespace": ns},
                                                                "spec": t.get("spec")})
