@@ -62,6 +62,20 @@ def section_table(title: str, rows: list[dict[str, Any]]) -> Table:
     return t
 
 
+def workloads_table(rows: list[dict[str, Any]]) -> Table:
+    """The pods of each workload: bound of all, pending (and refused) with their reasons, the expansion note."""
+    t = Table(title="workloads")
+    for col in ("workload", "bound", "pending", "reasons / note"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        reasons = [f"{n}x {why}" if n > 1 else why for why, n in r["reasons"].items()]
+        pending = str(r["pending"]) + (f" (+{r['rejected']} rejected)" if r["rejected"] else "")
+        t.add_row(f"{r['kind']} {r['namespace']}/{r['name']}", f"{r['bound']} of {r['pods']}",
+                  f"[yellow]{pending}[/yellow]" if r["pending"] or r["rejected"] else pending,
+                  "; ".join([*reasons, *([r["note"]] if r["note"] else [])]) or "-")
+    return t
+
+
 def render_simulation(data: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     pods = Table(title="placements")
@@ -86,7 +100,7 @@ def render_simulation(data: dict[str, Any], console: Console | None = None) -> N
                       other)
     console.print(nodes)
     for key, section in data.items():
-        if key in ("pods", "nodes", "summary", "migrations"):
+        if key in ("pods", "nodes", "summary", "migrations", "workloads"):
             continue
         if isinstance(section, list) and section and all(isinstance(r, dict) for r in section):
             console.print(section_table(key, section))
@@ -99,6 +113,8 @@ def render_simulation(data: dict[str, Any], console: Console | None = None) -> N
         for m in data["migrations"]:
             mt.add_row(m["pod"], m["from_node"], m["to"] or "-", m["plugin"], m["reason"])
         console.print(mt)
+    if data.get("workloads"):
+        console.print(workloads_table(data["workloads"]))
     s = data["summary"]
     console.print(f"bound {s['bound']}, pending {s['pending']} in {s['seconds']:.3f}s "
                   f"({s['pods_per_second']} pods/s)")

@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--deschedule-cycles: must be at least 1, got {args.deschedule_cycles}")
     cycles = args.deschedule_cycles if args.deschedule else 0
     manifests = load_manifests(args.paths)
+    for line in manifests.warnings():
+        print(f"koordfw: warning: {line}", file=sys.stderr)
     registry = registry_from_args(args)
     for e in registry.errors:
         print(f"koordfw: warning: plugin {e.name!r} from {e.distribution!r} failed to load: {e.error}", file=sys.stderr)

@@ -1,6 +1,8 @@
 """Loading Kubernetes manifests: YAML or JSON files, multi-document, ``List`` kinds, whole directories.
 
-Pods and Nodes are parsed into the model; every other kind (NodeMetric, Device, PodGroup,
+Pods and Nodes are parsed into the model; workloads (Deployment, ReplicaSet, StatefulSet, Job, CronJob,
+DaemonSet) are checked and expanded into the pods their controllers create (:mod:`.workloads`), once every
+file is loaded; every other kind (NodeMetric, Device, PodGroup,
 ElasticQuota, NodeResourceTopology, PodDisruptionBudget, ...) is kept as a dict for plugins to read.
 Errors name the file, the object and the field.
 """
@@ -21,6 +23,7 @@ from .model import Node, Pod, node_from_manifest, object_name, object_namespace,
 from .quantity import QuantityError, canonical
 from .safeload import InputError, load_yaml_all, loads_json, read_text
 from .storage import STORAGE_KINDS, check_storage_object
+from .workloads import MAX_WORKLOAD_PODS, WORKLOAD_KINDS, Workload, expand_workload, parse_workload
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -140,6 +143,120 @@ class Manifests:
 
     #: (kind, key) → the file each object came from, for errors about duplicates
     sources: dict[tuple[str, str], str] = attrs.field(factory=dict)
+    #: the input's workloads, in input order (expanded into ``pods`` by :meth:`expand_workloads`)
+    workloads: list[Workload] = attrs.field(factory=list)
+    #: ``namespace/name`` of each pod a workload owns (created or adopted) → the workload (``Deployment ns/web``)
+    owners: dict[str, str] = attrs.field(factory=dict)
+    #: workload → a line about its expansion (a Job's completions, the nodes a DaemonSet runs on, ...)
+    notes: dict[str, str] = attrs.field(factory=dict)
+    #: the workloads already expanded (``Kind ns/name``)
+    expanded: set[str] = attrs.field(factory=set)
+
+    def expand_workloads(self) -> None:
+        """Create the pods (and ReplicaSets, Jobs, claims) of every workload not expanded yet, as their
+        controllers would in a cluster holding this input's nodes, pods and objects (pods that name a
+        workload as their controller are adopted, not created again). Idempotent."""
+        todo = [w for w in self.workloads if w.ref not in self.expanded]
+        if not todo:
+            return
+        objects = {(kind, object_key(kind, obj.get("metadata") or {})): obj for kind, obj in self.objects}
+        taken = {p.key for p in self.pods}
+        now = self.newest_timestamp()
+        made = len(self.owners)
+        for w in todo:  # all counted first: refused before any is created
+            made += len(self.nodes) if w.replicas < 0 else w.replicas
+            if made > MAX_WORKLOAD_PODS:
+                raise ManifestError(f"the input's workloads would create more than {MAX_WORKLOAD_PODS} pods "
+                                    "(Kubernetes' tested limit of pods per cluster)", file=w.file, obj=w.ref,
+                                    field=w.count_field)
+        for w in todo:
+            self.expanded.add(w.ref)
+            got = expand_workload(w, nodes=self.nodes, pods=self.pods, objects=objects, taken=taken, now=now)
+            for kind, obj in got.objects:
+                key = object_key(kind, obj["metadata"])
+                _record(self, kind, key, w.file or "<input>", f"{kind} {key} (of {w.ref})")
+                objects[(kind, key)] = obj
+                self.objects.append((kind, obj))
+            for pod in got.pods:
+                _record(self, "Pod", pod.key, w.file or "<input>", f"Pod {pod.key} (of {w.ref})")
+                _record(self, "Pod uid", pod.uid, w.file or "<input>", f"Pod {pod.key} (metadata.uid {pod.uid})")
+                self.pods.append(pod)
+            self.notes[w.ref] = got.note
+        self._own()
+
+    def _own(self) -> None:
+        """Map every pod to the workload at the top of its controller chain (Pod → ReplicaSet → Deployment)."""
+        refs = {w.ref for w in self.workloads}
+        parent: dict[str, str] = {}  # "Kind ns/name" → its controller's "Kind ns/name"
+        for kind, obj in self.objects:
+            meta = obj.get("metadata") or {}
+            for r in meta.get("ownerReferences") or []:
+                if isinstance(r, dict) and r.get("controller"):
+                    ns = meta.get("namespace") or "default"
+                    parent[f"{kind} {ns}/{meta.get('name')}"] = f"{r.get('kind')} {ns}/{r.get('name')}"
+        for p in self.pods:
+            if p.controller is None:
+                continue
+            chain = [f"{p.controller.kind} {p.namespace}/{p.controller.name}"]
+            while chain[-1] in parent and parent[chain[-1]] not in chain:
+                chain.append(parent[chain[-1]])
+            top = next((r for r in reversed(chain) if r in refs), None)
+            if top is not None:
+                self.owners[p.key] = top
+
+    def workload_summary(self) -> list[tuple[str, str]]:
+        """(``Kind ns/name``, note) of each workload, in input order."""
+        return [(w.ref, self.notes.get(w.ref, w.note)) for w in self.workloads]
+
+    def workload_rows(self, pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The ``workloads`` section of a simulation: one row per workload in input order, its pods bound of
+        all, pending with their reasons (reason → count), refused by admission, and its note; ``pods`` are the
+        rows of the simulation's ``pods`` section."""
+        rows: dict[str, dict[str, Any]] = {}
+        for ref, note in self.workload_summary():
+            kind, _, key = ref.partition(" ")
+            ns, _, name = key.partition("/")
+            rows[ref] = {"kind": kind, "namespace": ns, "name": name, "pods": 0, "bound": 0, "pending": 0,
+                         "rejected": 0, "reasons": {}, "note": note}
+        waiting: dict[str, str] = {}  # StatefulSet → its first pod not bound
+        later: set[str] = set()  # StatefulSets with pods after that one
+        for p in pods:
+            ref = self.owners.get(f"{p['namespace']}/{p['name']}", "")
+            row = rows.get(ref)
+            if row is None:
+                continue
+            if ref in waiting:
+                later.add(ref)
+            elif ref.startswith("StatefulSet ") and p.get("phase") != "Bound":
+                waiting[ref] = p["name"]
+            row["pods"] += 1
+            phase = p.get("phase")
+            if phase == "Bound":
+                row["bound"] += 1
+            else:
+                row["rejected" if phase == "Rejected" else "pending"] += 1
+                reason = str(p.get("reason") or "no reason recorded")
+                row["reasons"][reason] = row["reasons"].get(reason, 0) + 1
+        for w in self.workloads:
+            first = waiting.get(w.ref)
+            if first is not None and w.ref in later and (w.spec.get("podManagementPolicy") or "OrderedReady") == "OrderedReady":
+                row = rows[w.ref]
+                row["note"] = "; ".join(x for x in (row["note"], f"OrderedReady: the pods after {first} would not "
+                                                    f"be created until it runs (simulate creates them all)") if x)
+        return list(rows.values())
+
+    def warnings(self) -> list[str]:
+        """Lines about input ``simulate`` does not model: one naming every kind no pods are made from and
+        no built-in reads (kept as objects for plugins that read them), with counts."""
+        counts: dict[str, int] = {}
+        for kind, _ in self.objects:
+            if kind not in MODELLED_KINDS:
+                counts[kind] = counts.get(kind, 0) + 1
+        if not counts:
+            return []
+        kinds = ", ".join(f"{k} ({n})" for k, n in sorted(counts.items()))
+        return [f"simulate does not model {kinds}: kept as objects for plugins that read them; no pods are "
+                "created from them and nothing else uses them"]
 
     def newest_timestamp(self) -> float | None:
         """The newest creation time or metric update time in the input (the virtual clock's start)."""
@@ -202,7 +319,10 @@ _KIND = re.compile(r"[A-Z][A-Za-z0-9]*")
 #: kinds whose spelling is checked, so that ``pod`` or ``Node `` is an error rather than an ignored object
 KNOWN_KINDS = ("Pod", "Node", "NodeMetric", "Device", "PodGroup", "ElasticQuota", "NodeResourceTopology",
                "PodDisruptionBudget", "NodeSLO", "Reservation", "ConfigMap", "Namespace", "PriorityClass",
-               *STORAGE_KINDS)
+               *STORAGE_KINDS, *WORKLOAD_KINDS)
+#: kinds simulate uses: made into pods, checked, or read by the built-in plugins (``objects_of``); another
+#: kind is kept as an object and named in :meth:`Manifests.warnings`
+MODELLED_KINDS = frozenset({*KNOWN_KINDS, *ADMISSION_KINDS, *CLUSTER_SCOPED_KINDS, "Service", "PodMigrationJob"})
 _KNOWN_FOLDED = {k.lower(): k for k in KNOWN_KINDS}
 
 
@@ -246,7 +366,9 @@ def _record(out: Manifests, kind: str, key: str, file: str, obj: str) -> None:
 
 def load_objects(docs: Iterable[Any], *, file: str = "<input>", into: Manifests | None = None) -> Manifests:
     """Parse objects into ``into`` (or a new Manifests). Every object needs a valid kind and name; two
-    objects of one kind with the same namespace/name, or two pods with one UID, are errors."""
+    objects of one kind with the same namespace/name, or two pods with one UID, are errors. Workloads are
+    expanded into pods here when the Manifests is new, else by ``into.expand_workloads()`` (which
+    :func:`load_manifests` and the embedded engine call once every object is in)."""
     out = into if into is not None else Manifests()
     for doc in docs:
         for obj, where in _flatten(doc, file, ""):
@@ -276,7 +398,11 @@ def load_objects(docs: Iterable[Any], *, file: str = "<input>", into: Manifests 
                     check_object(kind, obj, file=file)
                 elif kind in STORAGE_KINDS:
                     check_storage_object(kind, obj, file=file)
+                elif kind in WORKLOAD_KINDS:
+                    out.workloads.append(parse_workload(kind, obj, file=file))
                 out.objects.append((kind, obj))
+    if into is None:
+        out.expand_workloads()
     return out
 
 
@@ -288,4 +414,5 @@ def load_manifests(paths: Iterable[str | Path]) -> Manifests:
             continue
         out.files.append(str(f))
         load_objects(_documents(f), file=str(f), into=out)
+    out.expand_workloads()
     return out

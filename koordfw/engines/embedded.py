@@ -70,6 +70,8 @@ class SimulationResult:
     pod_order: list[str] = attrs.field(factory=list)  # uids in input order
     #: uid -> (pod, reason) of the pods the admission hooks refused (never created, so never scheduled)
     rejected: dict[str, tuple[Pod, str]] = attrs.field(factory=dict)
+    #: the input, for the per-workload section (``Manifests.workload_rows``)
+    manifests: Manifests | None = None
 
     @property
     def scheduler(self) -> Scheduler:
@@ -125,6 +127,8 @@ class SimulationResult:
         out = {"pods": pods, "nodes": nodes,
                "summary": {**summary, "seconds": round(self.seconds, 6),
                            "pods_per_second": round(scheduled / self.seconds, 1) if self.seconds > 0 else 0.0}}
+        if self.manifests is not None and self.manifests.workloads:
+            out["workloads"] = self.manifests.workload_rows(pods)
         claims = claims_report(self.cluster)
         if claims:
             out["claims"] = claims
@@ -588,6 +592,7 @@ async def run_simulation(source: Manifests | Sequence[str | Path], registry: Reg
     """Schedule every pending pod; then, with ``deschedule`` (True = 1, or a number of cycles), run the
     descheduling plugins that many times, each plan applied and its pods rescheduled before the next."""
     manifests = source if isinstance(source, Manifests) else load_manifests(source)
+    manifests.expand_workloads()  # workloads loaded with load_objects(into=...): their pods, before admission
     # the engine binds the registry (class plugins get scheduler handles), then pods are admitted, then added
     cluster = ClusterState()
     engine = EmbeddedEngine(registry, cluster, seed=seed, start_time=manifests.newest_timestamp())
@@ -602,7 +607,7 @@ async def run_simulation(source: Manifests | Sequence[str | Path], registry: Reg
     seconds = time.perf_counter() - t0
     extra = await engine.scheduler.node_runtime.run_report()
     await engine.scheduler.shutdown()
-    return SimulationResult(engine, seconds, migrations, extra, order, rejected)
+    return SimulationResult(engine, seconds, migrations, extra, order, rejected, manifests)
 
 
 def simulate(source: Manifests | Sequence[str | Path], profile: Profile | str | Path | dict | None = None, *,

@@ -57,6 +57,7 @@ class ClusterBuilder:
         return self
 
     def build(self) -> Manifests:
+        self.manifests.expand_workloads()
         return self.manifests
 
 

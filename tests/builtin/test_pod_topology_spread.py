@@ -210,7 +210,8 @@ def test_score_nodes_without_the_key_are_ignored_for_the_pods_own_constraints():
 
 # -- system defaults -----------------------------------------------------------------------------------
 RS = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web-7c9", "namespace": "default"},
-      "spec": {"selector": {"matchLabels": {"app": "web"}}, "replicas": 3}}
+      "spec": {"selector": {"matchLabels": {"app": "web"}}, "replicas": 3,
+               "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c"}]}}}}
 
 
 def test_default_selector_comes_from_the_pods_replicaset_and_services():

@@ -32,7 +32,8 @@ def deployment(name: str, replicas: int, template_spec: dict) -> list[dict]:
             "name": rs_name, "namespace": "shop", "labels": labels,
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": "d-1",
                                  "controller": True}]},
-         "spec": {"replicas": replicas, "selector": {"matchLabels": labels}}},
+         "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                  "template": {"metadata": {"labels": labels}, "spec": template_spec}}},
     ]
     for i, suffix in enumerate(["x7k2p", "m4q9z", "t8w3n", "b5r6v", "c2d4f", "h9j1k"][:replicas]):
         docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {

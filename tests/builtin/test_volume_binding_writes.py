@@ -262,7 +262,8 @@ def test_simulate_a_statefulset_claim_is_provisioned_on_the_chosen_node(tmp_path
     ssd = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "ssd"},
            "provisioner": "ebs.csi.aws.com", "volumeBindingMode": "WaitForFirstConsumer"}
     sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "default"},
-           "spec": {"serviceName": "db", "replicas": 1, "selector": {"matchLabels": {"app": "db"}}}}
+           "spec": {"serviceName": "db", "replicas": 1, "selector": {"matchLabels": {"app": "db"}},
+                    "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "main"}]}}}}
     out = simulate_json(tmp_path, capsys, [*_nodes(3), ssd, sts, _claim("data-db-0", "ssd"), _pod("db-0", "data-db-0", "db")])
     node = {p["name"]: p["node"] for p in out["pods"]}["db-0"]
     assert node is not None

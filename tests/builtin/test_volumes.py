@@ -301,7 +301,8 @@ def test_a_statefulset_pod_with_a_zonal_claim_in_simulate(tmp_path, capsys):
              "allowedTopologies": [{"matchLabelExpressions": [
                  {"key": "topology.kubernetes.io/zone", "values": ["eu-west-1c"]}]}]}
     sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "default"},
-           "spec": {"serviceName": "db", "replicas": 1, "selector": {"matchLabels": {"app": "db"}}}}
+           "spec": {"serviceName": "db", "replicas": 1, "selector": {"matchLabels": {"app": "db"}},
+                    "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "postgres"}]}}}}
     claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
              "metadata": {"name": "data-db-0", "namespace": "default", "labels": {"app": "db"}},
              "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "ssd",
