@@ -11,12 +11,13 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import yaml
 
-from koordfw import ConfigError
+from koordfw import ConfigError, Stash
 from koordfw.builtin import node_resources_fit as nrf
 from koordfw.cli import main
 from koordfw.core.cluster import ClusterState, NodeBatch
@@ -132,7 +133,7 @@ def scores(strategy: dict, pod) -> dict[str, int]:
     for p in three_nodes().build().pods:
         cluster.add_pod(p)
     idx = np.arange(cluster.num_nodes, dtype=np.int64)
-    got = nrf.score(pod, NodeBatch(cluster, idx), args)
+    got = nrf.score(pod, NodeBatch(cluster, idx), args, SimpleNamespace(stash=Stash()))  # the plugin's handle: its stash
     return dict(zip([v.name for v in cluster.views], got.tolist()))
 
 
