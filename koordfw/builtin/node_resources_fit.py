@@ -189,16 +189,20 @@ _SCORE_COLUMNS = StashKey[tuple]()
 
 
 def _score_columns(cluster, args, stash):
-    """(column indices, weights, whether each is an extended resource) of ``args.resources`` in
-    ``cluster``, kept in ``stash`` while the args object and the cluster stay the same objects (a resource
-    column, once added, keeps its index); the entry holds both, so neither is another object's."""
+    """(column indices, weights, whether each is an extended resource, the positions of cpu and memory
+    among them or -1) of ``args.resources`` in ``cluster``, kept in ``stash`` while the args object and the
+    cluster stay the same objects (a resource column, once added, keeps its index); the entry holds both,
+    so neither is another object's."""
     got = stash.get(_SCORE_COLUMNS, None)
     if got is None or got[0] is not args or got[1] is not cluster:
-        cols = np.array([cluster.resource_index(r.name) for r in args.resources], dtype=np.int64)
+        names = [r.name for r in args.resources]
+        cols = np.array([cluster.resource_index(n) for n in names], dtype=np.int64)
         weights = np.array([r.weight for r in args.resources], dtype=np.int64)
-        scalar = np.array([_is_scalar(r.name) for r in args.resources], dtype=bool)
-        got = stash[_SCORE_COLUMNS] = (args, cluster, cols, weights, scalar)
-    return got[2], got[3], got[4]
+        scalar = np.array([_is_scalar(n) for n in names], dtype=bool)
+        k_cpu = names.index("cpu") if "cpu" in names else -1
+        k_mem = names.index("memory") if "memory" in names else -1
+        got = stash[_SCORE_COLUMNS] = (args, cluster, cols, weights, scalar, k_cpu, k_mem)
+    return got[2:]
 
 
 def _is_scalar(name):
@@ -221,20 +225,18 @@ def _missing(pod):
     return cpu, mem
 
 
-#: per cluster: (the cluster, node versions seen, per node the defaults its pods add: [cpu, memory])
-_NON_ZERO: dict[int, tuple] = {}
+#: (the cluster, node versions seen, per node the defaults its pods add: [cpu, memory]), in the stash
+_NON_ZERO = StashKey[list]()
 
 
-def _node_missing(cluster, idx):
+def _node_missing(cluster, idx, stash):
     """Per node of ``idx``, what its pods add as non-zero defaults ([milli-CPU, bytes] rows, kube's
     NodeInfo.NonZeroRequested - Requested), recounted only on nodes whose pods changed."""
-    got = _NON_ZERO.get(id(cluster))
+    got = stash.get(_NON_ZERO, None)
     versions = cluster.node_version
     n = len(versions)
     if got is None or got[0] is not cluster:
-        if len(_NON_ZERO) > 16:
-            _NON_ZERO.clear()
-        got = _NON_ZERO[id(cluster)] = [cluster, np.full(0, -1, dtype=np.int64), np.zeros((0, 2), dtype=np.int64)]
+        got = stash[_NON_ZERO] = [cluster, np.full(0, -1, dtype=np.int64), np.zeros((0, 2), dtype=np.int64)]
     if len(got[1]) < n:
         got[1] = np.concatenate([got[1], np.full(n - len(got[1]), -1, dtype=np.int64)])
         got[2] = np.concatenate([got[2], np.zeros((n - len(got[2]), 2), dtype=np.int64)])
@@ -268,29 +270,28 @@ def _saturating_add(a, b):
 @hookimpl
 def score(pod, nodes, args, handle):
     cluster = nodes.cluster
-    cols, weights, scalar = _score_columns(cluster, args, handle.stash)  # first: it may add resource columns
+    cols, weights, scalar, k_cpu, k_mem = _score_columns(cluster, args, handle.stash)  # first: it may add columns
     vec = cluster.request_vector(pod)
     if not len(cols):
         return None
     alloc = _cells(cluster.allocatable, nodes.idx, cols)
+    pod_req = vec[cols]  # a new array (fancy indexing), as are the _cells below
     # kube: an extended resource the pod does not request is left out (as if the node had none of it)
-    skip = scalar & (vec[cols] == 0)
+    skip = scalar & (pod_req == 0)
     if skip.any():
         alloc = np.where(skip, 0, alloc)
     requested = _cells(cluster.requested, nodes.idx, cols)
-    pod_req = vec[cols]
-    if args.scoring_strategy != "BalancedAllocation":  # kube's non-zero defaults (useRequested=false)
-        names = [r.name for r in args.resources]
-        if "cpu" in names or "memory" in names:
-            pod_req = pod_req.copy()
-            node_extra = _node_missing(cluster, nodes.idx)
-            cpu, mem = _missing(pod)
-            requested = requested.copy()
-            for k, name in enumerate(names):
-                if name in ("cpu", "memory"):
-                    j = 0 if name == "cpu" else 1
-                    pod_req[k] += (cpu, mem)[j]
-                    requested[:, k] += node_extra[:, j]
+    if args.scoring_strategy != "BalancedAllocation" and (k_cpu >= 0 or k_mem >= 0):
+        # kube's non-zero defaults (useRequested=false): containers without a cpu / memory request count
+        # 100m / 200Mi, on the pod and on the node's pods
+        node_extra = _node_missing(cluster, nodes.idx, handle.stash)
+        cpu, mem = _missing(pod)
+        if k_cpu >= 0:
+            pod_req[k_cpu] += cpu
+            requested[:, k_cpu] += node_extra[:, 0]
+        if k_mem >= 0:
+            pod_req[k_mem] += mem
+            requested[:, k_mem] += node_extra[:, 1]
     req = _saturating_add(requested, pod_req)
     safe = np.where(alloc > 0, alloc, 1)
     if args.scoring_strategy == "BalancedAllocation":
