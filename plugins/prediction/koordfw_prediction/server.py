@@ -100,9 +100,12 @@ class PeakPredictServer:
         self.last_training: float | None = None
         self.last_maintenance: float | None = None
         self.restored = False
+        #: predictions by UID, computed once per model state (models change only in train, gc and restore)
+        self._cache: dict[str, Result] = {}
 
     # -- training ---------------------------------------------------------------------------------
     def update_model(self, uid: str, cpu: float, memory: float, now: float) -> None:
+        self._cache.pop(uid, None)
         model = self.models.get(uid)
         if model is None:
             model = self.models[uid] = Model(self.cfg)
@@ -139,11 +142,16 @@ class PeakPredictServer:
 
     # -- prediction -------------------------------------------------------------------------------
     def get_prediction(self, uid: str) -> Result | None:
+        hit = self._cache.get(uid)
+        if hit is not None:
+            return hit
         model = self.models.get(uid)
         if model is None:
             return None
-        return {key: {"cpu": int(model.cpu.percentile(p) * 1000.0), "memory": int(model.memory.percentile(p))}
-                for key, p in PERCENTILES}
+        out = {key: {"cpu": int(model.cpu.percentile(p) * 1000.0), "memory": int(model.memory.percentile(p))}
+               for key, p in PERCENTILES}
+        self._cache[uid] = out
+        return out
 
     # -- maintenance ------------------------------------------------------------------------------
     def gc(self, now: float) -> list[str]:
@@ -153,6 +161,7 @@ class PeakPredictServer:
         gone = [uid for uid, m in self.models.items() if now - m.last_updated > self.cfg.model_expiration_seconds]
         for uid in gone:
             del self.models[uid]
+            self._cache.pop(uid, None)
             if self.checkpointer is not None:
                 self.checkpointer.remove(uid)
         return gone
@@ -208,6 +217,7 @@ class PeakPredictServer:
                 self.checkpointer.remove(ck.uid)
                 continue
             self.models[ck.uid] = model
+            self._cache.pop(ck.uid, None)
             out.append(ck.uid)
         return out
 
