@@ -8,6 +8,8 @@ that plugin. This module imports nothing of koordfw, so the kernel and plugins a
 
 from __future__ import annotations
 
+from types import MappingProxyType as _MappingProxyType
+
 __all__ = [
     "ANNOTATION_GANG_MODE", "ANNOTATION_GANG_NAME", "ANNOTATION_GANG_PREFIX", "ANNOTATION_NODE_RAW_ALLOCATABLE",
     "ANNOTATION_NODE_RESERVATION", "ANNOTATION_NODE_SYSTEM_QOS_RESOURCE", "ANNOTATION_RESOURCE_STATUS",
@@ -181,3 +183,16 @@ ANNOTATION_SCHEDULING_HINT = "internal.scheduling.koordinator.sh/scheduling-hint
 DEPRECATED_ANNOTATION_SCHEDULING_HINT = "scheduling.koordinator.sh/scheduling-hint"
 
 __all__ += ["ANNOTATION_SCHEDULING_HINT", "DEPRECATED_ANNOTATION_SCHEDULING_HINT"]
+
+# -- the Mid tier (apis/extension/node_colocation.go, priority_utils.go): the node's colocation strategy
+# annotation and static reserved ratio labels read by koord-manager's midresource plugin, the priority classes'
+# default values it compares host applications by
+ANNOTATION_NODE_COLOCATION_STRATEGY = "node.koordinator.sh/colocation-strategy"  # AnnotationNodeColocationStrategy
+LABEL_MID_STATIC_CPU_RESERVED_RATIO = "node.koordinator.sh/mid-static-cpu-reserved-ratio"  # LabelMidStaticCPUReservedRatio
+LABEL_MID_STATIC_MEMORY_RESERVED_RATIO = "node.koordinator.sh/mid-static-memory-reserved-ratio"
+#: GetDefaultPriorityByPriorityClass: PriorityProdValueDefault ... PriorityNoneValueDefault
+PRIORITY_DEFAULT_VALUES = _MappingProxyType({PRIORITY_PROD: 9500, PRIORITY_MID: 7500, PRIORITY_BATCH: 5500,
+                                             PRIORITY_FREE: 3500, PRIORITY_NONE: 0})
+
+__all__ += ["ANNOTATION_NODE_COLOCATION_STRATEGY", "LABEL_MID_STATIC_CPU_RESERVED_RATIO",
+            "LABEL_MID_STATIC_MEMORY_RESERVED_RATIO", "PRIORITY_DEFAULT_VALUES"]

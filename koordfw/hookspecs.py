@@ -298,7 +298,11 @@ def collect(node_state: NodeState, args: Any, handle: AgentHandle) -> dict | Non
     :class:`koordfw.core.nodestate.NodeState`. Return a mapping merged into ``node_state.metrics`` or
     ``None``; under the key ``NodeState.COLLECTED_CGROUPS`` (``"cgroups"``) it may also return the cgroup
     files it read (path → text), which join ``node_state.cgroups`` so the executor compares this round's
-    writes with them instead of reading the files again. May be async. Must tolerate vanished cgroups."""
+    writes with them instead of reading the files again; under ``NodeState.NODE_METRIC_STATUS``
+    (``"nodeMetricStatus"``) a mapping of NodeMetric ``status`` fields (e.g. the prediction plugin's
+    ``prodReclaimableMetric``), which the agent's NodeMetric reporter publishes with the status it builds
+    (its own fields win; a ``None`` value leaves the field out). May be async. Must tolerate vanished
+    cgroups."""
 
 
 @hookspec

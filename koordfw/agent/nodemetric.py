@@ -186,6 +186,8 @@ class NodeMetricReporter:
         self.store = MetricStore(self.policy.retention_seconds, sample_interval,
                                  short_retention=self.policy.aggregate_seconds, long_keys=(NODE, SYSTEM))
         self.samples = 0
+        #: the NodeMetric status fields the plugins' ``collect`` gave in the last round observed
+        self.plugin_status: dict[str, Any] = {}
 
     def set_policy(self, policy: CollectPolicy) -> None:
         """A new collect policy (the NodeMetric's spec changed): the buffers are resized, samples kept."""
@@ -214,6 +216,7 @@ class NodeMetricReporter:
                    None if node_mem is None else max(node_mem - used_mem, 0.0))
         self.store.forget_except(keys)
         self.samples += 1
+        self.plugin_status = plugin_status(ns)
 
     def _usage(self, key: str, start: float, end: float, kind: str, cold_start_filter: bool) -> dict:
         """One ResourceMap: ``{"resources": {...}}``, or ``{}`` without samples (or in cold start)."""
@@ -279,4 +282,27 @@ class NodeMetricReporter:
             apps.append(entry)
         if apps:
             status["hostApplicationMetric"] = sorted(apps, key=lambda e: e["name"])
-        return status
+        return merge_plugin_status(status, self.plugin_status)
+
+
+#: the status fields the reporter builds itself: a plugin's ``collect`` cannot replace them
+OWN_STATUS_FIELDS = frozenset({"updateTime", "nodeMetric", "podsMetric", "hostApplicationMetric"})
+
+
+def plugin_status(ns: NodeState) -> dict[str, Any]:
+    """The NodeMetric status fields the plugins' ``collect`` returned this round under
+    :attr:`NodeState.NODE_METRIC_STATUS` (``{}`` when none, or when the value is not a mapping)."""
+    raw = ns.metrics.get(NodeState.NODE_METRIC_STATUS)
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): v for k, v in raw.items()}
+
+
+def merge_plugin_status(status: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` with the plugins' fields added (e.g. the prediction plugin's ``prodReclaimableMetric`` and
+    ``prodPeakMetric``, as koordlet's states_nodemetric adds its predictor's); the reporter's own fields
+    (:data:`OWN_STATUS_FIELDS`) win, and a ``None`` value leaves a field out."""
+    for k, v in extra.items():
+        if k not in OWN_STATUS_FIELDS and v is not None:
+            status[k] = v
+    return status

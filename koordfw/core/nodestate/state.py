@@ -239,6 +239,12 @@ class NodeState:
     #: relative to the cgroup root, → text): the agent adds them to :attr:`cgroups`, so the executor
     #: compares that round's writes with them instead of reading the files again
     COLLECTED_CGROUPS: ClassVar[str] = "cgroups"
+    #: the key under which a plugin's ``collect`` may return fields of the NodeMetric ``status`` the agent
+    #: publishes (a mapping of top-level status fields, e.g. ``{"prodReclaimableMetric": {...}}``): the
+    #: agent's NodeMetric reporter merges the last round's over the status it builds
+    #: (:func:`koordfw.agent.nodemetric.merge_plugin_status`); the fields it builds itself are not replaced.
+    #: Like every key of ``metrics``, a later plugin's (in profile order) replaces an earlier's
+    NODE_METRIC_STATUS: ClassVar[str] = "nodeMetricStatus"
 
     name: str = ""
     cgroup_version: int = 1
