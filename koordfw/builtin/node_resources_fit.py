@@ -293,6 +293,17 @@ def score(pod, nodes, args, handle):
             pod_req[k_mem] += mem
             requested[:, k_mem] += node_extra[:, 1]
     req = _saturating_add(requested, pod_req)
+    strategy = args.scoring_strategy
+    if strategy in ("LeastAllocated", "MostAllocated") and (alloc > 0).all():
+        # every node advertises every resource scored: the weights are the same on every row
+        wsum = int(weights.sum())
+        if wsum <= 0:
+            return np.zeros(len(nodes.idx), dtype=np.int64)
+        if strategy == "MostAllocated":
+            per = _percent(np.minimum(req, alloc), alloc)
+        else:
+            per = np.where(req <= alloc, _percent(np.maximum(alloc - req, 0), alloc), 0)
+        return (per * weights).sum(axis=1) // wsum
     safe = np.where(alloc > 0, alloc, 1)
     if args.scoring_strategy == "BalancedAllocation":
         frac = np.minimum(req / safe, 1.0)
