@@ -64,7 +64,24 @@ from .core.nodestate import (
 )
 from .core.profile import Profile, camel, load_profile, profile_from_dict
 from .core.quantity import QuantityError, canonical, format_quantity, parse_duration, parse_quantity
-from .core.results import NodeStatuses, PostFilterResult, PreFilterResult, fit_error
+from .core.results import (
+    BindResult,
+    FilterBatchResult,
+    FilterNodeResult,
+    FilterResult,
+    NodeStatuses,
+    NormalizeScoreResult,
+    PostFilterResult,
+    PostFilterReturn,
+    PreBindResult,
+    PreFilterResult,
+    PreFilterReturn,
+    QueueSortKey,
+    Reason,
+    ScoreResult,
+    StatusResult,
+    fit_error,
+)
 from .core.safeload import InputError, load_yaml, load_yaml_all, loads_json, shorten
 from .core.schedule_one import Scheduler
 from .core.stash import Stash, StashKey
@@ -100,6 +117,8 @@ __all__ = [
     "NodeStatuses", "PluginsRunner",
     "CollectPolicy", "NodeMetricReporter", "NodePlan", "NodePlanner", "PodAdmission", "update_node_resources",
     "BoundedCache", "IdentityKey", "memo", "Stash", "StashKey",
+    "BindResult", "FilterBatchResult", "FilterNodeResult", "FilterResult", "NormalizeScoreResult", "PostFilterReturn",
+    "PreBindResult", "PreFilterReturn", "QueueSortKey", "Reason", "ScoreResult", "StatusResult",
 ]
 
 
