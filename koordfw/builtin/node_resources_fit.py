@@ -6,6 +6,11 @@ extended resources included (``kubernetes.io/batch-cpu``, GPUs, ...). Score, by 
 across resources), each over ``resources`` with weights (default cpu and memory, weight 1).
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
 import attrs
 import numpy as np
 
@@ -16,7 +21,14 @@ from koordfw import (
     POD_DELETE,
     BoundedCache,
     ClusterEventWithHint,
+    ClusterView,
+    FilterBatchResult,
+    Handle,
+    Node,
+    NodeBatch,
+    Pod,
     QueueingHint,
+    Stash,
     StashKey,
     Status,
     hookimpl,
@@ -34,7 +46,7 @@ class ResourceWeight:
     weight: int = 1
 
 
-def _strategy(value):
+def _strategy(value: object) -> str:
     key = str(value).lower()
     if key not in _STRATEGIES:
         raise ValueError(f"unknown scoring strategy {value!r}; use LeastAllocated, MostAllocated or BalancedAllocation")
@@ -49,11 +61,11 @@ class Args:
 
 
 @hookimpl
-def plugin_args():
+def plugin_args() -> type[Args]:
     return Args
 
 
-def _needed(pod, cluster, args):
+def _needed(pod: Pod, cluster: ClusterView, args: Args) -> tuple[np.ndarray, np.ndarray]:
     vec = cluster.request_vector(pod)
     need = np.flatnonzero(vec)
     if args.ignored_resources:
@@ -62,7 +74,7 @@ def _needed(pod, cluster, args):
     return vec, need
 
 
-def fits_on(pod, cluster, args, node_name):
+def fits_on(pod: Pod, cluster: ClusterView, args: Args, node_name: str) -> bool:
     """Do the pod's requests fit what is free on ``node_name`` now (nominated pods not counted)?"""
     i = cluster.node_index(node_name)
     if i is None:
@@ -72,21 +84,21 @@ def fits_on(pod, cluster, args, node_name):
 
 
 @hookimpl
-def events_to_register(args, handle):
+def events_to_register(args: Args, handle: Handle) -> list[ClusterEventWithHint]:
     """kube's NodeResourcesFit hints: a pod leaving a node, or a node added or changed, helps a pod it
     rejected only if that node now has room for it (the other nodes did not change); an unassigned pod
     leaving frees room only if it was nominated somewhere."""
     Q, SKIP = QueueingHint.QUEUE, QueueingHint.QUEUE_SKIP
 
-    def after_assigned_pod_deleted(pod, old, new):
+    def after_assigned_pod_deleted(pod: Pod, old: Pod | None, new: Pod | None) -> QueueingHint:
         if old is None or not old.node_name:
             return Q
         return Q if fits_on(pod, handle.cluster, args, old.node_name) else SKIP
 
-    def after_pod_deleted(pod, old, new):
+    def after_pod_deleted(pod: Pod, old: Pod | None, new: Pod | None) -> QueueingHint:
         return Q if old is None or old.nominated_node_name else SKIP
 
-    def after_node_change(pod, old, new):
+    def after_node_change(pod: Pod, old: Node | None, new: Node | None) -> QueueingHint:
         if new is None:
             return Q
         return Q if fits_on(pod, handle.cluster, args, new.name) else SKIP
@@ -98,7 +110,7 @@ def events_to_register(args, handle):
 
 
 @hookimpl
-def filter(pod, nodes, args):
+def filter(pod: Pod, nodes: NodeBatch, args: Args) -> FilterBatchResult:
     cluster = nodes.cluster
     vec, need = _needed(pod, cluster, args)
     if len(need) == 0:
@@ -118,13 +130,13 @@ _BY_MASK: BoundedCache[tuple[str, ...], dict[int, Status | None]] = BoundedCache
 
 
 @memo(4096)
-def _reason(key):
+def _reason(key: tuple[str, ...]) -> Status:
     """The Status naming the resources in ``key`` (one object per key while cached, shared by every node
     and call)."""
     return Status.unschedulable(*("Too many pods" if r == "pods" else f"Insufficient {r}" for r in key))
 
 
-def _verdicts_by_mask(names, need, short):
+def _verdicts_by_mask(names: Sequence[str], need: np.ndarray, short: np.ndarray) -> FilterBatchResult:
     """``_verdicts_by_row`` for fewer needed resources than an int64 has bits: each node's row of
     ``short`` becomes one integer (numpy does that for all nodes), and each distinct integer is looked
     up once, so the Python work is one look-up a node instead of one step a resource."""
@@ -138,27 +150,27 @@ def _verdicts_by_mask(names, need, short):
     ms = masks.tolist()
     for m in set(ms) - table.keys():
         table[m] = _reason(tuple(r for b, r in enumerate(key) if m >> b & 1))
-    return masks == 0, [table[m] for m in ms]
+    return cast(np.ndarray, masks == 0), [table[m] for m in ms]
 
 
-def _verdicts_by_row(names, need, short):
+def _verdicts_by_row(names: Sequence[str], need: np.ndarray, short: np.ndarray) -> FilterBatchResult:
     """(fits mask, per node the Status naming the needed resources it is short of or ``None``), or
     ``None`` when every node fits."""
     rejected = short.any(axis=1)
     bad = np.flatnonzero(rejected)
     if len(bad) == 0:
         return None
-    reasons = [None] * len(short)
+    reasons: list[Status | None] = [None] * len(short)
     for j in bad.tolist():
         reasons[j] = _reason(tuple(names[k] for k in need[short[j]].tolist()))
-    return ~rejected, reasons
+    return cast(np.ndarray, ~rejected), reasons
 
 
 #: (args, cluster, column indices, weights, their sum) of the last score, in the plugin's stash (one engine's)
-_SCORE_COLUMNS = StashKey[tuple]()
+_SCORE_COLUMNS = StashKey[tuple[Any, ...]]()
 
 
-def _score_columns(cluster, args, stash):
+def _score_columns(cluster: ClusterView, args: Args, stash: Stash) -> tuple[np.ndarray, np.ndarray, int]:
     """(column indices, weights, their sum) of ``args.resources`` in ``cluster``, kept in ``stash`` while
     the args object and the cluster stay the same objects (a resource column, once added, keeps its
     index); the entry holds both, so neither is another object's."""
@@ -170,12 +182,12 @@ def _score_columns(cluster, args, stash):
     return got[2], got[3], got[4]
 
 
-def _cells(matrix, rows, cols):
+def _cells(matrix: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """``matrix[np.ix_(rows, cols)]``, several times faster (two ``take`` calls, no index grids)."""
     return matrix.take(rows, axis=0).take(cols, axis=1)
 
 
-def _saturating_add(a, b):
+def _saturating_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a + b`` for non-negative int64 amounts, capped at the int64 maximum instead of wrapping."""
     out = a + b
     over = out < a
@@ -183,7 +195,7 @@ def _saturating_add(a, b):
 
 
 @hookimpl
-def score(pod, nodes, args, handle):
+def score(pod: Pod, nodes: NodeBatch, args: Args, handle: Handle) -> np.ndarray | None:
     cluster = nodes.cluster
     vec = cluster.request_vector(pod)
     cols, weights, wsum = _score_columns(cluster, args, handle.stash)
@@ -208,7 +220,7 @@ def score(pod, nodes, args, handle):
 _EXACT_LIMIT = (2**63 - 1) // 100
 
 
-def _percent(part, whole):
+def _percent(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
     """``part * 100 // whole`` exactly (kube's integer arithmetic), without int64 overflow for
     quantities near 2^63 (a node advertising exabytes)."""
     if part.size and int(part.max()) > _EXACT_LIMIT:
