@@ -52,6 +52,7 @@ from .core.nodestate import (
     CFS_PERIOD_US,
     FS_RESCTRL,
     MAX_CPUS,
+    ContainerState,
     CPUInfo,
     Eviction,
     FileWrite,
@@ -118,7 +119,7 @@ __all__ = [
     "CollectPolicy", "NodeMetricReporter", "NodePlan", "NodePlanner", "PodAdmission", "update_node_resources",
     "BoundedCache", "IdentityKey", "memo", "Stash", "StashKey",
     "BindResult", "FilterBatchResult", "FilterNodeResult", "FilterResult", "NormalizeScoreResult", "PostFilterReturn",
-    "PreBindResult", "PreFilterReturn", "QueueSortKey", "Reason", "ScoreResult", "StatusResult",
+    "ContainerState", "PreBindResult", "PreFilterReturn", "QueueSortKey", "Reason", "ScoreResult", "StatusResult",
 ]
 
 

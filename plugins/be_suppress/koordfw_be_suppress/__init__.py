@@ -25,7 +25,10 @@ from koordfw import (
     BoundedCache,
     CPUInfo,
     FileWrite,
+    Handle,
     NodeState,
+    Pod,
+    PodState,
     StashKey,
     camel,
     format_cpuset,
@@ -97,7 +100,7 @@ class Args:
 
 
 @hookimpl
-def plugin_args():
+def plugin_args() -> type[Args]:
     return Args
 
 
@@ -216,11 +219,11 @@ def pick_cpus(n: int, procs: list[CPUInfo]) -> list[int]:
     return out
 
 
-def _raw_qos(pod) -> str:
+def _raw_qos(pod: Pod | None) -> str:
     return pod.labels.get(LABEL_POD_QOS, "") if pod is not None else ""
 
 
-def _pod_cpuset(ps) -> list[int]:
+def _pod_cpuset(ps: PodState) -> list[int]:
     """CPUs the scheduler bound a pod to (``scheduling.koordinator.sh/resource-status`` cpuset)."""
     raw = ps.annotations.get(ANNOTATION_RESOURCE_STATUS)
     if not raw:
@@ -443,7 +446,7 @@ def _forget_feedback(handle: Any) -> None:
 
 
 @hookimpl
-def collect(node_state, args, handle):
+def collect(node_state: NodeState, args: Args, handle: AgentHandle) -> dict[str, Any] | None:
     """Read the LS pressure signal and take one feedback step (only with ``lsPressureFeedback.enable``)."""
     cfg = args.ls_pressure_feedback
     if not args.enable or not cfg.enable:
@@ -464,13 +467,13 @@ def feedback_budget(handle: Any) -> int | None:
 
 
 @hookimpl
-def qos_plan(node_state, args, handle):
+def qos_plan(node_state: NodeState, args: Args, handle: AgentHandle) -> list[FileWrite]:
     budget = feedback_budget(handle) if args.enable and args.ls_pressure_feedback.enable else None
     return plan(node_state, args, budget)
 
 
 @hookimpl
-async def shutdown(args, handle):
+async def shutdown(args: Args, handle: Handle | AgentHandle) -> None:
     """Restore the besteffort knobs through the agent (no-op for engines without a node)."""
     _forget_feedback(handle)
     if not isinstance(handle, AgentHandle) or handle.node_state is None:
