@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -32,6 +33,9 @@ from koordfw import (
     BoundedCache,
     ClusterEvent,
     ClusterEventWithHint,
+    CycleState,
+    Handle,
+    Pod,
     QueueingHint,
     StateKey,
     Status,
@@ -125,16 +129,16 @@ class Coscheduling:
     # -- configuration / lifecycle -----------------------------------------------------------------
     @staticmethod
     @hookimpl
-    def plugin_args():
+    def plugin_args() -> type[CoschedulingArgs]:
         return CoschedulingArgs
 
     @hookimpl
-    def startup(self, handle):
+    def startup(self, handle: Handle) -> None:
         for pod in handle.cluster.all_pods():
             self._track(pod, handle)
 
     @hookimpl
-    def events_to_register(self, handle):
+    def events_to_register(self, handle: Handle) -> list[ClusterEventWithHint]:
         """What can make a pod this plugin rejected (its gang group could not be placed, or is not
         complete) schedulable: room freed or added (pods leaving, nodes added or changed), a member of
         its gang arriving or leaving, and its PodGroup changing. The rest of the gang's own life (a round
@@ -417,7 +421,7 @@ class Coscheduling:
 
     # -- scheduling cycle ---------------------------------------------------------------------------------
     @hookimpl
-    def queue_sort(self, pod, handle):
+    def queue_sort(self, pod: Pod, handle: Handle) -> tuple[Any, ...]:
         """``(-priority, group's first arrival, group id, pod arrival)``; for a pod without a gang the
         group is the pod itself, so such pods keep ``priority_sort``'s order."""
         g = self._track(pod, handle)
@@ -431,7 +435,7 @@ class Coscheduling:
         return (-pod.priority, min(firsts, default=own), ",".join(group), own)
 
     @hookimpl
-    def pre_enqueue(self, pod, args, handle):
+    def pre_enqueue(self, pod: Pod, args: CoschedulingArgs, handle: Handle) -> Status | None:
         g = self._gang_of(pod, handle, args)
         if g is None:
             return None
@@ -439,7 +443,7 @@ class Coscheduling:
         return Status.unresolvable(reason) if reason else None
 
     @hookimpl
-    def pre_filter(self, pod, state, args, handle):
+    def pre_filter(self, pod: Pod, state: CycleState, args: CoschedulingArgs, handle: Handle) -> Status | None:
         g = self._gang_of(pod, handle, args)
         if g is None:
             return None
@@ -480,7 +484,8 @@ class Coscheduling:
         return None
 
     @hookimpl
-    def post_filter(self, pod, state, statuses, args, handle):
+    def post_filter(self, pod: Pod, state: CycleState, statuses: Mapping[str, Status], args: CoschedulingArgs,
+                    handle: Handle) -> Status | None:
         skip = state.pop(_SKIP_POST_FILTER, False)
         g = None if skip else self._gang_of(pod, handle, args)
         result = None
@@ -502,7 +507,7 @@ class Coscheduling:
         return result
 
     @hookimpl
-    def permit(self, pod, state, args, handle):
+    def permit(self, pod: Pod, state: CycleState, args: CoschedulingArgs, handle: Handle) -> Status | None:
         g = self._gang_of(pod, handle, args)
         if g is None:
             self._after_attempt(handle, args)
@@ -531,7 +536,7 @@ class Coscheduling:
                     wp.allow(self._name)
 
     @hookimpl
-    def unreserve(self, pod, args, handle):
+    def unreserve(self, pod: Pod, args: CoschedulingArgs, handle: Handle) -> None:
         g = self._gang_of(pod, handle, args)
         if g is None:
             return
@@ -543,7 +548,7 @@ class Coscheduling:
 
     # -- binding cycle -------------------------------------------------------------------------------------
     @hookimpl
-    def pre_bind(self, pod):
+    def pre_bind(self, pod: Pod) -> dict[str, str] | None:
         rec = self._binding.get(pod.uid)
         if rec is None or rec[1] <= 1:
             return None
@@ -553,7 +558,7 @@ class Coscheduling:
                 ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED: count}
 
     @hookimpl
-    def post_bind(self, pod, handle):
+    def post_bind(self, pod: Pod, handle: Handle) -> None:
         self._binds += 1
         g = self._track(pod, handle)
         if g is None:
@@ -589,7 +594,7 @@ class Coscheduling:
         return out
 
     @hookimpl
-    def report(self, args, handle):
+    def report(self, args: CoschedulingArgs, handle: Handle) -> dict[str, Any] | None:
         rows = self.summaries(handle, args)
         return {"gangs": rows} if rows else None
 
