@@ -18,6 +18,37 @@ from .command_api import Commands, add_plugin_options, registry_from_args
 from .core.caller import PluginFailure
 from .core.clock import VirtualClock
 from .core.cluster import ClusterState, NodeBatch, NodeView
+from .core.contract import (
+    BindPlugin,
+    CollectPlugin,
+    DeschedulePlugin,
+    EnqueueExtensions,
+    FilterPlugin,
+    JSONObject,
+    MaybeAwaitable,
+    MutatingAdmissionPlugin,
+    NodeResourcesPlugin,
+    PermitPlugin,
+    PluginArgs,
+    PluginArgsProvider,
+    PostBindPlugin,
+    PostFilterPlugin,
+    PreBindPlugin,
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    PreScorePlugin,
+    QoSPlugin,
+    QueueSortPlugin,
+    ReportPlugin,
+    ReservePlugin,
+    RuntimeHookPlugin,
+    ScoreExtensions,
+    ScorePlugin,
+    ShutdownPlugin,
+    StartupPlugin,
+    UnreservePlugin,
+    ValidatingAdmissionPlugin,
+)
 from .core.errors import ConfigError, KoordfwError, ManifestError, PluginLoadError
 from .core.events import SchedulerEvents
 from .core.handle import AdmissionHandle, AgentHandle, ClusterView, EventRecorder, Handle, PluginsRunner, WaitingPodView
@@ -120,6 +151,13 @@ __all__ = [
     "BoundedCache", "IdentityKey", "memo", "Stash", "StashKey",
     "BindResult", "FilterBatchResult", "FilterNodeResult", "FilterResult", "NormalizeScoreResult", "PostFilterReturn",
     "ContainerState", "PreBindResult", "PreFilterReturn", "QueueSortKey", "Reason", "ScoreResult", "StatusResult",
+    # the plugin contract (koordfw.core.contract): args, JSON objects, one Protocol per plugin kind
+    "PluginArgs", "JSONObject", "MaybeAwaitable", "PluginArgsProvider", "StartupPlugin",
+    "ShutdownPlugin", "ReportPlugin", "QueueSortPlugin", "EnqueueExtensions", "PreEnqueuePlugin",
+    "PreFilterPlugin", "FilterPlugin", "PostFilterPlugin", "PreScorePlugin", "ScorePlugin",
+    "ScoreExtensions", "ReservePlugin", "UnreservePlugin", "PermitPlugin", "PreBindPlugin",
+    "BindPlugin", "PostBindPlugin", "CollectPlugin", "QoSPlugin", "RuntimeHookPlugin",
+    "DeschedulePlugin", "NodeResourcesPlugin", "MutatingAdmissionPlugin", "ValidatingAdmissionPlugin",
 ]
 
 
