@@ -25,6 +25,7 @@ from koordfw import (
     ClusterEvent,
     ClusterEventWithHint,
     CycleState,
+    Handle,
     NodeBatch,
     Pod,
     StateKey,
@@ -79,7 +80,7 @@ def volume_limits(csinode: Mapping[str, Any] | None) -> dict[str, int]:
 
 class NodeVolumeLimits:
     @hookimpl
-    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:
+    def pre_filter(self, pod: Pod, state: CycleState, handle: Handle) -> Status | None:
         cluster = handle.cluster
         if not pod.claim_names or not claims_known(cluster) or not cluster.objects_of("CSINode"):
             return Status.skip()

@@ -48,6 +48,7 @@ from koordfw import (
     ClusterEventWithHint,
     ClusterState,
     CycleState,
+    Handle,
     NodeBatch,
     Pod,
     QueueingHint,
@@ -355,7 +356,7 @@ class PodTopologySpread:
         return out
 
     @hookimpl
-    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:
+    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:  # handle.cluster: the ClusterState
         if not pod.topology_spread_constraints and not (self._default_filter and self._may_default(pod, handle.cluster)):
             return Status.skip()
         st = self._filter_state(pod, handle.cluster)
@@ -474,7 +475,7 @@ class PodTopologySpread:
 
     # -- queueing hints ----------------------------------------------------------------------------------
     @hookimpl
-    def events_to_register(self, handle: Any) -> list[ClusterEventWithHint]:
+    def events_to_register(self, handle: Handle) -> list[ClusterEventWithHint]:
         """kube's PodTopologySpread events: assigned pods added or deleted (a hint: only pods the
         constraints' selectors count, in the pod's namespace), nodes added or changed."""
         def after_pod_change(pod: Pod, old: Pod | None, new: Pod | None) -> QueueingHint:

@@ -23,6 +23,7 @@ from koordfw import (
     ClusterEvent,
     ClusterEventWithHint,
     CycleState,
+    Handle,
     NodeBatch,
     Pod,
     StateKey,
@@ -49,7 +50,7 @@ def pv_topologies(pv: dict[str, Any]) -> list[tuple[str, frozenset[str]]]:
 
 class VolumeZone:
     @hookimpl
-    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:
+    def pre_filter(self, pod: Pod, state: CycleState, handle: Handle) -> Status | None:
         cluster = handle.cluster
         if not any(v.get("persistentVolumeClaim") is not None for v in pod.volumes) or not claims_known(cluster):
             return Status.skip()

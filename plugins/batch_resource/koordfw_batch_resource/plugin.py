@@ -29,7 +29,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import ManifestError, NodeState, PodState, format_quantity, hookimpl, read_cgroup_file, warn_once
+from koordfw import AgentHandle, ManifestError, NodeState, PodState, format_quantity, hookimpl, read_cgroup_file, warn_once
 from koordfw.extension import ANNOTATION_CPU_NORMALIZATION_RATIO, BATCH_CPU, BATCH_MEMORY, COLOCATION_CONFIG_KEY
 
 from .calculator import BatchResult, calculate, needs_sync
@@ -147,7 +147,7 @@ class BatchResource:
         return Rule(cfs_quota_enabled(ns.config), self._ratio)
 
     @hookimpl
-    def collect(self, node_state: NodeState, args: ColocationStrategy, handle: Any) -> dict | None:
+    def collect(self, node_state: NodeState, args: ColocationStrategy, handle: AgentHandle) -> dict | None:
         """Read the current CFS quota and memory limit of each BE pod's (and container's) cgroup: the
         plan orders quota writes by them and leaves a limit alone that the kernel shows rounded."""
         if not args.batch_resource:
@@ -168,7 +168,7 @@ class BatchResource:
             current[path] = data.decode("utf-8", errors="replace").strip()
         return {CURRENT_KEY: current, NodeState.COLLECTED_CGROUPS: current, RECONCILE_KEY: True}
 
-    def _reconcile_due(self, ns: NodeState, args: ColocationStrategy, handle: Any) -> bool:
+    def _reconcile_due(self, ns: NodeState, args: ColocationStrategy, handle: AgentHandle) -> bool:
         """koordlet's reconciler: when the pods (their manifests, cgroup dirs), the rule or the args changed
         since the last reconcile, else once :data:`RECONCILE_INTERVAL_SECONDS` have passed."""
         now_fn = getattr(handle, "now", None)

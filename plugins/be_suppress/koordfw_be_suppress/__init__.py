@@ -440,7 +440,7 @@ def plan(ns: NodeState, args: Args, budget_milli: int | None = None) -> list[Fil
 FEEDBACK = StashKey[FeedbackState]()
 
 
-def _forget_feedback(handle: Any) -> None:
+def _forget_feedback(handle: Handle | AgentHandle) -> None:
     if FEEDBACK in handle.stash:
         del handle.stash[FEEDBACK]
 
@@ -460,7 +460,7 @@ def collect(node_state: NodeState, args: Args, handle: AgentHandle) -> dict[str,
     return {"be_suppress": dict(fb.report())}
 
 
-def feedback_budget(handle: Any) -> int | None:
+def feedback_budget(handle: AgentHandle) -> int | None:
     """This round's feedback budget of the agent behind ``handle`` (``None``: Koordinator's alone)."""
     fb = handle.stash.get(FEEDBACK, None)
     return fb.applied_milli if fb is not None else None

@@ -186,7 +186,7 @@ class Coscheduling:
                 ClusterEventWithHint(POD_DELETE, member_left_or_room),
                 ClusterEventWithHint(ClusterEvent("PodGroup", "*"), its_pod_group)]
 
-    def _demand_may_fit(self, pod: Any, handle: Any) -> bool:
+    def _demand_may_fit(self, pod: Any, handle: Handle) -> bool:
         """A necessary condition for the pod's gang group to be placed: as many members as it still
         needs (min-available minus those reserved or bound) fit in the free room node by node, each
         counted at the size of the gang's smallest pending member; pods of lower priority count as
@@ -249,7 +249,7 @@ class Coscheduling:
         return room
 
     # -- the gang cache --------------------------------------------------------------------------------
-    def _track(self, pod: Any, handle: Any) -> Gang | None:
+    def _track(self, pod: Any, handle: Handle) -> Gang | None:
         """Add ``pod`` to its gang (once); ``None`` for a pod without a gang."""
         gid = self._pod_gang.get(pod.uid)
         if gid is None:
@@ -273,7 +273,7 @@ class Coscheduling:
             return None
         return self._gangs[gid]
 
-    def _init(self, g: Gang, handle: Any, args: CoschedulingArgs) -> Gang:
+    def _init(self, g: Gang, handle: Handle, args: CoschedulingArgs) -> Gang:
         """(Re)initialise a gang's spec: from its PodGroup (re-read when the object changes) or from
         the first member whose annotations define it."""
         timeout, match_policy = args.timeout_seconds, args.default_match_policy
@@ -302,7 +302,7 @@ class Coscheduling:
                 f"Gang \"{g.gang_id}\" has not initialized: {first_error or 'no member pods'}")
         return g
 
-    def _lookup(self, gid: str, handle: Any, args: CoschedulingArgs) -> Gang | None:
+    def _lookup(self, gid: str, handle: Handle, args: CoschedulingArgs) -> Gang | None:
         """A gang by id; a PodGroup without pods yet still defines an (empty) gang."""
         g = self._gangs.get(gid)
         if g is None:
@@ -312,11 +312,11 @@ class Coscheduling:
             self._crd.add(gid)
         return self._init(g, handle, args)
 
-    def _gang_of(self, pod: Any, handle: Any, args: Any) -> Gang | None:
+    def _gang_of(self, pod: Any, handle: Handle, args: Any) -> Gang | None:
         g = self._track(pod, handle)
         return None if g is None else self._init(g, handle, args)
 
-    def _prune(self, g: Gang, handle: Any) -> None:
+    def _prune(self, g: Gang, handle: Handle) -> None:
         """Forget members that left the cluster (Koordinator's onPodDelete)."""
         cluster = handle.cluster
         gone = [u for u in g.children if cluster.pod(u) is None]
@@ -326,11 +326,11 @@ class Coscheduling:
             g.bound.discard(u)
             self._pod_gang.pop(u, None)
 
-    def _group(self, g: Gang, handle: Any, args: Any) -> list[tuple[str, Gang | None]]:
+    def _group(self, g: Gang, handle: Handle, args: Any) -> list[tuple[str, Gang | None]]:
         assert g.spec is not None
         return [(gid, g if gid == g.gang_id else self._lookup(gid, handle, args)) for gid in g.spec.groups]
 
-    def _basic_check(self, pod: Any, g: Gang, handle: Any, args: Any) -> str:
+    def _basic_check(self, pod: Any, g: Gang, handle: Handle, args: Any) -> str:
         """PreEnqueue/BeforePreFilter: the reason the pod cannot be scheduled yet, or ``""``."""
         if g.spec is None:
             return g.error or f"Gang \"{g.gang_id}\" has not initialized"
@@ -351,21 +351,21 @@ class Coscheduling:
         return ""
 
     # -- rounds: keeping a gang group's attempts together ---------------------------------------------------
-    def _pending_members(self, g: Gang, handle: Any, args: Any) -> set[str]:
+    def _pending_members(self, g: Gang, handle: Handle, args: Any) -> set[str]:
         out: set[str] = set()
         for _, member in self._group(g, handle, args):
             if member is not None:
                 out.update(u for u in member.children if u not in member.bound and u not in member.waiting)
         return out
 
-    def _round_alive(self, group_id: str, handle: Any) -> bool:
+    def _round_alive(self, group_id: str, handle: Handle) -> bool:
         """Does the round still have untried members that the queue will hand out next?"""
         r = self._rounds.get(group_id)
         if r is None:
             return False
         return any(handle.is_active(u) for u in r.members if u not in r.attempted)
 
-    def _fingerprint(self, g: Gang, handle: Any) -> tuple:
+    def _fingerprint(self, g: Gang, handle: Handle) -> tuple:
         """What could let a failed group fit next time: binds, pods or nodes coming and going, node
         capacity, and the reservations other groups hold at Permit."""
         cluster = handle.cluster
@@ -380,13 +380,13 @@ class Coscheduling:
     def _may_help(old: tuple, new: tuple) -> bool:
         return old[:4] != new[:4] or not old[4] <= new[4]
 
-    def _after_attempt(self, handle: Any, args: Any) -> None:
+    def _after_attempt(self, handle: Handle, args: Any) -> None:
         """Called when a scheduling cycle ends: close the active round once it has nothing left to try."""
         gid = self._active_group
         if gid is not None and not self._round_alive(gid, handle):
             self._end_round(gid, handle, args)
 
-    def _end_round(self, group_id: str, handle: Any, args: Any) -> None:
+    def _end_round(self, group_id: str, handle: Handle, args: Any) -> None:
         self._active_group = None
         r = self._rounds.get(group_id)
         if r is not None and r.members <= r.attempted:
@@ -404,7 +404,7 @@ class Coscheduling:
                 self._deferred.pop(u, None)
             handle.activate(ready)
 
-    def _reject_group(self, g: Gang, message: str, handle: Any) -> int:
+    def _reject_group(self, g: Gang, message: str, handle: Handle) -> int:
         """Reject every member of ``g``'s gang group still waiting at Permit; returns how many."""
         n = 0
         groups = g.spec.groups if g.spec is not None else (g.gang_id,)
@@ -524,7 +524,7 @@ class Coscheduling:
         self._after_attempt(handle, args)
         return result
 
-    def _allow_group(self, pod: Any, g: Gang, group: list[tuple[str, Gang | None]], handle: Any) -> None:
+    def _allow_group(self, pod: Any, g: Gang, group: list[tuple[str, Gang | None]], handle: Handle) -> None:
         """AllowGangGroup: allow every waiting member of every gang of the group, recording the set."""
         assert g.spec is not None
         members = [u for _, m in group if m is not None for u in sorted(m.waiting)]
@@ -569,7 +569,7 @@ class Coscheduling:
         self._binding.pop(pod.uid, None)
 
     # -- reporting -----------------------------------------------------------------------------------------
-    def summaries(self, handle: Any, args: CoschedulingArgs) -> list[dict[str, Any]]:
+    def summaries(self, handle: Handle, args: CoschedulingArgs) -> list[dict[str, Any]]:
         """One row per known gang: definition, bound/waiting/pending counts and a phase
         (``Satisfied``: bound ≥ min; ``PartlyBound``: 0 < bound < min; ``Pending``: nothing bound)."""
         out = []

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from koordfw import BoundedCache, ManifestError, hookimpl, loads_json, raw_allocatable, shorten, warn_once
+from koordfw import BoundedCache, Handle, ManifestError, hookimpl, loads_json, raw_allocatable, shorten, warn_once
 from koordfw.extension import ANNOTATION_NODE_RAW_ALLOCATABLE, PRIORITY_PROD
 
 from .args import LoadAwareArgs
@@ -359,11 +359,11 @@ class LoadAware:
         #: bad node annotations already reported
         self.warned: set = set()
 
-    def _metric_now(self, handle: Any) -> float:
+    def _metric_now(self, handle: Handle) -> float:
         return self._run_start if self._run_start is not None else handle.clock.now()
 
     @hookimpl
-    def startup(self, handle: Any) -> None:
+    def startup(self, handle: Handle) -> None:
         clock = handle.clock
         self._run_start = clock.now() if getattr(clock, "virtual", False) else None
 
@@ -378,7 +378,7 @@ class LoadAware:
         return LoadAwareArgs
 
     @hookimpl
-    def filter(self, pod: Any, nodes: Any, args: LoadAwareArgs, handle: Any) -> Any:
+    def filter(self, pod: Any, nodes: Any, args: LoadAwareArgs, handle: Handle) -> Any:
         if pod.is_daemonset:
             return None
         cols = self.columns(args)
@@ -416,7 +416,7 @@ class LoadAware:
         return out or None
 
     @hookimpl
-    def score(self, pod: Any, nodes: Any, args: LoadAwareArgs, handle: Any) -> Any:
+    def score(self, pod: Any, nodes: Any, args: LoadAwareArgs, handle: Handle) -> Any:
         cols = self.columns(args)
         now = handle.clock.now()
         idx = nodes.idx
@@ -441,7 +441,7 @@ class LoadAware:
         return out
 
     @hookimpl
-    def reserve(self, pod: Any, handle: Any) -> None:
+    def reserve(self, pod: Any, handle: Handle) -> None:
         self.assigned_at[pod.uid] = handle.clock.now()
 
     @hookimpl

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import AgentHandle, NodeState, PodState, hookimpl, read_cgroup_file, warn_once
+from koordfw import AgentHandle, Handle, NodeState, PodState, hookimpl, read_cgroup_file, warn_once
 from koordfw.extension import ANNOTATION_POD_MEMORY_QOS
 
 from .config import MemoryQOSArgs, PodPolicy, parse_pod_policy, pod_settings
@@ -144,7 +144,7 @@ class MemoryQoS:
         return out
 
     @hookimpl
-    def collect(self, node_state: NodeState, args: MemoryQOSArgs, handle: Any) -> dict | None:
+    def collect(self, node_state: NodeState, args: MemoryQOSArgs, handle: AgentHandle) -> dict | None:
         """Read the memory QoS files (:meth:`read_files`)."""
         if not self._wanted(args, node_state):
             return None
@@ -162,7 +162,7 @@ class MemoryQoS:
         return plan_writes(node_state, MemoryQOSArgs(), {}, current)
 
     @hookimpl
-    async def shutdown(self, args: MemoryQOSArgs, handle: Any) -> None:
+    async def shutdown(self, args: MemoryQOSArgs, handle: Handle | AgentHandle) -> None:
         """On stop, the kubelet's values again (:meth:`restore_writes`) on the freshly collected node state."""
         if not isinstance(handle, AgentHandle) or handle.node_state is None:
             return
