@@ -36,7 +36,7 @@ def _read(path: str) -> str | None:
     return None if data is None else data.decode(errors="replace").strip()
 
 
-def _cgroup_root(handle: Any) -> str:
+def _cgroup_root(handle: Handle | AgentHandle) -> str:
     roots = getattr(handle, "roots", None)
     if isinstance(roots, Mapping) and roots.get("cgroup"):
         return str(roots["cgroup"])
