@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from koordfw import BoundedCache, Handle, ManifestError, hookimpl, loads_json, raw_allocatable, shorten, warn_once
+from koordfw import BoundedCache, Handle, ManifestError, NodeBatch, Pod, hookimpl, loads_json, raw_allocatable, shorten, warn_once
 from koordfw.extension import ANNOTATION_NODE_RAW_ALLOCATABLE, PRIORITY_PROD
 
 from .args import LoadAwareArgs
@@ -374,11 +374,11 @@ class LoadAware:
 
     @staticmethod
     @hookimpl
-    def plugin_args() -> type:
+    def plugin_args() -> type[LoadAwareArgs]:
         return LoadAwareArgs
 
     @hookimpl
-    def filter(self, pod: Any, nodes: Any, args: LoadAwareArgs, handle: Handle) -> Any:
+    def filter(self, pod: Pod, nodes: NodeBatch, args: LoadAwareArgs, handle: Handle) -> dict[str, str] | None:
         if pod.is_daemonset:
             return None
         cols = self.columns(args)
@@ -416,7 +416,7 @@ class LoadAware:
         return out or None
 
     @hookimpl
-    def score(self, pod: Any, nodes: Any, args: LoadAwareArgs, handle: Handle) -> Any:
+    def score(self, pod: Pod, nodes: NodeBatch, args: LoadAwareArgs, handle: Handle) -> np.ndarray | None:
         cols = self.columns(args)
         now = handle.clock.now()
         idx = nodes.idx
@@ -441,11 +441,11 @@ class LoadAware:
         return out
 
     @hookimpl
-    def reserve(self, pod: Any, handle: Handle) -> None:
+    def reserve(self, pod: Pod, handle: Handle) -> None:
         self.assigned_at[pod.uid] = handle.clock.now()
 
     @hookimpl
-    def unreserve(self, pod: Any) -> None:
+    def unreserve(self, pod: Pod) -> None:
         self.assigned_at.pop(pod.uid, None)
 
 
