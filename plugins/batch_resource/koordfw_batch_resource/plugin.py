@@ -29,7 +29,21 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import AgentHandle, ManifestError, NodeState, PodState, format_quantity, hookimpl, read_cgroup_file, warn_once
+from koordfw import (
+    AgentHandle,
+    ContainerState,
+    FileWrite,
+    JSONObject,
+    ManifestError,
+    NodeState,
+    NodeView,
+    Pod,
+    PodState,
+    format_quantity,
+    hookimpl,
+    read_cgroup_file,
+    warn_once,
+)
 from koordfw.extension import ANNOTATION_CPU_NORMALIZATION_RATIO, BATCH_CPU, BATCH_MEMORY, COLOCATION_CONFIG_KEY
 
 from .calculator import BatchResult, calculate, needs_sync
@@ -70,8 +84,9 @@ class BatchResource:
         return ColocationStrategy
 
     @hookimpl
-    def node_resources(self, node: Any, pods: Any, metric: Any, now: float, last_update: float | None,
-                       colocation: dict | None, args: ColocationStrategy) -> dict | None:
+    def node_resources(self, node: NodeView, pods: list[Pod], metric: JSONObject | None, now: float,
+                       last_update: float | None, colocation: JSONObject | None,
+                       args: ColocationStrategy) -> dict | None:
         n = getattr(node, "node", node)  # a NodeView or a bare Node
         if colocation is None:
             # no cluster configuration (koordfw simulate without slo-controller-config): the args, and a
@@ -191,8 +206,8 @@ class BatchResource:
         return runtime_plan(node_state, self._rule(node_state), _current(node_state), self.warned) or None
 
     @hookimpl
-    def runtime_hook(self, event: str, pod: PodState, container: Any, node_state: NodeState,
-                     args: ColocationStrategy) -> list | None:
+    def runtime_hook(self, event: str, pod: PodState, container: ContainerState | None, node_state: NodeState,
+                     args: ColocationStrategy) -> list[FileWrite] | None:
         """A pod start: its pod-level and containers' knobs (PreRunPodSandbox); a container start: that
         container's (PreCreateContainer)."""
         if not args.batch_resource:

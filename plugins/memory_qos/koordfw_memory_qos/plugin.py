@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import AgentHandle, Handle, NodeState, PodState, hookimpl, read_cgroup_file, warn_once
+from koordfw import AgentHandle, ContainerState, FileWrite, Handle, NodeState, PodState, hookimpl, read_cgroup_file, warn_once
 from koordfw.extension import ANNOTATION_POD_MEMORY_QOS
 
 from .config import MemoryQOSArgs, PodPolicy, parse_pod_policy, pod_settings
@@ -190,8 +190,8 @@ class MemoryQoS:
         return plan_writes(node_state, args, self._policies(node_state), current) or None
 
     @hookimpl
-    def runtime_hook(self, event: str, pod: PodState, container: Any, node_state: NodeState,
-                     args: MemoryQOSArgs) -> list | None:
+    def runtime_hook(self, event: str, pod: PodState, container: ContainerState | None, node_state: NodeState,
+                     args: MemoryQOSArgs) -> list[FileWrite] | None:
         """A pod's start: its pod and container values; a container's start: that container's."""
         if not is_active(pod) or not self._wanted(args, node_state):
             return None

@@ -26,7 +26,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from koordfw import AdmissionHandle, KoordfwError, canonical, hookimpl, parse_time
+from koordfw import AdmissionHandle, JSONObject, KoordfwError, NodeView, Pod, canonical, hookimpl, parse_time
 from koordfw.extension import BATCH_CPU, BATCH_MEMORY, LABEL_POD_QOS, PRIORITY_BATCH, PRIORITY_FREE
 
 from .profiler import ProfileArgs, Profiler
@@ -95,7 +95,8 @@ class ResourceProfile:
         return ProfileArgs
 
     @hookimpl
-    def node_resources(self, node: Any, pods: list, metric: dict | None, now: float, args: ProfileArgs) -> None:
+    def node_resources(self, node: NodeView, pods: list[Pod], metric: JSONObject | None, now: float,
+                       args: ProfileArgs) -> None:
         if metric is None or not pods:
             return None
         templated = {p.key: p for p in pods if ANNOTATION_TEMPLATES in p.annotations}
