@@ -8,8 +8,10 @@ so a kind's Protocol does not fix the parameters: it says the plugin has the hoo
 may return (the types of :mod:`koordfw.core.results`), directly or as an awaitable. A plugin that
 implements ``filter`` is a :class:`FilterPlugin` both for mypy (assign it to a variable of that type)
 and at run time (the Protocols are ``runtime_checkable``: ``isinstance`` checks the hook is there).
-:data:`KINDS` maps every hook to its kind; ``tests/kernel/test_contract.py`` checks the installed
-plugins against it and ``koordfw/builtin/_contract.py`` has mypy check the built-ins.
+:data:`KINDS` maps every hook to its kind. ``koordfw/builtin/_contract.py`` and each plugin package's
+``_contract.py`` assign every plugin to the kinds of its hooks, so mypy checks them;
+``tests/kernel/test_contract.py`` checks the installed plugins at run time and that those modules
+cover every hook of every plugin.
 """
 
 from __future__ import annotations

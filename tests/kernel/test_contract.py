@@ -1,11 +1,14 @@
 """The plugin contract's types (koordfw.core.contract): one Protocol per hook, and every installed plugin
 (the built-ins and the plugin packages, loaded through the ``koordfw`` entry points) satisfies the
-Protocol of each hook it implements (a structural check; mypy checks the built-ins statically through
-koordfw/builtin/_contract.py)."""
+Protocol of each hook it implements (a structural check), and mypy is made to check each hook against
+its kind statically by the packages' ``_contract.py`` modules (koordfw/builtin/_contract.py for the
+built-ins)."""
 
 from __future__ import annotations
 
+import importlib.util
 from importlib.metadata import entry_points
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +55,20 @@ def test_a_plugin_is_of_the_kinds_of_its_hooks_only():
     assert isinstance(p, koordfw.FilterPlugin)
     assert not isinstance(p, koordfw.ScorePlugin)
     assert not isinstance(p, koordfw.QoSPlugin)
+
+
+@pytest.mark.parametrize("ep", ENTRY_POINTS, ids=[ep.name for ep in ENTRY_POINTS])
+def test_mypy_checks_every_hook_of_every_installed_plugin(ep):
+    """Each package's ``_contract.py`` (koordfw/builtin/_contract.py for the built-ins) assigns each of its
+    plugins to the Protocol of each hook it implements, so mypy checks the hook against its kind."""
+    obj = ep.load()
+    hooks = _implemented(obj)
+    if not hooks:
+        return
+    module = ep.value.partition(":")[0]
+    package = "koordfw.builtin" if module.startswith("koordfw.builtin.") else module.partition(".")[0]
+    spec = importlib.util.find_spec(f"{package}._contract")
+    assert spec is not None and spec.origin, f"{package} has no _contract module"
+    text = Path(spec.origin).read_text()
+    for h in hooks:
+        assert f"_{h}_{ep.name}: {KINDS[h].__name__} = " in text, f"{package}._contract lacks {ep.name}.{h}"
