@@ -193,30 +193,31 @@ Reason: TypeAlias = str | Status | bool
 #: :data:`Reason` to reject.
 FilterNodeResult: TypeAlias = Reason | None
 #: What a batch ``filter`` (one taking ``nodes``) returns, every shape the runtime accepts: ``None`` or
-#: ``{}`` (no objection); ``{node name: reason}`` of rejected nodes; a sequence aligned with ``nodes``
+#: ``{}`` (no objection); a dict ``{node name: reason}`` of rejected nodes (a dict, not any mapping; the
+#: usual value types are spelt out, a dict being invariant in them); a sequence aligned with ``nodes``
 #: of ``True``/``None`` (feasible) or a reason; a numpy bool array aligned with ``nodes``; or the
 #: recommended fast form ``(feasible_mask, reason)``: a bool array aligned with ``nodes`` plus one
 #: reason for every rejected node or a sequence of reasons aligned with ``nodes``.
 FilterBatchResult: TypeAlias = (
-    Mapping[str, Reason | None] | Sequence[Reason | None] | np.ndarray
+    dict[str, Status] | dict[str, str] | dict[str, Reason | None] | Sequence[Reason | None] | np.ndarray
     | tuple[np.ndarray, Reason | Sequence[Reason | None] | None] | None
 )
 #: What a ``filter`` hook returns (either form).
 FilterResult: TypeAlias = FilterBatchResult | FilterNodeResult
-#: What a ``score`` hook returns: batch form ``None`` (no opinion), ``{node name: int}`` or a
+#: What a ``score`` hook returns: batch form ``None`` (no opinion), a dict ``{node name: int}`` or a
 #: sequence / int64 array aligned with ``nodes``; per-node form an int.
-ScoreResult: TypeAlias = Mapping[str, int] | Sequence[int] | np.ndarray | int | None
+ScoreResult: TypeAlias = dict[str, int] | Sequence[int] | np.ndarray | int | None
 #: What ``normalize_score`` returns: the new scores, or ``None`` when it changed ``scores`` in place.
 NormalizeScoreResult: TypeAlias = np.ndarray | Sequence[int] | None
-#: What ``pre_enqueue``, ``reserve``, ``permit`` and ``pre_score`` return: ``None`` (success) or a
-#: :data:`Reason` / :class:`Status`.
-StatusResult: TypeAlias = Status | str | None
+#: What ``pre_enqueue``, ``reserve``, ``permit`` and ``pre_score`` return: ``None`` (or ``True``: success),
+#: a :class:`Status`, or a :data:`Reason` (a string or ``False``: a rejection).
+StatusResult: TypeAlias = Status | str | bool | None
 #: What ``pre_filter`` returns: ``None``, a :class:`Status` or a :class:`PreFilterResult`.
-PreFilterReturn: TypeAlias = PreFilterResult | Status | str | None
+PreFilterReturn: TypeAlias = PreFilterResult | Status | str | bool | None
 #: What ``post_filter`` returns: ``None``, a :class:`PostFilterResult` or a :class:`Status`.
-PostFilterReturn: TypeAlias = PostFilterResult | Status | str | None
-#: What ``pre_bind`` returns: ``None``, annotations to set on the pod, or a failure :class:`Status`.
-PreBindResult: TypeAlias = Mapping[str, str] | Status | str | None
+PostFilterReturn: TypeAlias = PostFilterResult | Status | str | bool | None
+#: What ``pre_bind`` returns: ``None``, annotations to set on the pod (a dict), or a failure :class:`Status`.
+PreBindResult: TypeAlias = dict[str, str] | Status | str | None
 #: What ``bind`` returns: ``None`` / ``Status.skip()`` (not mine), ``True`` / a success status (bound),
 #: or a failure :class:`Status`.
 BindResult: TypeAlias = Status | bool | str | None
