@@ -210,7 +210,7 @@ def filter(
     """Reject nodes that cannot run the pod.
 
     Batch form (take ``nodes``): called once per cycle with the candidate ``NodeBatch``. Return ``None``
-    or ``{}`` for no objection, a mapping ``{node name: reason or Status}`` of rejected nodes, a
+    or ``{}`` for no objection, a dict ``{node name: reason or Status}`` of rejected nodes, a
     sequence aligned with ``nodes`` whose items are ``True``/``None`` (feasible) or a reason/``False``
     (a numpy bool array works too), or the fast form ``(feasible_mask, reason)``: a bool array aligned
     with ``nodes`` plus one reason/Status for every rejected node (or a sequence of reasons aligned
@@ -245,7 +245,7 @@ def score(
 ) -> ScoreResult:
     """Score feasible nodes. Higher is better; weights come from the profile.
 
-    Batch form (take ``nodes``): return ``None`` (no opinion), a mapping ``{node name: int}`` or a
+    Batch form (take ``nodes``): return ``None`` (no opinion), a dict ``{node name: int}`` or a
     sequence/array aligned with ``nodes``. Per-node form (take ``node``): return an int. Scores of a
     plugin without ``normalize_score`` must lie in [0, 100]. May be async. Idempotent.
     """
@@ -295,7 +295,7 @@ _BINDING = _section("Binding cycle")
 
 @hookspec
 def pre_bind(pod: Pod, node: NodeView, state: CycleState, args: PluginArgs, handle: Handle) -> PreBindResult:
-    """Prepare the binding. Return ``None``, a mapping of **annotations** to set on the pod (the
+    """Prepare the binding. Return ``None``, a dict of **annotations** to set on the pod (the
     engine writes them: in memory, or as a patch before the Binding on a live cluster), or a failure
     ``Status``. All pre_bind plugins must succeed. May be async. Must be idempotent."""
 
