@@ -32,8 +32,8 @@ simulate: install-run
 	$(BIN)/koordfw simulate examples/colocation
 
 # ruff (rules in pyproject.toml), the import contracts (tool.importlinter: the core imports no engine,
-# plugins reach no engine, agent or command) and mypy over koordfw and every plugin (tool.mypy: the public
-# API and the core have every def annotated)
+# plugins reach no engine, agent or command) and mypy over koordfw and every plugin (tool.mypy: every def
+# annotated, disallow_untyped_defs)
 lint: install
 	$(BIN)/ruff check koordfw plugins tests bench
 	$(BIN)/lint-imports

@@ -26,13 +26,17 @@ Parameters are annotated with the public types: pods are :class:`koordfw.Pod`; n
 scheduling hooks are :class:`koordfw.NodeView` (``.name``, ``.labels``, ``.annotations``,
 ``.allocatable``, ``.requested``, ``.pods``, ``.index``); batches of nodes are :class:`koordfw.NodeBatch`:
 iterable NodeViews plus ``.idx`` (numpy indices into the cluster's per-node columns); ``state`` is the
-pod's :class:`koordfw.CycleState`, read and written with typed :class:`koordfw.StateKey` s.
+pod's :class:`koordfw.CycleState`, read and written with typed :class:`koordfw.StateKey` s. ``args`` is
+:data:`koordfw.PluginArgs` (``object``: an implementation annotates its own attrs class), manifests are
+:data:`koordfw.JSONObject`. Returns are the named result types of :mod:`koordfw.core.results`
+(:data:`koordfw.FilterResult`, :data:`koordfw.ScoreResult`, ...: every shape the runtime accepts), and
+each hook's plugin kind is a Protocol of :mod:`koordfw.core.contract` (:data:`koordfw.FilterPlugin`, ...).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import pluggy
 
@@ -40,10 +44,22 @@ if TYPE_CHECKING:
     import numpy as np
 
     from .core.cluster import NodeBatch, NodeView
+    from .core.contract import JSONObject, PluginArgs
     from .core.handle import AdmissionHandle, AgentHandle, ClusterView, Handle
     from .core.hints import ClusterEventWithHint
-    from .core.model import Pod
-    from .core.nodestate import ContainerState, NodeState, PodState
+    from .core.model import Migration, Pod
+    from .core.nodestate import ContainerState, Eviction, FileWrite, NodeState, PodState
+    from .core.results import (
+        BindResult,
+        FilterResult,
+        NormalizeScoreResult,
+        PostFilterReturn,
+        PreBindResult,
+        PreFilterReturn,
+        QueueSortKey,
+        ScoreResult,
+        StatusResult,
+    )
     from .core.state import CycleState
     from .core.status import Status
 
@@ -76,9 +92,12 @@ def _section(title: str, *, loop: bool = True) -> _Section:
     return _Section(title, loop, len(_specs()))
 
 
-def _called_on_load(fn: Any) -> Any:
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def _called_on_load(fn: _F) -> _F:
     """Mark a hook the registry calls itself when it loads a plugin: no profile orders it."""
-    fn.koordfw_on_load = True
+    fn.koordfw_on_load = True  # type: ignore[attr-defined]
     return fn
 
 # ================================================================================================
@@ -100,7 +119,7 @@ def plugin_args() -> type | None:
 
 
 @hookspec
-def startup(args: Any, handle: Handle | AgentHandle) -> None:
+def startup(args: PluginArgs, handle: Handle | AgentHandle) -> None:
     """Called once when an engine starts, before any other hook of the plugin.
 
     Use it to build caches from ``handle.cluster``. Return value ignored. May be async. Not required to
@@ -109,7 +128,7 @@ def startup(args: Any, handle: Handle | AgentHandle) -> None:
 
 
 @hookspec
-def shutdown(args: Any, handle: Handle | AgentHandle) -> None:
+def shutdown(args: PluginArgs, handle: Handle | AgentHandle) -> None:
     """Called once when an engine stops (also on SIGTERM for the node agent).
 
     Node-side plugins restore what they throttled here. Return value ignored. May be async; must be
@@ -118,7 +137,7 @@ def shutdown(args: Any, handle: Handle | AgentHandle) -> None:
 
 
 @hookspec
-def report(args: Any, handle: Handle | AgentHandle) -> dict | None:
+def report(args: PluginArgs, handle: Handle | AgentHandle) -> Mapping[str, object] | None:
     """Contribute extra top-level sections to ``koordfw simulate``'s output after a run.
 
     Return a mapping merged into the JSON/YAML output (e.g. ``{"quotas": [...]}``), or ``None``.
@@ -133,7 +152,7 @@ _SCHEDULING = _section("Scheduling cycle")
 
 
 @hookspec(firstresult=True)
-def queue_sort(pod: Pod, args: Any, handle: Handle) -> Any:
+def queue_sort(pod: Pod, args: PluginArgs, handle: Handle) -> QueueSortKey:
     """Return the sort key of a pod in the active queue (smaller key = scheduled first).
 
     Exactly one queue_sort plugin is called: the first enabled in the profile (``priority_sort`` by
@@ -146,7 +165,7 @@ def queue_sort(pod: Pod, args: Any, handle: Handle) -> Any:
 
 
 @hookspec
-def events_to_register(args: Any, handle: Handle) -> list[ClusterEventWithHint] | None:
+def events_to_register(args: PluginArgs, handle: Handle) -> Sequence[ClusterEventWithHint] | None:
     """Declare the cluster events that can make a pod this plugin rejected schedulable (kube's
     ``EnqueueExtensions.EventsToRegister``), each with a queueing hint.
 
@@ -162,7 +181,7 @@ def events_to_register(args: Any, handle: Handle) -> list[ClusterEventWithHint] 
 
 
 @hookspec
-def pre_enqueue(pod: Pod, args: Any, handle: Handle) -> Any:
+def pre_enqueue(pod: Pod, args: PluginArgs, handle: Handle) -> StatusResult:
     """Gate a pod before it enters the active queue.
 
     Return ``None`` to admit it, or a reason string / ``Status`` to hold it in the unschedulable pool
@@ -173,7 +192,7 @@ def pre_enqueue(pod: Pod, args: Any, handle: Handle) -> Any:
 
 
 @hookspec
-def pre_filter(pod: Pod, state: CycleState, args: Any, handle: Handle) -> Any:
+def pre_filter(pod: Pod, state: CycleState, args: PluginArgs, handle: Handle) -> PreFilterReturn:
     """Run once per scheduling cycle, before filtering.
 
     ``state`` is the cycle's :class:`CycleState`, shared by the plugins of this cycle (not a dict: its
@@ -185,11 +204,13 @@ def pre_filter(pod: Pod, state: CycleState, args: Any, handle: Handle) -> Any:
 
 
 @hookspec
-def filter(pod: Pod, nodes: NodeBatch, node: NodeView, state: CycleState, args: Any, handle: Handle) -> Any:
+def filter(
+    pod: Pod, nodes: NodeBatch, node: NodeView, state: CycleState, args: PluginArgs, handle: Handle
+) -> FilterResult:
     """Reject nodes that cannot run the pod.
 
     Batch form (take ``nodes``): called once per cycle with the candidate ``NodeBatch``. Return ``None``
-    or ``{}`` for no objection, a mapping ``{node name: reason or Status}`` of rejected nodes, a
+    or ``{}`` for no objection, a dict ``{node name: reason or Status}`` of rejected nodes, a
     sequence aligned with ``nodes`` whose items are ``True``/``None`` (feasible) or a reason/``False``
     (a numpy bool array works too), or the fast form ``(feasible_mask, reason)``: a bool array aligned
     with ``nodes`` plus one reason/Status for every rejected node (or a sequence of reasons aligned
@@ -200,7 +221,9 @@ def filter(pod: Pod, nodes: NodeBatch, node: NodeView, state: CycleState, args: 
 
 
 @hookspec
-def post_filter(pod: Pod, state: CycleState, statuses: Mapping[str, Status], args: Any, handle: Handle) -> Any:
+def post_filter(
+    pod: Pod, state: CycleState, statuses: Mapping[str, Status], args: PluginArgs, handle: Handle
+) -> PostFilterReturn:
     """Called when no node passed filtering (typically preemption).
 
     ``statuses`` maps node name → the rejecting ``Status``. Return ``None`` (nothing done), a
@@ -211,23 +234,27 @@ def post_filter(pod: Pod, state: CycleState, statuses: Mapping[str, Status], arg
 
 
 @hookspec
-def pre_score(pod: Pod, nodes: NodeBatch, state: CycleState, args: Any, handle: Handle) -> Any:
+def pre_score(pod: Pod, nodes: NodeBatch, state: CycleState, args: PluginArgs, handle: Handle) -> StatusResult:
     """Called once before scoring with the feasible nodes. Return ``None``, or ``Status.skip()`` to
     disable this plugin's ``score`` for the cycle, or a rejection/error status. May be async."""
 
 
 @hookspec
-def score(pod: Pod, nodes: NodeBatch, node: NodeView, state: CycleState, args: Any, handle: Handle) -> Any:
+def score(
+    pod: Pod, nodes: NodeBatch, node: NodeView, state: CycleState, args: PluginArgs, handle: Handle
+) -> ScoreResult:
     """Score feasible nodes. Higher is better; weights come from the profile.
 
-    Batch form (take ``nodes``): return ``None`` (no opinion), a mapping ``{node name: int}`` or a
+    Batch form (take ``nodes``): return ``None`` (no opinion), a dict ``{node name: int}`` or a
     sequence/array aligned with ``nodes``. Per-node form (take ``node``): return an int. Scores of a
     plugin without ``normalize_score`` must lie in [0, 100]. May be async. Idempotent.
     """
 
 
 @hookspec
-def normalize_score(pod: Pod, nodes: NodeBatch, scores: np.ndarray, state: CycleState, args: Any, handle: Handle) -> Any:
+def normalize_score(
+    pod: Pod, nodes: NodeBatch, scores: np.ndarray, state: CycleState, args: PluginArgs, handle: Handle
+) -> NormalizeScoreResult:
     """Rescale this plugin's own raw scores (``scores``: an int64 numpy array aligned with ``nodes``).
 
     Return the new array (or modify in place and return ``None``). The kernel checks the result lies
@@ -236,7 +263,7 @@ def normalize_score(pod: Pod, nodes: NodeBatch, scores: np.ndarray, state: Cycle
 
 
 @hookspec
-def reserve(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Handle) -> Any:
+def reserve(pod: Pod, node: NodeView, state: CycleState, args: PluginArgs, handle: Handle) -> StatusResult:
     """Claim node-local resources for the pod on the chosen node (e.g. exact CPUs or GPUs).
 
     Return ``None`` for success or a ``Status`` to fail; on any failure of this or a later step,
@@ -245,13 +272,13 @@ def reserve(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Hand
 
 
 @hookspec
-def unreserve(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Handle) -> None:
+def unreserve(pod: Pod, node: NodeView, state: CycleState, args: PluginArgs, handle: Handle) -> None:
     """Release what ``reserve`` claimed. Must be idempotent and may be called even when this plugin's
     reserve was not (Kubernetes' contract). Return value ignored. May be async."""
 
 
 @hookspec
-def permit(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Handle) -> Any:
+def permit(pod: Pod, node: NodeView, state: CycleState, args: PluginArgs, handle: Handle) -> StatusResult:
     """Approve, deny or delay the binding of a reserved pod.
 
     Return ``None`` (allow), ``Status.wait(timeout_seconds)`` (the pod waits, keeping its reservation,
@@ -267,20 +294,20 @@ _BINDING = _section("Binding cycle")
 
 
 @hookspec
-def pre_bind(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Handle) -> Any:
-    """Prepare the binding. Return ``None``, a mapping of **annotations** to set on the pod (the
+def pre_bind(pod: Pod, node: NodeView, state: CycleState, args: PluginArgs, handle: Handle) -> PreBindResult:
+    """Prepare the binding. Return ``None``, a dict of **annotations** to set on the pod (the
     engine writes them: in memory, or as a patch before the Binding on a live cluster), or a failure
     ``Status``. All pre_bind plugins must succeed. May be async. Must be idempotent."""
 
 
 @hookspec
-def bind(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Handle) -> Any:
+def bind(pod: Pod, node: NodeView, state: CycleState, args: PluginArgs, handle: Handle) -> BindResult:
     """Bind the pod. Return ``None`` or ``Status.skip()`` to let the next bind plugin do it, ``True``
     or a success status when bound, or a failure status. May be async."""
 
 
 @hookspec
-def post_bind(pod: Pod, node: NodeView, state: CycleState, args: Any, handle: Handle) -> None:
+def post_bind(pod: Pod, node: NodeView, state: CycleState, args: PluginArgs, handle: Handle) -> None:
     """Called after a successful bind, for bookkeeping (e.g. record a gang's bound members, drop a
     reservation now carried by the pod's annotations). Return value ignored; an exception is logged
     and does not undo the binding. May be async."""
@@ -293,7 +320,7 @@ _NODE_QOS = _section("Node QoS loop (node agent)")
 
 
 @hookspec
-def collect(node_state: NodeState, args: Any, handle: AgentHandle) -> dict | None:
+def collect(node_state: NodeState, args: PluginArgs, handle: AgentHandle) -> Mapping[str, object] | None:
     """Gather metrics for this round. ``node_state`` is the agent's
     :class:`koordfw.core.nodestate.NodeState`. Return a mapping merged into ``node_state.metrics`` or
     ``None``; under the key ``NodeState.COLLECTED_CGROUPS`` (``"cgroups"``) it may also return the cgroup
@@ -306,7 +333,7 @@ def collect(node_state: NodeState, args: Any, handle: AgentHandle) -> dict | Non
 
 
 @hookspec
-def qos_plan(node_state: NodeState, args: Any, handle: AgentHandle) -> list | None:
+def qos_plan(node_state: NodeState, args: PluginArgs, handle: AgentHandle) -> Sequence[FileWrite | Eviction] | None:
     """Compute the desired node-local knobs for a node state.
 
     Return a list of :class:`koordfw.core.nodestate.FileWrite` (path relative to the filesystem root,
@@ -322,8 +349,9 @@ def qos_plan(node_state: NodeState, args: Any, handle: AgentHandle) -> list | No
 
 @hookspec
 def runtime_hook(
-    event: str, pod: PodState, container: ContainerState | None, node_state: NodeState, args: Any, handle: AgentHandle
-) -> list | None:
+    event: str, pod: PodState, container: ContainerState | None, node_state: NodeState, args: PluginArgs,
+    handle: AgentHandle,
+) -> Sequence[FileWrite] | None:
     """Called when a pod or container starts on the node (``event`` = "pod_start" / "container_start")
     so plugins can set its knobs before the next round. Returns FileWrites like ``qos_plan``. May be
     async. Idempotent."""
@@ -336,7 +364,7 @@ _DESCHEDULING = _section("Descheduling loop")
 
 
 @hookspec
-def deschedule(cluster: ClusterView, args: Any, handle: Handle) -> list | None:
+def deschedule(cluster: ClusterView, args: PluginArgs, handle: Handle) -> Sequence[Migration] | None:
     """Propose evictions or migrations for a cluster snapshot.
 
     Return a list of :class:`koordfw.core.model.Migration` or ``None``. The engine executes them
@@ -352,9 +380,9 @@ _NODE_RESOURCES = _section("Node resources")
 
 @hookspec
 def node_resources(
-    node: NodeView, pods: list[Pod], metric: dict[str, Any] | None, now: float, last_update: float | None,
-    colocation: dict[str, Any] | None, args: Any, handle: Handle
-) -> dict | None:
+    node: NodeView, pods: list[Pod], metric: JSONObject | None, now: float, last_update: float | None,
+    colocation: JSONObject | None, args: PluginArgs, handle: Handle
+) -> dict[str, int | None] | None:
     """Compute extended allocatable for a node (e.g. ``kubernetes.io/batch-cpu``).
 
     ``pods`` are the pods on the node, ``metric`` the node's NodeMetric object (a dict) or ``None``,
@@ -379,8 +407,8 @@ _ADMISSION = _section("Pod admission")
 
 @hookspec
 def mutate_pod(
-    pod: dict[str, Any], operation: str, namespace: dict[str, Any] | None, args: Any, handle: AdmissionHandle
-) -> dict[str, Any] | None:
+    pod: JSONObject, operation: str, namespace: JSONObject | None, args: PluginArgs, handle: AdmissionHandle
+) -> JSONObject | None:
     """Mutate a pod manifest as it is admitted (a mutating admission webhook).
 
     ``pod`` is the Pod manifest (a JSON dict, ``metadata.namespace`` filled in), ``operation`` the
@@ -395,7 +423,7 @@ def mutate_pod(
 
 @hookspec
 def validate_pod(
-    pod: dict[str, Any], old: dict[str, Any] | None, operation: str, namespace: dict[str, Any] | None, args: Any,
+    pod: JSONObject, old: JSONObject | None, operation: str, namespace: JSONObject | None, args: PluginArgs,
     handle: AdmissionHandle,
 ) -> Status | str | None:
     """Accept or reject a pod manifest as it is admitted (a validating admission webhook), after every

@@ -10,9 +10,12 @@ the most important ones first, PDB-violating before the rest); the node is chose
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 import attrs
 
-from koordfw import Code, PostFilterResult, Status, hookimpl
+from koordfw import Code, CycleState, Handle, Pod, PostFilterResult, Status, hookimpl
 from koordfw.inputs import selector_matches
 
 
@@ -23,21 +26,22 @@ class Args:
 
 
 @hookimpl
-def plugin_args():
+def plugin_args() -> type[Args]:
     return Args
 
 
-def _sort_key(p):
+def _sort_key(p: Pod) -> tuple[int, float, str]:
     return (-p.priority, p.creation_timestamp or 0.0, p.key)
 
 
-def split_by_pdb(pods, pdbs):
+def split_by_pdb(pods: Iterable[Pod], pdbs: Mapping[str, dict[str, Any]]) -> tuple[list[Pod], list[Pod]]:
     """(violating, non_violating): a pod violates when a matching PDB has no disruptions left."""
     allowed = {}
     for key, pdb in pdbs.items():
         st = pdb.get("status") or {}
         allowed[key] = int(st.get("disruptionsAllowed", 0))
-    violating, ok = [], []
+    violating: list[Pod] = []
+    ok: list[Pod] = []
     for p in pods:
         hit = False
         for key, pdb in pdbs.items():
@@ -51,7 +55,8 @@ def split_by_pdb(pods, pdbs):
     return violating, ok
 
 
-async def select_victims_on_node(pod, node_name, state, handle):
+async def select_victims_on_node(pod: Pod, node_name: str, state: CycleState,
+                                 handle: Handle) -> tuple[list[Pod], int] | None:
     cluster = handle.cluster
     lower = [p for p in cluster.pods_on(node_name) if p.priority < pod.priority]
     if not lower:
@@ -75,9 +80,9 @@ async def select_victims_on_node(pod, node_name, state, handle):
     return victims, pdb_violations
 
 
-def pick_one_node(candidates):
+def pick_one_node(candidates: list[tuple[str, tuple[list[Pod], int]]]) -> str:
     """kube's pickOneNodeForPreemption, criteria in order."""
-    def key(item):
+    def key(item: tuple[str, tuple[list[Pod], int]]) -> tuple[Any, ...]:
         name, (victims, viol) = item
         if not victims:
             return (0, 0, 0, 0, 0, name)
@@ -92,7 +97,8 @@ def pick_one_node(candidates):
 
 
 @hookimpl
-async def post_filter(pod, state, statuses, args, handle):
+async def post_filter(pod: Pod, state: CycleState, statuses: Mapping[str, Status], args: Args,
+                      handle: Handle) -> PostFilterResult | Status | None:
     if pod.preemption_policy == "Never":
         return Status.unresolvable("not eligible for preemption: preemptionPolicy is Never")
     names = [n for n, st in statuses.items() if st.code == Code.UNSCHEDULABLE]

@@ -40,7 +40,7 @@ from typing import Any, cast
 import attrs
 import numpy as np
 
-from koordfw import ClusterEventWithHint, CycleState, NodeBatch, Pod, QueueingHint, StateKey, Status, hookimpl
+from koordfw import ClusterEventWithHint, CycleState, Handle, NodeBatch, Pod, QueueingHint, StateKey, Status, hookimpl
 from koordfw.embed import ClusterState
 from koordfw.hints import ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE
 
@@ -237,7 +237,7 @@ class InterPodAffinity:
             nominated=nominated)
 
     @hookimpl
-    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:
+    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:  # handle.cluster: the ClusterState
         cluster = handle.cluster
         if not pod.has_pod_affinity and cluster.pods_with_required_anti_affinity == 0:
             return Status.skip()
@@ -395,7 +395,7 @@ class InterPodAffinity:
 
     # -- queueing hints -------------------------------------------------------------------------------
     @hookimpl
-    def events_to_register(self, handle: Any) -> list[ClusterEventWithHint]:
+    def events_to_register(self, handle: Handle) -> list[ClusterEventWithHint]:
         """kube's InterPodAffinity hints: an assigned pod added helps a pod it can satisfy the affinity
         of; an assigned pod deleted helps if it matched the pod's anti-affinity or its own required
         anti-affinity rejected the pod; nodes added or relabelled may bring new domains."""

@@ -11,10 +11,30 @@ BalancedAllocation, a container without a cpu or memory request counts kube's no
 200Mi, on the pod and on the node's pods.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
 import attrs
 import numpy as np
 
-from koordfw import BoundedCache, ClusterEventWithHint, QueueingHint, StashKey, Status, hookimpl, memo
+from koordfw import (
+    BoundedCache,
+    ClusterEventWithHint,
+    ClusterView,
+    Handle,
+    Node,
+    NodeBatch,
+    Pod,
+    QueueingHint,
+    Stash,
+    StashKey,
+    Status,
+    hookimpl,
+    memo,
+)
+from koordfw.contract import FilterBatchResult
 from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE, POD_DELETE
 
 _STRATEGIES = {"leastallocated": "LeastAllocated", "least_allocated": "LeastAllocated",
@@ -30,7 +50,7 @@ class ResourceWeight:
     weight: int = 1
 
 
-def _strategy(value):
+def _strategy(value: object) -> str:
     key = str(value).lower()
     if key not in _STRATEGIES:
         raise ValueError(f"unknown scoring strategy {value!r}; use LeastAllocated, MostAllocated, "
@@ -38,7 +58,7 @@ def _strategy(value):
     return _STRATEGIES[key]
 
 
-def _shape(instance, attribute, value):
+def _shape(instance: object, attribute: object, value: RequestedToCapacityRatio) -> None:
     pts = value.shape
     if not pts:
         raise ValueError("requestedToCapacityRatio.shape: expected at least one point")
@@ -76,11 +96,11 @@ class Args:
 
 
 @hookimpl
-def plugin_args():
+def plugin_args() -> type[Args]:
     return Args
 
 
-def _needed(pod, cluster, args):
+def _needed(pod: Pod, cluster: ClusterView, args: Args) -> tuple[np.ndarray, np.ndarray]:
     vec = cluster.request_vector(pod)
     need = np.flatnonzero(vec)
     if args.ignored_resources or args.ignored_resource_groups:
@@ -92,7 +112,7 @@ def _needed(pod, cluster, args):
     return vec, need
 
 
-def fits_on(pod, cluster, args, node_name):
+def fits_on(pod: Pod, cluster: ClusterView, args: Args, node_name: str) -> bool:
     """Do the pod's requests fit what is free on ``node_name`` now (nominated pods not counted)?"""
     i = cluster.node_index(node_name)
     if i is None:
@@ -102,21 +122,21 @@ def fits_on(pod, cluster, args, node_name):
 
 
 @hookimpl
-def events_to_register(args, handle):
+def events_to_register(args: Args, handle: Handle) -> list[ClusterEventWithHint]:
     """kube's NodeResourcesFit hints: a pod leaving a node, or a node added or changed, helps a pod it
     rejected only if that node now has room for it (the other nodes did not change); an unassigned pod
     leaving frees room only if it was nominated somewhere."""
     Q, SKIP = QueueingHint.QUEUE, QueueingHint.QUEUE_SKIP
 
-    def after_assigned_pod_deleted(pod, old, new):
+    def after_assigned_pod_deleted(pod: Pod, old: Pod | None, new: Pod | None) -> QueueingHint:
         if old is None or not old.node_name:
             return Q
         return Q if fits_on(pod, handle.cluster, args, old.node_name) else SKIP
 
-    def after_pod_deleted(pod, old, new):
+    def after_pod_deleted(pod: Pod, old: Pod | None, new: Pod | None) -> QueueingHint:
         return Q if old is None or old.nominated_node_name else SKIP
 
-    def after_node_change(pod, old, new):
+    def after_node_change(pod: Pod, old: Node | None, new: Node | None) -> QueueingHint:
         if new is None:
             return Q
         return Q if fits_on(pod, handle.cluster, args, new.name) else SKIP
@@ -128,7 +148,7 @@ def events_to_register(args, handle):
 
 
 @hookimpl
-def filter(pod, nodes, args):
+def filter(pod: Pod, nodes: NodeBatch, args: Args) -> FilterBatchResult:
     cluster = nodes.cluster
     vec, need = _needed(pod, cluster, args)
     if len(need) == 0:
@@ -148,13 +168,13 @@ _BY_MASK: BoundedCache[tuple[str, ...], dict[int, Status | None]] = BoundedCache
 
 
 @memo(4096)
-def _reason(key):
+def _reason(key: tuple[str, ...]) -> Status:
     """The Status naming the resources in ``key`` (one object per key while cached, shared by every node
     and call)."""
     return Status.unschedulable(*("Too many pods" if r == "pods" else f"Insufficient {r}" for r in key))
 
 
-def _verdicts_by_mask(names, need, short):
+def _verdicts_by_mask(names: Sequence[str], need: np.ndarray, short: np.ndarray) -> FilterBatchResult:
     """``_verdicts_by_row`` for fewer needed resources than an int64 has bits: each node's row of
     ``short`` becomes one integer (numpy does that for all nodes), and each distinct integer is looked
     up once, so the Python work is one look-up a node instead of one step a resource."""
@@ -168,27 +188,28 @@ def _verdicts_by_mask(names, need, short):
     ms = masks.tolist()
     for m in set(ms) - table.keys():
         table[m] = _reason(tuple(r for b, r in enumerate(key) if m >> b & 1))
-    return masks == 0, [table[m] for m in ms]
+    return cast(np.ndarray, masks == 0), [table[m] for m in ms]
 
 
-def _verdicts_by_row(names, need, short):
+def _verdicts_by_row(names: Sequence[str], need: np.ndarray, short: np.ndarray) -> FilterBatchResult:
     """(fits mask, per node the Status naming the needed resources it is short of or ``None``), or
     ``None`` when every node fits."""
     rejected = short.any(axis=1)
     bad = np.flatnonzero(rejected)
     if len(bad) == 0:
         return None
-    reasons = [None] * len(short)
+    reasons: list[Status | None] = [None] * len(short)
     for j in bad.tolist():
         reasons[j] = _reason(tuple(names[k] for k in need[short[j]].tolist()))
-    return ~rejected, reasons
+    return cast(np.ndarray, ~rejected), reasons
 
 
 #: (args, cluster, column indices, weights, their sum) of the last score, in the plugin's stash (one engine's)
-_SCORE_COLUMNS = StashKey[tuple]()
+_SCORE_COLUMNS = StashKey[tuple[Any, ...]]()
 
 
-def _score_columns(cluster, args, stash):
+def _score_columns(cluster: ClusterView, args: Args,
+                   stash: Stash) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
     """(column indices, weights, whether each is an extended resource, the positions of cpu and memory
     among them or -1) of ``args.resources`` in ``cluster``, kept in ``stash`` while the args object and the
     cluster stay the same objects (a resource column, once added, keeps its index); the entry holds both,
@@ -205,7 +226,7 @@ def _score_columns(cluster, args, stash):
     return got[2:]
 
 
-def _is_scalar(name):
+def _is_scalar(name: str) -> bool:
     """kube's IsScalarResourceName: extended, prefixed-native and attachable-volume names (with a ``/``)
     and hugepages; not cpu, memory, ephemeral-storage or pods."""
     return "/" in name or name.startswith("hugepages-")
@@ -217,7 +238,7 @@ DEFAULT_MILLI_CPU = 100
 DEFAULT_MEMORY = 200 * 2**20
 
 
-def _missing(pod):
+def _missing(pod: Pod) -> tuple[int, int]:
     """(milli-CPU, bytes) the pod counts for scoring over its requests: the non-zero defaults of its
     containers without a cpu / memory request (kube's NonMissingContainerRequests)."""
     cpu = sum(DEFAULT_MILLI_CPU for c in pod.containers if "cpu" not in c.requests)
@@ -226,10 +247,10 @@ def _missing(pod):
 
 
 #: (the cluster, node versions seen, per node the defaults its pods add: [cpu, memory]), in the stash
-_NON_ZERO = StashKey[list]()
+_NON_ZERO = StashKey[list[Any]]()
 
 
-def _node_missing(cluster, idx, stash):
+def _node_missing(cluster: ClusterView, idx: np.ndarray, stash: Stash) -> np.ndarray:
     """Per node of ``idx``, what its pods add as non-zero defaults ([milli-CPU, bytes] rows, kube's
     NodeInfo.NonZeroRequested - Requested), recounted only on nodes whose pods changed."""
     got = stash.get(_NON_ZERO, None)
@@ -255,12 +276,12 @@ def _node_missing(cluster, idx, stash):
     return extra[idx]
 
 
-def _cells(matrix, rows, cols):
+def _cells(matrix: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """``matrix[np.ix_(rows, cols)]``, several times faster (two ``take`` calls, no index grids)."""
     return matrix.take(rows, axis=0).take(cols, axis=1)
 
 
-def _saturating_add(a, b):
+def _saturating_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a + b`` for non-negative int64 amounts, capped at the int64 maximum instead of wrapping."""
     out = a + b
     over = out < a
@@ -268,7 +289,7 @@ def _saturating_add(a, b):
 
 
 @hookimpl
-def score(pod, nodes, args, handle):
+def score(pod: Pod, nodes: NodeBatch, args: Args, handle: Handle) -> np.ndarray | None:
     cluster = nodes.cluster
     cols, weights, scalar, k_cpu, k_mem = _score_columns(cluster, args, handle.stash)  # first: it may add columns
     vec = cluster.request_vector(pod)
@@ -327,7 +348,7 @@ def score(pod, nodes, args, handle):
     return np.where(wsum > 0, (per * w).sum(axis=1) // np.where(wsum > 0, wsum, 1), 0)
 
 
-def _ratio_scores(util, param):
+def _ratio_scores(util: np.ndarray, param: RequestedToCapacityRatio | None) -> np.ndarray:
     """kube's buildBrokenLinearFunction over ``util`` (percent, an int array), shape scores × 10."""
     pts = (param or RequestedToCapacityRatio()).shape
     us = [p.utilization for p in pts]
@@ -350,7 +371,7 @@ def _ratio_scores(util, param):
 _EXACT_LIMIT = (2**63 - 1) // 100
 
 
-def _percent(part, whole):
+def _percent(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
     """``part * 100 // whole`` exactly (kube's integer arithmetic), without int64 overflow for
     quantities near 2^63 (a node advertising exabytes)."""
     if part.size and int(part.max()) > _EXACT_LIMIT:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from koordfw import ClusterEvent, ClusterEventWithHint, CycleState, NodeBatch, Pod, StateKey, Status, hookimpl
+from koordfw import ClusterEvent, ClusterEventWithHint, CycleState, Handle, NodeBatch, Pod, StateKey, Status, hookimpl
 from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE
 
 from ._volumes import claim, claim_class, claims_known
@@ -68,7 +68,7 @@ def volume_limits(csinode: Mapping[str, Any] | None) -> dict[str, int]:
 
 class NodeVolumeLimits:
     @hookimpl
-    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:
+    def pre_filter(self, pod: Pod, state: CycleState, handle: Handle) -> Status | None:
         cluster = handle.cluster
         if not pod.claim_names or not claims_known(cluster) or not cluster.objects_of("CSINode"):
             return Status.skip()

@@ -39,7 +39,18 @@ from typing import Any
 import attrs
 import numpy as np
 
-from koordfw import BoundedCache, ClusterEventWithHint, CycleState, NodeBatch, Pod, QueueingHint, StateKey, Status, hookimpl
+from koordfw import (
+    BoundedCache,
+    ClusterEventWithHint,
+    CycleState,
+    Handle,
+    NodeBatch,
+    Pod,
+    QueueingHint,
+    StateKey,
+    Status,
+    hookimpl,
+)
 from koordfw.embed import ClusterState
 from koordfw.hints import ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE
 from koordfw.inputs import selector_matches
@@ -342,7 +353,7 @@ class PodTopologySpread:
         return out
 
     @hookimpl
-    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:
+    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:  # handle.cluster: the ClusterState
         if not pod.topology_spread_constraints and not (self._default_filter and self._may_default(pod, handle.cluster)):
             return Status.skip()
         st = self._filter_state(pod, handle.cluster)
@@ -461,7 +472,7 @@ class PodTopologySpread:
 
     # -- queueing hints ----------------------------------------------------------------------------------
     @hookimpl
-    def events_to_register(self, handle: Any) -> list[ClusterEventWithHint]:
+    def events_to_register(self, handle: Handle) -> list[ClusterEventWithHint]:
         """kube's PodTopologySpread events: assigned pods added or deleted (a hint: only pods the
         constraints' selectors count, in the pod's namespace), nodes added or changed."""
         def after_pod_change(pod: Pod, old: Pod | None, new: Pod | None) -> QueueingHint:

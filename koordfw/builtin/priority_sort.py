@@ -1,8 +1,8 @@
 """priority_sort: the default queue order: higher ``spec.priority`` first, then earlier arrival."""
 
-from koordfw import hookimpl
+from koordfw import Pod, hookimpl
 
 
 @hookimpl
-def queue_sort(pod):
+def queue_sort(pod: Pod) -> tuple[int]:
     return (-pod.priority,)

@@ -52,6 +52,7 @@ from koordfw import (
     ClusterEvent,
     ClusterEventWithHint,
     CycleState,
+    Handle,
     NodeBatch,
     NodeView,
     Pod,
@@ -205,7 +206,7 @@ class VolumeBinding:
         return out
 
     @hookimpl
-    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:
+    def pre_filter(self, pod: Pod, state: CycleState, handle: Handle) -> Status | None:
         cluster = handle.cluster
         names = pod.claim_names
         if not names:
@@ -353,13 +354,13 @@ class VolumeBinding:
             self._revert(pod, st)
 
     @hookimpl
-    def pre_bind(self, pod: Pod, state: CycleState, handle: Any) -> Coroutine[Any, Any, Status | None] | None:
+    def pre_bind(self, pod: Pod, state: CycleState, handle: Handle) -> Coroutine[Any, Any, Status | None] | None:
         st = state.get(STATE)
         if st is None or st.reserved is None or not (st.reserved.static or st.reserved.provision):
             return None  # sync: nothing to write (most pods)
         return self._bind(pod, st.reserved, handle)
 
-    async def _bind(self, pod: Pod, res: _Reserved, handle: Any) -> Status | None:
+    async def _bind(self, pod: Pod, res: _Reserved, handle: Handle) -> Status | None:
         """kube's bindAPIUpdate: the PVs' claimRefs first, then the claims' selected-node."""
         ns = pod.namespace
         for c, pv_name, patch in res.static:

@@ -88,7 +88,7 @@ class VolumeRestrictions:
         self._tally = NodeTally(_in_use)
 
     @hookimpl
-    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:
+    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:  # handle.cluster: the ClusterState
         disks = [d for v in pod.volumes if (d := _disk(v)) is not None]
         cluster = handle.cluster
         rwop: list[str] = []

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from koordfw import ClusterEvent, ClusterEventWithHint, CycleState, NodeBatch, Pod, StateKey, Status, hookimpl
+from koordfw import ClusterEvent, ClusterEventWithHint, CycleState, Handle, NodeBatch, Pod, StateKey, Status, hookimpl
 from koordfw.hints import NODE_ADD, NODE_UPDATE
 
 from ._volumes import claim, claim_class, claims_known, not_found
@@ -39,7 +39,7 @@ def pv_topologies(pv: dict[str, Any]) -> list[tuple[str, frozenset[str]]]:
 
 class VolumeZone:
     @hookimpl
-    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:
+    def pre_filter(self, pod: Pod, state: CycleState, handle: Handle) -> Status | None:
         cluster = handle.cluster
         if not any(v.get("persistentVolumeClaim") is not None for v in pod.volumes) or not claims_known(cluster):
             return Status.skip()

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from ..command_api import add_plugin_options, registry_from_args
 
 __all__ = ["DAY", "add_plugin_options", "number", "registry_from_args"]
 
 
-def number(kind: type, lo: float, hi: float, *, above: bool = False):
+def number(kind: type, lo: float, hi: float, *, above: bool = False) -> Callable[[str], float]:
     """An argparse ``type``: an int or float in ``[lo, hi]`` (``(lo, hi]`` with ``above``), finite, so a
     flag such as ``--interval nan`` is refused at parse time rather than stopping a loop later."""
 
-    def parse(text: str):
+    def parse(text: str) -> float:
         try:
             v = kind(text)
         except (ValueError, OverflowError):

@@ -16,9 +16,14 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..command_api import Commands
+
+if TYPE_CHECKING:
+    from ..core.nodestate import NodeState
+    from ..core.plugins import Registry
+    from ..core.profile import Profile
 
 
 def register(sub: Commands) -> None:
@@ -99,7 +104,7 @@ MAX_STATE_BYTES = 8 * 2**20
 MAX_YAML_BYTES = 512 * 2**10
 
 
-def _load_profile(config: str | None):
+def _load_profile(config: str | None) -> Profile:
     """The ``--config`` profile, read with the bounded loaders (UTF-8, nesting and aliases bounded)."""
     from ..core.errors import ConfigError
     from ..core.profile import Profile, profile_from_dict
@@ -117,7 +122,7 @@ def _load_profile(config: str | None):
 
 
 def _load_registry(config: str | None, disable: list[str], plugin_config: dict[str, Any] | None = None,
-                   plugin_config_source: str = ""):
+                   plugin_config_source: str = "") -> Registry:
     """The registry of ``--config`` with ``plugin_config`` (a state file's ``config``) merged over its
     pluginConfig. An error in ``plugin_config`` names ``plugin_config_source`` and the field
     ``config.<plugin>``, not the profile; entries of plugins switched off with ``--disable`` are dropped."""
@@ -189,12 +194,12 @@ def _read_state(path: str) -> Any:
             raise ManifestError(f"neither JSON nor YAML: {why}", file=str(path)) from None
 
 
-def plan_writes(ns, registry, *, only_changes: bool = True) -> list[dict[str, str]]:
+def plan_writes(ns: NodeState, registry: Registry, *, only_changes: bool = True) -> list[dict[str, str]]:
     """The writes the plugins want for ``ns``, simulated in order against ``ns.cgroups``."""
     return plan_node(ns, registry, only_changes=only_changes)["writes"]
 
 
-def plan_node(ns, registry, *, only_changes: bool = True) -> dict[str, list[dict[str, Any]]]:
+def plan_node(ns: NodeState, registry: Registry, *, only_changes: bool = True) -> dict[str, list[dict[str, Any]]]:
     """What ``koordfw agent plan`` prints for ``ns``: ``{"writes": [...], "evictions": [...]}``; the writes
     simulated in order against ``ns.cgroups``, the evictions (``pod``, ``uid``, ``reason``, ``plugin``) in
     plan order. Nothing is written or evicted."""

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..command_api import Commands
 from ..core.errors import KoordfwError
 from ._common import DAY, add_plugin_options, number, registry_from_args
+
+if TYPE_CHECKING:
+    from ..engines.kube.client import KubeClient
 
 
 def add_connection_options(p: argparse.ArgumentParser) -> None:
@@ -21,7 +24,7 @@ def add_connection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kube-api-burst", type=number(int, 1, 10**6), default=100, help="client burst (default 100)")
 
 
-async def make_client(args: argparse.Namespace, *, qps: float | None = None, burst: int | None = None):
+async def make_client(args: argparse.Namespace, *, qps: float | None = None, burst: int | None = None) -> KubeClient:
     from ..engines.kube.client import KubeClient
 
     kw: dict[str, Any] = {"qps": args.kube_api_qps if qps is None else qps,

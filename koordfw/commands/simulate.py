@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from ..command_api import Commands
 from ..core.errors import ConfigError
 from ._common import add_plugin_options, registry_from_args
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def register(sub: Commands) -> None:
@@ -67,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stderr_console():
+def _stderr_console() -> Console:
     from rich.console import Console
 
     return Console(stderr=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import ItemsView, Iterator, Mapping, ValuesView
-from typing import Any
+from collections.abc import ItemsView, Iterator, Mapping, Sequence, ValuesView
+from typing import Any, TypeAlias
 
 import anyio
 import attrs
@@ -193,3 +193,43 @@ def normalize(scores: Any, reverse: bool = False, max_priority: int = 100) -> np
         return np.full_like(arr, max_priority if reverse else 0)
     out = max_priority * arr // top
     return max_priority - out if reverse else out
+
+
+# What hooks return (the types of docs/hooks.md and koordfw.hookspecs); every shape the runtime accepts.
+#: A rejection reason as plugins give it: a string (``Unschedulable`` with that message), a
+#: :class:`Status`, or ``False`` (a bare rejection).
+Reason: TypeAlias = str | Status | bool
+#: What a per-node ``filter`` (one taking ``node``) returns: ``None`` / ``True`` to accept, a
+#: :data:`Reason` to reject.
+FilterNodeResult: TypeAlias = Reason | None
+#: What a batch ``filter`` (one taking ``nodes``) returns, every shape the runtime accepts: ``None`` or
+#: ``{}`` (no objection); a dict ``{node name: reason}`` of rejected nodes (a dict, not any mapping; the
+#: usual value types are spelt out, a dict being invariant in them); a sequence aligned with ``nodes``
+#: of ``True``/``None`` (feasible) or a reason; a numpy bool array aligned with ``nodes``; or the
+#: recommended fast form ``(feasible_mask, reason)``: a bool array aligned with ``nodes`` plus one
+#: reason for every rejected node or a sequence of reasons aligned with ``nodes``.
+FilterBatchResult: TypeAlias = (
+    dict[str, Status] | dict[str, str] | dict[str, Reason | None] | Sequence[Reason | None] | np.ndarray
+    | tuple[np.ndarray, Reason | Sequence[Reason | None] | None] | None
+)
+#: What a ``filter`` hook returns (either form).
+FilterResult: TypeAlias = FilterBatchResult | FilterNodeResult
+#: What a ``score`` hook returns: batch form ``None`` (no opinion), a dict ``{node name: int}`` or a
+#: sequence / int64 array aligned with ``nodes``; per-node form an int.
+ScoreResult: TypeAlias = dict[str, int] | Sequence[int] | np.ndarray | int | None
+#: What ``normalize_score`` returns: the new scores, or ``None`` when it changed ``scores`` in place.
+NormalizeScoreResult: TypeAlias = np.ndarray | Sequence[int] | None
+#: What ``pre_enqueue``, ``reserve``, ``permit`` and ``pre_score`` return: ``None`` (or ``True``: success),
+#: a :class:`Status`, or a :data:`Reason` (a string or ``False``: a rejection).
+StatusResult: TypeAlias = Status | str | bool | None
+#: What ``pre_filter`` returns: ``None``, a :class:`Status` or a :class:`PreFilterResult`.
+PreFilterReturn: TypeAlias = PreFilterResult | Status | str | bool | None
+#: What ``post_filter`` returns: ``None``, a :class:`PostFilterResult` or a :class:`Status`.
+PostFilterReturn: TypeAlias = PostFilterResult | Status | str | bool | None
+#: What ``pre_bind`` returns: ``None``, annotations to set on the pod (a dict), or a failure :class:`Status`.
+PreBindResult: TypeAlias = dict[str, str] | Status | str | None
+#: What ``bind`` returns: ``None`` / ``Status.skip()`` (not mine), ``True`` / a success status (bound),
+#: or a failure :class:`Status`.
+BindResult: TypeAlias = Status | bool | str | None
+#: A ``queue_sort`` key: compared across pods (``(-priority,)`` by default); ``None`` for the default.
+QueueSortKey: TypeAlias = tuple[Any, ...] | None

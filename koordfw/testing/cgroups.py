@@ -127,7 +127,7 @@ class FakeNode:
                     f.unlink()
                 d.rmdir()
 
-    def add_pod(self, uid: str, level: str, containers=("c1",)) -> str:
+    def add_pod(self, uid: str, level: str, containers: tuple[str, ...] | list[str] = ("c1",)) -> str:
         if self.driver == "systemd":
             esc = uid.replace("-", "_")
             name = f"kubepods-{level}-pod{esc}.slice" if level != "guaranteed" else f"kubepods-pod{esc}.slice"

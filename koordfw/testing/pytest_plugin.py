@@ -14,13 +14,19 @@ leave later tests' ``structlog.testing.capture_logs`` blind to info events.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import structlog
 
 from . import ClusterBuilder, VirtualClock, schedule
 from .control_plane import ControlPlane, Sweep
+
+if TYPE_CHECKING:
+    from ..core.plugins import Registry
+    from ..core.profile import Profile
 
 
 @pytest.fixture(autouse=True)
@@ -36,15 +42,16 @@ def cluster_builder() -> ClusterBuilder:
 
 
 @pytest.fixture
-def koordfw_schedule():
+def koordfw_schedule() -> Callable[..., Any]:
     return schedule
 
 
 @pytest.fixture
-def koordfw_registry():
+def koordfw_registry() -> Callable[..., Registry]:
     from ..engines.embedded import build_registry
 
-    def make(profile=None, *, plugins=None, only=(), disable=()):
+    def make(profile: Profile | dict[str, Any] | str | Path | None = None, *, plugins: dict[str, Any] | None = None,
+             only: Collection[str] | None = (), disable: Iterable[str] = ()) -> Registry:
         return build_registry(profile, plugins=plugins, autoload=only is None or bool(only),
                               only=None if only is None else set(only), disable=disable)
 

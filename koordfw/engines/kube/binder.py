@@ -20,7 +20,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 import structlog
@@ -66,7 +66,7 @@ class KubeBinder:
         self.bound += 1
         return True
 
-    async def _retrying(self, call, pod: Pod, node_name: str) -> None:
+    async def _retrying(self, call: Callable[[], Awaitable[object]], pod: Pod, node_name: str) -> None:
         delay = self.backoff
         for attempt in range(self.attempts):
             if self.check is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -201,7 +201,7 @@ class ClusterFeeder:
         self._wake()
 
     # -- other kinds --------------------------------------------------------------------------------
-    def object_handler(self, kind: str):
+    def object_handler(self, kind: str) -> Callable[[str, dict, dict | None], Awaitable[None]]:
         async def handle(etype: str, obj: dict, old: dict | None) -> None:
             meta = obj.get("metadata") or {}
             key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta.get("name"))

@@ -48,6 +48,7 @@ import json
 import math
 import re
 import ssl
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -61,7 +62,7 @@ from ...core.caller import PluginFailure
 from ...core.clock import RealClock
 from ...core.cluster import ClusterState
 from ...core.errors import KoordfwError
-from ...core.model import DNS_LABEL, DNS_SUBDOMAIN, node_from_manifest, pod_from_manifest
+from ...core.model import DNS_LABEL, DNS_SUBDOMAIN, Pod, node_from_manifest, pod_from_manifest
 from ...core.placed import release_placed, reserve_placed
 from ...core.plugins import Registry
 from ...core.safeload import InputError, decode_text, loads_json
@@ -403,7 +404,7 @@ class Extender:
                              "--kubeconfig or --in-cluster, or set nodeCacheCapable: false")
         return self.scheduler, names, None
 
-    def _pod(self, args: dict):
+    def _pod(self, args: dict) -> Pod:
         raw = ci_get(args, "Pod")
         if raw is None:
             raise BadRequest("the request has no Pod")
@@ -421,7 +422,7 @@ class Extender:
         self.scheduler.cluster.forget_request_cache(pod.uid)
         return pod
 
-    async def _feasible(self, s: Scheduler, pod, names: list[str], state: CycleState
+    async def _feasible(self, s: Scheduler, pod: Pod, names: list[str], state: CycleState
                         ) -> tuple[list[str], dict[str, Status]]:
         st, candidates = await s.framework.run_pre_filter(pod, state)
         if st.code == Code.ERROR:
@@ -614,7 +615,7 @@ class ExtenderServer:
     async def _info(self, _: web.Request) -> web.Response:
         return web.json_response(self.info())
 
-    def _handler(self, verb: str):
+    def _handler(self, verb: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         fn = getattr(self.ext, verb)
 
         async def handle(request: web.Request) -> web.StreamResponse:

@@ -29,9 +29,21 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import ManifestError, NodeState, PodState, format_quantity, hookimpl, warn_once
+from koordfw import (
+    AgentHandle,
+    FileWrite,
+    ManifestError,
+    NodeState,
+    NodeView,
+    Pod,
+    PodState,
+    format_quantity,
+    hookimpl,
+    warn_once,
+)
+from koordfw.contract import JSONObject
 from koordfw.extension import ANNOTATION_CPU_NORMALIZATION_RATIO, BATCH_CPU, BATCH_MEMORY, COLOCATION_CONFIG_KEY
-from koordfw.nodestate import read_cgroup_file
+from koordfw.nodestate import ContainerState, read_cgroup_file
 
 from .calculator import BatchResult, calculate, needs_sync
 from .metric import NodeMetricInfo, parse_node_metric
@@ -71,8 +83,9 @@ class BatchResource:
         return ColocationStrategy
 
     @hookimpl
-    def node_resources(self, node: Any, pods: Any, metric: Any, now: float, last_update: float | None,
-                       colocation: dict | None, args: ColocationStrategy) -> dict | None:
+    def node_resources(self, node: NodeView, pods: list[Pod], metric: JSONObject | None, now: float,
+                       last_update: float | None, colocation: JSONObject | None,
+                       args: ColocationStrategy) -> dict | None:
         n = getattr(node, "node", node)  # a NodeView or a bare Node
         if colocation is None:
             # no cluster configuration (koordfw simulate without slo-controller-config): the args, and a
@@ -148,7 +161,7 @@ class BatchResource:
         return Rule(cfs_quota_enabled(ns.config), self._ratio)
 
     @hookimpl
-    def collect(self, node_state: NodeState, args: ColocationStrategy, handle: Any) -> dict | None:
+    def collect(self, node_state: NodeState, args: ColocationStrategy, handle: AgentHandle) -> dict | None:
         """Read the current CFS quota and memory limit of each BE pod's (and container's) cgroup: the
         plan orders quota writes by them and leaves a limit alone that the kernel shows rounded."""
         if not args.batch_resource:
@@ -169,7 +182,7 @@ class BatchResource:
             current[path] = data.decode("utf-8", errors="replace").strip()
         return {CURRENT_KEY: current, NodeState.COLLECTED_CGROUPS: current, RECONCILE_KEY: True}
 
-    def _reconcile_due(self, ns: NodeState, args: ColocationStrategy, handle: Any) -> bool:
+    def _reconcile_due(self, ns: NodeState, args: ColocationStrategy, handle: AgentHandle) -> bool:
         """koordlet's reconciler: when the pods (their manifests, cgroup dirs), the rule or the args changed
         since the last reconcile, else once :data:`RECONCILE_INTERVAL_SECONDS` have passed."""
         now_fn = getattr(handle, "now", None)
@@ -192,8 +205,8 @@ class BatchResource:
         return runtime_plan(node_state, self._rule(node_state), _current(node_state), self.warned) or None
 
     @hookimpl
-    def runtime_hook(self, event: str, pod: PodState, container: Any, node_state: NodeState,
-                     args: ColocationStrategy) -> list | None:
+    def runtime_hook(self, event: str, pod: PodState, container: ContainerState | None, node_state: NodeState,
+                     args: ColocationStrategy) -> list[FileWrite] | None:
         """A pod start: its pod-level and containers' knobs (PreRunPodSandbox); a container start: that
         container's (PreCreateContainer)."""
         if not args.batch_resource:

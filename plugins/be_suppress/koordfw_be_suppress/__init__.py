@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import AgentHandle, BoundedCache, FileWrite, NodeState, StashKey, hookimpl, warn_once
+from koordfw import AgentHandle, BoundedCache, FileWrite, Handle, NodeState, Pod, PodState, StashKey, hookimpl, warn_once
 from koordfw.extension import (
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
     ANNOTATION_NODE_RESERVATION,
@@ -86,7 +86,7 @@ class Args:
 
 
 @hookimpl
-def plugin_args():
+def plugin_args() -> type[Args]:
     return Args
 
 
@@ -205,11 +205,11 @@ def pick_cpus(n: int, procs: list[CPUInfo]) -> list[int]:
     return out
 
 
-def _raw_qos(pod) -> str:
+def _raw_qos(pod: Pod | None) -> str:
     return pod.labels.get(LABEL_POD_QOS, "") if pod is not None else ""
 
 
-def _pod_cpuset(ps) -> list[int]:
+def _pod_cpuset(ps: PodState) -> list[int]:
     """CPUs the scheduler bound a pod to (``scheduling.koordinator.sh/resource-status`` cpuset)."""
     raw = ps.annotations.get(ANNOTATION_RESOURCE_STATUS)
     if not raw:
@@ -426,13 +426,13 @@ def plan(ns: NodeState, args: Args, budget_milli: int | None = None) -> list[Fil
 FEEDBACK = StashKey[FeedbackState]()
 
 
-def _forget_feedback(handle: Any) -> None:
+def _forget_feedback(handle: Handle | AgentHandle) -> None:
     if FEEDBACK in handle.stash:
         del handle.stash[FEEDBACK]
 
 
 @hookimpl
-def collect(node_state, args, handle):
+def collect(node_state: NodeState, args: Args, handle: AgentHandle) -> dict[str, Any] | None:
     """Read the LS pressure signal and take one feedback step (only with ``lsPressureFeedback.enable``)."""
     cfg = args.ls_pressure_feedback
     if not args.enable or not cfg.enable:
@@ -446,20 +446,20 @@ def collect(node_state, args, handle):
     return {"be_suppress": dict(fb.report())}
 
 
-def feedback_budget(handle: Any) -> int | None:
+def feedback_budget(handle: AgentHandle) -> int | None:
     """This round's feedback budget of the agent behind ``handle`` (``None``: Koordinator's alone)."""
     fb = handle.stash.get(FEEDBACK, None)
     return fb.applied_milli if fb is not None else None
 
 
 @hookimpl
-def qos_plan(node_state, args, handle):
+def qos_plan(node_state: NodeState, args: Args, handle: AgentHandle) -> list[FileWrite]:
     budget = feedback_budget(handle) if args.enable and args.ls_pressure_feedback.enable else None
     return plan(node_state, args, budget)
 
 
 @hookimpl
-async def shutdown(args, handle):
+async def shutdown(args: Args, handle: Handle | AgentHandle) -> None:
     """Restore the besteffort knobs through the agent (no-op for engines without a node)."""
     _forget_feedback(handle)
     if not isinstance(handle, AgentHandle) or handle.node_state is None:

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import AgentHandle, BoundedCache, FileWrite, NodeState, PodState, hookimpl, warn_once
+from koordfw import AgentHandle, BoundedCache, FileWrite, Handle, NodeState, PodState, hookimpl, warn_once
 from koordfw.extension import ANNOTATION_POD_CPU_BURST, LABEL_POD_QOS, QOS_BE, QOS_LSE, QOS_LSR
 from koordfw.nodestate import read_cgroup_file
 
@@ -210,7 +210,7 @@ class CPUBurst:
 
     # -- node QoS loop -------------------------------------------------------------------------------
     @hookimpl
-    def collect(self, node_state: NodeState, args: Args, handle: Any) -> dict | None:
+    def collect(self, node_state: NodeState, args: Args, handle: AgentHandle) -> dict | None:
         roots = getattr(handle, "roots", None)
         root = roots.get("cgroup") if isinstance(roots, Mapping) else None
         if not root:
@@ -287,11 +287,11 @@ class CPUBurst:
         return node_avg, {uid: total // counts[uid] for uid, total in sums.items()}
 
     @hookimpl
-    def qos_plan(self, node_state: NodeState, args: Args, handle: Any) -> list | None:
+    def qos_plan(self, node_state: NodeState, args: Args, handle: AgentHandle) -> list | None:
         return self.plan(node_state, args) or None
 
     @hookimpl
-    async def shutdown(self, args: Args, handle: Any) -> None:
+    async def shutdown(self, args: Args, handle: Handle | AgentHandle) -> None:
         """Burst 0 and the kubelet's quotas (policy ``none`` is exactly that) on the fresh node state."""
         if not isinstance(handle, AgentHandle) or handle.node_state is None or args is None:
             return

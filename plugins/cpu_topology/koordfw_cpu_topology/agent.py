@@ -22,6 +22,7 @@ import structlog
 from koordfw import FileWrite, NodeState, PodState, hookimpl
 from koordfw.extension import ANNOTATION_RESOURCE_STATUS, QOS_LS, QOS_LSE, QOS_LSR
 from koordfw.inputs import loads_json
+from koordfw.nodestate import ContainerState
 
 from .cpuset import format_cpuset, parse_cpuset
 
@@ -120,11 +121,12 @@ class CPUSetAgent:
     """Node-agent plugin (entry point ``cpu_topology_agent``)."""
 
     @hookimpl
-    def qos_plan(self, node_state):
+    def qos_plan(self, node_state: NodeState) -> list[FileWrite]:
         return plan(node_state)
 
     @hookimpl
-    def runtime_hook(self, event, pod, container, node_state):
+    def runtime_hook(self, event: str, pod: PodState | None, container: ContainerState | None,
+                     node_state: NodeState) -> list[FileWrite] | None:
         """A new pod or container gets its cpuset right away instead of at the next round."""
         bound, ls_pool, be_pool = pools(node_state)
         if not bound or pod is None:

@@ -15,13 +15,14 @@ annotation or leaves the node. Filter and score read numpy columns of that state
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import numpy as np
 import structlog
 
-from koordfw import BoundedCache, IdentityKey, StateKey, Status, hookimpl, warn_once
+from koordfw import BoundedCache, CycleState, Handle, IdentityKey, NodeBatch, NodeView, Pod, StateKey, Status, hookimpl, warn_once
+from koordfw.contract import FilterBatchResult
 from koordfw.extension import (
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
     ANNOTATION_NODE_CPU_ALLOCS,
@@ -211,7 +212,7 @@ class CPUTopologyPlugin:
     # -- configuration --------------------------------------------------------------------------
     @staticmethod
     @hookimpl
-    def plugin_args():
+    def plugin_args() -> type[Args]:
         return Args
 
     def _configure(self, args: Args) -> None:
@@ -453,7 +454,7 @@ class CPUTopologyPlugin:
 
     # -- scheduling cycle -------------------------------------------------------------------------
     @hookimpl
-    def pre_filter(self, pod, state, args, handle):
+    def pre_filter(self, pod: Pod, state: CycleState, args: Args, handle: Handle) -> Status | None:
         self._configure(args)
         st = PodCPUState()
         state[STATE_KEY] = st
@@ -515,7 +516,7 @@ class CPUTopologyPlugin:
         return self._forced[idx] != _NONE
 
     @hookimpl
-    def filter(self, pod, nodes, state):
+    def filter(self, pod: Pod, nodes: NodeBatch, state: CycleState) -> FilterBatchResult:
         st = state.get(STATE_KEY)
         if st is None or st.skip:
             return None
@@ -538,7 +539,7 @@ class CPUTopologyPlugin:
         bad = invalid | fractional | conflict | smt | short
         if not bad.any():
             return None
-        out = {}
+        out: dict[str, Status] = {}
         views = cluster.views
         for j in np.flatnonzero(bad).tolist():
             i = int(idx[j])
@@ -557,7 +558,7 @@ class CPUTopologyPlugin:
         return out
 
     @hookimpl
-    def pre_score(self, pod, nodes, state):
+    def pre_score(self, pod: Pod, nodes: NodeBatch, state: CycleState) -> Status | None:
         st = state.get(STATE_KEY)
         if st is None or not st.request_bind:
             return Status.skip()
@@ -581,7 +582,7 @@ class CPUTopologyPlugin:
                                max_ref_count=self._max_ref)
 
     @hookimpl
-    def score(self, pod, nodes, state, args):
+    def score(self, pod: Pod, nodes: NodeBatch, state: CycleState, args: Args) -> np.ndarray | None:
         """Koordinator's Score for a bound pod: Least/MostAllocated over cpu, where the requested amount
         is every CPU bound on the node once this pod's CPUs are added (×1000) and the capacity is the
         node's allocatable cpu."""
@@ -602,7 +603,7 @@ class CPUTopologyPlugin:
             exact = ~((pol == _FULL) & (st.need % self._cpc[idx] != 0)) | (st.need <= self._max_full_block[idx])
         bound = np.where(self._valid[idx], bound, -1)
         for j in np.flatnonzero(~exact & self._valid[idx]).tolist():
-            ns = self._nodes[int(idx[j])]
+            ns = cast(NodeCPUState, self._nodes[int(idx[j])])  # a valid node has its state
             try:
                 cpus = self._allocate(st, ns, args)
                 bound[j] = len(set(cpus) | set(ns.allocation.cpus))
@@ -617,7 +618,7 @@ class CPUTopologyPlugin:
         return np.where((alloc > 0) & (bound >= 0), out, 0)
 
     @hookimpl
-    def reserve(self, pod, node, state, args):
+    def reserve(self, pod: Pod, node: NodeView, state: CycleState, args: Args) -> Status | None:
         st = state.get(STATE_KEY)
         if st is None or st.skip:
             return None
@@ -643,7 +644,7 @@ class CPUTopologyPlugin:
         return None
 
     @hookimpl
-    def unreserve(self, pod, node, state):
+    def unreserve(self, pod: Pod, node: NodeView, state: CycleState) -> None:
         st = state.get(STATE_KEY)
         if st is not None:
             st.cpus = None
@@ -652,7 +653,7 @@ class CPUTopologyPlugin:
             self._invalidate(node.index)
 
     @hookimpl
-    def pre_bind(self, pod, node, state):
+    def pre_bind(self, pod: Pod, node: NodeView, state: CycleState) -> dict[str, str] | None:
         """Write ``resource-status`` = {"cpuset": ...}; like Koordinator, also write the effective bind
         policy back into ``resource-spec`` when the pod did not state it."""
         st = state.get(STATE_KEY)
@@ -676,7 +677,7 @@ class CPUTopologyPlugin:
         return out
 
     @hookimpl
-    def report(self, handle):
+    def report(self, handle: Handle) -> dict[str, Any] | None:
         """``cpusets``: every pod with a bound cpuset, by node (for ``koordfw simulate`` output)."""
         cluster = handle.cluster
         rows = []

@@ -93,7 +93,7 @@ def _resource_weights(value: Any) -> dict[str, int]:
 INT_MAX = 2**31 - 1
 
 
-def _non_negative(inst, attribute, value) -> None:
+def _non_negative(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     """A finite number >= 0 (an int32 for integer fields)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{camel(attribute.name)}: expected a finite number >= 0, got {value!r}")
@@ -103,7 +103,7 @@ def _non_negative(inst, attribute, value) -> None:
         raise ValueError(f"{camel(attribute.name)}: must be at most {INT_MAX}, got {str(value)[:40]}")
 
 
-def _percent(inst, attribute, value) -> None:
+def _percent(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     """A finite percentage in [0, 100]."""
     _non_negative(inst, attribute, value)
     if value > 100:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from koordfw import ConfigError
 from koordfw.embed import Commands, add_plugin_options
+from koordfw.inputs import Manifests
 
 
 def register(sub: Commands) -> None:
@@ -26,7 +28,7 @@ def register(sub: Commands) -> None:
     p.set_defaults(func=run)
 
 
-async def plan_snapshot(manifests, registry) -> dict:
+async def plan_snapshot(manifests: Manifests, registry: Any) -> dict:
     """Run every plugin's ``deschedule`` hook once on the snapshot; the defrag plugin's plan is shown
     even in dry-run mode."""
 

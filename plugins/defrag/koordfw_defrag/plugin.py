@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 from koordfw_gpu_share.api import InventoryCache
 
-from koordfw import hookimpl
+from koordfw import ClusterView, Handle, Migration, hookimpl
 
 from .args import Args
 from .low_node_load import AnomalyTracker
+from .plan import PlanResult
 from .planner import plan
 
 log = structlog.get_logger("koordfw.defrag")
@@ -21,15 +24,15 @@ class Defrag:
     def __init__(self) -> None:
         self.tracker = AnomalyTracker()
         self.gpu_inventory = InventoryCache()
-        self.last = None
+        self.last: PlanResult | None = None
 
     @staticmethod
     @hookimpl
-    def plugin_args():
+    def plugin_args() -> type[Args]:
         return Args
 
     @hookimpl
-    async def deschedule(self, cluster, args, handle):
+    async def deschedule(self, cluster: ClusterView, args: Args, handle: Handle) -> list[Migration] | None:
         a = args
         if not (a.low_node_load.enabled or a.gpu_defrag.enabled or a.cpu_defrag.enabled):
             return None
@@ -47,7 +50,7 @@ class Defrag:
         return result.migrations
 
     @hookimpl
-    def report(self, args, handle):
+    def report(self, args: Args, handle: Handle) -> dict[str, Any] | None:
         if self.last is None:
             return None
         return {"deschedule": {"before": self.last.before, "after": self.last.after, "notes": self.last.notes,

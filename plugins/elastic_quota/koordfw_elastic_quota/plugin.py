@@ -15,8 +15,8 @@ With no ElasticQuota object in the cluster every hook returns ``None``: nothing 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
 
 import attrs
 import numpy as np
@@ -24,9 +24,13 @@ import structlog
 
 from koordfw import (
     BoundedCache,
+    ClusterView,
     Code,
+    CycleState,
+    Handle,
     IdentityKey,
     Migration,
+    Pod,
     PostFilterResult,
     PreFilterResult,
     StateKey,
@@ -293,11 +297,11 @@ class ElasticQuota:
     # -- hooks ---------------------------------------------------------------------------------------
     @staticmethod
     @hookimpl
-    def plugin_args():
+    def plugin_args() -> type[Args]:
         return Args
 
     @hookimpl
-    def pre_filter(self, pod, state, args, handle):
+    def pre_filter(self, pod: Pod, state: CycleState, args: Args, handle: Handle) -> PreFilterResult | Status | None:
         tree = self.tree(handle.cluster, args)
         if tree is None:
             return None
@@ -336,7 +340,8 @@ class ElasticQuota:
         return PreFilterResult(only) if only is not None else None
 
     @hookimpl
-    async def post_filter(self, pod: Any, state: Any, statuses: Any, args: Args, handle: Any) -> PostFilterResult | None:
+    async def post_filter(self, pod: Pod, state: CycleState, statuses: Mapping[str, Status], args: Args,
+                          handle: Handle) -> PostFilterResult | None:
         cluster = handle.cluster
         tree = self.tree(cluster, args)
         if tree is None or pod.preemption_policy == "Never":
@@ -346,7 +351,7 @@ class ElasticQuota:
             return None
         if name == DEFAULT and args.disable_default_quota_preemption:
             return None
-        by_node: dict[str, list] = {}
+        by_node: dict[str, list[Pod]] = {}
         for p in cluster.all_pods():
             if (p.node_name and not p.is_terminal and p.priority < pod.priority and is_preemptible(p)
                     and self.quota_of(p, tree) == name and not cluster.is_assumed(p.uid)):
@@ -356,7 +361,7 @@ class ElasticQuota:
             nodes = sorted(n for n in by_node if n in allowed)
         else:  # pre_filter rejected the pod: every node is a candidate, as in kube
             nodes = sorted(n for n in by_node if cluster.node(n) is not None)
-        found = []
+        found: list[tuple[str, list[Pod]]] = []
         for node in nodes:
             victims = await self._select_victims(pod, node, by_node[node], tree, name, state, args, handle)
             if victims:
@@ -368,11 +373,12 @@ class ElasticQuota:
             await handle.evict(v, f"preempted by {pod.key} on {node} (elastic quota {name})")
         return PostFilterResult(node)
 
-    async def _select_victims(self, pod, node, potential, tree, name, state, args, handle) -> list | None:
+    async def _select_victims(self, pod: Pod, node: str, potential: list[Pod], tree: QuotaTree, name: str,
+                              state: CycleState, args: Args, handle: Handle) -> list[Pod] | None:
         cluster = handle.cluster
         used = self.used_with_nominated(tree, name, pod)
 
-        def quota_ok(removed) -> bool:
+        def quota_ok(removed: Iterable[Pod]) -> bool:
             after = dict(used)
             for v in removed:
                 for r, x in v.requests.items():
@@ -396,7 +402,7 @@ class ElasticQuota:
         return victims or None
 
     @hookimpl
-    def deschedule(self, cluster: Any, args: Args, handle: Any) -> list[Migration] | None:
+    def deschedule(self, cluster: ClusterView, args: Args, handle: Handle) -> list[Migration] | None:
         """The over-use revoke controller; returns evictions (``to`` None) of borrowed pods."""
         if not (args.monitor_all_quotas and args.enable_runtime_quota):
             return None
@@ -408,7 +414,7 @@ class ElasticQuota:
         if self._last_revoke is not None and now - self._last_revoke < args.revoke_pod_interval:
             return None
         self._last_revoke = now
-        pods_by_quota: dict[str, list] = {}
+        pods_by_quota: dict[str, list[Pod]] = {}
         for p in cluster.all_pods():
             if p.node_name and not p.is_terminal and not cluster.is_assumed(p.uid):
                 pods_by_quota.setdefault(self.quota_of(p, tree), []).append(p)
@@ -428,30 +434,31 @@ class ElasticQuota:
             for p in self.revoke_list(pods_by_quota.get(name, []), st.used, st.runtime, q.max):
                 detail = ", ".join(f"{r} used {fmt(r, st.used.get(r, 0))} > runtime {fmt(r, st.runtime.get(r, 0))}"
                                    for r in over)
-                plan.append(Migration(pod=p.key, from_node=p.node_name, to=None, plugin=PLUGIN,
+                plan.append(Migration(pod=p.key, from_node=cast(str, p.node_name), to=None, plugin=PLUGIN,
                                       reason=f"elastic quota {name} over its runtime for {now - since:g}s ({detail})"))
         return plan or None
 
     @staticmethod
-    def revoke_list(pods, used: Mapping[str, int], runtime: Mapping[str, int], dims) -> list:
+    def revoke_list(pods: Iterable[Pod], used: Mapping[str, int], runtime: Mapping[str, int],
+                    dims: Iterable[str]) -> list[Pod]:
         """Koordinator's ``getToRevokePodList``: take pods off from the least important until used fits
         the runtime, then give back, most important first, those that still fit; the rest are evicted."""
         dims = sorted(dims)
         cur = dict(used)
 
-        def fits(extra=None) -> bool:
+        def fits(extra: Mapping[str, int] | None = None) -> bool:
             return all(cur.get(r, 0) + (extra.get(r, 0) if extra else 0) <= runtime.get(r, 0) for r in dims)
 
         order = sorted((p for p in pods if is_preemptible(p)),
                        key=lambda p: (p.priority, -(p.creation_timestamp or 0.0), p.key))
-        taken = []
+        taken: list[Pod] = []
         for p in order:
             if fits():
                 break
             for r, x in p.requests.items():
                 cur[r] = cur.get(r, 0) - x
             taken.append(p)
-        evict = []
+        evict: list[Pod] = []
         for p in reversed(taken):
             if fits(p.requests):
                 for r, x in p.requests.items():
@@ -461,7 +468,7 @@ class ElasticQuota:
         return evict[::-1]
 
     @hookimpl
-    def report(self, args, handle):
+    def report(self, args: Args, handle: Handle) -> dict[str, Any] | None:
         tree = self.tree(handle.cluster, args)
         if tree is None:
             return None
@@ -483,7 +490,7 @@ class ElasticQuota:
         return {"quotas": out}
 
 
-def _pick_key(item) -> tuple:
+def _pick_key(item: tuple[str, Sequence[Pod]]) -> tuple[Any, ...]:
     """kube's pickOneNodeForPreemption order: lowest top victim priority, lowest priority sum, fewest
     victims, latest start among the top-priority victims, then node name."""
     node, victims = item

@@ -54,7 +54,7 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import Eviction, InputError, NodeState, PodState, StashKey, hookimpl
+from koordfw import AgentHandle, Eviction, Handle, InputError, NodeState, PodState, StashKey, hookimpl
 from koordfw.extension import (
     ANNOTATION_POD_EVICT_POLICY,
     ANNOTATION_POD_EVICTION_PRIORITY,
@@ -621,7 +621,7 @@ LIVE = StashKey[Live]()
 
 
 @hookimpl
-def collect(node_state: NodeState, args: Args, handle: Any) -> None:
+def collect(node_state: NodeState, args: Args, handle: AgentHandle) -> None:
     live = handle.stash.setdefault(LIVE, Live())
     now = handle.now()
     sample = be_cpu_sample(node_state)
@@ -680,7 +680,7 @@ def _plan_cpu_live(ns: NodeState, args: Args, live: Live, now: float, pending: S
 
 
 @hookimpl
-def qos_plan(node_state: NodeState, args: Args, handle: Any) -> list[Eviction]:
+def qos_plan(node_state: NodeState, args: Args, handle: AgentHandle) -> list[Eviction]:
     live = handle.stash.get(LIVE, None)
     now = float(handle.now()) if live is not None else 0.0
     out = plan(node_state, args, live, now)
@@ -690,6 +690,6 @@ def qos_plan(node_state: NodeState, args: Args, handle: Any) -> list[Eviction]:
 
 
 @hookimpl
-def shutdown(handle: Any) -> None:
+def shutdown(handle: Handle | AgentHandle) -> None:
     if LIVE in handle.stash:
         del handle.stash[LIVE]

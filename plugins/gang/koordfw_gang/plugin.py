@@ -18,12 +18,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import numpy as np
 
-from koordfw import BoundedCache, ClusterEvent, ClusterEventWithHint, QueueingHint, StateKey, Status, fit_error, hookimpl
+from koordfw import (
+    BoundedCache,
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    Handle,
+    Pod,
+    QueueingHint,
+    StateKey,
+    Status,
+    fit_error,
+    hookimpl,
+)
 from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE, POD_ADD, POD_DELETE
 
 from .gang import (
@@ -112,16 +125,16 @@ class Coscheduling:
     # -- configuration / lifecycle -----------------------------------------------------------------
     @staticmethod
     @hookimpl
-    def plugin_args():
+    def plugin_args() -> type[CoschedulingArgs]:
         return CoschedulingArgs
 
     @hookimpl
-    def startup(self, handle):
+    def startup(self, handle: Handle) -> None:
         for pod in handle.cluster.all_pods():
             self._track(pod, handle)
 
     @hookimpl
-    def events_to_register(self, handle):
+    def events_to_register(self, handle: Handle) -> list[ClusterEventWithHint]:
         """What can make a pod this plugin rejected (its gang group could not be placed, or is not
         complete) schedulable: room freed or added (pods leaving, nodes added or changed), a member of
         its gang arriving or leaving, and its PodGroup changing. The rest of the gang's own life (a round
@@ -169,7 +182,7 @@ class Coscheduling:
                 ClusterEventWithHint(POD_DELETE, member_left_or_room),
                 ClusterEventWithHint(ClusterEvent("PodGroup", "*"), its_pod_group)]
 
-    def _demand_may_fit(self, pod: Any, handle: Any) -> bool:
+    def _demand_may_fit(self, pod: Any, handle: Handle) -> bool:
         """A necessary condition for the pod's gang group to be placed: as many members as it still
         needs (min-available minus those reserved or bound) fit in the free room node by node, each
         counted at the size of the gang's smallest pending member; pods of lower priority count as
@@ -232,7 +245,7 @@ class Coscheduling:
         return room
 
     # -- the gang cache --------------------------------------------------------------------------------
-    def _track(self, pod: Any, handle: Any) -> Gang | None:
+    def _track(self, pod: Any, handle: Handle) -> Gang | None:
         """Add ``pod`` to its gang (once); ``None`` for a pod without a gang."""
         gid = self._pod_gang.get(pod.uid)
         if gid is None:
@@ -256,7 +269,7 @@ class Coscheduling:
             return None
         return self._gangs[gid]
 
-    def _init(self, g: Gang, handle: Any, args: CoschedulingArgs) -> Gang:
+    def _init(self, g: Gang, handle: Handle, args: CoschedulingArgs) -> Gang:
         """(Re)initialise a gang's spec: from its PodGroup (re-read when the object changes) or from
         the first member whose annotations define it."""
         timeout, match_policy = args.timeout_seconds, args.default_match_policy
@@ -285,7 +298,7 @@ class Coscheduling:
                 f"Gang \"{g.gang_id}\" has not initialized: {first_error or 'no member pods'}")
         return g
 
-    def _lookup(self, gid: str, handle: Any, args: CoschedulingArgs) -> Gang | None:
+    def _lookup(self, gid: str, handle: Handle, args: CoschedulingArgs) -> Gang | None:
         """A gang by id; a PodGroup without pods yet still defines an (empty) gang."""
         g = self._gangs.get(gid)
         if g is None:
@@ -295,11 +308,11 @@ class Coscheduling:
             self._crd.add(gid)
         return self._init(g, handle, args)
 
-    def _gang_of(self, pod: Any, handle: Any, args: Any) -> Gang | None:
+    def _gang_of(self, pod: Any, handle: Handle, args: Any) -> Gang | None:
         g = self._track(pod, handle)
         return None if g is None else self._init(g, handle, args)
 
-    def _prune(self, g: Gang, handle: Any) -> None:
+    def _prune(self, g: Gang, handle: Handle) -> None:
         """Forget members that left the cluster (Koordinator's onPodDelete)."""
         cluster = handle.cluster
         gone = [u for u in g.children if cluster.pod(u) is None]
@@ -309,11 +322,11 @@ class Coscheduling:
             g.bound.discard(u)
             self._pod_gang.pop(u, None)
 
-    def _group(self, g: Gang, handle: Any, args: Any) -> list[tuple[str, Gang | None]]:
+    def _group(self, g: Gang, handle: Handle, args: Any) -> list[tuple[str, Gang | None]]:
         assert g.spec is not None
         return [(gid, g if gid == g.gang_id else self._lookup(gid, handle, args)) for gid in g.spec.groups]
 
-    def _basic_check(self, pod: Any, g: Gang, handle: Any, args: Any) -> str:
+    def _basic_check(self, pod: Any, g: Gang, handle: Handle, args: Any) -> str:
         """PreEnqueue/BeforePreFilter: the reason the pod cannot be scheduled yet, or ``""``."""
         if g.spec is None:
             return g.error or f"Gang \"{g.gang_id}\" has not initialized"
@@ -334,21 +347,21 @@ class Coscheduling:
         return ""
 
     # -- rounds: keeping a gang group's attempts together ---------------------------------------------------
-    def _pending_members(self, g: Gang, handle: Any, args: Any) -> set[str]:
+    def _pending_members(self, g: Gang, handle: Handle, args: Any) -> set[str]:
         out: set[str] = set()
         for _, member in self._group(g, handle, args):
             if member is not None:
                 out.update(u for u in member.children if u not in member.bound and u not in member.waiting)
         return out
 
-    def _round_alive(self, group_id: str, handle: Any) -> bool:
+    def _round_alive(self, group_id: str, handle: Handle) -> bool:
         """Does the round still have untried members that the queue will hand out next?"""
         r = self._rounds.get(group_id)
         if r is None:
             return False
         return any(handle.is_active(u) for u in r.members if u not in r.attempted)
 
-    def _fingerprint(self, g: Gang, handle: Any) -> tuple:
+    def _fingerprint(self, g: Gang, handle: Handle) -> tuple:
         """What could let a failed group fit next time: binds, pods or nodes coming and going, node
         capacity, and the reservations other groups hold at Permit."""
         cluster = handle.cluster
@@ -363,13 +376,13 @@ class Coscheduling:
     def _may_help(old: tuple, new: tuple) -> bool:
         return old[:4] != new[:4] or not old[4] <= new[4]
 
-    def _after_attempt(self, handle: Any, args: Any) -> None:
+    def _after_attempt(self, handle: Handle, args: Any) -> None:
         """Called when a scheduling cycle ends: close the active round once it has nothing left to try."""
         gid = self._active_group
         if gid is not None and not self._round_alive(gid, handle):
             self._end_round(gid, handle, args)
 
-    def _end_round(self, group_id: str, handle: Any, args: Any) -> None:
+    def _end_round(self, group_id: str, handle: Handle, args: Any) -> None:
         self._active_group = None
         r = self._rounds.get(group_id)
         if r is not None and r.members <= r.attempted:
@@ -387,7 +400,7 @@ class Coscheduling:
                 self._deferred.pop(u, None)
             handle.activate(ready)
 
-    def _reject_group(self, g: Gang, message: str, handle: Any) -> int:
+    def _reject_group(self, g: Gang, message: str, handle: Handle) -> int:
         """Reject every member of ``g``'s gang group still waiting at Permit; returns how many."""
         n = 0
         groups = g.spec.groups if g.spec is not None else (g.gang_id,)
@@ -404,7 +417,7 @@ class Coscheduling:
 
     # -- scheduling cycle ---------------------------------------------------------------------------------
     @hookimpl
-    def queue_sort(self, pod, handle):
+    def queue_sort(self, pod: Pod, handle: Handle) -> tuple[Any, ...]:
         """``(-priority, group's first arrival, group id, pod arrival)``; for a pod without a gang the
         group is the pod itself, so such pods keep ``priority_sort``'s order."""
         g = self._track(pod, handle)
@@ -418,7 +431,7 @@ class Coscheduling:
         return (-pod.priority, min(firsts, default=own), ",".join(group), own)
 
     @hookimpl
-    def pre_enqueue(self, pod, args, handle):
+    def pre_enqueue(self, pod: Pod, args: CoschedulingArgs, handle: Handle) -> Status | None:
         g = self._gang_of(pod, handle, args)
         if g is None:
             return None
@@ -426,7 +439,7 @@ class Coscheduling:
         return Status.unresolvable(reason) if reason else None
 
     @hookimpl
-    def pre_filter(self, pod, state, args, handle):
+    def pre_filter(self, pod: Pod, state: CycleState, args: CoschedulingArgs, handle: Handle) -> Status | None:
         g = self._gang_of(pod, handle, args)
         if g is None:
             return None
@@ -467,7 +480,8 @@ class Coscheduling:
         return None
 
     @hookimpl
-    def post_filter(self, pod, state, statuses, args, handle):
+    def post_filter(self, pod: Pod, state: CycleState, statuses: Mapping[str, Status], args: CoschedulingArgs,
+                    handle: Handle) -> Status | None:
         skip = state.pop(_SKIP_POST_FILTER, False)
         g = None if skip else self._gang_of(pod, handle, args)
         result = None
@@ -489,7 +503,7 @@ class Coscheduling:
         return result
 
     @hookimpl
-    def permit(self, pod, state, args, handle):
+    def permit(self, pod: Pod, state: CycleState, args: CoschedulingArgs, handle: Handle) -> Status | None:
         g = self._gang_of(pod, handle, args)
         if g is None:
             self._after_attempt(handle, args)
@@ -506,7 +520,7 @@ class Coscheduling:
         self._after_attempt(handle, args)
         return result
 
-    def _allow_group(self, pod: Any, g: Gang, group: list[tuple[str, Gang | None]], handle: Any) -> None:
+    def _allow_group(self, pod: Any, g: Gang, group: list[tuple[str, Gang | None]], handle: Handle) -> None:
         """AllowGangGroup: allow every waiting member of every gang of the group, recording the set."""
         assert g.spec is not None
         members = [u for _, m in group if m is not None for u in sorted(m.waiting)]
@@ -518,7 +532,7 @@ class Coscheduling:
                     wp.allow(self._name)
 
     @hookimpl
-    def unreserve(self, pod, args, handle):
+    def unreserve(self, pod: Pod, args: CoschedulingArgs, handle: Handle) -> None:
         g = self._gang_of(pod, handle, args)
         if g is None:
             return
@@ -530,7 +544,7 @@ class Coscheduling:
 
     # -- binding cycle -------------------------------------------------------------------------------------
     @hookimpl
-    def pre_bind(self, pod):
+    def pre_bind(self, pod: Pod) -> dict[str, str] | None:
         rec = self._binding.get(pod.uid)
         if rec is None or rec[1] <= 1:
             return None
@@ -540,7 +554,7 @@ class Coscheduling:
                 ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED: count}
 
     @hookimpl
-    def post_bind(self, pod, handle):
+    def post_bind(self, pod: Pod, handle: Handle) -> None:
         self._binds += 1
         g = self._track(pod, handle)
         if g is None:
@@ -551,7 +565,7 @@ class Coscheduling:
         self._binding.pop(pod.uid, None)
 
     # -- reporting -----------------------------------------------------------------------------------------
-    def summaries(self, handle: Any, args: CoschedulingArgs) -> list[dict[str, Any]]:
+    def summaries(self, handle: Handle, args: CoschedulingArgs) -> list[dict[str, Any]]:
         """One row per known gang: definition, bound/waiting/pending counts and a phase
         (``Satisfied``: bound ≥ min; ``PartlyBound``: 0 < bound < min; ``Pending``: nothing bound)."""
         out = []
@@ -576,7 +590,7 @@ class Coscheduling:
         return out
 
     @hookimpl
-    def report(self, args, handle):
+    def report(self, args: CoschedulingArgs, handle: Handle) -> dict[str, Any] | None:
         rows = self.summaries(handle, args)
         return {"gangs": rows} if rows else None
 

@@ -10,19 +10,28 @@ policy: ``pluginConfig: {gpu_share: {policy: bestfit}}``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import numpy as np
 
+from koordfw import ClusterView, CycleState, Pod
+
 from . import frag
-from .inventory import MILLI
+from .inventory import MILLI, Inventory
 from .policies import Fgd, Policy, pod_tag, register, sub_select
+from .requests import GpuRequest
+
+if TYPE_CHECKING:
+    from .plugin import Args, GpuShare
 
 MAX_SPEC_CPU, MAX_SPEC_GPU = 128000, 8000  # the paper simulator's normalisation constants
 
 
-def _left_and_request(g, cluster, idx, pod, req):
+def _left_and_request(g: GpuShare, cluster: ClusterView, idx: np.ndarray, pod: Pod,
+                      req: GpuRequest | None) -> tuple[np.ndarray, np.ndarray, int, int]:
     cpu = int(pod.requests.get("cpu", 0))
     gpu = req.milli * req.count if req else 0
-    return g.cpu_left(cluster, idx), g.inv.left[idx].sum(axis=1), cpu, gpu
+    return g.cpu_left(cluster, idx), cast(Inventory, g.inv).left[idx].sum(axis=1), cpu, gpu
 
 
 @register
@@ -31,7 +40,8 @@ class BestFit(Policy):
 
     name = "bestfit"
 
-    def score(self, cluster, idx, pod, req, args, state):
+    def score(self, cluster: ClusterView, idx: np.ndarray, pod: Pod, req: GpuRequest | None, args: Args,
+              state: CycleState) -> np.ndarray:
         cpu_left, gpu_left, cpu, gpu = _left_and_request(self.g, cluster, idx, pod, req)
         raw = (100.0 * (1.0 - (0.5 * (cpu_left - cpu) / MAX_SPEC_CPU
                                + 0.5 * (gpu_left - gpu) / MAX_SPEC_GPU))).astype(np.int64)
@@ -45,7 +55,8 @@ class DotProd(Policy):
 
     name = "dotprod"
 
-    def score(self, cluster, idx, pod, req, args, state):
+    def score(self, cluster: ClusterView, idx: np.ndarray, pod: Pod, req: GpuRequest | None, args: Args,
+              state: CycleState) -> np.ndarray:
         cpu_left, gpu_left, cpu, gpu = _left_and_request(self.g, cluster, idx, pod, req)
         dot = cpu_left / MAX_SPEC_CPU * cpu / MAX_SPEC_CPU + gpu_left / MAX_SPEC_GPU * gpu / MAX_SPEC_GPU
         return (100.0 * (1.0 - dot / 2.0)).astype(np.int64)
@@ -58,10 +69,11 @@ class Packing(Policy):
 
     name = "packing"
 
-    def score(self, cluster, idx, pod, req, args, state):
+    def score(self, cluster: ClusterView, idx: np.ndarray, pod: Pod, req: GpuRequest | None, args: Args,
+              state: CycleState) -> np.ndarray:
         if req is None:
             return np.zeros(len(idx), dtype=np.int64)
-        inv = self.g.inv
+        inv = self.inv
         left = inv.left[idx]
         fit = inv.fit_devices(idx, req.core, req.memory_ratio, req.memory_bytes)
         full = (left == MILLI) & (inv.total_core[idx] > 0)
@@ -82,13 +94,14 @@ class Clustering(Policy):
 
     name = "clustering"
 
-    def score(self, cluster, idx, pod, req, args, state):
+    def score(self, cluster: ClusterView, idx: np.ndarray, pod: Pod, req: GpuRequest | None, args: Args,
+              state: CycleState) -> np.ndarray:
         if req is None:
             return np.zeros(len(idx), dtype=np.int64)
-        gpu_left = self.g.inv.left[idx].sum(axis=1)
+        gpu_left = self.inv.left[idx].sum(axis=1)
         tag = pod_tag(req.count, req.milli)
         base = 25 * (MAX_SPEC_GPU - gpu_left) // MAX_SPEC_GPU
-        tags = self.g.inv.tags
+        tags = self.inv.tags
         tier = np.empty(len(idx), dtype=np.int64)
         for j, i in enumerate(idx.tolist()):
             t = tags[i]
@@ -103,12 +116,14 @@ class Random(Policy):
 
     name = "random"
 
-    def score(self, cluster, idx, pod, req, args, state):
+    def score(self, cluster: ClusterView, idx: np.ndarray, pod: Pod, req: GpuRequest | None, args: Args,
+              state: CycleState) -> np.ndarray:
         out = np.zeros(len(idx), dtype=np.int64)
         out[int(self.g.rng.integers(len(idx)))] = 100
         return out
 
-    def choose_shared(self, cluster, i, pod, req, args, fit, cand, choice):
+    def choose_shared(self, cluster: ClusterView, i: int, pod: Pod, req: GpuRequest, args: Args, fit: np.ndarray,
+                      cand: np.ndarray, choice: tuple | None) -> list[int]:
         return [int(cand[self.g.rng.integers(len(cand))])]
 
 

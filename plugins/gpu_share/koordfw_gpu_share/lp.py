@@ -104,13 +104,13 @@ class Packer:
     def covers(self, size: int) -> bool:
         return any(size in c for c in self.weights)
 
-    def awaits(self, slot: Slot, size: int, left) -> bool:
+    def awaits(self, slot: Slot, size: int, left: np.ndarray) -> bool:
         """``slot`` still waits for a share of ``size`` and has room for it (``left``: milli left,
         indexed by (node, slot))."""
         need = self.need.get(slot)
         return need is not None and need[size] > 0 and left[slot] >= size
 
-    def waiting_slots(self, size: int, left) -> list[Slot]:
+    def waiting_slots(self, size: int, left: np.ndarray) -> list[Slot]:
         """GPUs still waiting for a share of ``size``, oldest first; stale entries are dropped."""
         q = self.waiting.get(size)
         if not q:

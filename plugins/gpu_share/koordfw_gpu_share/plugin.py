@@ -20,12 +20,27 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import attrs
 import numpy as np
 
-from koordfw import BoundedCache, IdentityKey, StateKey, Status, format_quantity, hookimpl
+from koordfw import (
+    BoundedCache,
+    ClusterView,
+    CycleState,
+    Handle,
+    IdentityKey,
+    NodeBatch,
+    NodeView,
+    Pod,
+    StateKey,
+    Status,
+    format_quantity,
+    hookimpl,
+)
+from koordfw.contract import FilterBatchResult
 from koordfw.extension import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 from koordfw.inputs import camel
 
@@ -57,7 +72,8 @@ def _policy(value: str) -> str:
     return v
 
 
-def _number(lo: float | None = None, hi: float | None = None, *, integer: bool = False):
+def _number(lo: float | None = None, hi: float | None = None, *,
+            integer: bool = False) -> Callable[[Any, Any, Any], None]:
     """attrs validator: a finite number (an integer with ``integer``) within [lo, hi]; the message names
     the field in the profile's camelCase."""
     kind = "an integer" if integer else "a finite number"
@@ -143,7 +159,7 @@ class GpuShare:
         self._warned: BoundedCache[Any, bool] = BoundedCache(65536)  # inventory errors already logged
         self._policies: dict[str, Policy] = {}
 
-    def policy(self, args) -> Policy:
+    def policy(self, args: Args) -> Policy:
         """The policy object of ``args.policy``, bound to this plugin."""
         pol = self._policies.get(args.policy)
         if pol is None:
@@ -153,12 +169,13 @@ class GpuShare:
     # -- configuration ---------------------------------------------------------------------------
     @staticmethod
     @hookimpl
-    def plugin_args():
+    def plugin_args() -> type[Args]:
         return Args
 
     # -- node resources (koordfw manager; simulate for nodes without device allocatable) ---------------
     @hookimpl
-    def node_resources(self, node, now, last_update, colocation, handle):
+    def node_resources(self, node: NodeView, now: float, last_update: float | None, colocation: dict[str, Any] | None,
+                       handle: Handle) -> dict[str, Any] | None:
         """The node's device resources from its Device (see :mod:`.node_resources`). Without a colocation
         configuration (``koordfw simulate`` without slo-controller-config) only a node that has none of
         these resources in its allocatable gets them derived; otherwise the node's strategy decides."""
@@ -179,7 +196,7 @@ class GpuShare:
         return res
 
     @hookimpl
-    def startup(self, args, handle):
+    def startup(self, args: Args, handle: Handle) -> None:
         self.rng = np.random.default_rng(args.seed)
         if args.typical_pods:
             self._fixed_workload = True
@@ -197,7 +214,7 @@ class GpuShare:
         except ImportError:
             raise RuntimeError("policy fgdlp needs scipy for its configuration LP (pip install scipy)") from None
 
-    def _learn_share(self, req, args) -> None:
+    def _learn_share(self, req: GpuRequest | None, args: Args) -> None:
         """fgdlp without ``shareSizes``: count shared pods; solve the LP after every LP_LEARN_EVERY."""
         if args.share_sizes or req is None or req.count != 1 or req.milli >= MILLI:
             return
@@ -210,7 +227,7 @@ class GpuShare:
             self.packer.n_opened = 0
 
     # -- state -----------------------------------------------------------------------------------
-    def sync(self, cluster) -> Inventory:
+    def sync(self, cluster: ClusterView) -> Inventory:
         """Bring the inventory up to date with the cluster (nodes, Devices, departed or annotated pods)."""
         devs = cluster.objects_of("Device")
         key = (cluster.num_nodes, cluster.labels_generation, IdentityKey(cluster, *devs.values()))
@@ -233,16 +250,16 @@ class GpuShare:
             self._sync_key = sk
         return self.inv
 
-    def node_version(self, cluster, idx) -> np.ndarray:
+    def node_version(self, cluster: ClusterView, idx: np.ndarray | slice) -> np.ndarray:
         inv = self.inv
         assert inv is not None  # sync built it
         return cluster.node_version[idx] + inv.version[idx]
 
-    def cpu_left(self, cluster, idx) -> np.ndarray:
+    def cpu_left(self, cluster: ClusterView, idx: np.ndarray) -> np.ndarray:
         c = cluster.resource_index("cpu")
         return cluster.allocatable[idx, c] - cluster.requested[idx, c]
 
-    def _observe(self, pod) -> None:
+    def _observe(self, pod: Pod) -> None:
         if self._fixed_workload or pod.uid in self._seen:
             return
         try:
@@ -252,7 +269,7 @@ class GpuShare:
         self._seen[pod.uid] = key
         self._since_refresh += 1
 
-    def target_workload(self, args) -> frag.Workload:
+    def target_workload(self, args: Args) -> frag.Workload:
         """M: the args' typical pods, or learnt from the pods seen (rebuilt every N new pods)."""
         models = self.inv.models if self.inv is not None else ()
         if self._fixed_workload:
@@ -266,7 +283,7 @@ class GpuShare:
             self._frag_cache = None
         return self.workload
 
-    def node_frag_milli(self, cluster, args) -> np.ndarray:
+    def node_frag_milli(self, cluster: ClusterView, args: Args) -> np.ndarray:
         """Fragmented GPU milli per node under M, recomputed only for nodes that changed."""
         inv = self.sync(cluster)
         w = self.target_workload(args)
@@ -282,7 +299,7 @@ class GpuShare:
 
     # -- scheduling cycle ------------------------------------------------------------------------
     @hookimpl
-    def pre_filter(self, pod, state, args, handle):
+    def pre_filter(self, pod: Pod, state: CycleState, args: Args, handle: Handle) -> Status | None:
         self.sync(handle.cluster)
         self._observe(pod)
         try:
@@ -297,20 +314,20 @@ class GpuShare:
             self._learn_share(req, args)
         if req is None:
             return Status.skip()
-        if not self.inv.any_gpu:
+        if not cast(Inventory, self.inv).any_gpu:  # synced above
             return Status.unresolvable(f"{INSUFFICIENT}: no node has GPU devices")
         return None
 
     @hookimpl
-    def filter(self, pod, nodes, state):
+    def filter(self, pod: Pod, nodes: NodeBatch, state: CycleState) -> FilterBatchResult:
         req = state.get(_REQ)
         if req is None:
             return None
-        inv = self.inv
+        inv = cast(Inventory, self.inv)  # synced at pre_filter
         idx = nodes.idx
         ok = inv.fit_devices(idx, req.core, req.memory_ratio, req.memory_bytes).sum(axis=1) >= req.count
         if req.spec:
-            allowed = np.array([m in req.spec.split("|") for m in inv.models] + [False], dtype=bool)
+            allowed = np.array([m in req.spec.split("|") for m in inv.models] + [False], dtype=np.bool_)
             ok &= allowed[inv.model[idx]]
         if ok.all():
             return None
@@ -323,13 +340,13 @@ class GpuShare:
         return ok, reasons
 
     @hookimpl
-    def pre_score(self, pod, nodes, state, args):
+    def pre_score(self, pod: Pod, nodes: NodeBatch, state: CycleState, args: Args) -> Status | None:
         if state.get(_REQ) is None and not self.policy(args).scores_cpu_pods:
             return Status.skip()
         return None
 
     @hookimpl
-    def score(self, pod, nodes, state, args, handle):
+    def score(self, pod: Pod, nodes: NodeBatch, state: CycleState, args: Args, handle: Handle) -> np.ndarray:
         s = self.policy(args).score(handle.cluster, nodes.idx, pod, state.get(_REQ), args, state)
         if args.tie_break == "first" and len(s):
             s = np.minimum(s, 99)
@@ -337,7 +354,8 @@ class GpuShare:
         return s
 
     # -- device choice ---------------------------------------------------------------------------
-    def choose_slots(self, cluster, i: int, pod, req, args, choice: tuple | None = None) -> list[int]:
+    def choose_slots(self, cluster: ClusterView, i: int, pod: Pod, req: GpuRequest, args: Args,
+                     choice: tuple | None = None) -> list[int]:
         inv = self.inv
         assert inv is not None  # sync built it
         fit = inv.fit_devices(np.array([i]), req.core, req.memory_ratio, req.memory_bytes)[0]
@@ -347,7 +365,7 @@ class GpuShare:
         return self.policy(args).choose(cluster, i, pod, req, args, fit, cand, choice)
 
     @hookimpl
-    def reserve(self, pod, node, state, args, handle):
+    def reserve(self, pod: Pod, node: NodeView, state: CycleState, args: Args, handle: Handle) -> Status | None:
         req = state.get(_REQ)
         if req is None:
             return None
@@ -362,14 +380,14 @@ class GpuShare:
             mem, mem_b = req.memory_ratio, None
         else:
             mem_b = req.memory_bytes
-            mem = int(inv.mem_slots_needed(np.array([node.index]), mem_b)[0, slots[0]])
+            mem = int(inv.mem_slots_needed(np.array([node.index]), cast(int, mem_b))[0, slots[0]])
         a = Alloc(node.index, tuple(slots), req.core, mem, mem_b, req.milli * req.count, pod_tag(req.count, req.milli))
         inv.add(pod.uid, a)
         state[_ALLOC] = a
         return None
 
     @hookimpl
-    def unreserve(self, pod, node, state):
+    def unreserve(self, pod: Pod, node: NodeView, state: CycleState) -> None:
         rec = state.pop(_LP_UNDO, None)
         if rec is not None:
             self.packer.undo(rec)
@@ -378,11 +396,11 @@ class GpuShare:
         state.pop(_ALLOC, None)
 
     @hookimpl
-    def pre_bind(self, pod, node, state):
+    def pre_bind(self, pod: Pod, node: NodeView, state: CycleState) -> dict[str, str] | None:
         a = state.get(_ALLOC)
         if a is None:
             return None
-        return {DEVICE_ALLOCATED: device_allocated_json(self.inv, a)}
+        return {DEVICE_ALLOCATED: device_allocated_json(cast(Inventory, self.inv), a)}
 
     def allocated_milli(self, uid: str) -> int:
         a = self.inv.allocs.get(uid) if self.inv is not None else None

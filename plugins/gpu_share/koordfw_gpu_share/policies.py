@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from koordfw import StateKey, normalize
+from koordfw import ClusterView, CycleState, Pod, StateKey, normalize
 
 from . import frag
 from .inventory import MILLI, Inventory
+from .requests import GpuRequest
 
 if TYPE_CHECKING:
-    from .plugin import GpuShare
+    from .plugin import Args, GpuShare
 
 #: cycle state: fgdlp's decision at score time (``("fill", slot)`` or ``("open", config)``) for reserve
 #: the slot choice score made for each node, which reserve follows
@@ -51,7 +52,7 @@ def sub_select(left: np.ndarray, fit: np.ndarray, count: int) -> np.ndarray:
     return sel
 
 
-def sharing(req: Any) -> bool:
+def sharing(req: GpuRequest) -> bool:
     """One GPU, part of it."""
     return req.count == 1 and req.milli < MILLI
 
@@ -77,11 +78,12 @@ class Policy:
         assert inv is not None
         return inv
 
-    def score(self, cluster, idx: np.ndarray, pod, req, args, state) -> np.ndarray:
+    def score(self, cluster: ClusterView, idx: np.ndarray, pod: Pod, req: GpuRequest | None, args: Args,
+              state: CycleState) -> np.ndarray:
         """Scores (int, 0–100) of the feasible nodes ``idx``; ``req`` is None for a pod without GPUs."""
         raise NotImplementedError
 
-    def choose(self, cluster, i: int, pod, req, args, fit: np.ndarray, cand: np.ndarray,
+    def choose(self, cluster: ClusterView, i: int, pod: Pod, req: GpuRequest, args: Args, fit: np.ndarray, cand: np.ndarray,
                choice: tuple | None) -> list[int]:
         """The device slots on node ``i`` (``fit``: the slots that can hold the per-GPU share, ``cand``
         their indices, at least ``req.count``): a shared pod by :meth:`choose_shared`, others the
@@ -91,12 +93,13 @@ class Policy:
         sel = sub_select(self.inv.left[i][None, :], fit[None, :], req.count)[0]
         return np.flatnonzero(sel).tolist()
 
-    def choose_shared(self, cluster, i: int, pod, req, args, fit, cand, choice) -> list[int]:
+    def choose_shared(self, cluster: ClusterView, i: int, pod: Pod, req: GpuRequest, args: Args, fit: np.ndarray,
+                      cand: np.ndarray, choice: tuple | None) -> list[int]:
         """Best fit: the fitting GPU with the least left, first by index."""
         left = self.inv.left[i]
         return [int(cand[np.argmin(left[cand])])]
 
-    def reserved(self, i: int, slots: list[int], req, choice: tuple | None) -> tuple | None:
+    def reserved(self, i: int, slots: list[int], req: GpuRequest, choice: tuple | None) -> tuple | None:
         """Bookkeeping once the devices are chosen (before the allocation is added); returns what the
         packer's ``undo`` takes at unreserve, or None."""
         return None
@@ -124,8 +127,9 @@ class Spread(Policy):
     scores_cpu_pods = False
     most = False
 
-    def score(self, cluster, idx, pod, req, args, state):
-        inv = self.g.inv
+    def score(self, cluster: ClusterView, idx: np.ndarray, pod: Pod, req: GpuRequest | None, args: Args,
+              state: CycleState) -> np.ndarray:
+        inv = self.inv
         parts, weights = [], []
         ratio_req = (req.memory_ratio or 0) * req.count if req else 0
         bytes_req = (req.memory_bytes or 0) * req.count if req else 0
@@ -145,8 +149,9 @@ class Spread(Policy):
         wsum = np.maximum(weights[0] + weights[1], 1)
         return normalize((parts[0] * weights[0] + parts[1] * weights[1]) // wsum)
 
-    def choose(self, cluster, i, pod, req, args, fit, cand, choice):
-        inv = self.g.inv
+    def choose(self, cluster: ClusterView, i: int, pod: Pod, req: GpuRequest, args: Args, fit: np.ndarray,
+               cand: np.ndarray, choice: tuple | None) -> list[int]:
+        inv = self.inv
         tot, free = inv.total_mem[i], inv.mem_free[i]
         r = req.memory_ratio if req.memory_ratio is not None else req.core
         requested = tot - free + r
@@ -175,10 +180,12 @@ class Fgd(Policy):
     name = "fgd"
     measure = staticmethod(frag.node_frag)
 
-    def score(self, cluster, idx, pod, req, args, state):
+    def score(self, cluster: ClusterView, idx: np.ndarray, pod: Pod, req: GpuRequest | None, args: Args,
+              state: CycleState) -> np.ndarray:
         return self.fgd(cluster, idx, pod, req, args)[0]
 
-    def fgd(self, cluster, idx, pod, req, args, fresh_only: bool = False):
+    def fgd(self, cluster: ClusterView, idx: np.ndarray, pod: Pod, req: GpuRequest | None, args: Args,
+            fresh_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Per node: (score, best slot or -1), cached per pod shape and node version."""
         g = self.g
         w = g.target_workload(args)
@@ -199,7 +206,8 @@ class Fgd(Policy):
             ver[stale] = cur[ver[idx] != cur]
         return sc[idx], slot[idx]
 
-    def compute(self, cluster, idx, cpu, req, w, cpu_bias: int = 0, fresh_only: bool = False):
+    def compute(self, cluster: ClusterView, idx: np.ndarray, cpu: int, req: GpuRequest | None, w: frag.Workload,
+                cpu_bias: int = 0, fresh_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Per node: the FGD score and the best slot (shared pods; else -1) under the policy's measure.
         ``fresh_only``: a shared pod is judged on unused GPUs only (a node without one scores 0, slot -1)."""
         inv = self.inv
@@ -230,7 +238,8 @@ class Fgd(Policy):
         d = f0 - measure(cpu_left - cpu, hyp, model, w)
         return frag.fgd_score(d), np.full(len(idx), -1)
 
-    def node_slot(self, cluster, i: int, pod, req, args, fresh_only: bool = False) -> int:
+    def node_slot(self, cluster: ClusterView, i: int, pod: Pod, req: GpuRequest | None, args: Args,
+                  fresh_only: bool = False) -> int:
         """The best slot on node ``i`` at reserve time: the pod is already assumed on the node, so its
         CPU is given back and the node judged as at score time (-1: none)."""
         cpu = int(pod.requests.get("cpu", 0))
@@ -238,7 +247,8 @@ class Fgd(Policy):
                                fresh_only=fresh_only)
         return int(slot[0])
 
-    def choose_shared(self, cluster, i, pod, req, args, fit, cand, choice):
+    def choose_shared(self, cluster: ClusterView, i: int, pod: Pod, req: GpuRequest, args: Args, fit: np.ndarray,
+                      cand: np.ndarray, choice: tuple | None) -> list[int]:
         s = self.node_slot(cluster, i, pod, req, args)
         if s >= 0 and fit[s]:
             return [s]
@@ -265,7 +275,8 @@ class FgdLp(Fgd):
     measure = staticmethod(frag.node_frag_capacity)
     needs_lp = True
 
-    def score(self, cluster, idx, pod, req, args, state):
+    def score(self, cluster: ClusterView, idx: np.ndarray, pod: Pod, req: GpuRequest | None, args: Args,
+              state: CycleState) -> np.ndarray:
         """A covered share goes to the oldest GPU waiting for its size on a feasible node (that node
         alone scores 100), else a fresh GPU is opened for the next configuration (the score over fresh
         GPUs). Anything else keeps the FGD score."""
@@ -274,7 +285,7 @@ class FgdLp(Fgd):
         packer = g.packer
         if req is None or not sharing(req) or not packer.covers(req.milli):
             return scores
-        inv = g.inv
+        inv = self.inv
         pos = {int(i): j for j, i in enumerate(idx.tolist())}
         for slot in packer.waiting_slots(req.milli, inv.left):
             j = pos.get(slot[0])
@@ -302,11 +313,12 @@ class FgdLp(Fgd):
         state[CHOICE] = ("open", cfg)
         return np.where(fslot >= 0, np.maximum(fresh, 1), 0)
 
-    def choose_shared(self, cluster, i, pod, req, args, fit, cand, choice):
+    def choose_shared(self, cluster: ClusterView, i: int, pod: Pod, req: GpuRequest, args: Args, fit: np.ndarray,
+                      cand: np.ndarray, choice: tuple | None) -> list[int]:
         packer = self.g.packer
         if choice is None and packer.covers(req.milli):
             # not scored (one feasible node, or another score won): the same rule on this node alone
-            waiting = [sl for sl in packer.waiting_slots(req.milli, self.g.inv.left) if sl[0] == i and fit[sl[1]]]
+            waiting = [sl for sl in packer.waiting_slots(req.milli, self.inv.left) if sl[0] == i and fit[sl[1]]]
             choice = ("fill", waiting[0]) if waiting else ("open", packer.next_config(req.milli))
         if choice is not None:
             if choice[0] == "fill" and choice[1][0] == i and fit[choice[1][1]]:
@@ -317,13 +329,13 @@ class FgdLp(Fgd):
                     return [s]
         return super().choose_shared(cluster, i, pod, req, args, fit, cand, choice)
 
-    def reserved(self, i, slots, req, choice):
+    def reserved(self, i: int, slots: list[int], req: GpuRequest, choice: tuple | None) -> tuple | None:
         """The packer's bookkeeping for a share placed on GPU ``slots[0]`` of node ``i``."""
         if not sharing(req):
             return None
         packer = self.g.packer
         slot = (i, slots[0])
-        if int(self.g.inv.left[slot]) == MILLI and packer.covers(req.milli):
+        if int(self.inv.left[slot]) == MILLI and packer.covers(req.milli):
             cfg = choice[1] if choice is not None and choice[0] == "open" and choice[1] else None
-            return packer.open(slot, req.milli, cfg or packer.next_config(req.milli))
+            return packer.open(slot, req.milli, cfg or packer.next_config(req.milli))  # type: ignore[arg-type]  # covers()
         return packer.fill(slot, req.milli)

@@ -76,13 +76,13 @@ def _int(row: dict, col: str, where: str) -> int:
     return v
 
 
-def load_trace(nodes_csv, pods_csv):
+def load_trace(nodes_csv: str | Path, pods_csv: str | Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     nodes = read_csv(nodes_csv, ("sn", "cpu_milli", "memory_mib", "gpu", "model"))
     pods = read_csv(pods_csv, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"))
     nrows = [(r["sn"], _int(r, "cpu_milli", f"{nodes_csv}: node {r['sn']}"),
               _int(r, "memory_mib", f"{nodes_csv}: node {r['sn']}"), _int(r, "gpu", f"{nodes_csv}: node {r['sn']}"),
               r.get("model", "") or "") for r in nodes]
-    prows = [(r["name"], *(_int(r, c, f"{pods_csv}: pod {r['name']}")
+    prows: list[tuple[Any, ...]] = [(r["name"], *(_int(r, c, f"{pods_csv}: pod {r['name']}")
                            for c in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")), r.get("gpu_spec", "") or "")
              for r in pods]
     prows.sort(key=lambda r: r[0])
@@ -112,7 +112,7 @@ def tune(prows: list, rng: np.random.Generator, capacity_milli: int, ratio: floa
     return order
 
 
-def _pod(r) -> Any:
+def _pod(r: tuple[Any, ...]) -> Any:
     name, cpu, mem, num, milli, spec = r
     req: dict[str, Any] = {"cpu": f"{cpu}m", "memory": f"{mem}Mi"}
     if num > 0 and milli > 0:
@@ -128,7 +128,7 @@ def _pod(r) -> Any:
     return make_pod(name, "openb", requests=req, **extra)
 
 
-def _node(r) -> Any:
+def _node(r: tuple[Any, ...]) -> Any:
     name, cpu, mem, gpu, model = r
     alloc = {"cpu": f"{cpu}m", "memory": f"{mem}Mi", "pods": "1001"}
     if gpu:
@@ -192,7 +192,7 @@ class Trace:
     shares: dict[int, int] = attrs.field(factory=dict)
 
 
-def prepare_trace(nodes_csv, pods_csv, seed: int) -> Trace:
+def prepare_trace(nodes_csv: str | Path, pods_csv: str | Path, seed: int) -> Trace:
     """Read the trace and apply the protocol's seeded shuffle, resampling and node permutation."""
     nrows, prows = load_trace(nodes_csv, pods_csv)
     gpu_nodes = [r for r in nrows if r[3] > 0]
@@ -233,8 +233,8 @@ async def start_replay(trace: Trace, policy: str, seed: int, tie_break: str = "f
     return sched, cluster, plugin, registry, pods
 
 
-async def replay_async(nodes_csv, pods_csv, policy: str, seed: int, tie_break: str = "first",
-                       progress: Callable[[int, int], None] | None = None) -> dict:
+async def replay_async(nodes_csv: str | Path, pods_csv: str | Path, policy: str, seed: int, tie_break: str = "first",
+                       progress: Callable[..., None] | None = None) -> dict:
     import anyio
     import anyio.lowlevel
 
@@ -276,7 +276,8 @@ async def replay_async(nodes_csv, pods_csv, policy: str, seed: int, tie_break: s
             "pods_per_second": round(n / seconds, 1), "curve": curve}
 
 
-def replay(nodes_csv, pods_csv, policy: str, seed: int, tie_break: str = "first", progress=None) -> dict:
+def replay(nodes_csv: str | Path, pods_csv: str | Path, policy: str, seed: int, tie_break: str = "first",
+           progress: Callable[..., None] | None = None) -> dict:
     """One run of the protocol; see the module docstring. Synchronous."""
     import anyio
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from koordfw import AgentHandle, FileWrite, hookimpl
+from koordfw import AgentHandle, FileWrite, Handle, NodeState, hookimpl
 from koordfw.nodestate import FS_RESCTRL
 
 from .config import LLCIsolationArgs
@@ -47,7 +47,7 @@ DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 _ACTIVE_PHASES = ("Running", "Pending")
 
 
-def _root(handle: Any, fs: str, fallback: str) -> str:
+def _root(handle: Handle | AgentHandle, fs: str, fallback: str) -> str:
     """The agent's root for ``fs`` (``AgentHandle.roots``, e.g. ``--resctrl-root``), else ``fallback``
     (an engine without a node, such as the scheduler, has no roots)."""
     roots = getattr(handle, "roots", None)
@@ -148,11 +148,11 @@ class LLCIsolation:
         return LLCIsolationArgs
 
     @hookimpl
-    def startup(self, args: LLCIsolationArgs, handle: Any) -> None:
+    def startup(self, args: LLCIsolationArgs, handle: Handle | AgentHandle) -> None:
         self._probe(args, handle)
 
     @hookimpl
-    async def shutdown(self, args: LLCIsolationArgs, handle: Any) -> None:
+    async def shutdown(self, args: LLCIsolationArgs, handle: Handle | AgentHandle) -> None:
         """Lift the throttles: every class group this plugin manages gets all ways and unthrottled
         bandwidth again. Groups and task placement stay (a restarted agent finds them); pod-level
         groups stay too, they are the pods' own request."""
@@ -172,7 +172,7 @@ class LLCIsolation:
             self._said.add(message)
             getattr(log, level)(message, plugin=PLUGIN, **kw)
 
-    def _probe(self, args: LLCIsolationArgs, handle: Any) -> Support:
+    def _probe(self, args: LLCIsolationArgs, handle: Handle | AgentHandle) -> Support:
         root = _root(handle, "resctrl", args.resctrl_root if args is not None else "/sys/fs/resctrl")
         if self.support is None or self._support_root != root:
             proc = _root(handle, "proc", "/proc")
@@ -199,7 +199,7 @@ class LLCIsolation:
 
     # -- node QoS loop -----------------------------------------------------------------------------
     @hookimpl
-    def collect(self, node_state: Any, args: LLCIsolationArgs, handle: Any) -> dict | None:
+    def collect(self, node_state: NodeState, args: LLCIsolationArgs, handle: AgentHandle) -> dict | None:
         """Snapshot the groups (schemata, tasks) and pods' thread ids for ``qos_plan``; monitoring
         counters per group as ``resctrl.<group>.<event>`` (bytes)."""
         support = self._probe(args, handle)
@@ -225,7 +225,7 @@ class LLCIsolation:
         return out
 
     @hookimpl
-    def qos_plan(self, node_state: Any, args: LLCIsolationArgs, handle: Any) -> list | None:
+    def qos_plan(self, node_state: NodeState, args: LLCIsolationArgs, handle: AgentHandle) -> list | None:
         """FileWrites (``fs="resctrl"``) for the class groups and pod-level groups; ``None`` when
         resctrl is unavailable or nothing is configured."""
         if not self._wanted(args, node_state):

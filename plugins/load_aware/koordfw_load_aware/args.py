@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -13,7 +14,7 @@ from .metric import parse_duration
 AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
 
 
-def _int_map(lo: int, hi: int, what: str):
+def _int_map(lo: int, hi: int, what: str) -> Callable[[Any, attrs.Attribute, Any], None]:
     """attrs validator of a resource → integer mapping with every value in [lo, hi] (Koordinator's
     ``validateResourceThresholds`` / ``validateResourceWeights`` / ``validateEstimatedScalingFactors``)."""
 

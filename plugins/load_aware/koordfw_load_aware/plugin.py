@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from koordfw import BoundedCache, ManifestError, hookimpl, warn_once
+from koordfw import BoundedCache, Handle, ManifestError, NodeBatch, Pod, hookimpl, warn_once
 from koordfw.extension import ANNOTATION_NODE_RAW_ALLOCATABLE, PRIORITY_PROD
 from koordfw.inputs import loads_json, parse_time, raw_allocatable, shorten
 
@@ -360,11 +360,11 @@ class LoadAware:
         #: bad node annotations already reported
         self.warned: set = set()
 
-    def _metric_now(self, handle: Any) -> float:
+    def _metric_now(self, handle: Handle) -> float:
         return self._run_start if self._run_start is not None else handle.clock.now()
 
     @hookimpl
-    def startup(self, handle: Any) -> None:
+    def startup(self, handle: Handle) -> None:
         clock = handle.clock
         self._run_start = clock.now() if getattr(clock, "virtual", False) else None
 
@@ -375,11 +375,11 @@ class LoadAware:
 
     @staticmethod
     @hookimpl
-    def plugin_args() -> type:
+    def plugin_args() -> type[LoadAwareArgs]:
         return LoadAwareArgs
 
     @hookimpl
-    def filter(self, pod: Any, nodes: Any, args: LoadAwareArgs, handle: Any) -> Any:
+    def filter(self, pod: Pod, nodes: NodeBatch, args: LoadAwareArgs, handle: Handle) -> dict[str, str] | None:
         if pod.is_daemonset:
             return None
         cols = self.columns(args)
@@ -417,7 +417,7 @@ class LoadAware:
         return out or None
 
     @hookimpl
-    def score(self, pod: Any, nodes: Any, args: LoadAwareArgs, handle: Any) -> Any:
+    def score(self, pod: Pod, nodes: NodeBatch, args: LoadAwareArgs, handle: Handle) -> np.ndarray | None:
         cols = self.columns(args)
         now = handle.clock.now()
         idx = nodes.idx
@@ -442,11 +442,11 @@ class LoadAware:
         return out
 
     @hookimpl
-    def reserve(self, pod: Any, handle: Any) -> None:
+    def reserve(self, pod: Pod, handle: Handle) -> None:
         self.assigned_at[pod.uid] = handle.clock.now()
 
     @hookimpl
-    def unreserve(self, pod: Any) -> None:
+    def unreserve(self, pod: Pod) -> None:
         self.assigned_at.pop(pod.uid, None)
 
 

@@ -17,9 +17,9 @@ from typing import Any
 import attrs
 import structlog
 
-from koordfw import AgentHandle, NodeState, PodState, hookimpl, warn_once
+from koordfw import AgentHandle, FileWrite, Handle, NodeState, PodState, hookimpl, warn_once
 from koordfw.extension import ANNOTATION_POD_MEMORY_QOS
-from koordfw.nodestate import read_cgroup_file
+from koordfw.nodestate import ContainerState, read_cgroup_file
 
 from .config import MemoryQOSArgs, PodPolicy, parse_pod_policy, pod_settings
 from .plan import FILES, PLUGIN, container_dirs, container_values, direct_writes, is_active, plan_writes, pod_values
@@ -37,7 +37,7 @@ def _read(path: str) -> str | None:
     return None if data is None else data.decode(errors="replace").strip()
 
 
-def _cgroup_root(handle: Any) -> str:
+def _cgroup_root(handle: Handle | AgentHandle) -> str:
     roots = getattr(handle, "roots", None)
     if isinstance(roots, Mapping) and roots.get("cgroup"):
         return str(roots["cgroup"])
@@ -145,7 +145,7 @@ class MemoryQoS:
         return out
 
     @hookimpl
-    def collect(self, node_state: NodeState, args: MemoryQOSArgs, handle: Any) -> dict | None:
+    def collect(self, node_state: NodeState, args: MemoryQOSArgs, handle: AgentHandle) -> dict | None:
         """Read the memory QoS files (:meth:`read_files`)."""
         if not self._wanted(args, node_state):
             return None
@@ -163,7 +163,7 @@ class MemoryQoS:
         return plan_writes(node_state, MemoryQOSArgs(), {}, current)
 
     @hookimpl
-    async def shutdown(self, args: MemoryQOSArgs, handle: Any) -> None:
+    async def shutdown(self, args: MemoryQOSArgs, handle: Handle | AgentHandle) -> None:
         """On stop, the kubelet's values again (:meth:`restore_writes`) on the freshly collected node state."""
         if not isinstance(handle, AgentHandle) or handle.node_state is None:
             return
@@ -191,8 +191,8 @@ class MemoryQoS:
         return plan_writes(node_state, args, self._policies(node_state), current) or None
 
     @hookimpl
-    def runtime_hook(self, event: str, pod: PodState, container: Any, node_state: NodeState,
-                     args: MemoryQOSArgs) -> list | None:
+    def runtime_hook(self, event: str, pod: PodState, container: ContainerState | None, node_state: NodeState,
+                     args: MemoryQOSArgs) -> list[FileWrite] | None:
         """A pod's start: its pod and container values; a container's start: that container's."""
         if not is_active(pod) or not self._wanted(args, node_state):
             return None

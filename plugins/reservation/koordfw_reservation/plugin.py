@@ -47,6 +47,10 @@ from koordfw import (
     ClusterEvent,
     ClusterEventWithHint,
     CycleState,
+    Handle,
+    NodeBatch,
+    NodeView,
+    Pod,
     PreFilterResult,
     QueueingHint,
     StateKey,
@@ -55,6 +59,7 @@ from koordfw import (
     hookimpl,
     normalize,
 )
+from koordfw.contract import BindResult, FilterBatchResult, PreBindResult, PreFilterReturn, ScoreResult, StatusResult
 from koordfw.extension import ANNOTATION_RESERVATION_ALLOCATED, KIND_RESERVATION
 from koordfw.hints import ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE
 
@@ -120,15 +125,15 @@ class ReservationPlugin:
         return self.ctl.reservations
 
     @hookimpl
-    def startup(self, handle: Any) -> None:
+    def startup(self, handle: Handle) -> None:
         self.ctl.start(handle)
 
     # -- queueing hints ------------------------------------------------------------------------------
     @hookimpl
-    def events_to_register(self, handle: Any) -> list[ClusterEventWithHint]:
+    def events_to_register(self, handle: Handle) -> list[ClusterEventWithHint]:
         Q, SKIP = QueueingHint.QUEUE, QueueingHint.QUEUE_SKIP
 
-        def placed(pod: Any, old: Any, new: Any) -> QueueingHint:
+        def placed(pod: Pod, old: Any, new: Any) -> QueueingHint:
             r = self.ctl.reservations.get(getattr(new, "uid", ""))
             if r is None:
                 return SKIP
@@ -140,7 +145,7 @@ class ReservationPlugin:
 
     # -- pre_filter: which reservations the pod may use (BeforePreFilter + PreFilter) ------------------
     @hookimpl
-    def pre_filter(self, pod: Any, state: CycleState, handle: Any) -> Any:
+    def pre_filter(self, pod: Pod, state: CycleState, handle: Handle) -> PreFilterReturn:
         if not self.ctl.reservations:
             return Status.skip()
         self.ctl.tick(handle)
@@ -182,7 +187,7 @@ class ReservationPlugin:
         return None
 
     @staticmethod
-    def _usable(res: Reservation, pod: Any, affinity: ReservationAffinity | None, cluster: Any) -> bool:
+    def _usable(res: Reservation, pod: Pod, affinity: ReservationAffinity | None, cluster: Any) -> bool:
         """checkReservationMatchedOrIgnored for a pod that does not ignore reservations: its owners, then
         the affinity's name (alone, if given), unschedulable, taints and selectors."""
         if not res.matches_owner(pod):
@@ -203,7 +208,7 @@ class ReservationPlugin:
 
     # -- filter ----------------------------------------------------------------------------------------
     @hookimpl
-    def filter(self, pod: Any, nodes: Any, state: CycleState, handle: Any) -> Any:
+    def filter(self, pod: Pod, nodes: NodeBatch, state: CycleState, handle: Handle) -> FilterBatchResult:
         r = self.ctl.reservations.get(pod.uid)
         if r is not None and handle.is_placeholder(pod.uid):
             return self._filter_reserve_pod(r, nodes)
@@ -259,7 +264,7 @@ class ReservationPlugin:
                     held[k] = held.get(k, 0) + x
         return {name: int(alloc[i] - req[i]) - held.get(name, 0) for i, name in enumerate(cluster.resources)}
 
-    def _filter_with_reservations(self, pod: Any, v: Any, rs: list[Reservation], data: _CycleData,
+    def _filter_with_reservations(self, pod: Pod, v: Any, rs: list[Reservation], data: _CycleData,
                                   cluster: Any, candidates: list[Reservation] | None = None,
                                   required: bool = False) -> Status | None:
         """filterWithReservations: node free + one reservation's remainder must hold the pod; a
@@ -327,7 +332,7 @@ class ReservationPlugin:
 
     # -- scoring -----------------------------------------------------------------------------------
     @hookimpl
-    def pre_score(self, pod: Any, nodes: Any, state: CycleState, handle: Any) -> Any:
+    def pre_score(self, pod: Pod, nodes: NodeBatch, state: CycleState, handle: Handle) -> StatusResult:
         if not self.ctl.reservations:  # the common case: nothing to do, as fast as possible
             return Status.skip()
         data = state.get(STATE)
@@ -343,7 +348,7 @@ class ReservationPlugin:
             data.nominated[v.name] = self._nominate(pod, v, rs, data, handle.cluster)
         return None
 
-    def _nominate(self, pod: Any, v: Any, rs: list[Reservation], data: _CycleData, cluster: Any) -> Reservation | None:
+    def _nominate(self, pod: Pod, v: Any, rs: list[Reservation], data: _CycleData, cluster: Any) -> Reservation | None:
         """NominateReservation: among the usable reservations on the node that the pod fits, the lowest
         order, else the best ScoreReservation (ties: name)."""
         if len(rs) == 1 and data.affinity is not None:
@@ -360,7 +365,7 @@ class ReservationPlugin:
         return max(fits, key=lambda r: (score_reservation(pod.requests, r), r.name))
 
     @hookimpl
-    def score(self, pod: Any, nodes: Any, state: CycleState) -> Any:
+    def score(self, pod: Pod, nodes: NodeBatch, state: CycleState) -> ScoreResult:
         data = state.get(STATE)
         if data is None:
             return None
@@ -383,7 +388,7 @@ class ReservationPlugin:
 
     # -- reserve / unreserve (the reservation cache's assume / forget) -------------------------------
     @hookimpl
-    def reserve(self, pod: Any, node: Any, state: CycleState, handle: Any) -> Any:
+    def reserve(self, pod: Pod, node: NodeView, state: CycleState, handle: Handle) -> StatusResult:
         if not self.ctl.reservations:  # the common case: nothing to do, as fast as possible
             return None
         r = self.ctl.reservations.get(pod.uid)
@@ -411,7 +416,8 @@ class ReservationPlugin:
         self.ctl.hold(chosen, handle)
         return None
 
-    def _nominate_after(self, pod: Any, node: Any, rs: list[Reservation], data: _CycleData, cluster: Any) -> Reservation | None:
+    def _nominate_after(self, pod: Pod, node: NodeView, rs: list[Reservation], data: _CycleData,
+                        cluster: Any) -> Reservation | None:
         """Nominate on the assumed node: the pod is accounted there now, so take it off for the check."""
         vec = cluster.request_vector(pod)
         cluster.add_requested(node.index, -vec)
@@ -431,7 +437,7 @@ class ReservationPlugin:
                 cluster.add_requested(node.index, held)
 
     @hookimpl
-    def unreserve(self, pod: Any, state: CycleState, handle: Any) -> None:
+    def unreserve(self, pod: Pod, state: CycleState, handle: Handle) -> None:
         if not self.ctl.reservations:  # the common case: nothing to do, as fast as possible
             return None
         data = state.get(STATE)
@@ -447,7 +453,7 @@ class ReservationPlugin:
 
     # -- binding ----------------------------------------------------------------------------------------
     @hookimpl
-    def pre_bind(self, pod: Any, state: CycleState, handle: Any) -> Any:
+    def pre_bind(self, pod: Pod, state: CycleState, handle: Handle) -> PreBindResult:
         if not self.ctl.reservations:  # the common case: nothing to do, as fast as possible
             return None
         if handle.is_placeholder(pod.uid) or is_reservation_ignored(pod):
@@ -461,7 +467,7 @@ class ReservationPlugin:
         return {ANNOTATION_RESERVATION_ALLOCATED: json.dumps({"name": r.name, "uid": r.uid}, separators=(",", ":"))}
 
     @hookimpl
-    def bind(self, pod: Any, node: Any, handle: Any) -> Any:
+    def bind(self, pod: Pod, node: NodeView, handle: Handle) -> BindResult:
         """The reserve pod's binding: the Reservation becomes Available on the node (SetReservationAvailable);
         nothing is bound. Only reserve pods reach here (the kernel calls a placeholder's own plugin alone;
         other pods were bound by default_binder before)."""
@@ -482,7 +488,7 @@ class ReservationPlugin:
         return True
 
     @hookimpl
-    def post_bind(self, pod: Any, state: CycleState, handle: Any) -> None:
+    def post_bind(self, pod: Pod, state: CycleState, handle: Handle) -> None:
         if not self.ctl.reservations:  # the common case: nothing to do, as fast as possible
             return None
         data = state.get(STATE)
@@ -496,7 +502,7 @@ class ReservationPlugin:
 
     # -- output -----------------------------------------------------------------------------------------
     @hookimpl
-    def report(self, handle: Any) -> dict[str, Any] | None:
+    def report(self, handle: Handle) -> dict[str, Any] | None:
         if not self.ctl.reservations:
             return None
         self.ctl.tick(handle)

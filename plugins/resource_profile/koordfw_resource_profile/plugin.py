@@ -26,7 +26,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from koordfw import AdmissionHandle, KoordfwError, canonical, hookimpl
+from koordfw import AdmissionHandle, KoordfwError, NodeView, Pod, canonical, hookimpl
+from koordfw.contract import JSONObject
 from koordfw.extension import BATCH_CPU, BATCH_MEMORY, LABEL_POD_QOS, PRIORITY_BATCH, PRIORITY_FREE
 from koordfw.inputs import parse_time
 
@@ -96,7 +97,8 @@ class ResourceProfile:
         return ProfileArgs
 
     @hookimpl
-    def node_resources(self, node: Any, pods: list, metric: dict | None, now: float, args: ProfileArgs) -> None:
+    def node_resources(self, node: NodeView, pods: list[Pod], metric: JSONObject | None, now: float,
+                       args: ProfileArgs) -> None:
         if metric is None or not pods:
             return None
         templated = {p.key: p for p in pods if ANNOTATION_TEMPLATES in p.annotations}
