@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         node_unschedulable,
         priority_sort,
         scheduling_gates,
+        scheduling_hint,
     )
     from .image_locality import ImageLocality
     from .inter_pod_affinity import InterPodAffinity
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
     ) -> None:
         _queue_sort_priority_sort: QueueSortPlugin = priority_sort
         _pre_enqueue_scheduling_gates: PreEnqueuePlugin = scheduling_gates
+        _plugin_args_scheduling_hint: PluginArgsProvider = scheduling_hint
+        _pre_filter_scheduling_hint: PreFilterPlugin = scheduling_hint
         _events_to_register_node_unschedulable: EnqueueExtensions = node_unschedulable
         _filter_node_unschedulable: FilterPlugin = node_unschedulable
         _events_to_register_node_selector: EnqueueExtensions = node_selector
