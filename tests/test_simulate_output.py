@@ -121,3 +121,23 @@ def test_batch_cpu_below_100_milli_cores_warns_once_per_pod(tmp_path, capsys):
     assert len(lines) == 2, err
     assert "pod default/small" in lines[0] and "batch-cpu is in milli-cores: 2 means 0.002 cores; did you mean 2k?" in lines[0]
     assert "pod default/mid" in lines[1] and "mid-cpu is in milli-cores: 50 means 0.05 cores" in lines[1]
+
+
+def test_refreshed_example_metrics_are_fresh_at_the_wall_clock(tmp_path, capsys):
+    """docs/kubernetes.md: scripts/fresh-nodemetrics.py rewrites updateTime so a live scheduler (here:
+    simulate with --now at that time) reads the example NodeMetrics as fresh."""
+    import runpy
+    import shutil
+
+    folder = tmp_path / "cluster"
+    shutil.copytree(COLOCATION, folder)
+    now = "2027-01-05T12:00:00Z"
+    script = runpy.run_path(str(ROOT / "scripts" / "fresh-nodemetrics.py"))
+    assert script["main"]([str(folder / "20-nodemetrics.yaml"), "--now", now]) == 0
+    refreshed = capsys.readouterr().out
+    assert refreshed.count(f"updateTime: '{now}'") == 4
+    (folder / "20-nodemetrics.yaml").write_text(refreshed)
+    rc, out, _ = run(capsys, str(folder), "-o", "json", "--now", now)
+    assert rc == 0 and "expired" not in out
+    docs = (ROOT / "docs" / "kubernetes.md").read_text()
+    assert "python3 scripts/fresh-nodemetrics.py --apply examples/colocation/20-nodemetrics.yaml" in docs
