@@ -141,3 +141,16 @@ def test_refreshed_example_metrics_are_fresh_at_the_wall_clock(tmp_path, capsys)
     assert rc == 0 and "expired" not in out
     docs = (ROOT / "docs" / "kubernetes.md").read_text()
     assert "python3 scripts/fresh-nodemetrics.py --apply examples/colocation/20-nodemetrics.yaml" in docs
+
+
+def test_pods_built_in_code_follow_the_same_rule():
+    """Pods built in code (make_pod) follow the manifest rule: no schedulerName is ours, another name is not."""
+    from koordfw.core.manifests import Manifests
+    from koordfw.core.model import make_node, make_pod
+    from koordfw.engines.embedded import simulate
+
+    m = Manifests(nodes=[make_node("n0", allocatable={"cpu": "8", "memory": "16Gi", "pods": "110"})],
+                  pods=[make_pod("mine", requests={"cpu": "1"}),
+                        make_pod("theirs", requests={"cpu": "1"}, schedulerName="other")])
+    assert {p["name"]: p["phase"] for p in simulate(m).to_dict()["pods"]} == {"mine": "Bound", "theirs": "NotOurs"}
+    assert simulate(m, all_schedulers=True).placements() == {"default/mine": "n0", "default/theirs": "n0"}

@@ -641,9 +641,13 @@ def _split_by_scheduler(manifests: Manifests, pods: list[Pod], ours: str) -> tup
     not_ours: dict[str, tuple[Pod, str]] = {}
     for p in pods:
         orig = inputs.get(p.uid)
-        spec = (orig.raw or {}).get("spec") if orig is not None else None
-        explicit = (orig is None or p.scheduler_name != orig.scheduler_name
-                    or (isinstance(spec, dict) and bool(spec.get("schedulerName"))))
+        if orig is None or p.scheduler_name != orig.scheduler_name:
+            explicit = True  # admission set it
+        elif orig.raw is None:  # built in code: the model's default stands for unset
+            explicit = p.scheduler_name != "default-scheduler"
+        else:
+            spec = orig.raw.get("spec")
+            explicit = isinstance(spec, dict) and bool(spec.get("schedulerName"))
         if p.node_name or not explicit or p.scheduler_name == ours:
             keep.append(p)
         else:
