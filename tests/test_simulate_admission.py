@@ -44,7 +44,10 @@ def simulate(tmp_path: Path, docs: list[dict], capsys, *extra: str) -> tuple[int
 
 def test_profiles_are_applied_before_scheduling(tmp_path, capsys):
     docs = [*NODES, *NAMESPACES, PC, PROFILE, pod("exec-1"), pod("driver", role="driver"), pod("web", ns="default")]
+    # the profile hands the executor to koord-scheduler: as live, koordfw (koordfw-scheduler) leaves it alone
     rc, out = simulate(tmp_path, docs, capsys)
+    assert rc == 0 and {p["name"]: p["phase"] for p in out["pods"]}["exec-1"] == "NotOurs"
+    rc, out = simulate(tmp_path, docs, capsys, "--all-schedulers")
     assert rc == 0
     pods = {p["name"]: p for p in out["pods"]}
     ex = pods["exec-1"]

@@ -258,6 +258,11 @@ class Manifests:
         return [f"simulate does not model {kinds}: kept as objects for plugins that read them; no pods are "
                 "created from them and nothing else uses them"]
 
+    def unit_warnings(self) -> list[str]:
+        """One line per pod whose batch-cpu or mid-cpu request or limit is below 100 milli-cores (see
+        :func:`small_milli_cpu_warning`); Koordinator accepts such pods, so this is a warning."""
+        return [w for w in map(small_milli_cpu_warning, self.pods) if w]
+
     def newest_timestamp(self) -> float | None:
         """The newest creation time or metric update time in the input (the virtual clock's start)."""
         ts = [t for t in (p.creation_timestamp for p in self.pods) if t is not None]
@@ -416,3 +421,21 @@ def load_manifests(paths: Iterable[str | Path]) -> Manifests:
         load_objects(_documents(f), file=str(f), into=out)
     out.expand_workloads()
     return out
+
+
+#: extended resources counted in milli-cores as plain integers (``2`` is 0.002 cores, not 2)
+MILLI_CPU_RESOURCES = ("kubernetes.io/batch-cpu", "kubernetes.io/mid-cpu")
+
+
+def small_milli_cpu_warning(pod: Pod) -> str | None:
+    """A warning naming ``pod`` when a container's batch-cpu or mid-cpu request or limit is between 1 and
+    99 (milli-cores: most likely meant as cores), or None. One line per pod, for the first such amount."""
+    for c in (*pod.init_containers, *pod.containers):
+        for kind, amounts in (("request", c.requests), ("limit", c.limits)):
+            for r in MILLI_CPU_RESOURCES:
+                v = amounts.get(r)
+                if v is not None and 0 < v < 100:
+                    short = r.split("/", 1)[1]
+                    return (f"pod {pod.key}: container {c.name!r} {kind}s {r}: {v}; {short} is in milli-cores: "
+                            f"{v} means {v / 1000:g} cores; did you mean {v}k?")
+    return None

@@ -72,6 +72,8 @@ class SimulationResult:
     rejected: dict[str, tuple[Pod, str]] = attrs.field(factory=dict)
     #: the input, for the per-workload section (``Manifests.workload_rows``)
     manifests: Manifests | None = None
+    #: uid -> (pod, reason) of the pending pods naming another scheduler (left alone, as live)
+    not_ours: dict[str, tuple[Pod, str]] = attrs.field(factory=dict)
 
     @property
     def scheduler(self) -> Scheduler:
@@ -103,6 +105,11 @@ class SimulationResult:
                 pods.append({"namespace": refused.namespace, "name": refused.name, "node": None, "phase": "Rejected",
                              "reason": why, "annotations": {}, **_pod_spec_summary(refused)})
                 continue
+            if uid in self.not_ours:
+                other, why = self.not_ours[uid]
+                pods.append({"namespace": other.namespace, "name": other.name, "node": None, "phase": "NotOurs",
+                             "reason": why, "annotations": {}, **_pod_spec_summary(other)})
+                continue
             p = self.cluster.pod(uid)
             if p is None:
                 continue
@@ -121,9 +128,12 @@ class SimulationResult:
                           "pods": row["pods"]})
         n_bound = sum(1 for p in pods if p["phase"] == "Bound")
         scheduled = len(e.bind_events)
-        summary: dict[str, Any] = {"bound": n_bound, "pending": len(pods) - n_bound - len(self.rejected)}
+        summary: dict[str, Any] = {"bound": n_bound,
+                                   "pending": len(pods) - n_bound - len(self.rejected) - len(self.not_ours)}
         if self.rejected:
             summary["rejected"] = len(self.rejected)
+        if self.not_ours:
+            summary["notOurs"] = len(self.not_ours)
         out = {"pods": pods, "nodes": nodes,
                "summary": {**summary, "seconds": round(self.seconds, 6),
                            "pods_per_second": round(scheduled / self.seconds, 1) if self.seconds > 0 else 0.0}}
@@ -588,16 +598,29 @@ async def admit_pods(manifests: Manifests, registry: Registry, *, seed: int = 0,
 
 async def run_simulation(source: Manifests | Sequence[str | Path], registry: Registry, *, seed: int = 0,
                          deschedule: bool | int = False,
-                         progress: Callable[[int, int], None] | None = None) -> SimulationResult:
+                         progress: Callable[[int, int], None] | None = None,
+                         all_schedulers: bool = False, now: float | None = None) -> SimulationResult:
     """Schedule every pending pod; then, with ``deschedule`` (True = 1, or a number of cycles), run the
-    descheduling plugins that many times, each plan applied and its pods rescheduled before the next."""
+    descheduling plugins that many times, each plan applied and its pods rescheduled before the next.
+
+    As the live scheduler, only pending pods whose ``spec.schedulerName`` is the profile's are scheduled;
+    a pod that names another scheduler (in the input, or as admission set it) is left alone and reported
+    as not ours. A pod whose input sets no ``schedulerName`` is taken as written for koordfw (the API
+    server would default it to ``default-scheduler``: set the profile's name when applying it live).
+    ``all_schedulers`` schedules every pod (the preview of moving workloads onto koordfw). The virtual
+    clock starts at ``now`` (epoch seconds) or else at the newest time in the input, so that the
+    input's NodeMetrics are read as fresh."""
     manifests = source if isinstance(source, Manifests) else load_manifests(source)
     manifests.expand_workloads()  # workloads loaded with load_objects(into=...): their pods, before admission
     # the engine binds the registry (class plugins get scheduler handles), then pods are admitted, then added
     cluster = ClusterState()
-    engine = EmbeddedEngine(registry, cluster, seed=seed, start_time=manifests.newest_timestamp())
+    engine = EmbeddedEngine(registry, cluster, seed=seed,
+                            start_time=now if now is not None else manifests.newest_timestamp())
     order = [p.uid for p in manifests.pods]
     pods, rejected = await admit_pods(manifests, registry, seed=seed, clock=engine.clock)
+    not_ours: dict[str, tuple[Pod, str]] = {}
+    if not all_schedulers:
+        pods, not_ours = _split_by_scheduler(manifests, pods, registry.profile.scheduler_name)
     attrs.evolve(manifests, pods=pods).to_cluster(cluster)
     t0 = time.perf_counter()
     await engine.run(progress=progress)
@@ -607,13 +630,40 @@ async def run_simulation(source: Manifests | Sequence[str | Path], registry: Reg
     seconds = time.perf_counter() - t0
     extra = await engine.scheduler.node_runtime.run_report()
     await engine.scheduler.shutdown()
-    return SimulationResult(engine, seconds, migrations, extra, order, rejected, manifests)
+    return SimulationResult(engine, seconds, migrations, extra, order, rejected, manifests, not_ours)
+
+
+def _split_by_scheduler(manifests: Manifests, pods: list[Pod], ours: str) -> tuple[list[Pod], dict[str, tuple[Pod, str]]]:
+    """The pods to create in the cluster, and the pending ones another scheduler would schedule (uid ->
+    (pod, reason)): their ``schedulerName`` is set (in the input or by admission) and is not ``ours``."""
+    inputs = {p.uid: p for p in manifests.pods}
+    keep: list[Pod] = []
+    not_ours: dict[str, tuple[Pod, str]] = {}
+    for p in pods:
+        orig = inputs.get(p.uid)
+        if orig is None or p.scheduler_name != orig.scheduler_name:
+            explicit = True  # admission set it
+        elif orig.raw is None:  # built in code: the model's default stands for unset
+            explicit = p.scheduler_name != "default-scheduler"
+        else:
+            spec = orig.raw.get("spec")
+            explicit = isinstance(spec, dict) and bool(spec.get("schedulerName"))
+        if p.node_name or not explicit or p.scheduler_name == ours:
+            keep.append(p)
+        else:
+            not_ours[p.uid] = (p, f"not ours: spec.schedulerName {p.scheduler_name!r} is not this scheduler's "
+                                  f"({ours!r}); left alone as the live scheduler would (--all-schedulers "
+                                  f"schedules it)")
+    return keep, not_ours
 
 
 def simulate(source: Manifests | Sequence[str | Path], profile: Profile | str | Path | dict | None = None, *,
              seed: int = 0, plugins: dict[str, Any] | None = None, disable: Iterable[str] = (),
              autoload: bool | None = None, only: Iterable[str] | None = None,
-             deschedule: bool | int = False) -> SimulationResult:
-    """Schedule every pending pod of ``source`` (manifest paths or loaded Manifests); synchronous."""
+             deschedule: bool | int = False, all_schedulers: bool = False,
+             now: float | None = None) -> SimulationResult:
+    """Schedule the pending pods of ``source`` (manifest paths or loaded Manifests) that are ours (see
+    :func:`run_simulation`; ``all_schedulers``: every one); synchronous."""
     registry = build_registry(profile, plugins=plugins, disable=disable, autoload=autoload, only=only)
-    return anyio.run(lambda: run_simulation(source, registry, seed=seed, deschedule=deschedule))
+    return anyio.run(lambda: run_simulation(source, registry, seed=seed, deschedule=deschedule,
+                                            all_schedulers=all_schedulers, now=now))

@@ -389,3 +389,22 @@ async def test_skipped_namespaces_are_labelled_only_without_the_automatic_name_l
     # the fake sets kubernetes.io/metadata.name as 1.21+ do: nothing to label (the selector names it)
     assert await label_skipped_namespaces(client, ["kube-system", "absent"]) == []
     assert SKIP_LABEL not in api.get("namespaces", "kube-system")["metadata"]["labels"]
+
+
+async def test_validate_warns_of_batch_cpu_below_100_milli_cores(api, client):
+    """Allowed (Koordinator accepts it), with an admission warning kubectl prints: batch-cpu is in milli-cores."""
+    api.create(NS)
+    small = copy.deepcopy(POD)
+    small["metadata"]["labels"]["koordinator.sh/qosClass"] = "BE"
+    small["spec"]["priority"] = 5500
+    small["spec"]["containers"][0]["resources"] = {"requests": {BATCH_CPU: "2", BATCH_MEMORY: "1Gi"},
+                                                   "limits": {BATCH_CPU: "2", BATCH_MEMORY: "1Gi"}}
+    async with serving(client) as server:
+        _, body = await post(server, "/validate-pod", review(small))
+        resp = body["response"]
+        assert resp["allowed"] is True, resp
+        [warning] = resp["warnings"]
+        assert "pod spark/exec-1" in warning
+        assert "batch-cpu is in milli-cores: 2 means 0.002 cores; did you mean 2k?" in warning
+        _, body = await post(server, "/validate-pod", review(POD))
+        assert "warnings" not in body["response"]

@@ -55,7 +55,11 @@ from prometheus_client import Counter, Histogram
 from ... import metrics as _metrics
 from ...core.admission import OPERATIONS, Admission, json_patch
 from ...core.clock import Clock, RealClock
+from ...core.errors import ManifestError
+from ...core.manifests import small_milli_cpu_warning
+from ...core.model import pod_from_manifest
 from ...core.plugins import Registry
+from ...core.quantity import QuantityError
 from ...core.safeload import InputError, loads_json
 from ...extension import CONFIG_GROUP_VERSION, KIND_CLUSTER_COLOCATION_PROFILE, SCHEDULING_K8S_GROUP_VERSION
 from .client import ApiError, KubeClient
@@ -145,7 +149,7 @@ class BadReview(ValueError):
 
 
 def _review(uid: str, allowed: bool, code: int, *, message: str = "", reason: str = "",
-            patch: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+            patch: list[dict[str, Any]] | None = None, warnings: Sequence[str] = ()) -> dict[str, Any]:
     status: dict[str, Any] = {"code": code}
     if reason:
         status["reason"] = reason
@@ -155,7 +159,19 @@ def _review(uid: str, allowed: bool, code: int, *, message: str = "", reason: st
     if patch:
         resp["patchType"] = "JSONPatch"
         resp["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+    if warnings:
+        resp["warnings"] = list(warnings)  # kubectl prints them as "Warning: ..." (Kubernetes 1.19+)
     return {"apiVersion": ADMISSION_REVIEW_VERSION, "kind": "AdmissionReview", "response": resp}
+
+
+def _unit_warnings(pod: dict[str, Any]) -> list[str]:
+    """The admitted pod's batch-cpu/mid-cpu amounts below 100 milli-cores, as an admission warning (allowed:
+    Koordinator accepts them; a pod the model cannot read has been answered by the validators already)."""
+    try:
+        warning = small_milli_cpu_warning(pod_from_manifest(pod))
+    except (ManifestError, QuantityError, ValueError, TypeError):
+        return []
+    return [warning] if warning else []
 
 
 def parse_review(body: Any) -> dict[str, Any]:
@@ -282,7 +298,7 @@ class Webhook:
             pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": req["namespace"]}}
         out = await self.admission.validate(pod, old if op == "UPDATE" else None, op)
         if out.allowed:
-            return "allowed", 200, _review(uid, True, 200)
+            return "allowed", 200, _review(uid, True, 200, warnings=_unit_warnings(pod))
         if out.code == 403:
             return "rejected", 200, _review(uid, False, 403, reason="Forbidden", message=out.message)
         return "error", 200, _review(uid, False, out.code, message=out.message)

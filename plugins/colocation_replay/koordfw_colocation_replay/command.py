@@ -9,6 +9,7 @@ import math
 import multiprocessing
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -119,7 +120,10 @@ def replay(args: argparse.Namespace, progress_for: Any = None) -> dict[str, Any]
     out: dict[str, Any] = {"nodes": nodes, "node_cpu": node_cpu, "node_memory": node_mem, "slots": ls.slots,
                            "vms": len(ls.vms), "vms_resized": ls.resized, "batch_load": args.batch_load,
                            "batch_job_fraction": round(frac, 6), "batch_holdable_cores": round(holdable, 2),
-                           "seed": args.seed, "load_seconds": round(load_s, 2), "modes": {}}
+                           "seed": args.seed, "load_seconds": round(load_s, 2),
+                           "profile": args.profile or "recommended",
+                           "ls_trace": os.path.basename(os.path.normpath(args.ls_trace)),
+                           "batch_trace": os.path.basename(os.path.normpath(args.batch_trace)), "modes": {}}
     def one(mode: str, progress: Any = None) -> Result:
         r = Replay(ls, tasks, mode=mode, nodes=nodes, node_cpu=node_cpu, node_memory=node_mem, slots=ls.slots,
                    batch_fraction=frac, seed=args.seed, profile=profile, progress=progress)
@@ -127,8 +131,8 @@ def replay(args: argparse.Namespace, progress_for: Any = None) -> dict[str, Any]
 
     results: dict[str, Result] = {}
     # with both modes and a second core, the (cheap) kubernetes mode runs in a forked process meanwhile:
-    # the same deterministic replay, its result sent back
-    child = None
+    # the same deterministic replay, its progress and then its result sent back over a pipe
+    child = reader = None
     if len(modes) == 2 and (os.cpu_count() or 1) >= 2 and "fork" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("fork")
         answer, send = ctx.Pipe(duplex=False)
@@ -136,19 +140,23 @@ def replay(args: argparse.Namespace, progress_for: Any = None) -> dict[str, Any]
         child = ctx.Process(target=_forked, args=(one, "kubernetes", send), daemon=True)
         child.start()
         send.close()
+        reader = _Reader(answer, progress_for("kubernetes") if progress_for else None)
+        reader.start()
     try:
         for mode in modes:
             if child is not None and mode == "kubernetes":
                 continue
             results[mode] = one(mode, progress_for(mode) if progress_for else None)
-        if child is not None:
-            results["kubernetes"] = _received(answer)
+        if reader is not None:
+            reader.join()
+            results["kubernetes"] = reader.result()
     finally:
-        if child is not None:
-            answer.close()
+        if child is not None and reader is not None:
             if child.is_alive() and "kubernetes" not in results:
                 child.terminate()  # this run failed: the child's result would never be read
             child.join()
+            reader.join()
+            answer.close()
     for mode in modes:
         res = results[mode]
         out["modes"][mode] = {"summary": res.summary, "hours": res.hours, "series": res.series}
@@ -156,31 +164,80 @@ def replay(args: argparse.Namespace, progress_for: Any = None) -> dict[str, Any]
     return out
 
 
-def _forked(one: Callable[[str], Result], mode: str, send: Connection) -> None:
-    """The forked child: ``one(mode)``, sent back (or the exception it raised)."""
+def _forked(one: Callable[..., Result], mode: str, send: Connection) -> None:
+    """The forked child: ``one(mode)``, its progress sent as it goes, then its result (or the exception it
+    raised)."""
     try:
-        send.send((True, one(mode)))
+        result = one(mode, lambda done, total: send.send(("progress", done, total)))
+        send.send(("result", True, result))
     except BaseException as e:  # noqa: BLE001 - re-raised in the parent
-        send.send((False, e))
+        send.send(("result", False, e))
     finally:
         send.close()
 
 
-def _received(answer: Connection) -> Result:
-    """The forked child's result, or its exception raised here."""
-    try:
-        ok, value = answer.recv()
-    except EOFError:
-        raise RuntimeError("the forked kubernetes-mode replay ended without a result") from None
-    if not ok:
-        raise value
-    return value
+class _Reader(threading.Thread):
+    """Reads the forked child's pipe in the parent: progress messages go to ``progress`` (the bar or the log
+    lines of that mode) while the parent replays the other mode; the result is kept for :meth:`result`."""
+
+    def __init__(self, answer: Connection, progress: Callable[[int, int], None] | None) -> None:
+        super().__init__(name="replay-kubernetes-mode", daemon=True)
+        self.answer, self.progress = answer, progress
+        self._outcome: tuple[bool, Any] | None = None
+
+    def run(self) -> None:
+        try:
+            while True:
+                msg = self.answer.recv()
+                if msg[0] == "progress":
+                    if self.progress is not None:
+                        self.progress(msg[1], msg[2])
+                    continue
+                self._outcome = (msg[1], msg[2])
+                return
+        except (EOFError, OSError):
+            return
+
+    def result(self) -> Result:
+        """The child's result, or its exception raised here."""
+        if self._outcome is None:
+            raise RuntimeError("the forked kubernetes-mode replay ended without a result")
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
+
+
+class LogProgress:
+    """Progress as log lines on stderr (when it is not a terminal): one per mode every ``step`` (10 %) of
+    the slots or every ``interval`` seconds, whichever comes first, and at the end."""
+
+    def __init__(self, stream: Any = None, *, step: float = 0.1, interval: float = 30.0) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.step, self.interval = step, interval
+        self.t0 = time.monotonic()
+        self.lock = threading.Lock()
+
+    def __call__(self, mode: str) -> Callable[[int, int], None]:
+        last = {"fraction": 0.0, "at": time.monotonic()}
+
+        def report(done: int, total: int) -> None:
+            now = time.monotonic()
+            fraction = done / total if total else 1.0
+            if done < total and fraction - last["fraction"] < self.step and now - last["at"] < self.interval:
+                return
+            last.update(fraction=fraction, at=now)
+            with self.lock:
+                print(f"koordfw replay: {mode} mode {100 * fraction:.0f}% ({done}/{total} slots of 5 min, "
+                      f"{now - self.t0:.0f} s)", file=self.stream, flush=True)
+
+        return report
 
 
 def run(args: argparse.Namespace) -> int:
     if args.plot:
         _pyplot()  # a missing matplotlib is reported before the run, not after it
-    tty = args.output == "table" and sys.stderr.isatty()
+    tty = sys.stderr.isatty()
     try:
         if tty:
             from rich.console import Console
@@ -195,11 +252,12 @@ def run(args: argparse.Namespace) -> int:
 
                 doc = replay(args, progress_for)
         else:
-            doc = replay(args)
+            doc = replay(args, LogProgress())
     except TraceError:
         raise
     if args.plot:
         plot(doc, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
     if args.output == "json":
         slim = {k: v for k, v in doc.items() if k != "modes"}
         slim["modes"] = {m: {"summary": d["summary"], "hours": d["hours"]} for m, d in doc["modes"].items()}
@@ -267,24 +325,71 @@ def print_tables(doc: dict[str, Any], *, hours: bool = False) -> None:
     print(f"\nwall time {doc['wall_seconds']:.1f} s (traces read in {doc['load_seconds']:.1f} s)")
 
 
+#: one colour per mode, the same in every panel
+MODE_COLOURS = {"kubernetes": "tab:blue", "koordfw": "tab:orange"}
+
+
+def plot_title(doc: dict[str, Any]) -> str:
+    """Cluster size, profile and traces, for the figure's title."""
+    memory = format_quantity("memory", int(doc["node_memory"]))
+    return (f"{doc['nodes']} nodes × {doc['node_cpu']:g} cores, {memory}; {doc['vms']} LS pods; "
+            f"koordfw profile: {doc.get('profile', 'recommended')}\n"
+            f"LS: {doc.get('ls_trace', 'bitbrains')} (5-min slots: {doc['slots']}); "
+            f"batch: {doc.get('batch_trace', 'alibaba')} × {doc['batch_load']:g}, seed {doc['seed']}")
+
+
 def plot(doc: dict[str, Any], path: str) -> None:
+    """Three panels sharing the day axis, one colour per mode: cluster CPU utilisation, batch instances
+    completed per hour, and the node-slots (nodes in a 5-min slot) where LS + BE demand exceeded capacity
+    or usage was above the suppress threshold. Means are in the legends; a series that is 0 throughout is
+    drawn with markers and says so, so that it is not hidden under the axis."""
     plt = _pyplot()
     import numpy as np
 
-    fig, axes = plt.subplots(3, 1, figsize=(11, 8), sharex=True)
-    for m, d in doc["modes"].items():
+    fig, axes = plt.subplots(3, 1, figsize=(11, 8.5), sharex=True)
+    for i, (m, d) in enumerate(doc["modes"].items()):
         s = d["series"]
-        x = np.arange(len(s["utilisation"])) * 300 / 86400
-        axes[0].plot(x, 100 * np.asarray(s["utilisation"]), label=m, lw=0.8)
-        xh = np.arange(len(s["completed_per_hour"])) / 24
-        axes[1].plot(xh, s["completed_per_hour"], label=m, lw=0.8)
-        axes[2].plot(x, s["over_capacity_slots"], label=f"{m}: nodes LS + BE demand > capacity", lw=0.8)
-        axes[2].plot(x, s["above_threshold_slots"], label=f"{m}: nodes above suppress threshold", lw=0.8, ls="--")
+        colour = MODE_COLOURS.get(m, f"C{i + 2}")
+        util = 100 * np.asarray(s["utilisation"], dtype=float)
+        x = np.arange(len(util)) * 300 / 86400
+        axes[0].plot(x, util, color=colour, lw=0.8, label=f"{m}: mean {util.mean():.1f} %")
+        axes[0].axhline(util.mean(), color=colour, lw=0.6, ls=":")
+        done = np.asarray(s["completed_per_hour"], dtype=float)
+        xh = np.arange(len(done)) / 24
+        axes[1].plot(xh, done, color=colour, lw=0.9, marker="." if len(done) <= 48 else None,
+                     label=f"{m}: mean {done.mean():,.0f} / hour")
+        axes[1].axhline(done.mean(), color=colour, lw=0.6, ls=":")
+        for key, what, style, marker in (("over_capacity_slots", "LS + BE demand > capacity", "-", "o"),
+                                         ("above_threshold_slots", "above suppress threshold", "--", "s")):
+            y = np.asarray(s[key], dtype=float)
+            total = int(y.sum())
+            nonzero = np.flatnonzero(y)
+            # 0 throughout: markers along the axis; a few non-zero slots: markers on them (a spike one slot
+            # wide is thinner than a pixel on a week's axis)
+            if not len(nonzero):
+                marker_at: Any = max(1, len(y) // 24)
+            elif len(nonzero) <= 60:
+                marker_at = nonzero.tolist()
+            else:
+                marker_at = None
+            axes[2].plot(x, y, color=colour, lw=0.8, ls=style, marker=marker if marker_at is not None else None,
+                         markevery=marker_at, ms=4, mfc="none", clip_on=False, zorder=4 - i,
+                         label=f"{m}: {what}: " + ("0 throughout" if not len(nonzero) else
+                                                   f"{total:,} node-slot{'s' if total != 1 else ''}, "
+                                                   f"mean {y.mean():.2f} per slot"))
     axes[0].set_ylabel("cluster CPU utilisation (%)")
+    axes[0].set_title("CPU utilisation (dotted: mean)", fontsize=9, loc="left")
     axes[1].set_ylabel("batch instances / hour")
+    axes[1].set_title("batch throughput: instances completed per hour (dotted: mean)", fontsize=9, loc="left")
     axes[2].set_ylabel("node-slots")
+    axes[2].set_title("safety: node-slots (a node in a 5-min slot) in trouble; solid: LS + BE demand > capacity, "
+                      "dashed: above the BE suppress threshold", fontsize=9, loc="left")
     axes[2].set_xlabel("day")
+    axes[2].set_ylim(bottom=-0.05 * max(1.0, axes[2].get_ylim()[1]))
     for a in axes:
-        a.legend(fontsize=7)
+        a.legend(fontsize=7, loc="upper right")
+        a.grid(alpha=0.3)
+    fig.suptitle(plot_title(doc), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -315,3 +315,42 @@ def test_front_doors_node_planner_and_update_node_resources() -> None:
     assert anyio.run(update_node_resources, engine, last) == []
     engine.clock.advance_to(1301.0)  # more than updateTimeThresholdSeconds (300) since the write: written
     assert anyio.run(update_node_resources, engine, last) == ["n"] and last == {"n": 1301.0}
+
+
+def test_progress_log_lines_both_modes_and_the_plot(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Not on a terminal: progress as log lines for both modes (the forked kubernetes one's come back over
+    its pipe), "wrote FILE" at the end; the plot's title names the cluster, profile and traces."""
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "slice.png"
+    assert main(["replay", "colocation", "--ls-trace", str(LS_DIR), "--batch-trace", str(BATCH_DIR), "--vms", "8",
+                 "--days", str(2 / 24), "--node-cpu", "16", "--node-memory", "64Gi", "-o", "json",
+                 "--plot", str(png)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    for mode in ("kubernetes", "koordfw"):
+        lines = [line for line in err if line.startswith(f"koordfw replay: {mode} mode ")]
+        assert lines and lines[-1].startswith(f"koordfw replay: {mode} mode 100% (24/24 slots"), err
+    assert err[-1] == f"wrote {png}"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_log_progress_every_tenth_or_interval() -> None:
+    import io
+
+    from koordfw_colocation_replay.command import LogProgress, plot_title
+
+    out = io.StringIO()
+    report = LogProgress(out, interval=3600)("koordfw")
+    for k in range(1, 1001):
+        report(k, 1000)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 10 and lines[0].startswith("koordfw replay: koordfw mode 10% (100/1000")
+    out = io.StringIO()
+    report = LogProgress(out, interval=0)("kubernetes")  # every call is past the interval
+    report(1, 1000)
+    report(2, 1000)
+    assert len(out.getvalue().splitlines()) == 2
+    title = plot_title({"nodes": 39, "node_cpu": 32.0, "node_memory": 128 * GiB, "vms": 427, "slots": 288,
+                        "batch_load": 1.0, "seed": 42, "profile": "koordinator", "ls_trace": "bitbrains-rnd-2013-07",
+                        "batch_trace": "alibaba-batch-v2018"})
+    assert "39 nodes × 32 cores, 128Gi" in title and "koordinator" in title and "bitbrains-rnd-2013-07" in title
+    assert "alibaba-batch-v2018" in title
