@@ -50,8 +50,10 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 CONFIG_NS = "sa-config"
 LS_NS = "sa-ls"
 WORK_NS = "sa-work"
-#: what the manager writes into Node.status: batch and device resources
-WRITTEN = ("kubernetes.io/batch-cpu", "kubernetes.io/batch-memory", "koordinator.sh/gpu",
+#: what the manager writes into Node.status: batch, mid (issue 33: from the NodeMetric's prodReclaimableMetric)
+#: and device resources
+WRITTEN = ("kubernetes.io/batch-cpu", "kubernetes.io/batch-memory", "kubernetes.io/mid-cpu", "kubernetes.io/mid-memory",
+           "koordinator.sh/gpu",
            "koordinator.sh/gpu-core", "koordinator.sh/gpu-memory", "koordinator.sh/gpu-memory-ratio")
 NODES = {"sa-n1": ("8", "32Gi"), "sa-n2": ("16", "64Gi"), "sa-gpu": ("8", "32Gi")}
 PATHS = {"Namespace": "/api/v1/namespaces", "Node": "/api/v1/nodes", "Pod": "/api/v1/namespaces/{ns}/pods",
@@ -116,6 +118,7 @@ def base_objects(now: float) -> list[dict]:
     out: list[dict] = [{"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": "slo-controller-config", "namespace": CONFIG_NS},
                         "data": {"colocation-config": json.dumps({"enable": True})}}]
+    reclaim = {"sa-n1": ("1", "2Gi"), "sa-n2": ("2500m", "4Gi"), "sa-gpu": ("200m", "512Mi")}
     usage = {"sa-n1": ("3", "10Gi", "500m", "1Gi"), "sa-n2": ("5", "20Gi", "1", "2Gi"),
              "sa-gpu": ("1500m", "6Gi", "300m", "1Gi")}
     running = {"sa-n1": [("web-a", "2", "4Gi", "1800m", "3Gi"), ("cache-a", "1", "8Gi", "600m", "6Gi")],
@@ -134,6 +137,9 @@ def base_objects(now: float) -> list[dict]:
         out.append({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric", "metadata": {"name": name},
                     "spec": {"metricCollectPolicy": {"reportIntervalSeconds": 60}},
                     "status": {"updateTime": iso(now),
+                               # what koordlet's peak predictor reports the Prod pods will not use
+                               "prodReclaimableMetric": {"resource": {"resources": {"cpu": reclaim[name][0],
+                                                                                    "memory": reclaim[name][1]}}},
                                "nodeMetric": {"nodeUsage": {"resources": {"cpu": ncpu, "memory": nmem}},
                                               "systemUsage": {"resources": {"cpu": scpu, "memory": smem}}},
                                "podsMetric": [{"namespace": LS_NS, "name": p, "podUsage": {"resources": {
@@ -334,6 +340,9 @@ async def test_same_node_resources_from_simulate_helper_and_manager_on_real_and_
         on_fake = await manager_result(fake_kc, tmp_path / "manager-fake.log", fake_status)
     assert simulated["sa-n1"].get("kubernetes.io/batch-cpu"), simulated
     assert simulated["sa-gpu"].get("koordinator.sh/gpu-core") == 200, simulated
+    # Mid: the reclaimable Prod resources, capped by what the node leaves unused (Koordinator's midresource)
+    assert simulated["sa-n1"].get("kubernetes.io/mid-cpu") == 1000, simulated
+    assert simulated["sa-n1"].get("kubernetes.io/mid-memory") == 2 * 2**30, simulated
     assert on_real == simulated, (on_real, simulated)
     assert on_fake == simulated, (on_fake, simulated)
     assert helped == simulated, (helped, simulated)
