@@ -20,6 +20,7 @@ from ..extension import CONFIG_NAMESPACE, SLO_CTRL_CONFIG_MAP
 from ._common import DAY, add_plugin_options, number
 from .scheduler import (
     add_connection_options,
+    add_leader_election_options,
     add_unhealthy_after_option,
     check_leader_args,
     leader_elector_from_args,
@@ -48,16 +49,7 @@ def register(sub: Commands) -> None:
                    help=f"namespace of the {SLO_CTRL_CONFIG_MAP} ConfigMap (default {CONFIG_NAMESPACE})")
     p.add_argument("--resync-period", type=number(float, 0, DAY, above=True), default=60.0, metavar="SECONDS",
                    help="recompute every node this often besides on changes (default 60)")
-    p.add_argument("--leader-elect", action="store_true", help="elect a leader on a coordination.k8s.io Lease")
-    p.add_argument("--leader-elect-namespace", default="kube-system",
-                   help="namespace of the leader election Lease (default kube-system)")
-    p.add_argument("--leader-elect-name", default="koordfw-manager", help="Lease name (default koordfw-manager)")
-    p.add_argument("--leader-elect-lease-duration", type=number(float, 0, DAY, above=True), default=15.0,
-                   help="seconds a non-leader waits after the last renewal before taking over (default 15)")
-    p.add_argument("--leader-elect-renew-deadline", type=number(float, 0, DAY, above=True), default=10.0,
-                   help="seconds the leader keeps trying to renew before it stops leading (default 10)")
-    p.add_argument("--leader-elect-retry-period", type=number(float, 0, DAY, above=True), default=2.0,
-                   help="seconds between attempts to acquire or renew (default 2)")
+    add_leader_election_options(p, name_default="koordfw-manager", name_help="Lease name (default koordfw-manager)")
     p.add_argument("--health-address", default="0.0.0.0:10260",
                    help="serve /healthz, /readyz and /metrics here (default 0.0.0.0:10260; empty = off)")
     add_unhealthy_after_option(p)

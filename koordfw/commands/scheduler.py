@@ -45,16 +45,7 @@ def register(sub: Commands) -> None:
     p.add_argument("--config", dest="profile", metavar="FILE",
                    help="as --profile; kube-scheduler's flag, for a KubeSchedulerConfiguration (Koordinator's "
                         "koord-scheduler-config included, see docs/koordinator-config.md)")
-    p.add_argument("--leader-elect", action="store_true", help="elect a leader on a coordination.k8s.io Lease")
-    p.add_argument("--leader-elect-namespace", default="kube-system",
-                   help="namespace of the leader election Lease (default kube-system)")
-    p.add_argument("--leader-elect-name", default=None, help="Lease name (default: the scheduler name)")
-    p.add_argument("--leader-elect-lease-duration", type=number(float, 0, DAY, above=True), default=15.0,
-                   help="seconds a non-leader waits after the last renewal before taking over (default 15)")
-    p.add_argument("--leader-elect-renew-deadline", type=number(float, 0, DAY, above=True), default=10.0,
-                   help="seconds the leader keeps trying to renew before it stops leading (default 10)")
-    p.add_argument("--leader-elect-retry-period", type=number(float, 0, DAY, above=True), default=2.0,
-                   help="seconds between attempts to acquire or renew (default 2)")
+    add_leader_election_options(p, name_default=None, name_help="Lease name (default: the scheduler name)")
     p.add_argument("--health-address", default="0.0.0.0:10259",
                    help="serve /healthz and /metrics here (default 0.0.0.0:10259; empty = off)")
     add_unhealthy_after_option(p)
@@ -90,6 +81,20 @@ def check_leader_args(args: argparse.Namespace) -> None:
         raise KoordfwError("need --leader-elect-lease-duration > --leader-elect-renew-deadline > "
                            "--leader-elect-retry-period")
 
+
+
+def add_leader_election_options(p: argparse.ArgumentParser, *, name_default: str | None, name_help: str) -> None:
+    """``--leader-elect`` and its Lease settings (kube-scheduler's flags), for the scheduler and the manager."""
+    p.add_argument("--leader-elect", action="store_true", help="elect a leader on a coordination.k8s.io Lease")
+    p.add_argument("--leader-elect-namespace", default="kube-system",
+                   help="namespace of the leader election Lease (default kube-system)")
+    p.add_argument("--leader-elect-name", default=name_default, help=name_help)
+    p.add_argument("--leader-elect-lease-duration", type=number(float, 0, DAY, above=True), default=15.0,
+                   help="seconds a non-leader waits after the last renewal before taking over (default 15)")
+    p.add_argument("--leader-elect-renew-deadline", type=number(float, 0, DAY, above=True), default=10.0,
+                   help="seconds the leader keeps trying to renew before it stops leading (default 10)")
+    p.add_argument("--leader-elect-retry-period", type=number(float, 0, DAY, above=True), default=2.0,
+                   help="seconds between attempts to acquire or renew (default 2)")
 
 def leader_elector_from_args(client: Any, args: argparse.Namespace, *, name: str, identity: str) -> Any:
     """The Lease elector the ``--leader-elect*`` flags ask for (None without ``--leader-elect``)."""
