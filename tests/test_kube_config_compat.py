@@ -253,14 +253,35 @@ def test_unknown_kube_name_suggests_the_close_one():
         build_registry(raw)
 
 
-def test_balanced_allocation_enabled_is_a_warning_not_a_silent_drop(tmp_path, capsys):
+def test_balanced_allocation_scores_as_kubes(tmp_path, capsys):
+    """kube's NodeResourcesBalancedAllocation maps to node_resources_balanced_allocation (opt-in in koordfw's
+    own profile): (1 - std of the requested fractions) * 100 with the pod's own requests. A 2-core / 2Gi
+    pod on n1 (4 cores, 8Gi) leaves fractions 0.5 and 0.25: std 0.125, score 87; on n2 (8, 16Gi) 0.25 and
+    0.125: std 0.0625, score 93; on n3 the node's BE pod has no requests (no 100m / 200Mi here: kube's
+    useRequested), so 0.5 and 0.25 again: 87."""
     cfg = kube_config({"type": "LeastAllocated"})
-    cfg["profiles"][0]["plugins"]["score"]["enabled"].append({"name": "NodeResourcesBalancedAllocation"})
+    cfg["profiles"][0]["plugins"]["score"]["enabled"] = [{"name": "NodeResourcesBalancedAllocation", "weight": 1}]
+    reg = build_registry(cfg, autoload=False)
+    assert [i.plugin for i in reg.impls("score")] == ["node_resources_balanced_allocation"]
+    assert "node_resources_balanced_allocation" not in [i.plugin for i in build_registry(None, autoload=False)
+                                                        .impls("score")]  # opt-in
+    from koordfw.builtin import node_resources_balanced_allocation as nrba
+
+    cluster = ClusterState()
+    b = three_nodes()
+    for n in b.build().nodes:
+        cluster.add_node(n)
+    for p in b.build().pods:
+        cluster.add_pod(p)
+    idx = np.arange(cluster.num_nodes, dtype=np.int64)
+    pod = make_pod("p", "default", requests={"cpu": "2", "memory": "2Gi"})
+    got = nrba.score(pod, NodeBatch(cluster, idx), reg.args["node_resources_balanced_allocation"],
+                     SimpleNamespace(stash=Stash()))
+    assert dict(zip([v.name for v in cluster.views], got.tolist())) == {"n1": 87, "n2": 93, "n3": 87}
     f = tmp_path / "kube.yaml"
     f.write_text(yaml.safe_dump(cfg))
     assert main(["simulate", "--profile", str(f), str(EXAMPLES / "00-nodes.yaml"), "-o", "json"]) == 0
-    err = capsys.readouterr().err
-    assert "koordfw: warning:" in err and "NodeResourcesBalancedAllocation" in err
+    assert "NodeResourcesBalancedAllocation" not in capsys.readouterr().err  # carried over: nothing to warn
 
 
 # -- SchedulingHint -----------------------------------------------------------------------------------
@@ -423,7 +444,9 @@ def test_kube_schedulers_own_default_config_dump_loads():
     reg = build_registry(KUBE_DEFAULTS, autoload=False)
     prof = reg.profile
     assert prof.scheduler_name == "default-scheduler"
-    assert prof.warnings and "NodeResourcesBalancedAllocation" in prof.warnings[0]
+    assert prof.warnings == []  # NodeResourcesBalancedAllocation is carried over too
+    assert "node_resources_balanced_allocation" in names(reg, "score")
+    assert prof.weight("node_resources_balanced_allocation") == 1
     assert names(reg, "bind") == ["default_binder"]
     assert prof.weight("taint_toleration") == 3 and prof.weight("node_selector") == 2
     assert reg.args["pod_topology_spread"].defaulting_type == "System"

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from . import (
         default_binder,
         default_preemption,
+        node_resources_balanced_allocation,
         node_resources_fit,
         node_selector,
         node_unschedulable,
@@ -76,6 +77,8 @@ if TYPE_CHECKING:
         _pre_filter_node_ports: PreFilterPlugin = node_ports_
         _filter_node_ports: FilterPlugin = node_ports_
         _plugin_args_node_resources_fit: PluginArgsProvider = node_resources_fit
+        _plugin_args_node_resources_balanced_allocation: PluginArgsProvider = node_resources_balanced_allocation
+        _score_node_resources_balanced_allocation: ScorePlugin = node_resources_balanced_allocation
         _events_to_register_node_resources_fit: EnqueueExtensions = node_resources_fit
         _filter_node_resources_fit: FilterPlugin = node_resources_fit
         _score_node_resources_fit: ScorePlugin = node_resources_fit

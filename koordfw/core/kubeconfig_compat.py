@@ -177,11 +177,8 @@ PLUGINS: dict[str, PluginMapping] = {
          ("scoringStrategy.requestedToCapacityRatio", "requestedToCapacityRatio"),
          ("ignoredResources", "ignoredResources"), ("ignoredResourceGroups", "ignoredResourceGroups"))),
     "NodeResourcesBalancedAllocation": PluginMapping(
-        None, "no separate plugin: node_resources_fit scores with one strategy; set its scoringStrategy "
-        "to BalancedAllocation to score this way",
-        warn="NodeResourcesBalancedAllocation: koordfw has no separate plugin for it, so its score is not added; "
-             "node_resources_fit's scoringStrategy BalancedAllocation scores this way instead",
-        fields=(("resources", "accepted, not read"),), ignore_args=True),
+        "node_resources_balanced_allocation", "kube's balanced-allocation score, opt-in in koordfw's own profile",
+        fields=(("resources", "resources"),)),
     "VolumeRestrictions": PluginMapping("volume_restrictions"),
     "NodeVolumeLimits": PluginMapping("node_volume_limits"),
     "EBSLimits": PluginMapping("node_volume_limits", "the CSI limits cover the in-tree volume types"),

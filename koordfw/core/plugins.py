@@ -34,7 +34,12 @@ BUILTIN_DISTRIBUTION = "koordfw"
 BUILTIN_ORDER: tuple[str, ...] = (
     "priority_sort", "scheduling_gates", "scheduling_hint", "node_unschedulable", "node_selector", "taint_toleration",
     "node_ports", "node_resources_fit", "volume_restrictions", "node_volume_limits", "volume_binding", "volume_zone",
-    "pod_topology_spread", "inter_pod_affinity", "image_locality", "default_preemption", "default_binder")
+    "pod_topology_spread", "inter_pod_affinity", "image_locality", "default_preemption", "default_binder",
+    "node_resources_balanced_allocation")
+
+#: built-ins that run only where a profile enables them (kube-scheduler has them on by default; koordfw's
+#: default profile scores with node_resources_fit's one strategy): not in any point's default order
+OPT_IN_BUILTINS: frozenset[str] = frozenset({"node_resources_balanced_allocation"})
 
 #: hooks whose implementations may come in a per-node form (``node`` instead of ``nodes``)
 PER_NODE_HOOKS = ("filter", "score")
@@ -331,7 +336,7 @@ class Registry:
         by_plugin: dict[str, Any] = {}
         for hi in hc.get_hookimpls():
             by_plugin[hi.plugin_name] = hi
-        default_order = [n for n in self.plugins if n in by_plugin]
+        default_order = [n for n in self.plugins if n in by_plugin and n not in OPT_IN_BUILTINS]
         ps = self.profile.plugins.get(point)
         multi = self.profile.plugins.get("*")
         order: list[tuple[str, int]] = []
