@@ -25,7 +25,7 @@ from .model import Pod
 if TYPE_CHECKING:
     from .handle import ClusterView
 
-__all__ = ["ReadOnlyCluster", "as_view", "read_only", "view_of"]
+__all__ = ["ReadOnlyCluster", "as_view", "canonical_cluster", "read_only", "view_of"]
 
 
 def read_only(a: np.ndarray) -> np.ndarray:
@@ -199,3 +199,8 @@ def as_view(cluster: ClusterView) -> ReadOnlyCluster:
     if isinstance(cluster, ClusterState):
         return view_of(cluster)
     return cast(ReadOnlyCluster, cluster)  # a view already (or a test's stand-in)
+
+
+def canonical_cluster(obj: object) -> object:
+    """``obj``, or for a :class:`ClusterState` its read-only view (identity keys of one cluster)."""
+    return view_of(obj) if type(obj) is ClusterState else obj

@@ -129,3 +129,13 @@ def test_requests_are_put_back_when_the_block_raises():
         assert cpu(h.cluster, "n0") == 3000
         raise RuntimeError
     assert cpu(h.cluster, "n0") == 0
+
+
+def test_identity_keys_of_the_state_and_its_view_are_one_key():
+    from koordfw.core.memo import IdentityKey
+
+    c, other = cluster_of("n0"), cluster_of("n0")
+    dev = object()
+    assert IdentityKey(c, dev) == IdentityKey(view_of(c), dev)
+    assert hash(IdentityKey(c, dev)) == hash(IdentityKey(view_of(c), dev))
+    assert IdentityKey(c, dev) != IdentityKey(other, dev)  # an equal cluster is another cluster
