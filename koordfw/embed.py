@@ -15,6 +15,7 @@ from .command_api import Commands, add_plugin_options, registry_from_args
 from .core.caller import PluginFailure
 from .core.clock import VirtualClock
 from .core.cluster import ClusterState, NodeView
+from .core.cluster_view import as_view as cluster_view_of
 from .core.errors import ManifestError
 from .core.events import SchedulerEvents
 from .core.model import Pod
@@ -31,8 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ClusterState", "CollectPolicy", "Commands", "EmbeddedEngine", "NodeMetricReporter", "NodePlan", "NodePlanner",
            "PluginFailure", "PodAdmission", "Profile", "Scheduler", "SchedulerEvents", "VirtualClock", "add_plugin_options",
-           "build_registry", "hookspec", "load_profile", "plan_writes", "profile_from_dict", "registry_from_args",
-           "simulate", "update_node_resources"]
+           "build_registry", "cluster_view_of", "hookspec", "load_profile", "plan_writes", "profile_from_dict",
+           "registry_from_args", "simulate", "update_node_resources"]
 
 
 def simulate(*a: Any, **kw: Any) -> SimulationResult:

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from koordfw import Pod
-from koordfw.embed import ClusterState
+from koordfw import ClusterView, Pod
+from koordfw.embed import cluster_view_of
 from koordfw.inputs import selector_matches
 
 #: the label kube-apiserver puts on every Namespace (NamespaceDefaultLabelName)
@@ -31,15 +31,15 @@ class NodeTally:
 
     def __init__(self, count: Callable[[list[Pod]], Mapping[Hashable, int]]) -> None:
         self._count = count
-        self._cluster: weakref.ReferenceType[ClusterState] | None = None
+        self._cluster: weakref.ReferenceType[ClusterView] | None = None
         self._versions = np.zeros(0, dtype=np.int64)
         self._per_node: list[Mapping[Hashable, int]] = []
         self.columns: dict[Hashable, np.ndarray] = {}
         self._totals: dict[Hashable, int] = {}
         self._cap = 0
 
-    def _reset(self, cluster: ClusterState) -> None:
-        self._cluster = weakref.ref(cluster)
+    def _reset(self, key: ClusterView) -> None:
+        self._cluster = weakref.ref(key)
         self._versions = np.zeros(0, dtype=np.int64)
         self._per_node = []
         self.columns = {}
@@ -61,11 +61,12 @@ class NodeTally:
             self._cap = cap
         self._per_node.extend({} for _ in range(n - len(self._per_node)))
 
-    def refresh(self, cluster: ClusterState) -> dict[Hashable, np.ndarray]:
+    def refresh(self, cluster: ClusterView) -> dict[Hashable, np.ndarray]:
         """Bring the columns up to date with ``cluster``; returns them (arrays of the capacity length:
         slice ``[:cluster.num_nodes]`` or index by node indices)."""
-        if self._cluster is None or self._cluster() is not cluster:
-            self._reset(cluster)
+        key = cluster_view_of(cluster)  # the plugins' read-only view and the state are one cluster
+        if self._cluster is None or self._cluster() is not key:
+            self._reset(key)
         n = cluster.num_nodes
         if n > len(self._per_node):
             self._grow(n)
@@ -117,19 +118,20 @@ class Domains:
     rebuilt when node labels change."""
 
     def __init__(self) -> None:
-        self._cluster: weakref.ReferenceType[ClusterState] | None = None
+        self._cluster: weakref.ReferenceType[ClusterView] | None = None
         self._gen = -1
         self._n = -1
         self._codes: dict[str, tuple[np.ndarray, list[str]]] = {}
 
-    def _check(self, cluster: ClusterState) -> None:
-        if (self._cluster is None or self._cluster() is not cluster or self._gen != cluster.labels_generation
+    def _check(self, cluster: ClusterView) -> None:
+        key = cluster_view_of(cluster)  # the plugins' read-only view and the state are one cluster
+        if (self._cluster is None or self._cluster() is not key or self._gen != cluster.labels_generation
                 or self._n != cluster.num_nodes):
-            self._cluster = weakref.ref(cluster)
+            self._cluster = weakref.ref(key)
             self._gen, self._n = cluster.labels_generation, cluster.num_nodes
             self._codes = {}
 
-    def get(self, cluster: ClusterState, key: str) -> tuple[np.ndarray, list[str]]:
+    def get(self, cluster: ClusterView, key: str) -> tuple[np.ndarray, list[str]]:
         """(codes over node indices, the domain values by code)."""
         self._check(cluster)
         got = self._codes.get(key)
@@ -144,7 +146,7 @@ class Domains:
             got = self._codes[key] = (codes, list(values))
         return got
 
-    def codes(self, cluster: ClusterState, key: str) -> np.ndarray:
+    def codes(self, cluster: ClusterView, key: str) -> np.ndarray:
         return self.get(cluster, key)[0]
 
 

@@ -61,7 +61,7 @@ async def select_victims_on_node(pod: Pod, node_name: str, state: CycleState,
     lower = [p for p in cluster.pods_on(node_name) if p.priority < pod.priority]
     if not lower:
         return None
-    with cluster.without_pods(node_name, lower):
+    with handle.without_pods(node_name, lower):
         if not (await handle.run_filters(pod, node_name, state)).ok:
             return None
     lower.sort(key=_sort_key)
@@ -71,7 +71,7 @@ async def select_victims_on_node(pod: Pod, node_name: str, state: CycleState,
     for group, is_violating in ((violating, True), (ok, False)):
         for p in group:
             trial = [v for v in victims if v.uid != p.uid]
-            with cluster.without_pods(node_name, trial):
+            with handle.without_pods(node_name, trial):
                 fits = (await handle.run_filters(pod, node_name, state)).ok
             if fits:
                 victims = trial

@@ -14,8 +14,8 @@ import weakref
 
 import numpy as np
 
-from koordfw import CycleState, NodeBatch, Pod, StateKey, Status, hookimpl
-from koordfw.embed import ClusterState
+from koordfw import ClusterView, CycleState, NodeBatch, Pod, StateKey, Status, hookimpl
+from koordfw.embed import cluster_view_of
 
 MB = 1024 * 1024
 MIN_THRESHOLD = 23 * MB
@@ -34,13 +34,14 @@ def normalized_image_name(name: str) -> str:
 
 class ImageLocality:
     def __init__(self) -> None:
-        self._cluster: weakref.ReferenceType[ClusterState] | None = None
+        self._cluster: weakref.ReferenceType[ClusterView] | None = None
         self._gen = -1
         #: image name → (node indices, size on each)
         self._index: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
-    def _images(self, cluster: ClusterState) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        if self._cluster is None or self._cluster() is not cluster or self._gen != cluster.labels_generation:
+    def _images(self, cluster: ClusterView) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        key = cluster_view_of(cluster)  # the plugins' read-only view and the state are one cluster
+        if self._cluster is None or self._cluster() is not key or self._gen != cluster.labels_generation:
             acc: dict[str, tuple[list[int], list[int]]] = {}
             live = cluster.live_mask if cluster.has_removed_nodes else None
             for i, v in enumerate(cluster.views):
@@ -53,7 +54,7 @@ class ImageLocality:
                             nodes.append(i)
                             sizes.append(size)
             self._index = {n: (np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)) for n, (a, b) in acc.items()}
-            self._cluster, self._gen = weakref.ref(cluster), cluster.labels_generation
+            self._cluster, self._gen = weakref.ref(key), cluster.labels_generation
         return self._index
 
     @hookimpl

@@ -40,8 +40,18 @@ from typing import Any, cast
 import attrs
 import numpy as np
 
-from koordfw import ClusterEventWithHint, CycleState, Handle, NodeBatch, Pod, QueueingHint, StateKey, Status, hookimpl
-from koordfw.embed import ClusterState
+from koordfw import (
+    ClusterEventWithHint,
+    ClusterView,
+    CycleState,
+    Handle,
+    NodeBatch,
+    Pod,
+    QueueingHint,
+    StateKey,
+    Status,
+    hookimpl,
+)
 from koordfw.hints import ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE
 
 from ._topology import AffinityTerm, Domains, Namespaces, NodeTally, TallyCache, domain_sums, pod_terms
@@ -157,13 +167,13 @@ class InterPodAffinity:
                     c[k] += 1
         return c
 
-    def _existing_columns(self, cluster: ClusterState) -> dict[Hashable, np.ndarray]:
+    def _existing_columns(self, cluster: ClusterView) -> dict[Hashable, np.ndarray]:
         cols = self._existing.refresh(cluster)
         if len(self._terms) > 2 * len(cols) + 64:  # forget the terms of pods long gone
             self._terms = {k: t for k, t in self._terms.items() if k in cols}
         return cols
 
-    def _matching(self, cluster: ClusterState, terms: list[AffinityTerm], ns: Namespaces) -> np.ndarray:
+    def _matching(self, cluster: ClusterView, terms: list[AffinityTerm], ns: Namespaces) -> np.ndarray:
         """Per node index: pods matching every term of ``terms`` (one term: that term)."""
         sig: Hashable = tuple(t.key for t in terms)
         if any(t.ns_selector is not None for t in terms):
@@ -177,12 +187,12 @@ class InterPodAffinity:
         n = cluster.num_nodes
         return col[:n] if col is not None else np.zeros(n, dtype=np.int64)
 
-    def _part(self, cluster: ClusterState, key: str, per_node: np.ndarray) -> _Part:
+    def _part(self, cluster: ClusterView, key: str, per_node: np.ndarray) -> _Part:
         codes, values = self._domains.get(cluster, key)
         return _Part(key, per_node, domain_sums(codes, per_node, len(values)))
 
     # -- filter ---------------------------------------------------------------------------------------
-    def _filter_state(self, pod: Pod, cluster: ClusterState) -> _FilterState | None:
+    def _filter_state(self, pod: Pod, cluster: ClusterView) -> _FilterState | None:
         aff_terms = pod_terms(pod, "podAffinity")[0]
         anti_terms = pod_terms(pod, "podAntiAffinity")[0]
         if not aff_terms and not anti_terms and cluster.pods_with_required_anti_affinity == 0:
@@ -237,7 +247,7 @@ class InterPodAffinity:
             nominated=nominated)
 
     @hookimpl
-    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:  # handle.cluster: the ClusterState
+    def pre_filter(self, pod: Pod, state: CycleState, handle: Handle) -> Status | None:
         cluster = handle.cluster
         if not pod.has_pod_affinity and cluster.pods_with_required_anti_affinity == 0:
             return Status.skip()
@@ -247,7 +257,7 @@ class InterPodAffinity:
         state[FILTER_STATE] = st
         return None
 
-    def _recount(self, pod: Pod, st: _FilterState, cluster: ClusterState) -> _FilterState:
+    def _recount(self, pod: Pod, st: _FilterState, cluster: ClusterView) -> _FilterState:
         """``st`` with the nodes whose pods changed since pre_filter recounted (kube's PreFilterExtensions
         RemovePod/AddPod, which preemption runs for its victims)."""
         n = min(len(st.versions), cluster.num_nodes)

@@ -35,6 +35,7 @@ from koordfw import (
     memo,
 )
 from koordfw.contract import FilterBatchResult
+from koordfw.embed import cluster_view_of
 from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE, POD_DELETE
 
 _STRATEGIES = {"leastallocated": "LeastAllocated", "least_allocated": "LeastAllocated",
@@ -214,15 +215,16 @@ def _score_columns(cluster: ClusterView, args: Args,
     among them or -1) of ``args.resources`` in ``cluster``, kept in ``stash`` while the args object and the
     cluster stay the same objects (a resource column, once added, keeps its index); the entry holds both,
     so neither is another object's."""
+    key = cluster_view_of(cluster)  # the plugins' read-only view and the state are one cluster
     got = stash.get(_SCORE_COLUMNS, None)
-    if got is None or got[0] is not args or got[1] is not cluster:
+    if got is None or got[0] is not args or got[1] is not key:
         names = [r.name for r in args.resources]
         cols = np.array([cluster.resource_index(n) for n in names], dtype=np.int64)
         weights = np.array([r.weight for r in args.resources], dtype=np.int64)
         scalar = np.array([_is_scalar(n) for n in names], dtype=bool)
         k_cpu = names.index("cpu") if "cpu" in names else -1
         k_mem = names.index("memory") if "memory" in names else -1
-        got = stash[_SCORE_COLUMNS] = (args, cluster, cols, weights, scalar, k_cpu, k_mem)
+        got = stash[_SCORE_COLUMNS] = (args, key, cols, weights, scalar, k_cpu, k_mem)
     return got[2:]
 
 
@@ -253,11 +255,12 @@ _NON_ZERO = StashKey[list[Any]]()
 def _node_missing(cluster: ClusterView, idx: np.ndarray, stash: Stash) -> np.ndarray:
     """Per node of ``idx``, what its pods add as non-zero defaults ([milli-CPU, bytes] rows, kube's
     NodeInfo.NonZeroRequested - Requested), recounted only on nodes whose pods changed."""
+    key = cluster_view_of(cluster)  # the plugins' read-only view and the state are one cluster
     got = stash.get(_NON_ZERO, None)
     versions = cluster.node_version
     n = len(versions)
-    if got is None or got[0] is not cluster:
-        got = stash[_NON_ZERO] = [cluster, np.full(0, -1, dtype=np.int64), np.zeros((0, 2), dtype=np.int64)]
+    if got is None or got[0] is not key:
+        got = stash[_NON_ZERO] = [key, np.full(0, -1, dtype=np.int64), np.zeros((0, 2), dtype=np.int64)]
     if len(got[1]) < n:
         got[1] = np.concatenate([got[1], np.full(n - len(got[1]), -1, dtype=np.int64)])
         got[2] = np.concatenate([got[2], np.zeros((n - len(got[2]), 2), dtype=np.int64)])

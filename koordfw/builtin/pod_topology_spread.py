@@ -42,6 +42,7 @@ import numpy as np
 from koordfw import (
     BoundedCache,
     ClusterEventWithHint,
+    ClusterView,
     CycleState,
     Handle,
     NodeBatch,
@@ -51,7 +52,6 @@ from koordfw import (
     Status,
     hookimpl,
 )
-from koordfw.embed import ClusterState
 from koordfw.hints import ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE
 from koordfw.inputs import selector_matches
 
@@ -248,20 +248,20 @@ class PodTopologySpread:
         return _constraints(defaults, pod.labels, action, selector=sel), False
 
     # -- columns ------------------------------------------------------------------------------------------
-    def _counts(self, cluster: ClusterState, pod: Pod, c: Constraint) -> np.ndarray:
+    def _counts(self, cluster: ClusterView, pod: Pod, c: Constraint) -> np.ndarray:
         t = self._tallies.get((pod.namespace, c.selector_key), _count_matching(pod.namespace, c.selector))
         col = t.refresh(cluster).get(0)
         n = cluster.num_nodes
         return col[:n] if col is not None else np.zeros(n, dtype=np.int64)
 
-    def _cached_mask(self, key: Hashable, cluster: ClusterState, build: Any) -> np.ndarray:
+    def _cached_mask(self, key: Hashable, cluster: ClusterView, build: Any) -> np.ndarray:
         gen = cluster.labels_generation
         got = self._masks.get(key)
         if got is None or got[0] != gen or len(got[1]) != cluster.num_nodes:
             got = self._masks[key] = (gen, build())
         return got[1]
 
-    def _affinity_mask(self, pod: Pod, cluster: ClusterState) -> np.ndarray | None:
+    def _affinity_mask(self, pod: Pod, cluster: ClusterView) -> np.ndarray | None:
         """Nodes matching the pod's nodeSelector and required node affinity (None: no such rules)."""
         na = (pod.affinity or {}).get("nodeAffinity") or {}
         terms = (na.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
@@ -276,7 +276,7 @@ class PodTopologySpread:
                                  lambda: np.fromiter((node_matches(pod, v) for v in cluster.views), dtype=bool,
                                                      count=cluster.num_nodes))
 
-    def _taint_mask(self, pod: Pod, cluster: ClusterState) -> np.ndarray:
+    def _taint_mask(self, pod: Pod, cluster: ClusterView) -> np.ndarray:
         """Nodes without an untolerated NoSchedule/NoExecute taint."""
         def build() -> np.ndarray:
             out = np.ones(cluster.num_nodes, dtype=bool)
@@ -289,13 +289,13 @@ class PodTopologySpread:
 
         return self._cached_mask(("taints", pod.tolerations), cluster, build)
 
-    def _has_keys(self, cluster: ClusterState, constraints: list[Constraint]) -> np.ndarray:
+    def _has_keys(self, cluster: ClusterView, constraints: list[Constraint]) -> np.ndarray:
         m = cluster.live_mask if cluster.has_removed_nodes else np.ones(cluster.num_nodes, dtype=bool)
         for c in constraints:
             m = m & (self._domains.codes(cluster, c.topology_key) >= 0)
         return m
 
-    def _eligible(self, pod: Pod, cluster: ClusterState, c: Constraint, base: np.ndarray) -> np.ndarray:
+    def _eligible(self, pod: Pod, cluster: ClusterView, c: Constraint, base: np.ndarray) -> np.ndarray:
         m = base
         if c.honor_affinity:
             aff = self._affinity_mask(pod, cluster)
@@ -306,7 +306,7 @@ class PodTopologySpread:
         return m
 
     # -- filter ------------------------------------------------------------------------------------------
-    def _filter_state(self, pod: Pod, cluster: ClusterState) -> _Filter | None:
+    def _filter_state(self, pod: Pod, cluster: ClusterView) -> _Filter | None:
         constraints, _ = self.constraints(pod, cluster, "DoNotSchedule")
         if not constraints:
             return None
@@ -326,7 +326,7 @@ class PodTopologySpread:
         self._sum(cluster, st)
         return st
 
-    def _sum(self, cluster: ClusterState, st: _Filter) -> None:
+    def _sum(self, cluster: ClusterView, st: _Filter) -> None:
         st.sums, st.present, st.minimum = [], [], []
         for c, per_node, elig in zip(st.constraints, st.per_node, st.eligible):
             codes, values = self._domains.get(cluster, c.topology_key)
@@ -342,7 +342,7 @@ class PodTopologySpread:
             st.present.append(present)
             st.minimum.append(minimum)
 
-    def _recount(self, pod: Pod, st: _Filter, cluster: ClusterState) -> _Filter:
+    def _recount(self, pod: Pod, st: _Filter, cluster: ClusterView) -> _Filter:
         changed = np.flatnonzero(cluster.node_version != st.versions).tolist()
         out = attrs.evolve(st, versions=cluster.node_version.copy(), per_node=[p.copy() for p in st.per_node])
         for c, per_node in zip(out.constraints, out.per_node):
@@ -353,7 +353,7 @@ class PodTopologySpread:
         return out
 
     @hookimpl
-    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:  # handle.cluster: the ClusterState
+    def pre_filter(self, pod: Pod, state: CycleState, handle: Handle) -> Status | None:
         if not pod.topology_spread_constraints and not (self._default_filter and self._may_default(pod, handle.cluster)):
             return Status.skip()
         st = self._filter_state(pod, handle.cluster)

@@ -25,7 +25,17 @@ from typing import Any, cast
 import attrs
 import numpy as np
 
-from koordfw import ClusterEvent, ClusterEventWithHint, CycleState, NodeBatch, Pod, StateKey, Status, hookimpl
+from koordfw import (
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    Handle,
+    NodeBatch,
+    Pod,
+    StateKey,
+    Status,
+    hookimpl,
+)
 from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE
 
 from ._topology import NodeTally
@@ -88,7 +98,7 @@ class VolumeRestrictions:
         self._tally = NodeTally(_in_use)
 
     @hookimpl
-    def pre_filter(self, pod: Pod, state: CycleState, handle: Any) -> Status | None:  # handle.cluster: the ClusterState
+    def pre_filter(self, pod: Pod, state: CycleState, handle: Handle) -> Status | None:
         disks = [d for v in pod.volumes if (d := _disk(v)) is not None]
         cluster = handle.cluster
         rwop: list[str] = []

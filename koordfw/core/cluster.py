@@ -159,6 +159,7 @@ class ClusterState:
         self._anti_uids: set[str] = set()
         #: pending pods nominated to a node (status.nominatedNodeName), by uid
         self._nominated: dict[str, Pod] = {}
+        self._view: Any = None  # its read-only ClusterView (cluster_view.view_of)
 
     # -- columns --------------------------------------------------------------------------------
     @property

@@ -36,13 +36,16 @@ class ClusterView(Protocol):
     """The read side of the engine's cluster: nodes (as :class:`~koordfw.NodeView` and numpy columns
     indexed by node index), pods, and the other objects (NodeMetric, Device, PodGroup, ...).
 
-    This protocol types only the read side. What an engine hands plugins as ``handle.cluster`` today is
-    its own mutable ``ClusterState``, so nothing stops a plugin from changing it: plugins are meant to
-    change it only through :meth:`without_pods`, a what-if that is undone on exit, but the reservation
-    plugin also shifts ``requested`` by hand (``add_requested``, undone before it returns) when it
-    nominates a reservation on the node a pod was assumed on. The columns (``allocatable``,
-    ``requested``, ...) are ``[node, resource]`` int64 arrays in canonical units (millicores, bytes,
-    counts); :meth:`resource_index` names a column.
+    What plugins get (``handle.cluster``, ``deschedule``'s ``cluster``) is read-only: the kernel's
+    :class:`~koordfw.core.cluster_view.ReadOnlyCluster`, with none of the engine's mutators; a plugin
+    acts through its handle's verbs (:meth:`Handle.without_pods`, :meth:`Handle.restore_requests`,
+    :meth:`Handle.with_requests_freed`, :meth:`Handle.with_requests_held`, ``nominate``, ``evict``,
+    ``patch_object``, ...). The columns (``allocatable``, ``requested``, ...) are read-only views of
+    ``[node, resource]`` int64 arrays in canonical units (millicores, bytes, counts);
+    :meth:`resource_index` names a column. The :class:`~koordfw.NodeView` s, pods and object dicts are
+    the engine's own: read them, never change them (``NodeView.cluster`` and ``NodeBatch.cluster`` are
+    still the engine's state, for the kernel's batch hot path: read them only).
+    :meth:`without_pods` is kept here for plugins written before :meth:`Handle.without_pods`.
     """
 
     @property
@@ -220,6 +223,23 @@ class Handle(PluginsRunner, Protocol):
         cycle's filters and scores run (``run_filters`` and ``run_scores`` what-ifs included): taken off the
         node's ``requested`` column meanwhile and put back after each call. Koordinator's
         restore-reservation transformer; call it from ``pre_filter``. Calls for one node add up."""
+
+    def without_pods(self, node_name: str, pods: Sequence[Pod]) -> AbstractContextManager[None]:
+        """The kernel's "node without these pods" what-if: inside ``with handle.without_pods(node, pods):``
+        the pods of ``pods`` that are on ``node_name`` are off it (its ``requested`` column, ``pods_on`` and
+        ``node_version``, which changes on entry and exit) and back on exit. Preemption's and descheduling's
+        what-ifs (kube's SelectVictimsOnNode removing victims from the node's NodeInfo)."""
+    def with_requests_freed(self, node_name: str, requests: np.ndarray) -> AbstractContextManager[None]:
+        """Inside ``with handle.with_requests_freed(node, vec):`` count ``vec`` (a request vector, as
+        :meth:`ClusterView.request_vector` gives) as free on ``node_name``: taken off its ``requested``
+        column on entry, put back on exit; no pod moves and ``node_version`` does not change. For a check
+        made now, outside the filters (:meth:`restore_requests` is the cycle-long form), e.g. the reservation
+        plugin's nomination at reserve, with the assumed pod and the reservations' holds not counted."""
+    def with_requests_held(self, node_name: str, requests: np.ndarray) -> AbstractContextManager[None]:
+        """The converse of :meth:`with_requests_freed`: inside the block ``requests`` count as used on
+        ``node_name`` (added to its ``requested`` column, taken off on exit), e.g. a descheduling plan's
+        moves counted on their targets while the next move's filters run. Blocks nest (for several nodes,
+        or a node freed of its pods while another holds the moves)."""
 
     # -- the engine's other objects (CRDs a plugin keeps the status of) --------------------------------
     @property

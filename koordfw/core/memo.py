@@ -87,11 +87,19 @@ class IdentityKey:
     """A key standing for objects themselves, in order: ``IdentityKey(cluster, *devices)``. It holds
     them, so none is collected (and its identity reused) while the key lives, and it equals only a key of
     the very same objects: a replaced object, even an equal one, makes a different key. Hashable (by the
-    objects' identities) and comparable with ``==``; put it in a tuple with value parts (generations)."""
+    objects' identities) and comparable with ``==``; put it in a tuple with value parts (generations).
+    A cluster first stands for its one read-only view, so that the engine's state (``NodeBatch.cluster``)
+    and the view plugins get (``handle.cluster``) make the same key."""
 
     __slots__ = ("_hash", "objects")
 
     def __init__(self, *objects: object) -> None:
+        if objects:
+            from .cluster_view import canonical_cluster  # the model (status) imports this module
+
+            first = canonical_cluster(objects[0])
+            if first is not objects[0]:
+                objects = (first, *objects[1:])
         self.objects = objects
         self._hash: int | None = None
 

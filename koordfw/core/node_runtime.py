@@ -27,6 +27,7 @@ import structlog
 
 from .caller import HookCaller, PluginFailure
 from .clock import Clock
+from .cluster_view import as_view
 from .events import EventLog
 from .model import Migration
 from .nodestate import ContainerState, Eviction, FileWrite, NodeState, PodState
@@ -302,7 +303,7 @@ class NodeRuntime:
         """Every plugin's ``deschedule`` once: (plugin → the migrations it planned, each named after its
         plugin unless it named one; the plugins that failed or returned something other than Migrations)."""
         plans: dict[str, list[Migration]] = {}
-        results, failures = await self._each("deschedule", cluster=cluster)
+        results, failures = await self._each("deschedule", cluster=as_view(cluster))  # plugins read, never write
         for impl, res in results:
             try:
                 items = list(res or ())

@@ -4,13 +4,14 @@ placeholders, object status, the PluginsRunner) that plugins reach only through 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .clock import Clock
-from .cluster import ClusterState
+from .cluster_view import ReadOnlyCluster, view_of
 from .events import EventLog
 from .model import Pod
 from .results import WaitingPod
@@ -57,8 +58,8 @@ class SchedulerHandle:
         return self._s.clock.now()
 
     @property
-    def cluster(self) -> ClusterState:
-        return self._s.cluster
+    def cluster(self) -> ReadOnlyCluster:
+        return view_of(self._s.cluster)
 
     @property
     def rng(self) -> np.random.Generator:
@@ -127,6 +128,30 @@ class SchedulerHandle:
             restored = state[RESTORED_REQUESTS] = {}
         prev = restored.get(i)
         restored[i] = requests.copy() if prev is None else _add_vectors(prev, requests)
+
+    def without_pods(self, node_name: str, pods: Sequence[Pod]) -> AbstractContextManager[None]:
+        return self._s.cluster.without_pods(node_name, pods)
+
+    def with_requests_freed(self, node_name: str, requests: np.ndarray) -> AbstractContextManager[None]:
+        return self._shifted(node_name, requests, -1)
+
+    def with_requests_held(self, node_name: str, requests: np.ndarray) -> AbstractContextManager[None]:
+        return self._shifted(node_name, requests, 1)
+
+    @contextmanager
+    def _shifted(self, node_name: str, requests: np.ndarray, sign: int) -> Iterator[None]:
+        """``requests`` added to (``sign`` 1) or taken off (-1) the node's ``requested`` row meanwhile."""
+        cluster = self._s.cluster
+        i = cluster.node_index(node_name)
+        if i is None:
+            yield
+            return
+        vec = np.array(requests[: len(cluster.resources)], dtype=np.int64)  # the caller's may change meanwhile
+        cluster.add_requested(i, sign * vec)
+        try:
+            yield
+        finally:
+            cluster.add_requested(i, -sign * vec)
 
     # -- other objects -------------------------------------------------------------------------------
     @property

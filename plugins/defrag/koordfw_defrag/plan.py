@@ -1,7 +1,7 @@
 """One round's plan: migrations with reserved targets, budgets, PDBs and gangs.
 
 Every migration names its target, checked with the scheduler's own pre_filter and filter plugins
-while the pod is taken off its node (``ClusterState.without_pods``) and while the requests of the moves
+while the pod is taken off its node (``handle.without_pods``) and while the requests of the moves
 already planned in this round are counted on their targets. A node that loses a pod in the plan is
 never a target of the same plan, so no move depends on another eviction having happened: each target
 has the room now, and the plan can be executed in any order.
@@ -118,19 +118,11 @@ class PlanBuilder:
     # -- target checks -------------------------------------------------------------------------------
     @contextlib.contextmanager
     def _planned_applied(self) -> Iterator[None]:
-        """Count the requests of planned moves on their targets (restored on exit)."""
-        req = self.cluster.requested
-        added = []
-        for i, vec in self._in.items():
-            n = min(len(vec), req.shape[1])
-            req[i, :n] += vec[:n]
-            added.append((i, vec, n))
-        try:
+        """Count the requests of planned moves on their targets (restored on exit: the handle's what-if)."""
+        with contextlib.ExitStack() as stack:
+            for i, vec in self._in.items():
+                stack.enter_context(self.handle.with_requests_held(self.cluster.views[i].name, vec))
             yield
-        finally:
-            req = self.cluster.requested
-            for i, vec, n in added:
-                req[i, :n] -= vec[:n]
 
     async def _prefilter(self, pod: Any) -> tuple[CycleState, frozenset[str] | None] | None:
         """The scheduler's pre_filter plugins, as in a scheduling cycle (None = the pod fits nowhere)."""
@@ -152,7 +144,7 @@ class PlanBuilder:
         if not cands:
             return None
         self.cluster.request_vector(pod)  # add any new resource column before the columns are patched
-        ctx = self.cluster.without_pods(pod.node_name, [pod]) if pod.node_name else contextlib.nullcontext()
+        ctx = self.handle.without_pods(pod.node_name, [pod]) if pod.node_name else contextlib.nullcontext()
         with ctx, self._planned_applied():
             pre = await self._prefilter(pod)
             if pre is None:

@@ -375,7 +375,6 @@ class ElasticQuota:
 
     async def _select_victims(self, pod: Pod, node: str, potential: list[Pod], tree: QuotaTree, name: str,
                               state: CycleState, args: Args, handle: Handle) -> list[Pod] | None:
-        cluster = handle.cluster
         used = self.used_with_nominated(tree, name, pod)
 
         def quota_ok(removed: Iterable[Pod]) -> bool:
@@ -387,7 +386,7 @@ class ElasticQuota:
 
         if not quota_ok(potential):
             return None
-        with cluster.without_pods(node, potential):
+        with handle.without_pods(node, potential):
             if not (await handle.run_filters(pod, node, state)).ok:
                 return None
         victims = sorted(potential, key=_importance_desc)
@@ -395,7 +394,7 @@ class ElasticQuota:
             trial = [v for v in victims if v.uid != p.uid]
             if not quota_ok(trial):
                 continue
-            with cluster.without_pods(node, trial):
+            with handle.without_pods(node, trial):
                 fits = (await handle.run_filters(pod, node, state)).ok
             if fits:
                 victims = trial

@@ -404,7 +404,7 @@ class ReservationPlugin:
             chosen = data.nominated[node.name]
         else:  # a single feasible node: no scoring ran
             # the cycle's restoration is over: the node's requested now holds this pod and every reservation
-            chosen = self._nominate_after(pod, node, rs, data, handle.cluster)
+            chosen = self._nominate_after(pod, node, rs, data, handle)
         if chosen is None:
             return Status.unschedulable(ERR_AFFINITY) if data.affinity is not None else None
         masked = masked_requests(pod.requests, chosen.resource_names)
@@ -417,24 +417,17 @@ class ReservationPlugin:
         return None
 
     def _nominate_after(self, pod: Pod, node: NodeView, rs: list[Reservation], data: _CycleData,
-                        cluster: Any) -> Reservation | None:
-        """Nominate on the assumed node: the pod is accounted there now, so take it off for the check."""
-        vec = cluster.request_vector(pod)
-        cluster.add_requested(node.index, -vec)
-        held = None
+                        handle: Handle) -> Reservation | None:
+        """Nominate on the assumed node: the pod is accounted there now, and the reservations' reserve
+        pods hold their requests, so count both as free for the check (the handle's what-if)."""
+        cluster = handle.cluster
+        freed = cluster.request_vector(pod)
         for r in rs:
             p = cluster.pod(r.uid)
             if p is not None:
-                w = cluster.request_vector(p)
-                held = w.copy() if held is None else held + w
-        if held is not None:
-            cluster.add_requested(node.index, -held)
-        try:
+                freed = freed + cluster.request_vector(p)
+        with handle.with_requests_freed(node.name, freed):
             return self._nominate(pod, node, rs, data, cluster)
-        finally:
-            cluster.add_requested(node.index, vec)
-            if held is not None:
-                cluster.add_requested(node.index, held)
 
     @hookimpl
     def unreserve(self, pod: Pod, state: CycleState, handle: Handle) -> None:
