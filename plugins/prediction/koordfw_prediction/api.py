@@ -154,6 +154,18 @@ class RiskSizing:
                 f"P(over) <= {self.epsilon:g} ({self.combination})")
 
 
+def risk_report(s: RiskSizing | None) -> dict[str, Any]:
+    """One resource of the risk-budget mode as the manager plugins' ``report`` rows (and ``koordfw explain
+    node``) show it; ``None`` (the NodeMetric had no distribution) sells nothing."""
+    if s is None:
+        return {"amount": 0, "reason": f"no valid {NODE_METRIC_PROD_USAGE_DISTRIBUTION} in the NodeMetric"}
+    parts = (dict(zip([m or "none" for m in s.models], s.quantile.parts, strict=False))
+             if s.combination == BONFERRONI else {"sum": s.quantile.value})
+    return {"amount": s.amount, "epsilon": s.epsilon, "combination": s.combination, "capacity": s.capacity,
+            "reserved": s.reserved, "unpredicted": s.unpredicted, "quantile": s.quantile.value,
+            "level": s.quantile.level, "parts": parts, "explain": s.explain()}
+
+
 def _pct(level: float) -> str:
     return f"{level * 100:.6g}"
 
@@ -176,6 +188,25 @@ def risk_sizing(resource: str, capacity: int, reserved: int, dist: ProdUsageDist
     amount = max(0, capacity - max(reserved, 0) - unpredicted - q.value)
     return RiskSizing(resource=resource, amount=amount, epsilon=epsilon, combination=combination, capacity=capacity,
                       reserved=max(reserved, 0), unpredicted=unpredicted, quantile=q, models=dist.models)
+
+
+def node_risk(budget: Mapping[str, float], combination: str, capacity: Mapping[str, int], reserved: Mapping[str, int],
+              raw_distribution: Any) -> tuple[dict[str, RiskSizing | None], str]:
+    """The risk-budget amounts of one node, per budgeted resource, from the NodeMetric's
+    ``status.koordfwProdUsageDistribution`` as written (``raw_distribution``); ``reserved`` is the node's
+    static reserve (``max(capacity - allocatable, node.koordinator.sh/reservation)``). Without a valid
+    distribution every budgeted resource is ``None`` (nothing is sold) and the second value says why
+    ("" when absent, the error when malformed)."""
+    try:
+        dist = parse_distribution({NODE_METRIC_PROD_USAGE_DISTRIBUTION: raw_distribution})
+        err = ""
+    except ValueError as e:
+        dist, err = None, str(e)
+    out: dict[str, RiskSizing | None] = {}
+    for r, eps in budget.items():
+        out[r] = None if dist is None else risk_sizing(r, int(capacity.get(r, 0)), int(reserved.get(r, 0)), dist,
+                                                       float(eps), combination)
+    return out, err
 
 
 def distribution_status(components: Sequence[tuple[str, Sequence[tuple[int, float]], Sequence[tuple[int, float]]]],
@@ -249,4 +280,4 @@ def check_combination(value: Any, where: str = "riskCombination") -> None:
 
 __all__ = ["BONFERRONI", "COMBINATIONS", "INDEPENDENT", "MAX_SUPPORT", "Dist", "ProdUsageDistribution",
            "RiskSizing", "UsageQuantile", "check_budget", "check_combination", "convolve", "distribution_status",
-           "normalize", "parse_distribution", "quantile", "risk_sizing", "usage_quantile"]
+           "node_risk", "normalize", "parse_distribution", "quantile", "risk_report", "risk_sizing", "usage_quantile"]
