@@ -146,3 +146,21 @@ def test_simulate_and_explain_on_the_example(capsys: pytest.CaptureFixture[str])
         "from q 25605Mi = sys 1Gi + koord-prod 24Gi + none 5Mi at p99 (bonferroni): capacity 64Gi - reserved 2Gi - "
         "unpredicted 2Gi - q; risk P(LS + Mid + BE > capacity) <= 0.01"]
     assert main(["explain", "node", "nope", str(EXAMPLE)]) == 1
+
+
+def test_a_node_annotation_turns_the_mode_on_for_that_node_only() -> None:
+    from koordfw_batch_resource import strategy_for_node
+
+    node, pods, metric = _load()
+    s = strategy_for_node(ColocationStrategy(), "node-r", {},
+                          {"node.koordinator.sh/colocation-strategy": '{"riskBudget": {"cpu": 0.05}}'})
+    assert s.risk_budget == {"cpu": 0.05}
+    assert calculate(s, node, pods, parse_node_metric(metric), _now(metric)).batch_cpu == 1975
+
+
+def test_explain_without_the_mode_prints_koordinators_terms(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "node", "node-a", str(ROOT / "examples" / "colocation")]) == 0
+    cpu, mem = capsys.readouterr().out.splitlines()
+    assert cpu.startswith("node-a cpu: sold batch-cpu 13700m, mid-cpu 0m; Koordinator's formulas: batch = capacity 32 "
+                          "- margin 12800m - system 1 - HP used 4500m (usage); midAllocatable[CPU(milli-core)]:0")
+    assert cpu.endswith("no risk budget (the risk is not bounded)") and mem.startswith("node-a memory: sold batch-memory")
