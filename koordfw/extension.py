@@ -20,6 +20,7 @@ __all__ = [
     "RESOURCE_GPU_MEMORY_RATIO", "RESOURCE_GPU_SHARED", "SCHEDULING_GROUP_VERSION", "SLO_GROUP_VERSION",
     "COLOCATION_CONFIG_KEY", "CONFIG_NAMESPACE", "SLO_CTRL_CONFIG_MAP", "GPU_VENDOR_NVIDIA", "LABEL_GPU_VENDOR",
     "RESOURCE_HUAWEI_NPU_CORE", "RESOURCE_HUAWEI_NPU_CPU", "RESOURCE_HUAWEI_NPU_DVPP",
+    "NODE_METRIC_PROD_USAGE_DISTRIBUTION",
 ]
 
 # -- pod labels (apis/extension/constants.go) --------------------------------------------------------
@@ -196,3 +197,8 @@ PRIORITY_DEFAULT_VALUES = _MappingProxyType({PRIORITY_PROD: 9500, PRIORITY_MID: 
 
 __all__ += ["ANNOTATION_NODE_COLOCATION_STRATEGY", "LABEL_MID_STATIC_CPU_RESERVED_RATIO",
             "LABEL_MID_STATIC_MEMORY_RESERVED_RATIO", "PRIORITY_DEFAULT_VALUES"]
+
+# -- koordfw's own wire names (not Koordinator's) ------------------------------------------------------
+#: NodeMetric ``status`` field the prediction plugin adds for the risk-budget mode (docs/plugins/risk_budget.md):
+#: the predicted distribution of the node's system + Prod usage. Koordinator's fields are unchanged.
+NODE_METRIC_PROD_USAGE_DISTRIBUTION = "koordfwProdUsageDistribution"

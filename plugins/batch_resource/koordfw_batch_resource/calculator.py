@@ -12,6 +12,10 @@
     batch-memory = byUsage | byRequest | byMaxUsageRequest
     then min(value, capacity * batch<X>ThresholdPercent / 100) when that cap is set
 
+With ``riskBudget`` set (koordfw's risk-budget mode, docs/plugins/risk_budget.md), a resource it lists is
+instead ``max(0, A - Σ requests of Running/Pending koord-mid pods)``, ``A`` what Mid + BE may be sold at
+risk ε (:func:`koordfw_prediction.api.risk_sizing`, the node's ``reserved`` as above), then capped as above.
+
 HP ("high priority") pods are Running/Pending pods whose priority class (default derived from the QoS
 class) is neither koord-batch nor koord-free. All amounts are canonical ints: cpu milli, memory bytes.
 """
@@ -23,9 +27,21 @@ from typing import Any
 
 import attrs
 import structlog
+from koordfw_prediction.api import RiskSizing, node_risk
 
 from koordfw import warn_once
-from koordfw.extension import ANNOTATION_NODE_RESERVATION, BATCH_CPU, BATCH_MEMORY, PRIORITY_BATCH, PRIORITY_FREE, QOS_LSE
+from koordfw.extension import (
+    ANNOTATION_NODE_RESERVATION,
+    BATCH_CPU,
+    BATCH_MEMORY,
+    MID_CPU,
+    MID_MEMORY,
+    NODE_METRIC_PROD_USAGE_DISTRIBUTION,
+    PRIORITY_BATCH,
+    PRIORITY_FREE,
+    PRIORITY_MID,
+    QOS_LSE,
+)
 from koordfw.nodestate import parse_reservation
 
 from .metric import CPU, MEMORY, NodeMetricInfo
@@ -80,6 +96,10 @@ class BatchResult:
     by_usage: Res = attrs.field(factory=_zero)
     by_request: Res = attrs.field(factory=_zero)
     by_max_usage_request: Res = attrs.field(factory=_zero)
+    #: the risk-budget mode: resource → what Mid + BE may be sold and from what (None: no distribution)
+    risk: Mapping[str, RiskSizing | None] = attrs.field(factory=dict)
+    #: the risk-budget mode: Σ requests of the node's Mid pods, taken off the risk amount
+    mid_requests: Res = attrs.field(factory=_zero)
 
     @property
     def resources(self) -> dict[str, int | None]:
@@ -147,6 +167,7 @@ def calculate(strategy: ColocationStrategy, node: Any, pods: Iterable[Any], metr
     if reason:
         return BatchResult(node=node.name, degraded=reason)
     assert metric is not None
+    pods = list(pods)
     pod_metrics = {pm.key: pm for pm in metric.pods}
     # the HP sums, one pod at a time (cpu, memory as plain ints: the same sums as adding Res dicts)
     req_cpu = req_mem = used_cpu = used_mem = max_cpu = max_mem = 0
@@ -203,6 +224,15 @@ def calculate(strategy: ColocationStrategy, node: Any, pods: Iterable[Any], metr
     batch_cpu = by_max[CPU] if cpu_policy == MAX_USAGE_REQUEST else by_usage[CPU]
     mem_policy = strategy.memory_calculate_policy
     batch_mem = {REQUEST: by_request, MAX_USAGE_REQUEST: by_max}.get(mem_policy, by_usage)[MEMORY]
+    risk: dict[str, RiskSizing | None] = {}
+    mid_req = _zero()
+    if strategy.risk_budget:
+        risk, mid_req = risk_amounts(strategy.risk_budget, strategy.risk_combination, capacity, reserved, pods,
+                                     metric.usage_distribution, node.name, warned)
+        if CPU in risk:
+            batch_cpu = _risk_batch(risk[CPU], mid_req[CPU])
+        if MEMORY in risk:
+            batch_mem = _risk_batch(risk[MEMORY], mid_req[MEMORY])
     if strategy.batch_CPU_threshold_percent is not None:
         batch_cpu = min(batch_cpu, _ratio_of(capacity[CPU], strategy.batch_CPU_threshold_percent))
     if strategy.batch_memory_threshold_percent is not None:
@@ -212,7 +242,39 @@ def calculate(strategy: ColocationStrategy, node: Any, pods: Iterable[Any], metr
     return BatchResult(node=node.name, batch_cpu=batch_cpu, batch_memory=batch_mem, cpu_policy=cpu_policy,
                        memory_policy=mem_policy, capacity=capacity, margin=margin, reserved=reserved,
                        system_used=system, hp_request=hp_request, hp_used=hp_used, hp_max_used_req=hp_max,
-                       by_usage=by_usage, by_request=by_request, by_max_usage_request=by_max)
+                       by_usage=by_usage, by_request=by_request, by_max_usage_request=by_max, risk=risk,
+                       mid_requests=mid_req)
+
+
+def _risk_batch(sizing: RiskSizing | None, mid_requests: int) -> int:
+    return 0 if sizing is None else max(0, sizing.amount - mid_requests)
+
+
+def mid_pod_requests(pods: Iterable[Any]) -> Res:
+    """Σ requests of the Running/Pending koord-mid pods: their mid-cpu/mid-memory (the webhook's renaming)
+    plus any cpu/memory they kept."""
+    out = _zero()
+    for pod in pods:
+        if pod.phase not in ("Running", "Pending") or pod.priority_class_with_default != PRIORITY_MID:
+            continue
+        req = pod.requests
+        out[CPU] += int(req.get(CPU, 0)) + int(req.get(MID_CPU, 0))
+        out[MEMORY] += int(req.get(MEMORY, 0)) + int(req.get(MID_MEMORY, 0))
+    return out
+
+
+def risk_amounts(budget: Mapping[str, float], combination: str, capacity: Mapping[str, int],
+                 reserved: Mapping[str, int], pods: Iterable[Any], raw_distribution: Any, node_name: str,
+                 warned: set | None = None) -> tuple[dict[str, RiskSizing | None], Res]:
+    """The risk-budget mode's amounts per budgeted resource (:func:`koordfw_prediction.api.node_risk`; None
+    when the NodeMetric has no valid ``koordfwProdUsageDistribution``: nothing is sold then) and the Mid
+    pods' requests."""
+    out, err = node_risk(budget, combination, capacity, reserved, raw_distribution)
+    if err:
+        warn_once(log, warned, (node_name, NODE_METRIC_PROD_USAGE_DISTRIBUTION, err),
+                  "invalid usage distribution in the NodeMetric: the risk-budget mode sells nothing",
+                  node=node_name, error=err)
+    return out, mid_pod_requests(pods)
 
 
 def needs_sync(old: Mapping[str, int | None], new: Mapping[str, int | None], *, last_update: float | None,

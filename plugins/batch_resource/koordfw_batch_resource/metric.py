@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from koordfw.extension import PRIORITY_BATCH, PRIORITY_FREE
+from koordfw.extension import NODE_METRIC_PROD_USAGE_DISTRIBUTION, PRIORITY_BATCH, PRIORITY_FREE
 from koordfw.inputs import PodMetric, field_list, field_mapping, read_node_metric, resource_map
 
 CPU, MEMORY = "cpu", "memory"
@@ -36,6 +36,8 @@ class NodeMetricInfo:
     pods: tuple[PodUsage, ...]
     #: Σ usage of host applications (``status.hostApplicationMetric``) that are not koord-batch/free
     host_app_hp_usage: Mapping[str, int]
+    #: ``status.koordfwProdUsageDistribution`` as written (read only in the risk-budget mode)
+    usage_distribution: Any = None
 
 
 def parse_node_metric(obj: Mapping[str, Any]) -> NodeMetricInfo:
@@ -51,4 +53,5 @@ def parse_node_metric(obj: Mapping[str, Any]) -> NodeMetricInfo:
         for r, v in resources(usage_raw.get("resources"), obj=ctx, field=f"{where}.usage.resources").items():
             host_hp[r] = host_hp.get(r, 0) + v
     return NodeMetricInfo(name=m.name, update_time=m.update_time, has_node_usage=bool(m.node_usage),
-                          node_usage=m.node_usage, system_usage=m.system_usage, pods=m.pods, host_app_hp_usage=host_hp)
+                          node_usage=m.node_usage, system_usage=m.system_usage, pods=m.pods, host_app_hp_usage=host_hp,
+                          usage_distribution=status.get(NODE_METRIC_PROD_USAGE_DISTRIBUTION))

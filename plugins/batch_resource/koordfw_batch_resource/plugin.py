@@ -28,6 +28,7 @@ from typing import Any
 
 import attrs
 import structlog
+from koordfw_prediction.api import risk_report
 
 from koordfw import (
     AgentHandle,
@@ -236,6 +237,9 @@ class BatchResource:
                     v = getattr(r, term)
                     row[_camel(term)] = {"cpu": format_quantity("cpu", v["cpu"]),
                                          "memory": format_quantity("memory", v["memory"])}
+                if r.risk:
+                    row["risk"] = {res: {**risk_report(s), "midRequests": r.mid_requests[res]}
+                                   for res, s in r.risk.items()}
             rows.append(row)
         return {"batchResources": rows}
 

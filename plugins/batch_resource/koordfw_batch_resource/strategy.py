@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 import structlog
+from koordfw_prediction.api import BONFERRONI, check_budget, check_combination
 
 from koordfw import warn_once
 from koordfw.inputs import camel, loads_json, selector_matches
@@ -87,6 +88,14 @@ def _node_configs(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         merge(ColocationStrategy(), {k: v for k, v in cfg.items() if k in OVERRIDABLE}, where=where)
 
 
+def _risk_budget(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    check_budget(value, _name(attribute))
+
+
+def _risk_combination(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    check_combination(value, _name(attribute))
+
+
 @attrs.define
 class ColocationStrategy:
     """The ``batch_resource`` args: Koordinator's ColocationStrategy fields (camelCase in the profile).
@@ -110,6 +119,12 @@ class ColocationStrategy:
     batch_memory_threshold_percent: int | None = attrs.field(default=None, validator=_opt_percent)
     #: ``[{nodeSelector: {matchLabels: ..., matchExpressions: ...}, name: ..., <strategy fields>}]``
     node_configs: list[dict] = attrs.field(factory=list, validator=_node_configs)
+    #: koordfw's risk-budget mode (not Koordinator's; docs/plugins/risk_budget.md): ``{cpu: ε, memory: ε}``,
+    #: the share of node-time LS + Mid + BE usage may exceed capacity. A resource listed here is sized from the
+    #: NodeMetric's predicted usage distribution instead of Koordinator's formula; unset: Koordinator's
+    risk_budget: dict[str, float] | None = attrs.field(default=None, validator=_risk_budget)
+    #: how the distribution's components are combined: ``bonferroni`` (any dependence) or ``independent``
+    risk_combination: str = attrs.field(default=BONFERRONI, validator=_risk_combination)
     #: the node side (``koordfw agent``): koordlet's runtime-hook feature gate ``BatchResource`` (default
     #: true), which holds BE pods' cgroups to their batch requests and limits (:mod:`.runtimehook`). Not a
     #: ColocationStrategy field: a ColocationCfg, nodeConfigs entry or node annotation cannot set it

@@ -14,6 +14,10 @@ and ``plugins/util/util.go``: ``CalculateMidResourceByPolicy``, ``CalculateMidRe
     then, both modes:
         mid = min(mid, int(capacity * mid<X>ThresholdPercent / 100))
 
+With ``riskBudget`` set (koordfw's risk-budget mode, not in static mode), a resource it lists is instead
+``A``, what Mid + BE may be sold at risk ε (:func:`koordfw_prediction.api.node_risk`, with the static
+reserve ``max(capacity - allocatable, node.koordinator.sh/reservation)``), then capped as above.
+
 "Prod" pods are those whose priority class (default derived from the QoS class) is not koord-mid,
 koord-batch or koord-free. ``prodReclaimable`` is the NodeMetric's ``status.prodReclaimableMetric.resource``
 (0 when absent: Koordinator's "no valid prod reclaimable"). All amounts are canonical ints: cpu milli-cores,
@@ -28,12 +32,14 @@ from typing import Any
 
 import attrs
 import structlog
+from koordfw_prediction.api import RiskSizing, node_risk
 
 from koordfw import warn_once
 from koordfw.extension import (
     ANNOTATION_NODE_RESERVATION,
     MID_CPU,
     MID_MEMORY,
+    NODE_METRIC_PROD_USAGE_DISTRIBUTION,
     PRIORITY_BATCH,
     PRIORITY_DEFAULT_VALUES,
     PRIORITY_FREE,
@@ -68,6 +74,8 @@ class MidMetric:
     host_app_hp_usage: Mapping[str, int]
     #: ``status.prodReclaimableMetric.resource.resources``; None when absent or empty
     prod_reclaimable: Mapping[str, int] | None
+    #: ``status.koordfwProdUsageDistribution`` as written (read only in the risk-budget mode)
+    usage_distribution: Any = None
 
 
 def parse_mid_metric(obj: Mapping[str, Any]) -> MidMetric:
@@ -92,7 +100,8 @@ def parse_mid_metric(obj: Mapping[str, Any]) -> MidMetric:
         if res.get("resources") is not None:
             prod = resource_map(res.get("resources"), ctx, "status.prodReclaimableMetric.resource.resources", RESOURCES)
     return MidMetric(name=m.name, update_time=m.update_time, node_usage=m.node_usage, system_usage=m.system_usage,
-                     host_app_hp_usage=host, prod_reclaimable=prod)
+                     host_app_hp_usage=host, prod_reclaimable=prod,
+                     usage_distribution=status.get(NODE_METRIC_PROD_USAGE_DISTRIBUTION))
 
 
 @attrs.frozen
@@ -113,6 +122,8 @@ class MidResult:
     node_unused: Res = attrs.field(factory=_zero)
     node_reserved: Res = attrs.field(factory=_zero)
     unallocated: Res = attrs.field(factory=_zero)
+    #: the risk-budget mode: resource → what Mid + BE may be sold and from what (None: no distribution)
+    risk: Mapping[str, RiskSizing | None] = attrs.field(factory=dict)
 
     @property
     def resources(self) -> dict[str, int | None]:
@@ -214,6 +225,23 @@ def calculate(strategy: MidStrategy, node: Any, pods: Iterable[Any], metric: Mid
         v = max(min(prod[r], unused[r]), 0) + int(float(unallocated[r]) * (float(pct) / 100))
         cap = int(float(capacity[r]) * (float(thr) / 100))
         out[r] = min(v, cap)
+    risk: dict[str, RiskSizing | None] = {}
+    messages: dict[str, str] = {}
+    if strategy.risk_budget:
+        static = {r: max(max(capacity[r] - allocatable[r], 0), anno[r]) for r in RESOURCES}
+        risk, err = node_risk(strategy.risk_budget, strategy.risk_combination, capacity, static,
+                              metric.usage_distribution)
+        if err:
+            warn_once(log, warned, (node.name, NODE_METRIC_PROD_USAGE_DISTRIBUTION, err),
+                      "invalid usage distribution in the NodeMetric: the risk-budget mode sells nothing",
+                      node=node.name, error=err)
+        for r, s in risk.items():
+            thr = cpu_thr if r == CPU else mem_thr
+            cap = int(float(capacity[r]) * (float(thr) / 100))
+            out[r] = min(0 if s is None else s.amount, cap)
+            messages[r] = (f"midAllocatable[{r}]:{out[r]} = min(riskAmount:"
+                           f"{'none (no distribution)' if s is None else s.explain()}, "
+                           f"NodeCapacity:{capacity[r]} * thresholdRatio:{_fmt_ratio(thr)})")
     ratio = _fmt_ratio(pct)
     cpu_msg = (f"midAllocatable[CPU(milli-core)]:{out[CPU]} = min(min(ProdReclaimable:{prod[CPU]}, "
                f"NodeUnused:{unused[CPU]}) + Unallocated:{unallocated[CPU]} * midUnallocatedRatio:{ratio}, "
@@ -221,9 +249,10 @@ def calculate(strategy: MidStrategy, node: Any, pods: Iterable[Any], metric: Mid
     mem_msg = (f"midAllocatable[Memory(GB)]:{_giga(out[MEMORY])} = min(min(ProdReclaimable:{_giga(prod[MEMORY])}, "
                f"NodeUnused:{_giga(unused[MEMORY])}) + Unallocated:{_giga(unallocated[MEMORY])} * midUnallocatedRatio:"
                f"{ratio}, NodeCapacity:{_giga(capacity[MEMORY])} * thresholdRatio:{_fmt_ratio(mem_thr)})")
-    return MidResult(node=node.name, mid_cpu=out[CPU], mid_memory=out[MEMORY], mode="policy", cpu_message=cpu_msg,
-                     memory_message=mem_msg, capacity=capacity, prod_reclaimable=prod, node_unused=unused,
-                     node_reserved=reserved, unallocated=unallocated)
+    return MidResult(node=node.name, mid_cpu=out[CPU], mid_memory=out[MEMORY], mode="risk" if risk else "policy",
+                     cpu_message=messages.get(CPU, cpu_msg), memory_message=messages.get(MEMORY, mem_msg),
+                     capacity=capacity, prod_reclaimable=prod, node_unused=unused, node_reserved=reserved,
+                     unallocated=unallocated, risk=risk)
 
 
 def needs_sync(old: Mapping[str, int | None], new: Mapping[str, int | None], *, last_update: float | None,

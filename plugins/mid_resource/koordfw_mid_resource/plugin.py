@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 import structlog
+from koordfw_prediction.api import risk_report
 
 from koordfw import ManifestError, format_quantity, hookimpl, warn_once
 from koordfw.extension import COLOCATION_CONFIG_KEY, MID_CPU, MID_MEMORY
@@ -105,6 +106,8 @@ class MidResource:
             else:
                 row["mode"] = r.mode
                 row["message"] = {"cpu": r.cpu_message, "memory": r.memory_message}
+                if r.risk:
+                    row["risk"] = {res: risk_report(s) for res, s in r.risk.items()}
             rows.append(row)
         return {"midResources": rows}
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import attrs
 import structlog
+from koordfw_prediction.api import BONFERRONI, check_budget, check_combination
 
 from koordfw import warn_once
 from koordfw.extension import (
@@ -90,6 +91,14 @@ def _node_configs(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         merge(MidStrategy(), cfg, where=where)
 
 
+def _risk_budget(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    check_budget(value, _name(attribute))
+
+
+def _risk_combination(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    check_combination(value, _name(attribute))
+
+
 @attrs.define
 class MidStrategy:
     """The ``mid_resource`` args. ``enable`` defaults to true (installing the plugin is the opt-in; the
@@ -107,6 +116,10 @@ class MidStrategy:
     mid_unallocated_percent: int = attrs.field(default=0, validator=_percent)
     mid_static_CPU_reserved_percent: int = attrs.field(default=0, validator=_int)
     mid_static_memory_reserved_percent: int = attrs.field(default=0, validator=_int)
+    #: koordfw's risk-budget mode (docs/plugins/risk_budget.md), the same fields as batch_resource's:
+    #: ``{cpu: ε, memory: ε}`` sizes those resources from the predicted usage distribution; unset: Koordinator's
+    risk_budget: dict[str, float] | None = attrs.field(default=None, validator=_risk_budget)
+    risk_combination: str = attrs.field(default=BONFERRONI, validator=_risk_combination)
     node_configs: list[dict] = attrs.field(factory=list, validator=_node_configs)
 
 

@@ -24,10 +24,20 @@ import attrs
 import structlog
 
 from koordfw import ManifestError, NodeState, format_quantity, hookimpl, parse_duration
+from koordfw.extension import NODE_METRIC_PROD_USAGE_DISTRIBUTION, PRIORITY_NONE, PRIORITY_PROD
 from koordfw.inputs import camel, raw_allocatable
 
+from .api import distribution_status
 from .checkpoint import FileCheckpointer
-from .predictor import NODE_UID, PredictionError, prod_reclaimable_predictor
+from .histogram import Histogram
+from .predictor import (
+    NODE_UID,
+    SYSTEM_ITEM_ID,
+    PodReclaimablePredictor,
+    PredictionError,
+    node_item_uid,
+    prod_reclaimable_predictor,
+)
 from .server import PeakPredictServer, PodSample, ServerConfig
 
 log = structlog.get_logger("koordfw.prediction")
@@ -126,6 +136,35 @@ def reclaimable_status(result: Mapping[str, int] | None) -> dict[str, Any]:
                                        "memory": format_quantity("memory", int(result["memory"]))}}}
 
 
+#: the models whose sum the per-priority predictor takes as the node's non-reclaimable usage
+DISTRIBUTION_MODELS = (SYSTEM_ITEM_ID, PRIORITY_PROD, PRIORITY_NONE)
+
+
+def histogram_pairs(h: Histogram, scale: float) -> list[tuple[int, float]]:
+    """A histogram's non-empty buckets as ``(bucket end × scale, weight)``: the end, as ``percentile`` reads
+    a bucket, so a value is at most one bucket (5 %) above the samples it holds."""
+    opts, last = h.options, h.options.num_buckets - 1
+    out = []
+    for b in range(h.min_bucket, h.max_bucket + 1):
+        w = h.bucket_weight[b]
+        if w > 0:
+            out.append((int(opts.bucket_start(b + 1 if b < last else b) * scale), w))
+    return out
+
+
+def usage_distribution(server: PeakPredictServer, unpredicted: Mapping[str, int]) -> dict[str, Any] | None:
+    """``status.koordfwProdUsageDistribution`` (the risk-budget mode's input, :mod:`.api`): the system's and
+    the Prod classes' histograms and the unpredicted Prod requests; None while a model is missing or empty
+    (before the first training)."""
+    comps = []
+    for item in DISTRIBUTION_MODELS:
+        m = server.models.get(node_item_uid(item))
+        if m is None or m.cpu.is_empty() or m.memory.is_empty():
+            return None
+        comps.append((item, histogram_pairs(m.cpu, 1000.0), histogram_pairs(m.memory, 1.0)))
+    return distribution_status(comps, unpredicted)
+
+
 class Prediction:
     def __init__(self) -> None:
         self.server: PeakPredictServer | None = None
@@ -221,6 +260,8 @@ class Prediction:
             self.last_peak = None
         out: dict[str, Any] = {"prodReclaimableMetric": reclaimable_status(self.last_result)}
         out["prodPeakMetric"] = None if self.last_peak is None else reclaimable_status(self.last_peak)
+        unpredicted = next((p.unpredicted for p in predictor.predictors if isinstance(p, PodReclaimablePredictor)), {})
+        out[NODE_METRIC_PROD_USAGE_DISTRIBUTION] = usage_distribution(self.server, unpredicted)
         return out
 
     @hookimpl

@@ -62,6 +62,25 @@ def test_the_worked_example():
     # the peak: max(per pod 1138m, per priority 1758m)
     assert plugin.last_peak["cpu"] == 1758
     assert status["prodPeakMetric"]["resource"]["resources"]["cpu"] == "1758m"
+    # the risk-budget mode's input: one bucket (its end) of weight 1 per model, nothing unpredicted
+    dist = status["koordfwProdUsageDistribution"]
+    assert [(c["model"], c["cpu"]) for c in dist["components"]] == [
+        ("sys", [[539, 1.0]]), ("koord-prod", [[1035, 1.0]]), ("", [[25, 1.0]])]
+    assert dist["components"][1]["memory"] == [[prod_mem, 1.0]]
+    assert dist["unpredicted"] == {"cpu": "0m", "memory": "0"}
+
+
+def test_the_usage_distribution_holds_every_training_and_the_cold_start_requests():
+    plugin, args = Prediction(), PredictionArgs()
+    plugin.collect(state(), args, Handle(NOW))
+    plugin.collect(state(pod_usage=(3000, 2 * Gi), node_usage=(3500, 3 * Gi)), args, Handle(NOW + 60))
+    dist = plugin.collect(state(), args, Handle(NOW + 60.5))[NodeState.NODE_METRIC_STATUS]["koordfwProdUsageDistribution"]
+    prod = dist["components"][1]["cpu"]
+    # two samples, 1 core then 3 cores a minute later (decay over one minute of a 12 h half-life)
+    assert [v for v, _ in prod] == [1035, int(end(CPU_OPTIONS, 3.0) * 1000)]
+    assert abs(prod[0][1] - 0.5) < 1e-3 and abs(sum(w for _, w in prod) - 1) < 1e-6
+    young = plugin.collect(state(created=NOW + 60), args, Handle(NOW + 61))[NodeState.NODE_METRIC_STATUS]
+    assert young["koordfwProdUsageDistribution"]["unpredicted"] == {"cpu": "4000m", "memory": str(8 * Gi)}
 
 
 def test_a_pod_younger_than_the_cold_start_window_is_not_reclaimed():
@@ -89,13 +108,15 @@ def test_before_any_model_koordlet_reports_an_empty_reclaimable_and_no_peak():
     plugin = Prediction()
     plugin._server(PredictionArgs())
     st = plugin._status(state(), [], NOW, PredictionArgs())  # no training yet: no sys model
-    assert st == {"prodReclaimableMetric": {"resource": {}}, "prodPeakMetric": None}
+    assert st == {"prodReclaimableMetric": {"resource": {}}, "prodPeakMetric": None,
+                  "koordfwProdUsageDistribution": None}
     rep = NodeMetricReporter()
     ns = state()
     ns.metrics[NodeState.NODE_METRIC_STATUS] = {**st, "nodeMetric": "not this"}
     rep.observe(ns, NOW)
     out = rep.status(NOW, [])
     assert out["prodReclaimableMetric"] == {"resource": {}} and "prodPeakMetric" not in out
+    assert "koordfwProdUsageDistribution" not in out
     assert out["nodeMetric"] != "not this"  # the reporter's own fields win
 
 
@@ -141,5 +162,10 @@ def test_args_are_koordlets_flags():
 def test_the_documented_node_metric_fields():
     """docs/plugins/prediction.md's YAML, as written there."""
     out = Prediction().collect(state(), PredictionArgs(), Handle(NOW))[NodeState.NODE_METRIC_STATUS]
+    assert out.pop("koordfwProdUsageDistribution") == {
+        "components": [{"model": "sys", "cpu": [[539, 1.0]], "memory": [[1097586419, 1.0]]},
+                       {"model": "koord-prod", "cpu": [[1035, 1.0]], "memory": [[2162529934, 1.0]]},
+                       {"model": "", "cpu": [[25, 1.0]], "memory": [[5242880, 1.0]]}],
+        "unpredicted": {"cpu": "0m", "memory": "0"}}
     assert out == {"prodReclaimableMetric": {"resource": {"resources": {"cpu": "2242m", "memory": "4998039436"}}},
                    "prodPeakMetric": {"resource": {"resources": {"cpu": "1758m", "memory": "3591895156"}}}}
