@@ -472,6 +472,10 @@ class Coscheduling:
                 return Status.unschedulable(f"gangGroup {group_id} cannot be placed: the room left, node by node, "
                                             f"holds fewer members than it still needs")
             r = self._rounds[group_id] = Round(group_id, self._pending_members(g, handle, args))
+            # Koordinator's NextPod: every pending member of the group is fed in this round, wherever it
+            # waits (the unschedulable pool, backoff), so the round ends with the whole group tried
+            handle.activate([u for u in sorted(r.members)
+                             if u != pod.uid and not handle.is_active(u) and not handle.is_in_flight(u)])
         self._active_group = group_id
         r.attempted.add(pod.uid)
         if r.failed and g.spec.mode == MODE_STRICT:
