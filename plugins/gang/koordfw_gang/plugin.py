@@ -153,13 +153,23 @@ class Coscheduling:
     def events_to_register(self, handle: Handle) -> list[ClusterEventWithHint]:
         """What can make a pod this plugin rejected (its gang group could not be placed, or is not
         complete) schedulable: room freed or added (pods leaving, nodes added or changed), a member of
-        its gang arriving or leaving, and its PodGroup changing. The rest of the gang's own life (a round
+        its gang group arriving or leaving, and its PodGroup changing. The rest of the gang's own life (a round
         ending, a member deferred) re-activates pods explicitly."""
 
         def same_gang(pod: Any, old: Any, new: Any) -> QueueingHint:
+            # a member of its gang or of another gang of its gang group (whose arrival can complete the
+            # group that pre_enqueue waits for)
             other = new if new is not None else old
-            if other is None or gang_id_of(other) == gang_id_of(pod):
+            if other is None:
                 return QueueingHint.QUEUE
+            mine, theirs = gang_id_of(pod), gang_id_of(other)
+            if theirs == mine:
+                return QueueingHint.QUEUE
+            if theirs:
+                for gid, peer in ((mine, theirs), (theirs, mine)):
+                    g = self._gangs.get(gid)
+                    if g is not None and g.spec is not None and peer in g.spec.groups:
+                        return QueueingHint.QUEUE
             return QueueingHint.QUEUE_SKIP
 
         def room_on(pod: Any, node_name: str | None) -> QueueingHint:
