@@ -4,6 +4,8 @@ and a member's failure rejects the group's waiting members at once (no permit ti
 
 from __future__ import annotations
 
+import json
+
 import anyio
 from gang_testkit import cluster, gang_ann, gang_pods, pod
 
@@ -81,3 +83,71 @@ def test_round_reopened_for_one_gang_feeds_the_whole_group():
     # bound within the round: no member waited out the 30 s permit timeout
     assert engine.clock.now() - t_fail < 30
     assert not s.waiting_pods
+
+
+# -- Koordinator's GangGroup cases (core/core_test.go TestPermit, coscheduling_test.go TestPermit /
+# TestPostFilter, core_test.go TestGetGangBindingInfo), as scenarios -------------------------
+
+def pg_member(name: str, ns: str, gang: str, *, node_selector: dict | None = None) -> dict:
+    return pod(name, ns=ns, labels={"pod-group.scheduling.sigs.k8s.io": gang}, node_selector=node_selector)
+
+
+def pod_group(name: str, ns: str, min_member: int, groups: list[str], mode: str = "Strict") -> dict:
+    return {"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": ns,
+                         "annotations": {"gang.scheduling.koordinator.sh/groups": json.dumps(groups),
+                                         "gang.scheduling.koordinator.sh/mode": mode}},
+            "spec": {"minMember": min_member, "scheduleTimeoutSeconds": 10}}
+
+
+def test_permit_both_gangs_of_the_group_satisfied_allows_all():
+    # TestPermit "pod6 belongs to gangE that gangE has resourceSatisfied, and gangF has satisfied too"
+    # (and coscheduling_test's "gangD ... and gangC is waiting for gangD"): Success for the whole group,
+    # bound with one bind-gang-group-id and the count of every member allowed together (TestGetGangBindingInfo
+    # "pod belongs to gangB in gangGroup": the member count is the group's, not the gang's)
+    groups = ["gang-e-ns/gang-e", "gang-f-ns/gang-f"]
+    objs = [pod_group("gang-e", "gang-e-ns", 2, groups), pod_group("gang-f", "gang-f-ns", 3, groups),
+            *[pg_member(f"pod6-{i}", "gang-e-ns", "gang-e") for i in range(2)],
+            *[pg_member(f"pod6-{i}", "gang-f-ns", "gang-f") for i in range(2, 5)]]
+    r = schedule(cluster(2, "4", *objs), only=["gang"])
+    pods = r.to_dict()["pods"]
+    assert all(p["phase"] == "Bound" for p in pods) and len(pods) == 5
+    assert {p["annotations"][BIND_GROUP] for p in pods} == {"gang-e-ns/gang-e,gang-f-ns/gang-f"}
+    assert {p["annotations"][BIND_COUNT] for p in pods} == {"5"}
+    assert r.scheduler.clock.now() - START < 10
+
+
+def test_permit_one_gang_satisfied_the_other_not_waits_nonstrict():
+    # TestPermit "pod5 belongs to gangC that gangC has resourceSatisfied, but gangD has not satisfied":
+    # Wait for the gang's waiting time (10 s). gangD's second member fits nowhere; NonStrict keeps the
+    # placed members waiting until the timeout, then every waiting member of the group is released.
+    groups = ["gang-c-ns/gang-c", "gang-d-ns/gang-d"]
+    objs = [pod_group("gang-c", "gang-c-ns", 2, groups, "NonStrict"),
+            pod_group("gang-d", "gang-d-ns", 2, groups, "NonStrict"),
+            *[pg_member(f"pod5-{i}", "gang-c-ns", "gang-c") for i in range(2)],
+            pg_member("pod5-2", "gang-d-ns", "gang-d"),
+            pg_member("pod5-3", "gang-d-ns", "gang-d", node_selector={"zone": "nowhere"})]
+    r = schedule(cluster(2, "4", *objs), only=["gang"])
+    pods = {p["name"]: p for p in r.to_dict()["pods"]}
+    assert not any(p["phase"] == "Bound" for p in pods.values())
+    assert r.scheduler.clock.now() - START >= 10  # the members waited their 10 s at Permit
+    assert not r.scheduler.waiting_pods
+    assert all(r.cluster.summary_row(n)["requested"].get("cpu", 0) == 0 for n in r.cluster.nodes)
+
+
+def test_post_filter_strict_member_rejects_the_whole_group_at_once():
+    # TestPostFilter "resource not Satisfied, StrictMode, reject all pods belong to gangA", for a group:
+    # the same group as above in Strict mode is rejected when gangD's member fails, without waiting 10 s
+    groups = ["gang-c-ns/gang-c", "gang-d-ns/gang-d"]
+    objs = [pod_group("gang-c", "gang-c-ns", 2, groups), pod_group("gang-d", "gang-d-ns", 2, groups),
+            *[pg_member(f"pod5-{i}", "gang-c-ns", "gang-c") for i in range(2)],
+            pg_member("pod5-2", "gang-d-ns", "gang-d"),
+            pg_member("pod5-3", "gang-d-ns", "gang-d", node_selector={"zone": "nowhere"})]
+    r = schedule(cluster(2, "4", *objs), only=["gang"])
+    pods = {p["name"]: p for p in r.to_dict()["pods"]}
+    assert not any(p["phase"] == "Bound" for p in pods.values())
+    assert pods["pod5-0"]["reason"].startswith(
+        'GangGroup "gang-c-ns/gang-c,gang-d-ns/gang-d" gets rejected due to member Pod "gang-d-ns/pod5-3" is '
+        'unschedulable with reason "0/2 nodes are available: 2 node(s) didn\'t match Pod\'s node affinity/selector.')
+    assert r.scheduler.clock.now() - START < 10
+    assert not r.scheduler.waiting_pods
