@@ -87,6 +87,13 @@ GPU_VENDOR_NVIDIA = "nvidia"
 ANNOTATION_GANG_PREFIX = "gang.scheduling.koordinator.sh"
 ANNOTATION_GANG_NAME = f"{ANNOTATION_GANG_PREFIX}/name"
 ANNOTATION_GANG_MODE = f"{ANNOTATION_GANG_PREFIX}/mode"
+#: the GangGroup: a JSON list of gang ids (``namespace/name``) permitted together or not at all
+ANNOTATION_GANG_GROUPS = f"{ANNOTATION_GANG_PREFIX}/groups"
+#: written at PreBind on the members allowed together: the GangGroupId and how many they were
+ANNOTATION_BIND_GANG_GROUP_ID = "internal.scheduling.koordinator.sh/bind-gang-group-id"
+ANNOTATION_BIND_GANG_MEMBER_COUNT = "internal.scheduling.koordinator.sh/bind-gang-member-count"
+ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED = "scheduling.koordinator.sh/bind-gang-group-id"
+ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED = "scheduling.koordinator.sh/bind-gang-member-count"
 #: scheduler-plugins' ``PodGroupLabel`` (the PodGroup CRD name)
 LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
 #: the deprecated PodGroup label still read after :data:`LABEL_POD_GROUP`
@@ -196,3 +203,7 @@ PRIORITY_DEFAULT_VALUES = _MappingProxyType({PRIORITY_PROD: 9500, PRIORITY_MID: 
 
 __all__ += ["ANNOTATION_NODE_COLOCATION_STRATEGY", "LABEL_MID_STATIC_CPU_RESERVED_RATIO",
             "LABEL_MID_STATIC_MEMORY_RESERVED_RATIO", "PRIORITY_DEFAULT_VALUES"]
+
+__all__ += ["ANNOTATION_BIND_GANG_GROUP_ID", "ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED",
+            "ANNOTATION_BIND_GANG_MEMBER_COUNT", "ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED",
+            "ANNOTATION_GANG_GROUPS"]
