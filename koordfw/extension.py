@@ -18,7 +18,7 @@ __all__ = [
     "PRIORITY_FREE", "PRIORITY_MID", "PRIORITY_NONE", "PRIORITY_PROD", "QOS_BE", "QOS_CLASSES", "QOS_LS",
     "QOS_LSE", "QOS_LSR", "QOS_NONE", "QOS_SYSTEM", "RESOURCE_GPU", "RESOURCE_GPU_CORE", "RESOURCE_GPU_MEMORY",
     "RESOURCE_GPU_MEMORY_RATIO", "RESOURCE_GPU_SHARED", "SCHEDULING_GROUP_VERSION", "SLO_GROUP_VERSION",
-    "COLOCATION_CONFIG_KEY", "CONFIG_NAMESPACE", "SLO_CTRL_CONFIG_MAP", "GPU_VENDOR_NVIDIA", "LABEL_GPU_VENDOR",
+    "COLOCATION_CONFIG_KEY", "CONFIG_NAMESPACE", "SLO_CTRL_CONFIG_MAP",
     "RESOURCE_HUAWEI_NPU_CORE", "RESOURCE_HUAWEI_NPU_CPU", "RESOURCE_HUAWEI_NPU_DVPP",
     "NODE_METRIC_PROD_USAGE_DISTRIBUTION",
 ]
@@ -88,6 +88,13 @@ GPU_VENDOR_NVIDIA = "nvidia"
 ANNOTATION_GANG_PREFIX = "gang.scheduling.koordinator.sh"
 ANNOTATION_GANG_NAME = f"{ANNOTATION_GANG_PREFIX}/name"
 ANNOTATION_GANG_MODE = f"{ANNOTATION_GANG_PREFIX}/mode"
+#: the GangGroup: a JSON list of gang ids (``namespace/name``) permitted together or not at all
+ANNOTATION_GANG_GROUPS = f"{ANNOTATION_GANG_PREFIX}/groups"
+#: written at PreBind on the members allowed together: the GangGroupId and how many they were
+ANNOTATION_BIND_GANG_GROUP_ID = "internal.scheduling.koordinator.sh/bind-gang-group-id"
+ANNOTATION_BIND_GANG_MEMBER_COUNT = "internal.scheduling.koordinator.sh/bind-gang-member-count"
+ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED = "scheduling.koordinator.sh/bind-gang-group-id"
+ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED = "scheduling.koordinator.sh/bind-gang-member-count"
 #: scheduler-plugins' ``PodGroupLabel`` (the PodGroup CRD name)
 LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
 #: the deprecated PodGroup label still read after :data:`LABEL_POD_GROUP`
@@ -202,3 +209,7 @@ __all__ += ["ANNOTATION_NODE_COLOCATION_STRATEGY", "LABEL_MID_STATIC_CPU_RESERVE
 #: NodeMetric ``status`` field the prediction plugin adds for the risk-budget mode (docs/plugins/risk_budget.md):
 #: the predicted distribution of the node's system + Prod usage. Koordinator's fields are unchanged.
 NODE_METRIC_PROD_USAGE_DISTRIBUTION = "koordfwProdUsageDistribution"
+
+__all__ += ["ANNOTATION_BIND_GANG_GROUP_ID", "ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED",
+            "ANNOTATION_BIND_GANG_MEMBER_COUNT", "ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED",
+            "ANNOTATION_GANG_GROUPS"]

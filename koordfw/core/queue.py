@@ -202,9 +202,10 @@ class SchedulingQueue:
         return bool(info.plugins) and all(p in self.hints for p in info.plugins)
 
     def activate(self, uids: Iterable[str]) -> None:
-        """kube's ``PriorityQueue.Activate``: straight to the active queue, skipping any backoff."""
+        """kube's ``PriorityQueue.Activate``: straight to the active queue, skipping any backoff. A pod
+        gated by ``pre_enqueue`` stays gated (kube re-runs PreEnqueue and keeps it out of the activeQ)."""
         for uid in uids:
-            if uid in self.infos and uid not in self.in_flight and uid not in self.active:
+            if uid in self.infos and uid not in self.in_flight and uid not in self.active and uid not in self.gated:
                 self.requeue_now(uid)
 
     async def on_cluster_event(self, event: ClusterEvent, old: Any, new: Any, now: float, pre_enqueue: PreEnqueue,

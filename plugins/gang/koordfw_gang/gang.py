@@ -14,6 +14,19 @@ import structlog
 
 from koordfw import parse_duration
 from koordfw.extension import (
+    ANNOTATION_BIND_GANG_GROUP_ID as ANNOTATION_BIND_GANG_GROUP_ID,
+)
+from koordfw.extension import (
+    ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED as ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED,
+)
+from koordfw.extension import (
+    ANNOTATION_BIND_GANG_MEMBER_COUNT as ANNOTATION_BIND_GANG_MEMBER_COUNT,
+)
+from koordfw.extension import (
+    ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED as ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED,
+)
+from koordfw.extension import (
+    ANNOTATION_GANG_GROUPS,
     ANNOTATION_GANG_MODE,
     ANNOTATION_GANG_NAME,
     ANNOTATION_GANG_PREFIX,
@@ -25,19 +38,14 @@ from koordfw.inputs import loads_json, shorten
 log = structlog.get_logger("koordfw.gang")
 
 # -- wire names (apis/extension/coscheduling.go, scheduler-plugins) -------------------------------------
-# (the PodGroup labels, the gang prefix, name and mode are shared with defrag: koordfw.extension)
+# (the PodGroup labels, the gang prefix, name, mode, groups and the bind-gang-* annotations: koordfw.extension)
 ANNOTATION_GANG_MIN_NUM = f"{ANNOTATION_GANG_PREFIX}/min-available"
 ANNOTATION_GANG_TOTAL_NUM = f"{ANNOTATION_GANG_PREFIX}/total-number"
 ANNOTATION_GANG_WAIT_TIME = f"{ANNOTATION_GANG_PREFIX}/waiting-time"
-ANNOTATION_GANG_GROUPS = f"{ANNOTATION_GANG_PREFIX}/groups"
 ANNOTATION_GANG_MATCH_POLICY = f"{ANNOTATION_GANG_PREFIX}/match-policy"
 ANNOTATION_GANG_MATCH_POLICY_ALIAS = "pod-group.scheduling.sigs.k8s.io/match-policy"
 ANNOTATION_GANG_TIMEOUT = f"{ANNOTATION_GANG_PREFIX}/timeout"
 
-ANNOTATION_BIND_GANG_GROUP_ID = "internal.scheduling.koordinator.sh/bind-gang-group-id"
-ANNOTATION_BIND_GANG_MEMBER_COUNT = "internal.scheduling.koordinator.sh/bind-gang-member-count"
-ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED = "scheduling.koordinator.sh/bind-gang-group-id"
-ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED = "scheduling.koordinator.sh/bind-gang-member-count"
 
 MODE_STRICT = "Strict"
 MODE_NON_STRICT = "NonStrict"

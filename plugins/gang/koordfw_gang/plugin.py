@@ -12,8 +12,10 @@
   member of the group, releasing their reservations; NonStrict keeps them.
 * ``pre_bind`` writes ``bind-gang-group-id`` / ``bind-gang-member-count`` when several members were
   allowed together; ``post_bind`` marks the gang once-satisfied.
-* ``queue_sort`` (used when the profile selects it for ``queueSort``) orders like ``priority_sort``
-  but places each gang group at its first member's arrival, so members are contiguous.
+* ``queue_sort`` (used when the profile selects it for ``queueSort``) is Koordinator's ``Less``:
+  priority, sub-priority (``koordinator.sh/priority``), the gang group's last schedule time (its first
+  member's arrival, moved to the time of its last failed round), group id, gang id, then the pod; the
+  members of a group stay together and, among equal priorities, the group waiting longest goes first.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from koordfw import (
     fit_error,
     hookimpl,
 )
+from koordfw.extension import LABEL_POD_PRIORITY
 from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE, POD_ADD, POD_DELETE
 
 from .gang import (
@@ -100,6 +103,17 @@ class Round:
     fail_key: tuple | None = None
 
 
+def _sub_priority(pod: Any) -> int:
+    """``extension.GetPodSubPriority``: the ``koordinator.sh/priority`` label, 0 when absent or unreadable."""
+    raw = pod.labels.get(LABEL_POD_PRIORITY)
+    if not raw:
+        return 0
+    try:
+        return int(raw)
+    except ValueError:
+        return 0
+
+
 class Coscheduling:
     """The plugin. One instance per scheduler: it keeps Koordinator's gang cache."""
 
@@ -116,6 +130,8 @@ class Coscheduling:
         self._rounds: dict[str, Round] = {}
         self._active_group: str | None = None
         self._deferred: dict[str, None] = {}
+        #: gang group -> the time its last round failed (Koordinator's GangGroupInfo.LastScheduleTime)
+        self._group_time: dict[str, float] = {}
         self._binding: dict[str, tuple[str, int]] = {}
         self._demand_cache: BoundedCache[tuple[Any, ...], bool] = BoundedCache(4096)
         self._room_key: tuple[int, int] | None = None
@@ -137,13 +153,23 @@ class Coscheduling:
     def events_to_register(self, handle: Handle) -> list[ClusterEventWithHint]:
         """What can make a pod this plugin rejected (its gang group could not be placed, or is not
         complete) schedulable: room freed or added (pods leaving, nodes added or changed), a member of
-        its gang arriving or leaving, and its PodGroup changing. The rest of the gang's own life (a round
+        its gang group arriving or leaving, and its PodGroup changing. The rest of the gang's own life (a round
         ending, a member deferred) re-activates pods explicitly."""
 
         def same_gang(pod: Any, old: Any, new: Any) -> QueueingHint:
+            # a member of its gang or of another gang of its gang group (whose arrival can complete the
+            # group that pre_enqueue waits for)
             other = new if new is not None else old
-            if other is None or gang_id_of(other) == gang_id_of(pod):
+            if other is None:
                 return QueueingHint.QUEUE
+            mine, theirs = gang_id_of(pod), gang_id_of(other)
+            if theirs == mine:
+                return QueueingHint.QUEUE
+            if theirs:
+                for gid, peer in ((mine, theirs), (theirs, mine)):
+                    g = self._gangs.get(gid)
+                    if g is not None and g.spec is not None and peer in g.spec.groups:
+                        return QueueingHint.QUEUE
             return QueueingHint.QUEUE_SKIP
 
         def room_on(pod: Any, node_name: str | None) -> QueueingHint:
@@ -385,6 +411,8 @@ class Coscheduling:
     def _end_round(self, group_id: str, handle: Handle, args: Any) -> None:
         self._active_group = None
         r = self._rounds.get(group_id)
+        if r is not None and r.failed:
+            self._group_time[group_id] = handle.clock.now()
         if r is not None and r.members <= r.attempted:
             # every member was tried and the group is still short: Strict gangs give back what they hold
             gangs = [self._gangs.get(gid) for gid in group_id.split(",")]
@@ -418,17 +446,23 @@ class Coscheduling:
     # -- scheduling cycle ---------------------------------------------------------------------------------
     @hookimpl
     def queue_sort(self, pod: Pod, handle: Handle) -> tuple[Any, ...]:
-        """``(-priority, group's first arrival, group id, pod arrival)``; for a pod without a gang the
-        group is the pod itself, so such pods keep ``priority_sort``'s order."""
+        """Koordinator's ``Less``: ``(-priority, -sub-priority, group's last schedule time, group id, gang
+        id, pod arrival, pod name)``. A group's time is its first member's arrival until one of its rounds
+        fails, then the time of that failure (so an older waiting group of equal priority goes first). A
+        pod without a gang is its own group at its arrival, so such pods keep ``priority_sort``'s order."""
+        sub = _sub_priority(pod)
         g = self._track(pod, handle)
         if g is None:
             ts = pod.creation_timestamp
-            return (-pod.priority, ts if ts is not None else handle.clock.now(), "", 0.0)
+            t = ts if ts is not None else handle.clock.now()
+            return (-pod.priority, -sub, t, "", "", t, pod.name)
         own = self._arrival.get(pod.uid, 0.0)
         group = (g.gang_id,) if g.spec is None else g.spec.groups
+        group_id = ",".join(group)
         firsts = [m.first_arrival for gid in group if (m := self._gangs.get(gid)) is not None
                   and m.first_arrival is not None]
-        return (-pod.priority, min(firsts, default=own), ",".join(group), own)
+        t = self._group_time.get(group_id, min(firsts, default=own))
+        return (-pod.priority, -sub, t, group_id, g.gang_id, own, pod.name)
 
     @hookimpl
     def pre_enqueue(self, pod: Pod, args: CoschedulingArgs, handle: Handle) -> Status | None:
@@ -472,6 +506,10 @@ class Coscheduling:
                 return Status.unschedulable(f"gangGroup {group_id} cannot be placed: the room left, node by node, "
                                             f"holds fewer members than it still needs")
             r = self._rounds[group_id] = Round(group_id, self._pending_members(g, handle, args))
+            # Koordinator's NextPod: every pending member of the group is fed in this round, wherever it
+            # waits (the unschedulable pool, backoff), so the round ends with the whole group tried
+            handle.activate([u for u in sorted(r.members)
+                             if u != pod.uid and not handle.is_active(u) and not handle.is_in_flight(u)])
         self._active_group = group_id
         r.attempted.add(pod.uid)
         if r.failed and g.spec.mode == MODE_STRICT:

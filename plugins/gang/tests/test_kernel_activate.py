@@ -25,3 +25,16 @@ async def test_activate_moves_a_backing_off_pod_to_active():
     s.handle_for("gang").activate([pod.uid])
     assert pod.uid in s.queue.active
     assert pod.uid not in s.queue.backoff and pod.uid not in s.queue.unschedulable
+
+
+async def test_activate_leaves_a_gated_pod_gated():
+    # kube's Activate re-runs PreEnqueue: a pod a pre_enqueue plugin holds stays out of the active queue
+    # (the gang plugin activates every pending member of a group when its round opens)
+    cluster = ClusterState()
+    cluster.add_node(make_node("n0"))
+    pod = make_pod("p", requests={"cpu": "1"})
+    cluster.add_pod(pod)
+    s = Scheduler(build_registry(autoload=False), cluster, VirtualClock(100.0))
+    s.queue.add_gated(pod, s.clock.now(), "held by a test gate")
+    s.handle_for("gang").activate([pod.uid])
+    assert pod.uid in s.queue.gated and pod.uid not in s.queue.active
