@@ -17,9 +17,11 @@ import structlog
 from koordfw_prediction.api import BONFERRONI, check_budget, check_combination
 
 from koordfw import warn_once
+from koordfw.extension import ANNOTATION_NODE_COLOCATION_STRATEGY
 from koordfw.inputs import camel, loads_json, selector_matches
 
-ANNOTATION_COLOCATION_STRATEGY = "node.koordinator.sh/colocation-strategy"
+#: the node's colocation-strategy annotation (the wire name is koordfw.extension's; this package's older name)
+ANNOTATION_COLOCATION_STRATEGY = ANNOTATION_NODE_COLOCATION_STRATEGY
 LABEL_CPU_RECLAIM_RATIO = "node.koordinator.sh/cpu-reclaim-ratio"
 LABEL_MEMORY_RECLAIM_RATIO = "node.koordinator.sh/memory-reclaim-ratio"
 

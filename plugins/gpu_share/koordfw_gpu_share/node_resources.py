@@ -22,6 +22,7 @@ import structlog
 
 from koordfw import BoundedCache, ManifestError, warn_once
 from koordfw.extension import (
+    ANNOTATION_NODE_COLOCATION_STRATEGY,
     GPU_VENDOR_NVIDIA,
     LABEL_GPU_VENDOR,
     RESOURCE_GPU,
@@ -42,7 +43,7 @@ RESOURCE_NAMES = (RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_HUAWEI_NPU_CORE, RES
                   RESOURCE_HUAWEI_NPU_DVPP, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, RESOURCE_GPU_SHARED)
 
 #: Koordinator's AnnotationNodeColocationStrategy (the batch_resource plugin reads it too)
-_ANNOTATION_COLOCATION_STRATEGY = "node.koordinator.sh/colocation-strategy"
+_ANNOTATION_COLOCATION_STRATEGY = ANNOTATION_NODE_COLOCATION_STRATEGY
 #: the fields of Koordinator's default ColocationStrategy this plugin reads
 _DEFAULTS: dict[str, Any] = {"enable": False, "updateTimeThresholdSeconds": 300, "resourceDiffThreshold": 0.1}
 
