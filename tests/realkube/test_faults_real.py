@@ -278,8 +278,12 @@ async def test_etcd_compacted_watches_get_410_and_relist(plane: ControlPlane) ->
             # keep the pods watch ahead of every compaction)
             relists = pods_refl.relists
             await anyio.sleep(0.5)
-            plane.apply({"apiVersion": "v1", "kind": "ConfigMap",
-                         "metadata": {"name": "churn-last", "namespace": "flt-compact"}, "data": {}})
+            # two writes: a watch resumed from resourceVersion X starts at revision X + 1, so one write
+            # (revision X + 1) compacted at would still be watchable, and no 410 would come
+            for n in range(2):
+                plane.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                             "metadata": {"name": "churn-last", "namespace": "flt-compact"},
+                             "data": {"n": str(n)}})
             compact(plane)
             with anyio.fail_after(15):
                 while pods_refl.relists == relists:
