@@ -31,7 +31,9 @@ from koordfw_defrag import Args, plan
 from koordfw_gpu_share.replay import _node, _pod, bin_curve, parse_seeds, prepare_trace, profile_for
 
 from koordfw import build_registry
-from koordfw.embed import ClusterState, EmbeddedEngine, Scheduler
+from koordfw.core.cluster import ClusterState  # the experiment drops failed pods from the queue: kernel-level
+from koordfw.core.schedule_one import Scheduler
+from koordfw.embed import EmbeddedEngine
 
 DATA = Path("/work/shared/data/alibaba-gpu-v2023")
 

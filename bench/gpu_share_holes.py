@@ -78,13 +78,14 @@ def configuration_gaps(shares: list[int], dist: dict[int, int]) -> list[int]:
 async def holes(workload: str, policy: str, seed: int, top: int) -> dict:
     trace = prepare_trace(f"{DATA}/openb_node_list_gpu_node.csv", f"{DATA}/openb_pod_list_{workload}.csv", seed)
     cap = trace.capacity_milli
-    sched, cluster, plugin, _, pods = await start_replay(trace, policy, seed)
+    engine, plugin, _, pods = await start_replay(trace, policy, seed)
+    cluster = engine.view
     row = {p.uid: r for p, r in zip(pods, trace.pods)}
     failed: list[tuple] = []
     shares: list[int] = []
     arrived = 0
     async with anyio.create_task_group() as tg:
-        while arrived < cap and (tried := await sched.schedule_next(tg)) is not None:
+        while arrived < cap and (tried := await engine.schedule_one(tg)) is not None:
             r = row[tried.uid]
             arrived += r[3] * r[4]
             if r[3] == 1 and 0 < r[4] < 1000:
@@ -92,7 +93,7 @@ async def holes(workload: str, policy: str, seed: int, top: int) -> dict:
             if cluster.pods[tried.uid].node_index < 0:
                 failed.append(r)
             await anyio.lowlevel.checkpoint()
-    await sched.shutdown()
+    await engine.stop()
 
     inv = plugin.inv
     every = np.arange(cluster.num_nodes)

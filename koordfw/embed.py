@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .command_api import Commands, add_plugin_options, registry_from_args
 from .core.caller import PluginFailure
 from .core.clock import VirtualClock
-from .core.cluster import ClusterState, NodeView
+from .core.cluster import NodeView
 from .core.cluster_view import as_view as cluster_view_of
 from .core.errors import ManifestError
 from .core.events import SchedulerEvents
@@ -22,7 +22,6 @@ from .core.model import Pod
 from .core.node_runtime import NodePlan
 from .core.nodestate import NodeState
 from .core.profile import Profile, load_profile, profile_from_dict
-from .core.schedule_one import Scheduler
 from .hookspecs import hookspec
 
 if TYPE_CHECKING:
@@ -30,8 +29,8 @@ if TYPE_CHECKING:
     from .core.plugins import Registry
     from .engines.embedded import EmbeddedEngine, SimulationResult
 
-__all__ = ["ClusterState", "CollectPolicy", "Commands", "EmbeddedEngine", "NodeMetricReporter", "NodePlan", "NodePlanner",
-           "PluginFailure", "PodAdmission", "Profile", "Scheduler", "SchedulerEvents", "VirtualClock", "add_plugin_options",
+__all__ = ["CollectPolicy", "Commands", "EmbeddedEngine", "NodeMetricReporter", "NodePlan", "NodePlanner",
+           "PluginFailure", "PodAdmission", "Profile", "SchedulerEvents", "VirtualClock", "add_plugin_options",
            "build_registry", "cluster_view_of", "hookspec", "load_profile", "plan_writes", "profile_from_dict",
            "registry_from_args", "simulate", "update_node_resources"]
 

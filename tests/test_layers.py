@@ -42,3 +42,28 @@ def test_every_plugin_package_is_type_checked():
     files = set(CONFIG["tool"]["mypy"]["files"])
     missing = sorted(d for d in plugin_packages().values() if d not in files)
     assert not missing, f"pyproject.toml [tool.mypy] files lacks {missing}"
+
+
+def test_the_embedding_api_exports_no_kernel_type():
+    """``Scheduler`` and ``ClusterState`` are the kernel's: an embedder drives ``EmbeddedEngine``'s methods."""
+    import koordfw
+    import koordfw.embed
+
+    for module in (koordfw, koordfw.embed):
+        for name in ("Scheduler", "ClusterState", "SchedulingQueue", "HookCaller"):
+            assert name not in module.__all__ and not hasattr(module, name), f"{module.__name__}.{name}"
+
+
+# an engine's kernel attributes and the scheduler's cycle, as a plugin package would reach them
+KERNEL_REACH = (".scheduler.", "engine.scheduler", "engine.cluster", "schedule_next(", "cluster_event(",
+                "ClusterState", "set_extra_allocatable(", "add_requested(")
+
+
+@pytest.mark.parametrize("package", sorted(plugin_packages()))
+def test_plugin_packages_drive_engines_through_their_public_methods(package):
+    """The replays, defrag's command and every plugin use ``EmbeddedEngine``'s methods and its read-only
+    ``view``, never the scheduler or the mutable state inside it."""
+    src = ROOT / plugin_packages()[package]
+    found = [f"{p.relative_to(ROOT)}:{i}: {needle}" for p in sorted(src.rglob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1) for needle in KERNEL_REACH if needle in line]
+    assert not found, "\n".join(found)

@@ -9,6 +9,7 @@ import numpy as np
 
 from koordfw import (
     ClusterEventWithHint,
+    ClusterView,
     IdentityKey,
     Node,
     NodeBatch,
@@ -21,7 +22,6 @@ from koordfw import (
     normalize,
 )
 from koordfw.contract import FilterBatchResult
-from koordfw.embed import ClusterState
 from koordfw.hints import NODE_ADD, NODE_UPDATE
 
 
@@ -48,7 +48,7 @@ class TaintToleration:
         self._hard: np.ndarray | None = None
         self._soft: np.ndarray | None = None
 
-    def _columns(self, cluster: ClusterState) -> tuple[np.ndarray, np.ndarray]:
+    def _columns(self, cluster: ClusterView) -> tuple[np.ndarray, np.ndarray]:
         key = (cluster.labels_generation, cluster.num_nodes, IdentityKey(cluster))
         if key != self._key:
             views = cluster.views

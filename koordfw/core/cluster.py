@@ -12,23 +12,27 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import attrs
 import numpy as np
 
 from .model import Node, Pod, replace_pod
 
+if TYPE_CHECKING:
+    from .cluster_view import ReadOnlyCluster
+
 BASE_RESOURCES = ("cpu", "memory", "pods", "ephemeral-storage")
 
 
 class NodeView:
-    """A node as plugins see it: the Node object plus its live accounting in the cluster."""
+    """A node as plugins see it: the Node object plus its live accounting in the cluster (``cluster``: the
+    read-only view of the cluster it is in)."""
 
-    __slots__ = ("cluster", "index", "node")
+    __slots__ = ("_state", "cluster", "index", "node")
 
     def __init__(self, cluster: ClusterState, index: int, node: Node) -> None:
-        self.cluster, self.index, self.node = cluster, index, node
+        self._state, self.cluster, self.index, self.node = cluster, cluster.view, index, node
 
     name = property(lambda self: self.node.name)
     labels = property(lambda self: self.node.labels)
@@ -39,37 +43,39 @@ class NodeView:
 
     @property
     def allocatable(self) -> dict[str, int]:
-        row = self.cluster.allocatable[self.index]
-        return {r: int(row[i]) for i, r in enumerate(self.cluster.resources) if row[i]}
+        row = self._state.allocatable[self.index]
+        return {r: int(row[i]) for i, r in enumerate(self._state.resources) if row[i]}
 
     @property
     def requested(self) -> dict[str, int]:
-        row = self.cluster.requested[self.index]
-        return {r: int(row[i]) for i, r in enumerate(self.cluster.resources) if row[i]}
+        row = self._state.requested[self.index]
+        return {r: int(row[i]) for i, r in enumerate(self._state.resources) if row[i]}
 
     def free(self, resource: str) -> int:
-        i = self.cluster.resource_index(resource)
-        return int(self.cluster.allocatable[self.index, i] - self.cluster.requested[self.index, i])
+        i = self._state.resource_index(resource)
+        return int(self._state.allocatable[self.index, i] - self._state.requested[self.index, i])
 
     @property
     def pods(self) -> list[Pod]:
-        return self.cluster.pods_on(self.node.name)
+        return self._state.pods_on(self.node.name)
 
     @property
     def version(self) -> int:
-        return int(self.cluster.node_version[self.index])
+        return int(self._state.node_version[self.index])
 
     def __repr__(self) -> str:
         return f"NodeView({self.node.name!r})"
 
 
 class NodeBatch(Sequence[NodeView]):
-    """Candidate nodes of one plugin call: NodeViews, plus ``idx`` into the cluster's columns."""
+    """Candidate nodes of one plugin call: NodeViews, plus ``idx`` into the cluster's columns (``cluster``:
+    the read-only view of the cluster)."""
 
     __slots__ = ("cluster", "idx")
 
-    def __init__(self, cluster: ClusterState, idx: np.ndarray) -> None:
-        self.cluster, self.idx = cluster, idx
+    def __init__(self, cluster: ClusterState | ReadOnlyCluster, idx: np.ndarray) -> None:
+        self.cluster: ReadOnlyCluster = cluster.view if isinstance(cluster, ClusterState) else cluster
+        self.idx = idx
 
     def __len__(self) -> int:
         return len(self.idx)
@@ -159,7 +165,10 @@ class ClusterState:
         self._anti_uids: set[str] = set()
         #: pending pods nominated to a node (status.nominatedNodeName), by uid
         self._nominated: dict[str, Pod] = {}
-        self._view: Any = None  # its read-only ClusterView (cluster_view.view_of)
+        from .cluster_view import ReadOnlyCluster  # it imports this module
+
+        #: its read-only view, the one plugins see (``handle.cluster``, ``NodeView.cluster``)
+        self.view = ReadOnlyCluster(self)
 
     # -- columns --------------------------------------------------------------------------------
     @property

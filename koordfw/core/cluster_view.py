@@ -39,10 +39,22 @@ class ReadOnlyCluster:
     """The :class:`koordfw.ClusterView` over one :class:`ClusterState` (one per cluster: :func:`view_of`,
     so that caches keyed by the view's identity hold across plugins and cycles)."""
 
-    __slots__ = ("_c", "__weakref__")
+    __slots__ = ("_c", "_cols", "__weakref__")
 
     def __init__(self, cluster: ClusterState) -> None:
         self._c = cluster
+        #: column name → (the engine's array, the rows in use, its read-only view): made again only when the
+        #: engine grows or replaces the array (a hot read is then a lookup, not a new view)
+        self._cols: dict[str, tuple[np.ndarray, int, np.ndarray]] = {}
+
+    def _column(self, name: str, base: np.ndarray) -> np.ndarray:
+        n = self._c.num_nodes
+        hit = self._cols.get(name)
+        if hit is not None and hit[0] is base and hit[1] == n:
+            return hit[2]
+        v = read_only(base[:n])
+        self._cols[name] = (base, n, v)
+        return v
 
     # -- nodes ----------------------------------------------------------------------------------
     @property
@@ -63,19 +75,19 @@ class ReadOnlyCluster:
 
     @property
     def allocatable(self) -> np.ndarray:
-        return read_only(self._c.allocatable)
+        return self._column("allocatable", self._c._alloc)
 
     @property
     def requested(self) -> np.ndarray:
-        return read_only(self._c.requested)
+        return self._column("requested", self._c._req)
 
     @property
     def node_version(self) -> np.ndarray:
-        return read_only(self._c.node_version)
+        return self._column("node_version", self._c._version)
 
     @property
     def unschedulable_mask(self) -> np.ndarray:
-        return read_only(self._c.unschedulable_mask)
+        return self._column("unschedulable_mask", self._c._unsched)
 
     @property
     def live_mask(self) -> np.ndarray:
@@ -186,11 +198,8 @@ class ReadOnlyCluster:
 
 
 def view_of(cluster: ClusterState) -> ReadOnlyCluster:
-    """The one read-only view of ``cluster`` (made on first use, kept on it)."""
-    v = cluster._view
-    if v is None:
-        v = cluster._view = ReadOnlyCluster(cluster)
-    return v
+    """The one read-only view of ``cluster`` (made with it)."""
+    return cluster.view
 
 
 def as_view(cluster: ClusterView) -> ReadOnlyCluster:

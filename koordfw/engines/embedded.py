@@ -24,12 +24,13 @@ import structlog
 
 from ..core.admission import ADMISSION_KINDS, Admission, StaticObjects
 from ..core.clock import VirtualClock
-from ..core.cluster import ClusterState
+from ..core.cluster import ClusterState, object_key
+from ..core.cluster_view import ReadOnlyCluster, view_of
 from ..core.errors import ManifestError
 from ..core.events import SchedulerEvents, merge_patch
-from ..core.hints import ASSIGNED_POD_DELETE
+from ..core.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE
 from ..core.manifests import Manifests, load_manifests
-from ..core.model import Migration, Pod, pod_from_manifest
+from ..core.model import Migration, Node, Pod, pod_from_manifest
 from ..core.plugins import Registry
 from ..core.profile import Profile, load_profile
 from ..core.quantity import format_quantity
@@ -192,11 +193,31 @@ def colocation_from_objects(cluster: ClusterState) -> dict[str, Any] | None:
 
 class EmbeddedEngine(SchedulerEvents):
     """The in-memory cluster: drives a Scheduler on a VirtualClock, binds and evicts in memory, and
-    keeps what a run reports (per-pod results, bind order, cycle timings, attempts)."""
+    keeps what a run reports (per-pod results, bind order, cycle timings, attempts).
 
-    def __init__(self, registry: Registry, cluster: ClusterState, *, seed: int = 0,
+    An embedder (a replay, a benchmark, another program) builds it from ``nodes``, ``pods`` and ``objects``
+    and drives it through its methods: :meth:`start` / :meth:`stop`, :meth:`add_pod` / :meth:`delete_pod`,
+    :meth:`put_object`, :meth:`node_updated`, :meth:`schedule_one` (one cycle) or :meth:`run` / :meth:`drive`
+    (until nothing changes), :meth:`evict`; it reads the cluster through :attr:`view` (read-only) and the
+    per-pod :attr:`results`. ``scheduler`` and ``cluster`` are the kernel's own (its tests read them); an
+    embedder needs neither. ``inline_binding=False`` runs each binding cycle as a task of the task group
+    given to :meth:`schedule_one` (a replay that drives the cycles itself, as the live scheduler does)."""
+
+    def __init__(self, registry: Registry, cluster: ClusterState | None = None, *, nodes: Iterable[Node] = (),
+                 pods: Iterable[Pod] = (), objects: Iterable[Mapping[str, Any]] = (), seed: int = 0,
                  start_time: float | None = None, inline_binding: bool = True) -> None:
         self.clock = VirtualClock(start_time if start_time is not None else time.time())
+        if cluster is None:
+            cluster = ClusterState()
+        for node in nodes:
+            cluster.add_node(node)
+        for obj in objects:
+            if not isinstance(obj.get("kind"), str) or not obj.get("kind"):
+                raise ManifestError("an object needs a kind", obj=str((obj.get("metadata") or {}).get("name")),
+                                    field="kind")
+            cluster.set_object(obj["kind"], dict(obj))
+        for pod in pods:
+            cluster.add_pod(pod)
         self.cluster = cluster
         self.results: dict[str, PodResult] = {}
         #: (uid, node) in bind order
@@ -218,6 +239,91 @@ class EmbeddedEngine(SchedulerEvents):
         #: the ColocationCfg the node_resources hooks got: the slo-controller-config ConfigMap of the cluster
         #: when they last ran (read then: the cluster may be filled after the engine is made)
         self.colocation: dict[str, Any] | None = None
+
+    @classmethod
+    def from_manifests(cls, registry: Registry, manifests: Manifests, *, seed: int = 0, start_time: float | None = None,
+                       inline_binding: bool = True) -> EmbeddedEngine:
+        """The engine of a loaded input (:func:`koordfw.inputs.load_manifests`): its nodes, objects and pods as
+        given (no admission: :func:`simulate` admits), each object's errors naming its file; the clock at
+        ``start_time`` or else the input's newest timestamp."""
+        return cls(registry, manifests.to_cluster(), seed=seed, inline_binding=inline_binding,
+                   start_time=start_time if start_time is not None else manifests.newest_timestamp())
+
+    # -- the embedding API ------------------------------------------------------------------------
+    @property
+    def view(self) -> ReadOnlyCluster:
+        """The cluster, read-only (what plugins see as ``handle.cluster``: the same object)."""
+        return view_of(self.cluster)
+
+    async def start(self, *, enqueue_pending: bool = True) -> None:
+        """Every plugin's ``startup`` (a plugin's bad input raised as the user's error), then the pending
+        pods the engine was built with queued (``enqueue_pending``), in the order they were given."""
+        s = self.scheduler
+        await s.startup()
+        if enqueue_pending:
+            for uid in s.pending_uids():
+                await s.enqueue(self.cluster.pods[uid].pod)
+
+    async def stop(self) -> None:
+        """Every plugin's ``shutdown``."""
+        await self.scheduler.shutdown()
+
+    async def add_pod(self, pod: Pod) -> None:
+        """A pod is created: a pending one is queued (its ``pre_enqueue`` run), a bound one accounted on its
+        node; the queue hears the event (pods waiting for one like it move)."""
+        await self.scheduler.add_pod(pod)
+
+    async def delete_pod(self, uid: str) -> None:
+        """A pod is deleted: it leaves the queue or its node (a pod waiting at permit is rejected); its
+        node's capacity frees and the queue hears it."""
+        await self.scheduler.remove_pod(uid)
+
+    def put_object(self, obj: Mapping[str, Any]) -> None:
+        """Create or replace an object of the cluster (a NodeMetric, a CRD, a ConfigMap...), by its ``kind``
+        and name; the plugins watching the kind (``handle.watch_objects``) hear the change."""
+        kind = obj.get("kind")
+        if not isinstance(kind, str) or not kind:
+            raise ManifestError("an object needs a kind", field="kind")
+        new = dict(obj)
+        key = object_key(kind, new.get("metadata") or {})
+        old = self.cluster.get_object(kind, key)
+        self.cluster.set_object(kind, new)
+        self.scheduler.objects.object_changed(kind, key, old, new)
+
+    async def put_node(self, node: Node) -> None:
+        """A node is added, or changed (the same name): the queue hears Node/Add or Node/Update, as from the
+        live engine's watch; pods that named a node before it existed count on it now."""
+        c = self.cluster
+        prev = c.node(node.name)
+        before = prev.node if prev is not None else None
+        if prev is not None:
+            c.update_node(node)
+        else:
+            c.add_node(node)
+            for entry in list(c.pods.values()):
+                if entry.pod.node_name == node.name and entry.node_index < 0 and not entry.pod.is_terminal:
+                    c.add_pod(entry.pod)
+        await self.scheduler.cluster_event(NODE_UPDATE if prev is not None else NODE_ADD, before, node)
+
+    async def flush_queue(self) -> None:
+        """kube's periodic queue flushes, at the clock's time: pods whose backoff has ended go to the active
+        queue, pods unschedulable for longer than the queue's limit are retried."""
+        await self.scheduler.flush()
+
+    async def node_updated(self, name: str) -> None:
+        """A node changed (its allocatable, labels, taints: written by the engine or the embedder): pods
+        waiting for a node update are moved, as kube's queue moves them on a Node/Update event."""
+        view = self.cluster.node(name)
+        if view is None:
+            raise KeyError(f"no node {name!r}")
+        await self.scheduler.cluster_event(NODE_UPDATE, view.node, view.node)
+
+    async def schedule_one(self, tg: anyio.abc.TaskGroup) -> Pod | None:
+        """One scheduling cycle: the next pod of the active queue is tried (the pod is returned) and, if it
+        is placed, bound, inline or (``inline_binding=False``, or a pod waiting at permit) as a task of
+        ``tg``, the caller's task group for the run; None when no pod is ready (pods in backoff wait for
+        :meth:`drive`, which moves the clock, or :meth:`flush_queue` once the caller has moved it)."""
+        return await self.scheduler.schedule_next(tg)
 
     @property
     def progress(self) -> int:
@@ -353,9 +459,10 @@ class EmbeddedEngine(SchedulerEvents):
                 self.cluster.set_extra_allocatable(view.name, {k: 0 if v is None else v for k, v in res.amounts.items()})
 
     async def run(self, *, progress: Callable[[int, int], None] | None = None) -> None:
-        s = self.scheduler
-        await s.startup()
+        """:meth:`start`, the node_resources hooks run on every node, then :meth:`drive` until nothing changes."""
+        await self.start(enqueue_pending=False)
         await self.refresh_node_resources()
+        s = self.scheduler
         for uid in s.pending_uids():
             await s.enqueue(self.cluster.pods[uid].pod)
         await self.drive(progress=progress)

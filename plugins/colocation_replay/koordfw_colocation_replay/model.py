@@ -45,7 +45,6 @@ from koordfw_resource_profile.api import ANNOTATION_TEMPLATES
 
 from koordfw import NodeState, PodState, build_registry
 from koordfw.embed import (
-    ClusterState,
     CollectPolicy,
     EmbeddedEngine,
     NodeMetricReporter,
@@ -54,7 +53,6 @@ from koordfw.embed import (
     update_node_resources,
 )
 from koordfw.extension import BATCH_CPU, BATCH_MEMORY, LABEL_POD_QOS
-from koordfw.hints import NODE_UPDATE
 from koordfw.inputs import make_node, make_pod
 
 from .traces import SLOT, LSTrace, Task, TraceError
@@ -233,14 +231,8 @@ class Replay:
         import anyio
 
         t_wall = time.perf_counter()
-        self.cluster = ClusterState()
-        cpu_m, mem_b = int(self.node_cpu * 1000), int(self.node_memory)
-        for i in range(self.n):
-            self.cluster.add_node(make_node(f"node-{i:03d}", allocatable={"cpu": f"{cpu_m}m", "memory": str(mem_b),
-                                                                          "pods": "512"}))
         registry = self._registry()
-        self.engine = EmbeddedEngine(registry, self.cluster, seed=self.seed, start_time=float(self.ls.start))
-        self.s = self.engine.scheduler
+        self.engine = self._engine(registry)
         koord = self.mode == "koordfw"
         objects = [{"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
                     "metadata": {"name": "replay-batch"},
@@ -260,33 +252,36 @@ class Replay:
             self.last_update: dict[str, float] = {}
             self._ls_static: list[tuple[int, int, PodState, dict[str, int]]] | None = None
             self._ls_pods_of: list[list[Any]] = []
-        await self.s.startup()
+        await self.engine.start()
         self.stats = _Stats(self.slots, self.n)
         with _fewer_collections():
             async with anyio.create_task_group() as tg:
                 self.tg = tg
                 await self._place_ls()
                 await self._loop()
-        await self.s.shutdown()
+        await self.engine.stop()
         wall = time.perf_counter() - t_wall
         return self.stats.result(self, wall)
 
+    def _engine(self, registry: Any) -> EmbeddedEngine:
+        """The embedded cluster of ``n`` equal nodes, empty; ``self.cluster`` its read-only view."""
+        cpu_m, mem_b = int(self.node_cpu * 1000), int(self.node_memory)
+        nodes = [make_node(f"node-{i:03d}", allocatable={"cpu": f"{cpu_m}m", "memory": str(mem_b), "pods": "512"})
+                 for i in range(self.n)]
+        engine = EmbeddedEngine(registry, nodes=nodes, seed=self.seed, start_time=float(self.ls.start))
+        self.cluster = engine.view
+        return engine
+
     async def place_only(self) -> int:
         """Build the cluster and place the LS pods only; the number left unplaced."""
-        self.cluster = ClusterState()
-        cpu_m, mem_b = int(self.node_cpu * 1000), int(self.node_memory)
-        for i in range(self.n):
-            self.cluster.add_node(make_node(f"node-{i:03d}", allocatable={"cpu": f"{cpu_m}m", "memory": str(mem_b),
-                                                                          "pods": "512"}))
-        self.engine = EmbeddedEngine(self._registry(), self.cluster, seed=self.seed, start_time=float(self.ls.start))
-        self.s = self.engine.scheduler
-        await self.s.startup()
+        self.engine = self._engine(self._registry())
+        await self.engine.start()
         import anyio
 
         async with anyio.create_task_group() as tg:
             self.tg = tg
             await self._place_ls()
-        await self.s.shutdown()
+        await self.engine.stop()
         return self.ls_unplaced
 
     async def _place_ls(self) -> None:
@@ -302,9 +297,9 @@ class Replay:
                                                             "memory": str(int(ls.request_memory[j]))},
                          labels={LABEL_POD_QOS: "LS", "app": f"vm-{vm}"}, priorityClassName="koord-prod", priority=9000)
             pods[j] = p
-            await self.s.add_pod(p)
+            await self.engine.add_pod(p)
         self.ls_pods = [pods[j] for j in range(len(ls.vms))]
-        while await self.s.schedule_next(self.tg) is not None:
+        while await self.engine.schedule_one(self.tg) is not None:
             pass
         names = {v.name: v.index for v in self.cluster.nodes}
         self.ls_node = np.full(len(ls.vms), -1, dtype=np.int64)
@@ -569,7 +564,6 @@ class Replay:
 
     # -- the executor pool ----------------------------------------------------------------------------
     async def _autoscale(self, now: float) -> None:
-        s = self.s
         wants = self.want
         # idle executors (no lane used for a whole slot) leave; an evicted executor still pending after
         # PENDING_TIMEOUT, or that its shape's queue no longer wants, is withdrawn
@@ -579,7 +573,7 @@ class Replay:
                     await self._delete(e)
             elif now - e.idle_since >= PENDING_TIMEOUT or wants[e.shape] == 0:
                 await self._delete(e)
-        await s.flush()
+        await self.engine.flush_queue()
         await self._schedule(now)
         # the shapes in the order of their longest-waiting queued task (the queue is FIFO across shapes)
         heads = []
@@ -623,7 +617,7 @@ class Replay:
 
     async def _schedule(self, now: float) -> None:
         """Run the scheduling cycles of the pods queued; record the executors bound."""
-        while await self.s.schedule_next(self.tg) is not None:
+        while await self.engine.schedule_one(self.tg) is not None:
             pass
         self._bound(now)
 
@@ -651,7 +645,7 @@ class Replay:
         self.executors[e.uid] = e
         self.pending[e.uid] = e
         self.by_shape[sh].append(e)
-        await self.s.add_pod(pod)
+        await self.engine.add_pod(pod)
         return e
 
     def _bound(self, now: float) -> None:
@@ -669,7 +663,7 @@ class Replay:
         if e.node >= 0:
             self.free_lanes[e.shape] -= e.lanes - e.used
         self.by_shape[e.shape].remove(e)
-        await self.s.remove_pod(e.uid)
+        await self.engine.delete_pod(e.uid)
 
     async def _evict(self, e: Executor, now: float) -> None:
         """The executor is evicted: its instances in flight lose their progress (retried), its lanes go back
@@ -768,7 +762,7 @@ class Replay:
                            cgroups={SUPPRESS_QUOTA_FILE: str(int(q)), BE_CPUSET_FILE: cpus})
             self.reporters[nd].observe(ns, now)
             if report:
-                self.cluster.set_object("NodeMetric", {
+                self.engine.put_object({
                     "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric", "metadata": {"name": view.name},
                     "status": self.reporters[nd].status(now, pods_of[nd])})
             plan = await self.planner.plan(ns)
@@ -785,9 +779,8 @@ class Replay:
             return
         written = await update_node_resources(self.engine, self.last_update)
         # one NODE_UPDATE for the slot's writes (each would wake the same pods waiting for resources)
-        changed = self.cluster.node(written[0]) if written else None
-        if changed is not None:
-            await self.s.cluster_event(NODE_UPDATE, changed.node, changed.node)
+        if written:
+            await self.engine.node_updated(written[0])
 
 
 #: the garbage collector's thresholds during a run (generation 0 allocations, then collections of the

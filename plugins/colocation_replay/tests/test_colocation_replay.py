@@ -276,7 +276,7 @@ def test_replay_is_a_shared_group() -> None:
 def test_front_doors_node_planner_and_update_node_resources() -> None:
     """The agent's plan and the manager's node-resource step as the replay drives them."""
     from koordfw import NodeState, PodState, build_registry
-    from koordfw.embed import ClusterState, EmbeddedEngine, NodePlanner, VirtualClock, update_node_resources
+    from koordfw.embed import EmbeddedEngine, NodePlanner, VirtualClock, update_node_resources
     from koordfw.extension import BATCH_CPU
     from koordfw.inputs import make_node, make_pod
 
@@ -296,10 +296,11 @@ def test_front_doors_node_planner_and_update_node_resources() -> None:
     assert [(w.path, w.value, w.plugin) for w in plan.writes if w.path == quota] == [(quota, "320000", "be_suppress")]
     assert plan.evictions == [] and plan.errors == []
 
-    cluster = ClusterState()
-    cluster.add_node(make_node("n", allocatable={"cpu": "8", "memory": "32Gi", "pods": "110"}))
     engine = EmbeddedEngine(build_registry({"pluginConfig": {"batch_resource": {"enable": True}}},
-                                           only=("batch_resource",)), cluster, start_time=1000.0)
+                                           only=("batch_resource",)),
+                            nodes=[make_node("n", allocatable={"cpu": "8", "memory": "32Gi", "pods": "110"})],
+                            start_time=1000.0)
+    cluster = engine.view
 
     def metric(cpu: str) -> dict:
         return {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric", "metadata": {"name": "n"},
@@ -308,10 +309,10 @@ def test_front_doors_node_planner_and_update_node_resources() -> None:
                                           "systemUsage": {"resources": {"cpu": "0", "memory": "0"}}}}}
 
     last: dict[str, float] = {}
-    cluster.set_object("NodeMetric", metric("1"))
+    engine.put_object(metric("1"))
     assert anyio.run(update_node_resources, engine, last) == ["n"] and last == {"n": 1000.0}
     assert cluster.node("n").allocatable[BATCH_CPU] == 8000 * 60 // 100
-    cluster.set_object("NodeMetric", metric("1100m"))  # batch-cpu moves by < 10 %, written just now: no write
+    engine.put_object(metric("1100m"))  # batch-cpu moves by < 10 %, written just now: no write
     assert anyio.run(update_node_resources, engine, last) == []
     engine.clock.advance_to(1301.0)  # more than updateTimeThresholdSeconds (300) since the write: written
     assert anyio.run(update_node_resources, engine, last) == ["n"] and last == {"n": 1301.0}

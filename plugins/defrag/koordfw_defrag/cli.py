@@ -34,10 +34,8 @@ async def plan_snapshot(manifests: Manifests, registry: Any) -> dict:
 
     from koordfw.embed import EmbeddedEngine
 
-    cluster = manifests.to_cluster()
-    engine = EmbeddedEngine(registry, cluster, start_time=manifests.newest_timestamp())
-    s = engine.scheduler
-    await s.startup()
+    engine = EmbeddedEngine.from_manifests(registry, manifests)
+    await engine.start(enqueue_pending=False)
     await engine.refresh_node_resources()
     planned, errors = await engine.deschedule_plans()
     # defrag's own plan comes from its last result below, with its before/after figures
@@ -55,7 +53,7 @@ async def plan_snapshot(manifests: Manifests, registry: Any) -> dict:
                          for m in migrations]
     if errors:
         out["errors"] = errors
-    await s.shutdown()
+    await engine.stop()
     return out
 
 

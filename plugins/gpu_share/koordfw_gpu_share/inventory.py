@@ -145,7 +145,7 @@ def devices_by_node(cluster: Any) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 class Inventory:
-    """GPU columns for every node of a ClusterState, plus the allocations held on them."""
+    """GPU columns for every node of a cluster (a ClusterView), plus the allocations held on them."""
 
     def __init__(self, cluster: Any, warned: set[str] | BoundedCache[Any, bool] | None = None) -> None:
         """``warned``: inventory errors already logged (kept by the caller across rebuilds, so that a bad

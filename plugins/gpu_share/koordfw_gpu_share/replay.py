@@ -25,7 +25,7 @@ import attrs
 import numpy as np
 
 from koordfw import ConfigError
-from koordfw.embed import ClusterState, Commands, EmbeddedEngine
+from koordfw.embed import Commands, EmbeddedEngine
 from koordfw.extension import RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO
 from koordfw.inputs import make_node, make_pod
 
@@ -209,9 +209,9 @@ def prepare_trace(nodes_csv: str | Path, pods_csv: str | Path, seed: int) -> Tra
 
 
 async def start_replay(trace: Trace, policy: str, seed: int, tie_break: str = "first") -> tuple:
-    """The scheduler of one run with every pod added and queued in arrival order:
-    ``(scheduler, cluster, gpu_share plugin object, registry, pods)``. The plugin object is made here and
-    loaded in-process (with the built-ins, no other plugin), so the replay reads its state directly."""
+    """The engine of one run, started, with every pod added and queued in arrival order:
+    ``(engine, gpu_share plugin object, registry, pods)``. The plugin object is made here and loaded
+    in-process (with the built-ins, no other plugin), so the replay reads its state directly."""
     from koordfw import build_registry
 
     if policy not in POLICIES:
@@ -219,18 +219,12 @@ async def start_replay(trace: Trace, policy: str, seed: int, tie_break: str = "f
     plugin = GpuShare()
     registry = build_registry(profile_for(policy, seed, trace.workload, tie_break, trace.shares),
                               plugins={"gpu_share": plugin}, only=())
-    cluster = ClusterState()
-    for r in trace.nodes:
-        cluster.add_node(_node(r))
-    # binding cycles as tasks of the replay's own task group (the replay drives schedule_next itself)
-    sched = EmbeddedEngine(registry, cluster, seed=seed, start_time=0.0, inline_binding=False).scheduler
     pods = [_pod(r) for r in trace.pods]
-    for p in pods:
-        cluster.add_pod(p)
-    await sched.startup()
-    for p in pods:
-        await sched.enqueue(p)
-    return sched, cluster, plugin, registry, pods
+    # binding cycles as tasks of the replay's own task group (the replay drives the cycles itself)
+    engine = EmbeddedEngine(registry, nodes=[_node(r) for r in trace.nodes], pods=pods, seed=seed, start_time=0.0,
+                            inline_binding=False)
+    await engine.start()
+    return engine, plugin, registry, pods
 
 
 async def replay_async(nodes_csv: str | Path, pods_csv: str | Path, policy: str, seed: int, tie_break: str = "first",
@@ -241,7 +235,8 @@ async def replay_async(nodes_csv: str | Path, pods_csv: str | Path, policy: str,
     t0 = time.perf_counter()
     trace = prepare_trace(nodes_csv, pods_csv, seed)
     capacity = trace.capacity_milli
-    sched, cluster, plugin, registry, pods = await start_replay(trace, policy, seed, tie_break)
+    engine, plugin, registry, pods = await start_replay(trace, policy, seed, tie_break)
+    cluster = engine.view
     milli_of = {p.uid: r[3] * r[4] for p, r in zip(pods, trace.pods)}
     args = registry.args["gpu_share"]
     n = len(pods)
@@ -252,7 +247,7 @@ async def replay_async(nodes_csv: str | Path, pods_csv: str | Path, policy: str,
     t1 = time.perf_counter()
     i = 0
     async with anyio.create_task_group() as tg:
-        while (tried := await sched.schedule_next(tg)) is not None:
+        while (tried := await engine.schedule_one(tg)) is not None:
             uid = tried.uid
             a_sum += milli_of[uid]
             u_sum += plugin.allocated_milli(uid)
@@ -267,7 +262,7 @@ async def replay_async(nodes_csv: str | Path, pods_csv: str | Path, policy: str,
     curve = bin_curve(arrived[:i], used[:i], fragm[:i], capacity)
     at = {c["arrived_pct"]: c for c in curve}
     c100 = at.get(100, curve[-1] if curve else {"alloc_pct": 0.0, "frag_pct": 0.0})
-    await sched.shutdown()
+    await engine.stop()
     return {"policy": policy, "seed": seed, "total_gpus": capacity // 1000, "pods": n,
             "scheduled": int(sum(1 for p in pods if plugin.inv.allocs.get(p.uid) or cluster.pods[p.uid].node_index >= 0)),
             "unallocated_gpu_pct_at_100": round(100.0 - c100["alloc_pct"], 4),
