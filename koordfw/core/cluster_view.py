@@ -47,6 +47,11 @@ class ReadOnlyCluster:
         #: engine grows or replaces the array (a hot read is then a lookup, not a new view)
         self._cols: dict[str, tuple[np.ndarray, int, np.ndarray]] = {}
 
+    @property
+    def view(self) -> ReadOnlyCluster:
+        """Itself (as ``ClusterState.view`` is this object: either gives the view)."""
+        return self
+
     def _column(self, name: str, base: np.ndarray) -> np.ndarray:
         n = self._c.num_nodes
         hit = self._cols.get(name)
