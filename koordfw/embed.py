@@ -58,7 +58,7 @@ def plan_writes(*a: Any, **kw: Any) -> list[dict[str, str]]:
 
 
 class NodePlanner:
-    """The agent's planning step (``collect`` is the caller's, ``apply`` nobody's) for node states built by
+    """The agent's collect and planning steps (``apply`` is nobody's) for node states built by
     the caller: runs every loaded plugin's ``qos_plan`` hook on a :class:`NodeState` and returns the plan,
     as ``koordfw agent plan`` does, but awaitable and on the caller's clock, so a replay can plan many
     nodes round after round on a :class:`VirtualClock` (each plugin keeps its state across rounds: one
@@ -88,6 +88,17 @@ class NodePlanner:
     @node_state.setter
     def node_state(self, value: NodeState) -> None:
         self._node.node_state = value
+
+    async def collect(self, node_state: NodeState) -> list[str]:
+        """The plugins' ``collect`` on ``node_state``, as the agent's round starts with: what they return is
+        merged into ``node_state.metrics`` (so a :class:`NodeMetricReporter` observing it next publishes
+        their NodeMetric fields, e.g. the prediction plugin's ``prodReclaimableMetric``). Returns one
+        message per plugin that failed (its contribution left out)."""
+        self._node.node_state = node_state
+        collected, failures = await self._runtime.run_collect(node_state)
+        for res in collected:
+            node_state.metrics.update((k, v) for k, v in res.items() if k != NodeState.COLLECTED_CGROUPS)
+        return [f"{f.plugin}: {f.message}" for f in failures]
 
     async def plan(self, node_state: NodeState) -> NodePlan:
         """One round of ``qos_plan`` on ``node_state``; a plugin that raises, or returns something that is

@@ -27,6 +27,7 @@ from .model import (
     koordinator_profile,
     reclaim_percent,
     recommended_profile,
+    risk_profile,
 )
 from .traces import TraceError, load_batch, load_ls
 
@@ -53,7 +54,9 @@ def register(sub: Commands) -> None:
                    help="replay without colocation (kubernetes), with it (koordfw), or both (default)")
     p.add_argument("--profile", metavar="F",
                    help="koordfw mode's profile YAML, or 'recommended' (default: profiling on, BECPUEvict, reclaim "
-                        "65 %%, suppress 70 %%) or 'koordinator' (Koordinator's defaults: 60 %%, 65 %%, no profiling)")
+                        "65 %%, suppress 70 %%), 'koordinator' (Koordinator's defaults: 60 %%, 65 %%, no profiling) or "
+                        "'risk:ε' (the risk-budget mode: batch and Mid sized so that LS + BE usage exceeds a node's "
+                        "capacity at most ε of the time, e.g. risk:0.5%%)")
     p.add_argument("--seed", type=int, default=42, help="seed of the trace sampling and tie-breaking (default 42)")
     p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="table (default) or json")
     p.add_argument("--hours", action="store_true", help="print the per-hour table too (the JSON always has it)")
@@ -77,6 +80,16 @@ def load_profile_arg(value: str | None) -> dict[str, Any]:
         return recommended_profile()
     if value == "koordinator":
         return koordinator_profile()
+    if value.startswith("risk:"):
+        raw = value[len("risk:"):]
+        try:
+            eps = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+        except ValueError:
+            raise ConfigError(f"--profile: {value}: expected risk:ε, ε a fraction or a percentage (risk:0.005, "
+                              f"risk:0.5%)") from None
+        if not 0 < eps < 1:
+            raise ConfigError(f"--profile: {value}: ε must be in (0, 1), got {eps!r}")
+        return risk_profile(eps)
     try:
         with open(value, "rb") as f:
             data = load_yaml(f.read())

@@ -355,3 +355,51 @@ def test_log_progress_every_tenth_or_interval() -> None:
                         "batch_trace": "alibaba-batch-v2018"})
     assert "39 nodes × 32 cores, 128Gi" in title and "koordinator" in title and "bitbrains-rnd-2013-07" in title
     assert "alibaba-batch-v2018" in title
+
+
+@pytest.mark.parametrize("value, eps", [("risk:0.5%", 0.005), ("risk:0.01", 0.01), ("risk:1%", 0.01)])
+def test_risk_profiles_by_name(value: str, eps: float) -> None:
+    from koordfw_colocation_replay.command import load_profile_arg
+    from koordfw_colocation_replay.model import RISK_COLD_START, reclaim_percent
+
+    cfg = load_profile_arg(value)["pluginConfig"]
+    assert cfg["batch_resource"] == {"enable": True, "riskBudget": {"cpu": eps, "memory": eps}}
+    assert cfg["mid_resource"]["riskBudget"] == {"cpu": eps, "memory": eps}
+    assert cfg["prediction"] == {"coldStartDuration": RISK_COLD_START}
+    assert cfg["resource_profile"]["cpuPercentile"] == 95  # requests bound usage: the budget holds
+    # no reclaim threshold: the batch sample is drawn for the suppress threshold, the most BE may use
+    assert reclaim_percent({"pluginConfig": cfg}) == 70
+
+
+@pytest.mark.parametrize("value, message", [
+    ("risk:lots", "expected risk:ε"), ("risk:0", "must be in (0, 1)"), ("risk:150%", "must be in (0, 1)"),
+])
+def test_bad_risk_profile_names_the_flag(value: str, message: str) -> None:
+    from koordfw_colocation_replay.command import load_profile_arg
+
+    from koordfw import ConfigError
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
+        load_profile_arg(value)
+    assert str(e.value).startswith(f"--profile: {value}")
+
+
+def test_risk_mode_sells_from_the_predicted_distribution(tmp_path: Path) -> None:
+    """ε = 1 %: the agents' prediction plugin publishes the LS usage distribution in each NodeMetric, the
+    manager sizes batch-cpu and mid-cpu from it; 4 VMs of 2 cores at 25 % (0.5 core each, 2 cores in all, no
+    other usage) on one 8-core node: after the 2 h cold start both are the capacity minus the predicted
+    2-core peak (its bucket end, at most 5 % above), 6 cores less at most 100m."""
+    from koordfw_colocation_replay.command import load_profile_arg
+
+    ls = load_ls(write_ls(tmp_path / "ls", [(i, 2, 0.25) for i in range(4)], 36))
+    batch = load_batch(write_batch(tmp_path / "batch", [(0, "j1", "M1", 1, 60, 50, 0.4)]))
+    r = Replay(ls, batch, mode="koordfw", nodes=1, node_cpu=8.0, node_memory=64 * GiB, slots=ls.slots,
+               batch_fraction=1.0, seed=1, profile=load_profile_arg("risk:1%"))
+    res = anyio.run(r.run)
+    status = r.engine.view.node_metric("node-000")["status"]
+    assert status["prodReclaimableMetric"]["resource"]["resources"]
+    assert [c["model"] for c in status["koordfwProdUsageDistribution"]["components"]] == ["sys", "koord-prod", ""]
+    alloc = r.engine.view.node("node-000").allocatable
+    for name in ("kubernetes.io/batch-cpu", "kubernetes.io/mid-cpu"):
+        assert 8000 - 2000 - 100 <= alloc[name] <= 8000 - 2000, (name, alloc)
+    assert res.summary["prediction_errors"] == 0 and res.summary["ls_starved_slots"] == 0
