@@ -469,10 +469,25 @@ class EmbeddedEngine(SchedulerEvents):
         now = self.clock.now()
         self.colocation = colocation_from_objects(self.cluster)
         slo_config = slo_config_from_objects(self.cluster)
-        for view in list(self.cluster.nodes):
-            res = await rt.run_node_resources(view, self.cluster.pods_on(view.name), self.cluster.node_metric(view.name),
-                                              now, None, self.colocation, slo_config)
-            self.apply_node_resources(view.name, res)
+        # a node whose annotations a pass changed is computed again, as the manager's node update event
+        # reconciles it again (a plugin earlier in profile order may read what a later one wrote)
+        names = [v.name for v in self.cluster.nodes]
+        for _ in range(3):
+            again = []
+            for name in names:
+                view = self.cluster.node(name)
+                if view is None:
+                    continue
+                before = dict(view.node.annotations)
+                res = await rt.run_node_resources(view, self.cluster.pods_on(name), self.cluster.node_metric(name),
+                                                  now, None, self.colocation, slo_config)
+                self.apply_node_resources(name, res)
+                after = self.cluster.node(name)
+                if after is not None and dict(after.node.annotations) != before:
+                    again.append(name)
+            if not again:
+                break
+            names = again
 
     def apply_node_resources(self, name: str, res: NodeResources) -> bool:
         """Apply one node's merged ``node_resources`` results to the cluster: the amounts over its allocatable

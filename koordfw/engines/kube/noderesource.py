@@ -43,9 +43,9 @@ def status_patch(node: Any, resources: dict[str, int | None],
     exactly these values."""
     alloc: dict[str, str | None] = {}
     cap: dict[str, str | None] = {}
-    for k, v in sorted((allocatable or {}).items()):
-        if node.allocatable.get(k) != v:
-            alloc[k] = format_quantity(k, v)
+    for k, amount in sorted((allocatable or {}).items()):
+        if node.allocatable.get(k) != amount:
+            alloc[k] = format_quantity(k, amount)
     for k, v in sorted(resources.items()):
         cur_a, cur_c = node.allocatable.get(k), node.capacity.get(k)
         if v is None:
