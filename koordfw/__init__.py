@@ -21,7 +21,7 @@ from .core.memo import BoundedCache, IdentityKey, memo
 from .core.model import Migration, Node, Pod, Taint
 from .core.nodestate import Eviction, FileWrite, NodeState, PodState
 from .core.quantity import QuantityError, canonical, format_quantity, parse_duration, parse_quantity
-from .core.results import NodeStatuses, PostFilterResult, PreFilterResult, fit_error, normalize
+from .core.results import NodeResourcesResult, NodeStatuses, PostFilterResult, PreFilterResult, fit_error, normalize
 from .core.safeload import InputError
 from .core.stash import Stash, StashKey
 from .core.state import CycleState, StateKey
@@ -39,6 +39,7 @@ __all__ = [
     # what hooks are given and return
     "Pod", "Node", "Taint", "NodeView", "NodeBatch", "Migration", "NodeState", "PodState", "FileWrite", "Eviction",
     "CycleState", "StateKey", "Status", "Code", "PreFilterResult", "PostFilterResult", "NodeStatuses", "fit_error",
+    "NodeResourcesResult",
     "ClusterEvent", "ClusterEventWithHint", "QueueingHint",
     # engine-lifetime state and caches
     "Stash", "StashKey", "BoundedCache", "IdentityKey", "memo",

@@ -142,27 +142,29 @@ async def update_node_resources(engine: EmbeddedEngine, last_update: MutableMapp
     """The manager's node-resource step for every node of ``engine``'s cluster, with Koordinator's update
     rules: each ``node_resources`` hook gets the time the node's resources were last written
     (``last_update[node]``, absent = never), so a plugin such as batch_resource returns ``None`` (no write)
-    when the change is below its diff threshold and its last write is recent; the amounts returned are
-    merged into the node's allocatable and ``last_update[node]`` becomes now. Returns the nodes written
+    when the change is below its diff threshold and its last write is recent; the results are applied
+    (``EmbeddedEngine.apply_node_resources``: amounts, node annotations, allocatable override) and, when
+    amounts were written, ``last_update[node]`` becomes now. Returns the nodes written
     (the caller sends the scheduler a ``NODE_UPDATE`` for them). ``EmbeddedEngine.refresh_node_resources``
     is the same step that always writes."""
-    from .engines.embedded import colocation_from_objects
+    from .engines.embedded import colocation_from_objects, slo_config_from_objects
 
     rt = engine.scheduler.node_runtime
     if not rt.implements("node_resources"):
         return []
     now = engine.clock.now()
     engine.colocation = colocation_from_objects(engine.cluster)
+    slo_config = slo_config_from_objects(engine.cluster)
     written = []
     for view in list(engine.cluster.nodes):
         # the hooks compare with what the node carries now (its allocatable with the extended resources
         # written before), as they compare with node.status on a live cluster
         res = await rt.run_node_resources(_NodeWithAllocatable(view), engine.cluster.pods_on(view.name),
                                           engine.cluster.node_metric(view.name), now, last_update.get(view.name),
-                                          engine.colocation)
-        if res.amounts:
-            engine.cluster.set_extra_allocatable(view.name, {k: 0 if v is None else v for k, v in res.amounts.items()})
-            last_update[view.name] = now
+                                          engine.colocation, slo_config)
+        if engine.apply_node_resources(view.name, res):
+            if res.amounts:  # last_update is when the resources (status amounts) were last written
+                last_update[view.name] = now
             written.append(view.name)
     return written
 

@@ -50,6 +50,11 @@ ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
 ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
 ANNOTATION_NODE_SYSTEM_QOS_RESOURCE = "node.koordinator.sh/system-qos-resource"
 ANNOTATION_NODE_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"  # node_resource_amplification.go
+#: the node's resource amplification ratios, a JSON map resource -> ratio with two decimals (node_resource_amplification.go)
+ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO = "node.koordinator.sh/resource-amplification-ratio"
+#: "true"/"false" on a node overrides the cpu normalization strategy's ``enable`` (cpu_normalization.go)
+LABEL_CPU_NORMALIZATION_ENABLED = "node.koordinator.sh/cpu-normalization-enabled"  # LabelCPUNormalizationEnabled
+__all__ += ["ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO", "LABEL_CPU_NORMALIZATION_ENABLED"]
 
 # -- what the node agent reports on the NodeResourceTopology (apis/extension/numa_aware.go,
 # cpu_normalization.go, constants.go; koordlet's states_noderesourcetopology.go writes them) ---------------
@@ -108,6 +113,10 @@ SCHEDULING_GROUP_VERSION = "scheduling.koordinator.sh/v1alpha1"  # Device, Reser
 CONFIG_NAMESPACE = "koordinator-system"  # ConfigNameSpace: where slo-controller-config lives by default
 SLO_CTRL_CONFIG_MAP = "slo-controller-config"  # SLOCtrlConfigMap
 COLOCATION_CONFIG_KEY = "colocation-config"  # ColocationConfigKey: the ColocationCfg JSON
+#: apis/configuration/slo_controller_config.go: the CPUNormalizationCfg and ResourceAmplificationCfg JSON
+CPU_NORMALIZATION_CONFIG_KEY = "cpu-normalization-config"  # CPUNormalizationConfigKey
+RESOURCE_AMPLIFICATION_CONFIG_KEY = "resource-amplification-config"  # ResourceAmplificationConfigKey
+__all__ += ["CPU_NORMALIZATION_CONFIG_KEY", "RESOURCE_AMPLIFICATION_CONFIG_KEY"]
 
 # -- pod admission: ClusterColocationProfile (apis/config/v1alpha1, apis/extension/cluster_colocation_profile.go,
 # apis/extension/resource.go, apis/extension/priority.go) and kube's namespace label (core/v1 well_known_labels.go)

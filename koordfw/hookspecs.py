@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from .core.results import (
         BindResult,
         FilterResult,
+        NodeResourcesReturn,
         NormalizeScoreResult,
         PostFilterReturn,
         PreBindResult,
@@ -381,9 +382,10 @@ _NODE_RESOURCES = _section("Node resources")
 @hookspec
 def node_resources(
     node: NodeView, pods: list[Pod], metric: JSONObject | None, now: float, last_update: float | None,
-    colocation: JSONObject | None, args: PluginArgs, handle: Handle
-) -> dict[str, int | None] | None:
-    """Compute extended allocatable for a node (e.g. ``kubernetes.io/batch-cpu``).
+    colocation: JSONObject | None, slo_config: Mapping[str, str] | None, args: PluginArgs, handle: Handle
+) -> NodeResourcesReturn:
+    """Compute extended allocatable for a node (e.g. ``kubernetes.io/batch-cpu``), and the node annotations
+    and allocatable the manager keeps (e.g. Koordinator's CPU normalization ratio, amplified allocatable).
 
     ``pods`` are the pods on the node, ``metric`` the node's NodeMetric object (a dict) or ``None``,
     ``now`` the engine clock (seconds since the epoch). ``last_update`` is when the engine last wrote this
@@ -392,10 +394,15 @@ def node_resources(
     cluster's Koordinator ColocationCfg (the JSON object of the ``colocation-config`` key of the
     ``slo-controller-config`` ConfigMap; ``{}`` when the manager finds no such ConfigMap or key) or
     ``None`` when the engine has none (``koordfw simulate`` without that ConfigMap): a plugin that
-    reads it takes it over its own args. Return ``{resource name: canonical int}`` (milli for cpu-like,
-    units otherwise), written to (merged over) the node's allocatable and capacity; a value of ``None``
-    removes the resource (Koordinator's reset), and in the embedded engine so does ``0``. Return
-    ``None`` for "no write needed". May be async. Must be idempotent.
+    reads it takes it over its own args. ``slo_config`` is the whole ``data`` of that ConfigMap (key →
+    JSON text, e.g. ``cpu-normalization-config``), ``None`` when the engine has no such ConfigMap. Return
+    ``{resource name: canonical int}`` (milli for cpu-like, units otherwise), written to (merged over)
+    the node's allocatable and capacity; a value of ``None`` removes the resource (Koordinator's reset),
+    and in the embedded engine so does ``0``. Or return a :class:`koordfw.NodeResourcesResult`: those
+    ``amounts``, plus node ``annotations`` to set (``None`` removes one) and an ``allocatable`` override
+    (allocatable only, not capacity); plugins later in profile order are given the node with the
+    earlier ones' annotations and allocatable applied. Return ``None`` for "no write needed". May be
+    async. Must be idempotent.
     """
 
 

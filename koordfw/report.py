@@ -209,6 +209,15 @@ def render_simulation(data: dict[str, Any], console: Console | None = None) -> N
                       f"({_pct(r.get('memory'), a.get('memory'), 'memory')})",
                       other or "-")
     console.print(nodes)
+    annotated = [n for n in data["nodes"] if n.get("annotations")]
+    if annotated:  # what node_resources plugins wrote on the nodes (koord-manager's node annotations)
+        anns = Table(title="node annotations")
+        for col in ("node", "annotation", "value"):
+            anns.add_column(col, overflow="fold")
+        for n in annotated:
+            for k, v in n["annotations"].items():
+                anns.add_row(n["name"], k, v)
+        console.print(anns)
     for key, section in data.items():
         if key in ("pods", "nodes", "summary", "migrations", "workloads"):
             continue

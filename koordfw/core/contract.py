@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, runtime_che
 from .results import (
     BindResult,
     FilterResult,
+    NodeResourcesReturn,
     NormalizeScoreResult,
     PostFilterReturn,
     PreBindResult,
@@ -244,10 +245,10 @@ class DeschedulePlugin(Protocol):
 
 @runtime_checkable
 class NodeResourcesPlugin(Protocol):
-    """Computes a node's extended allocatable (``node_resources``)."""
+    """Computes a node's extended allocatable, annotations and allocatable override (``node_resources``)."""
 
     @property
-    def node_resources(self) -> Callable[..., MaybeAwaitable[dict[str, Any] | None]]: ...
+    def node_resources(self) -> Callable[..., MaybeAwaitable[NodeResourcesReturn]]: ...
 
 
 @runtime_checkable

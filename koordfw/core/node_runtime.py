@@ -8,7 +8,8 @@ Every engine runs these points through one :class:`NodeRuntime` over its own
 current-plugin marker and failure isolation (a plugin that raised or timed out is logged by the caller
 and left out: the others still run), and each point's results are checked by one validator, here:
 
-* ``node_resources``: :func:`koordfw.core.quantity.bad_node_resources`;
+* ``node_resources``: :func:`check_node_resources` (amounts by :func:`koordfw.core.quantity.bad_node_resources`,
+  node annotations, the allocatable override);
 * ``qos_plan`` and ``runtime_hook``: :func:`split_plan` (FileWrites and Evictions, stamped with the plugin);
 * ``mutate_pod``: a pod manifest (a dict) or None; ``validate_pod``: a :class:`Status` (or what
   :func:`as_status` reads as one).
@@ -33,13 +34,14 @@ from .model import Migration
 from .nodestate import ContainerState, Eviction, FileWrite, NodeState, PodState
 from .plugins import Impl, Registry
 from .quantity import bad_node_resources
+from .results import NodeResourcesResult
 from .stash import new_stash
 from .status import Code, Status, as_status
 
 log = structlog.get_logger("koordfw")
 
 __all__ = ["AdmissionVerdict", "NodeHandle", "NodeHost", "NodePlan", "NodeResources", "NodeRuntime",
-           "PlannedNode", "PointFailure", "split_plan", "stamp_writes"]
+           "PlannedNode", "PointFailure", "check_node_resources", "split_plan", "stamp_writes"]
 
 
 @attrs.frozen
@@ -112,10 +114,65 @@ class NodePlan:
 @attrs.frozen
 class NodeResources:
     """The merged ``node_resources`` results for one node: ``amounts`` (resource → amount, None being
-    Koordinator's reset) or None when no plugin asked for a write; ``failures`` the plugins left out."""
+    Koordinator's reset; on allocatable and capacity) or None when no plugin returned amounts;
+    ``annotations`` (key → value, None removing it) and ``allocatable`` (an override of allocatable only)
+    the plugins asked for; ``failures`` the plugins left out. Every engine applies all three parts."""
 
     amounts: dict[str, int | None] | None
     failures: tuple[PointFailure, ...] = ()
+    annotations: dict[str, str | None] = attrs.field(factory=dict)
+    allocatable: dict[str, int] = attrs.field(factory=dict)
+
+    @property
+    def wants_write(self) -> bool:
+        """Did any plugin ask for a write?"""
+        return bool(self.amounts or self.annotations or self.allocatable)
+
+
+def check_node_resources(res: Any) -> tuple[NodeResourcesResult | None, str]:
+    """A ``node_resources`` result as a :class:`NodeResourcesResult` (``None`` for "no write"), or the
+    reason it is refused: amounts as :func:`bad_node_resources` says, annotations with a non-empty string
+    key and a string or None value, an allocatable override with integer amounts (None is not a reset
+    there: kube's allocatable keeps what the kubelet reports). The one rule for every engine."""
+    if res is None:
+        return None, ""
+    if isinstance(res, NodeResourcesResult):
+        parts = {"amounts": res.amounts, "annotations": res.annotations, "allocatable": res.allocatable}
+        for part, value in parts.items():
+            if not isinstance(value, Mapping):
+                return None, f"{part}: expected a mapping, got {type(value).__name__}"
+        bad = bad_node_resources(dict(res.amounts))
+        if bad:
+            return None, f"invalid amounts {bad}"
+        bad = {str(k)[:60]: repr(v)[:40] for k, v in res.allocatable.items() if v is None}
+        bad = bad or bad_node_resources(dict(res.allocatable))
+        if bad:
+            return None, f"invalid allocatable {bad}"
+        bad = {str(k)[:60]: repr(v)[:40] for k, v in res.annotations.items()
+               if not isinstance(k, str) or not k or not (v is None or isinstance(v, str))}
+        if bad:
+            return None, f"invalid annotations {bad} (expected a string or None per key)"
+        return res, ""
+    bad = bad_node_resources(res)
+    if bad:
+        return None, f"invalid amounts {bad}"
+    return NodeResourcesResult(amounts=res), ""
+
+
+class _PreparedNode:
+    """A node view as the plugins earlier in profile order left it this round: their annotations and
+    allocatable override applied to its ``node`` (and ``annotations`` / ``allocatable``); the rest is the view's."""
+
+    def __init__(self, view: Any, annotations: Mapping[str, str | None], allocatable: Mapping[str, int]) -> None:
+        self._view = view
+        node = view.node
+        anns = {k: v for k, v in {**node.annotations, **annotations}.items() if v is not None}
+        self.annotations = anns
+        self.node = attrs.evolve(node, annotations=anns, allocatable={**node.allocatable, **allocatable})
+        self.allocatable = {**view.allocatable, **allocatable}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
 
 
 @attrs.frozen
@@ -319,26 +376,39 @@ class NodeRuntime:
 
     # -- the manager's node resources -----------------------------------------------------------------------
     async def run_node_resources(self, node: Any, pods: Any, metric: Any, now: float, last_update: float | None,
-                                 colocation: dict[str, Any] | None) -> NodeResources:
-        """Every plugin's ``node_resources`` for one node, merged in profile order (numpy amounts as ints);
-        a result refused by :func:`bad_node_resources` is left out, logged."""
+                                 colocation: dict[str, Any] | None,
+                                 slo_config: Mapping[str, str] | None = None) -> NodeResources:
+        """Every plugin's ``node_resources`` for one node, in profile order, merged (numpy amounts as ints);
+        each plugin is given the node with the earlier plugins' annotations and allocatable override
+        applied. A result refused by :func:`check_node_resources` is left out, logged."""
         merged: dict[str, int | None] = {}
+        annotations: dict[str, str | None] = {}
+        allocatable: dict[str, int] = {}
         wanted = False
-        results, failures = await self._each("node_resources", node=node, pods=pods, metric=metric, now=now,
-                                             last_update=last_update, colocation=colocation)
+        failures: list[PointFailure] = []
         name = getattr(getattr(node, "node", None), "name", None)
-        for f in failures:  # the caller logged the cause; this names the node
-            log.error("node_resources failed; its amounts are left out", node=name, plugin=f.plugin, error=f.message)
-        for impl, res in results:
-            if res is None:
+        for impl in self.caller.impls("node_resources"):
+            seen = _PreparedNode(node, annotations, allocatable) if annotations or allocatable else node
+            try:
+                res = await self.caller.call(impl, node=seen, pods=pods, metric=metric, now=now,
+                                             last_update=last_update, colocation=colocation, slo_config=slo_config)
+            except PluginFailure as f:  # the caller logged the cause; this names the node
+                failures.append(PointFailure(impl.plugin, "node_resources", f.status.message))
+                log.error("node_resources failed; its results are left out", node=name, plugin=impl.plugin,
+                          error=f.status.message)
                 continue
-            bad = bad_node_resources(res)
-            if bad:
-                failures.append(self._refused("node_resources", impl.plugin, f"invalid amounts {bad}", node=name))
+            out, why = check_node_resources(res)
+            if why:
+                failures.append(self._refused("node_resources", impl.plugin, why, node=name))
                 continue
-            wanted = True
-            merged.update({k: None if v is None else int(v) for k, v in res.items()})
-        return NodeResources(merged if wanted else None, tuple(failures))
+            if out is None:
+                continue
+            if out.amounts or not isinstance(res, NodeResourcesResult):  # a dict, even empty, asks for a write
+                wanted = True
+                merged.update({k: None if v is None else int(v) for k, v in out.amounts.items()})
+            annotations.update(out.annotations)
+            allocatable.update({k: int(v) for k, v in out.allocatable.items()})
+        return NodeResources(merged if wanted else None, tuple(failures), annotations, allocatable)
 
     # -- the node agent --------------------------------------------------------------------------------------
     async def run_collect(self, node_state: NodeState) -> tuple[list[Mapping[str, Any]], list[PointFailure]]:

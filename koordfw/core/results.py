@@ -233,3 +233,29 @@ PreBindResult: TypeAlias = dict[str, str] | Status | str | None
 BindResult: TypeAlias = Status | bool | str | None
 #: A ``queue_sort`` key: compared across pods (``(-priority,)`` by default); ``None`` for the default.
 QueueSortKey: TypeAlias = tuple[Any, ...] | None
+
+
+@attrs.frozen
+class NodeResourcesResult:
+    """What a ``node_resources`` hook may return when it writes more than extended resources (the plain
+    dict form is ``amounts`` alone). Every engine applies all three parts together:
+
+    * ``amounts``: ``{resource: canonical int or None}`` merged over the node's allocatable *and* capacity
+      (``None`` removes the resource: Koordinator's reset), as the dict form;
+    * ``annotations``: ``{key: value or None}`` set on the node's ``metadata.annotations`` (``None``
+      removes the key), e.g. Koordinator's ``node.koordinator.sh/cpu-normalization-ratio``;
+    * ``allocatable``: ``{resource: canonical int}`` written over ``status.allocatable`` only (capacity
+      untouched), e.g. cpu and memory amplified from the node's raw allocatable.
+
+    A plugin later in profile order is given the node with the earlier plugins' annotations and
+    allocatable applied (the node as this round will leave it), as Koordinator's node-resource plugins
+    read the annotations the ones before them prepared."""
+
+    amounts: Mapping[str, int | None] = attrs.field(factory=dict)
+    annotations: Mapping[str, str | None] = attrs.field(factory=dict)
+    allocatable: Mapping[str, int] = attrs.field(factory=dict)
+
+
+#: What ``node_resources`` returns: ``None`` (no write needed), ``{resource: amount or None}``, or a
+#: :class:`NodeResourcesResult` (amounts, node annotations and an allocatable override).
+NodeResourcesReturn: TypeAlias = dict[str, int | None] | NodeResourcesResult | None

@@ -31,6 +31,7 @@ from ..core.events import SchedulerEvents, merge_patch
 from ..core.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE
 from ..core.manifests import Manifests, load_manifests
 from ..core.model import Migration, Node, Pod, pod_from_manifest
+from ..core.node_runtime import NodeResources
 from ..core.plugins import Registry
 from ..core.profile import Profile, load_profile
 from ..core.quantity import format_quantity
@@ -127,6 +128,9 @@ class SimulationResult:
                           "allocatable": {k: format_quantity(k, x) for k, x in row["allocatable"].items()},
                           "requested": {k: format_quantity(k, x) for k, x in row["requested"].items()},
                           "pods": row["pods"]})
+            written = e.node_annotations.get(v.name)
+            if written:  # what the node_resources plugins wrote (a CPU normalization ratio, ...)
+                nodes[-1]["annotations"] = {k: v.node.annotations[k] for k in sorted(written) if k in v.node.annotations}
         n_bound = sum(1 for p in pods if p["phase"] == "Bound")
         scheduled = len(e.bind_events)
         summary: dict[str, Any] = {"bound": n_bound,
@@ -163,6 +167,17 @@ def claims_report(cluster: ClusterState) -> list[dict[str, Any]]:
                      "volumeName": (obj.get("spec") or {}).get("volumeName") or None,
                      "selectedNode": (meta.get("annotations") or {}).get("volume.kubernetes.io/selected-node")})
     return rows
+
+
+def slo_config_from_objects(cluster: ClusterState) -> dict[str, str] | None:
+    """The ``data`` of an input's ``slo-controller-config`` ConfigMap (the one in koordinator-system first,
+    else any namespace's), its values as text; None without the ConfigMap."""
+    found = [(ns != CONFIG_NAMESPACE, key, obj) for key, obj in cluster.objects_of("ConfigMap").items()
+             for ns, _, name in [key.rpartition("/")] if name == SLO_CTRL_CONFIG_MAP]
+    if not found:
+        return None
+    data = min(found, key=lambda t: (t[0], t[1]))[2].get("data")
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
 def colocation_from_objects(cluster: ClusterState) -> dict[str, Any] | None:
@@ -239,6 +254,8 @@ class EmbeddedEngine(SchedulerEvents):
         #: the ColocationCfg the node_resources hooks got: the slo-controller-config ConfigMap of the cluster
         #: when they last ran (read then: the cluster may be filled after the engine is made)
         self.colocation: dict[str, Any] | None = None
+        #: node name -> the annotation keys node_resources plugins wrote on it (shown by ``koordfw simulate``)
+        self.node_annotations: dict[str, set[str]] = {}
 
     @classmethod
     def from_manifests(cls, registry: Registry, manifests: Manifests, *, seed: int = 0, start_time: float | None = None,
@@ -451,12 +468,43 @@ class EmbeddedEngine(SchedulerEvents):
             return
         now = self.clock.now()
         self.colocation = colocation_from_objects(self.cluster)
-        for view in list(self.cluster.nodes):
-            res = await rt.run_node_resources(view, self.cluster.pods_on(view.name), self.cluster.node_metric(view.name),
-                                              now, None, self.colocation)
-            if res.amounts:
-                # None (Koordinator's reset) and 0 both leave none of the resource here
-                self.cluster.set_extra_allocatable(view.name, {k: 0 if v is None else v for k, v in res.amounts.items()})
+        slo_config = slo_config_from_objects(self.cluster)
+        # a node whose annotations a pass changed is computed again, as the manager's node update event
+        # reconciles it again (a plugin earlier in profile order may read what a later one wrote)
+        names = [v.name for v in self.cluster.nodes]
+        for _ in range(3):
+            again = []
+            for name in names:
+                view = self.cluster.node(name)
+                if view is None:
+                    continue
+                before = dict(view.node.annotations)
+                res = await rt.run_node_resources(view, self.cluster.pods_on(name), self.cluster.node_metric(name),
+                                                  now, None, self.colocation, slo_config)
+                self.apply_node_resources(name, res)
+                after = self.cluster.node(name)
+                if after is not None and dict(after.node.annotations) != before:
+                    again.append(name)
+            if not again:
+                break
+            names = again
+
+    def apply_node_resources(self, name: str, res: NodeResources) -> bool:
+        """Apply one node's merged ``node_resources`` results to the cluster: the amounts over its allocatable
+        and capacity (None, Koordinator's reset, and 0 both leave none of the resource here), the annotations
+        and the allocatable override on its Node; the annotations written are remembered for the report.
+        True when anything was asked for."""
+        if res.amounts:
+            self.cluster.set_extra_allocatable(name, {k: 0 if v is None else v for k, v in res.amounts.items()})
+        if res.annotations or res.allocatable:
+            view = self.cluster.node(name)
+            if view is not None:
+                node = view.node
+                anns = {k: v for k, v in {**node.annotations, **res.annotations}.items() if v is not None}
+                self.cluster.update_node(attrs.evolve(node, annotations=anns,
+                                                      allocatable={**node.allocatable, **res.allocatable}))
+                self.node_annotations.setdefault(name, set()).update(res.annotations)
+        return res.wants_write
 
     async def run(self, *, progress: Callable[[int, int], None] | None = None) -> None:
         """:meth:`start`, the node_resources hooks run on every node, then :meth:`drive` until nothing changes."""

@@ -21,7 +21,7 @@ def test_every_hook_has_a_kind_and_every_kind_is_exported():
     assert list(KINDS) == sorted(KINDS, key=hookspecs.HOOK_NAMES.index)
     assert set(KINDS) == set(hookspecs.HOOK_NAMES)
     assert len(set(KINDS.values())) == len(KINDS)
-    for kind in KINDS.values():  # public in koordfw.contract (koordfw itself is the 48-name plugin contract)
+    for kind in KINDS.values():  # public in koordfw.contract (koordfw itself is the 49-name plugin contract)
         assert getattr(koordfw.contract, kind.__name__) is kind
         assert kind.__name__ in koordfw.contract.__all__
 

@@ -49,7 +49,13 @@ import structlog
 from ...core.cluster import ClusterState
 from ...core.node_runtime import NodeRuntime
 from ...core.plugins import Registry
-from ...extension import CONFIG_NAMESPACE, SCHEDULING_GROUP_VERSION, SLO_CTRL_CONFIG_MAP, SLO_GROUP_VERSION
+from ...extension import (
+    CONFIG_NAMESPACE,
+    SCHEDULING_GROUP_VERSION,
+    SLO_CTRL_CONFIG_MAP,
+    SLO_GROUP_VERSION,
+    TOPOLOGY_GROUP_VERSION,
+)
 from .client import KubeClient
 from .engine import NotLeading, build_cache
 from .health import DEFAULT_UNHEALTHY_AFTER, api_health, unhealthy_reason
@@ -65,6 +71,8 @@ Listener = Callable[[str, str, dict, "dict | None"], None]
 MANAGER_OBJECTS = {
     "NodeMetric": f"/apis/{SLO_GROUP_VERSION}/nodemetrics",
     "Device": f"/apis/{SCHEDULING_GROUP_VERSION}/devices",
+    # the agent's cpu-basic-info annotation, which CPU normalization reads
+    "NodeResourceTopology": f"/apis/{TOPOLOGY_GROUP_VERSION}/noderesourcetopologies",
 }
 
 

@@ -3,7 +3,9 @@
 For every node, on a change of the node, its pods, its NodeMetric or its Device, on a change of the
 ``colocation-config`` key of ``slo-controller-config``, and every ``resync_period``, it calls the plugins'
 ``node_resources`` hooks and writes what they return into ``Node.status.allocatable`` and
-``.capacity`` through the ``nodes/{name}/status`` subresource (one JSON merge patch per node). The
+``.capacity`` through the ``nodes/{name}/status`` subresource (one JSON merge patch per node, which also
+carries the node annotations and the allocatable override a plugin returns in a ``NodeResourcesResult``:
+the CPU normalization ratio, the amplification ratio, the raw and the amplified allocatable). The
 policy is the plugins': the batch_resource plugin returns ``kubernetes.io/batch-cpu``/``batch-memory``
 (``None`` values when it resets them on degrade), the gpu_share plugin the device resources from the
 node's Device; a plugin returns ``None`` when Koordinator's rule says the node needs no write
@@ -25,6 +27,7 @@ from typing import Any
 import anyio
 import structlog
 
+from ...core.node_runtime import NodeResources
 from ...core.quantity import format_quantity
 from ...extension import COLOCATION_CONFIG_KEY, SLO_CTRL_CONFIG_MAP
 from .client import ApiError
@@ -33,11 +36,16 @@ from .manager import ManagerContext
 log = structlog.get_logger("koordfw.kube")
 
 
-def status_patch(node: Any, resources: dict[str, int | None]) -> dict[str, dict[str, str | None]] | None:
+def status_patch(node: Any, resources: dict[str, int | None],
+                 allocatable: dict[str, int] | None = None) -> dict[str, dict[str, str | None]] | None:
     """The merge patch of ``status`` that sets ``resources`` on both allocatable and capacity (``None``
-    deletes), or None when the node already has exactly these values."""
+    deletes) and ``allocatable`` (an override) on allocatable only, or None when the node already has
+    exactly these values."""
     alloc: dict[str, str | None] = {}
     cap: dict[str, str | None] = {}
+    for k, amount in sorted((allocatable or {}).items()):
+        if node.allocatable.get(k) != amount:
+            alloc[k] = format_quantity(k, amount)
     for k, v in sorted(resources.items()):
         cur_a, cur_c = node.allocatable.get(k), node.capacity.get(k)
         if v is None:
@@ -60,6 +68,28 @@ def status_patch(node: Any, resources: dict[str, int | None]) -> dict[str, dict[
     return out
 
 
+def annotations_patch(node: Any, annotations: dict[str, str | None]) -> dict[str, str | None] | None:
+    """The merge patch of ``metadata.annotations`` setting ``annotations`` (``None`` deletes), or None when
+    the node carries them already."""
+    out = {k: v for k, v in sorted(annotations.items()) if node.annotations.get(k) != v}
+    return out or None
+
+
+def node_patch(node: Any, res: NodeResources) -> dict[str, Any] | None:
+    """One merge patch of ``nodes/{name}/status`` for a node's merged results: the status amounts and
+    allocatable override, and the annotations under ``metadata`` (the Node status strategy keeps what a
+    status write says of labels and annotations), so the amplified allocatable and the ratio and raw
+    allocatable it was computed from land together or not at all. None when nothing differs."""
+    status = status_patch(node, res.amounts or {}, res.allocatable)
+    meta = annotations_patch(node, res.annotations)
+    if status is None and meta is None:
+        return None
+    body: dict[str, Any] = {"status": status or {}}
+    if meta:
+        body["metadata"] = {"annotations": meta}
+    return body
+
+
 class NodeResourceController:
     """A manager :class:`~koordfw.engines.kube.manager.Controller` (leader only)."""
 
@@ -73,6 +103,7 @@ class NodeResourceController:
         #: the last valid ColocationCfg object; None while none has been read
         self.colocation: dict[str, Any] | None = None
         self._raw: str | None = None  # the colocation-config text last applied (None: absent)
+        self._slo_data: dict[str, str] | None = None  # the ConfigMap's data the last resync saw
         self.dirty: set[str] = set()
         self._wake = anyio.Event()
         self._idle = anyio.Event()
@@ -106,13 +137,20 @@ class NodeResourceController:
             if etype == "DELETED":
                 self.last_update.pop(meta.get("name", ""), None)
             self._mark(meta.get("name"))
+        elif kind == "NodeResourceTopology":
+            # the agent's cpu-basic-info (CPU normalization reads it); zones and the rest do not matter here
+            if etype != "MODIFIED" or old is None or (old.get("metadata") or {}).get("annotations") != meta.get("annotations"):
+                self._mark(meta.get("name"))
         elif kind in ("Node", "Device"):
             # NodeMetric and Device objects are named like their node (cluster-scoped)
             self._mark(meta.get("name"))
         elif kind == "Pod":
             self._mark((obj.get("spec") or {}).get("nodeName"), ((old or {}).get("spec") or {}).get("nodeName"))
         elif kind == "ConfigMap" and meta.get("name") == SLO_CTRL_CONFIG_MAP and self.ctx is not None:
-            if self._load_config(self.ctx):
+            # the colocation-config and the other keys plugins read (cpu-normalization-config, ...)
+            changed = self._load_config(self.ctx)
+            if changed or self.ctx.slo_config != self._slo_data:
+                self._slo_data = None if self.ctx.slo_config is None else dict(self.ctx.slo_config)
                 self.resync()
 
     def _load_config(self, ctx: ManagerContext) -> bool:
@@ -178,16 +216,17 @@ class NodeResourceController:
             reconciles=self.reconciles, writes=self.writes, unchanged=self.unchanged, errors=self.errors,
             configErrors=self.config_errors, config=self.colocation is not None)
 
-    async def compute(self, ctx: ManagerContext, name: str) -> dict[str, int | None] | None:
+    async def compute(self, ctx: ManagerContext, name: str) -> NodeResources | None:
         """The merged ``node_resources`` results for one node (None: no plugin asks for a write)."""
         view = ctx.cluster.node(name)
         if view is None:
             self.last_update.pop(name, None)
             return None
         res = await ctx.node_runtime.run_node_resources(view, ctx.cluster.pods_on(name), ctx.cluster.node_metric(name),
-                                                        ctx.now(), self.last_update.get(name), self.colocation)
+                                                        ctx.now(), self.last_update.get(name), self.colocation,
+                                                        ctx.slo_config)
         self.errors += len(res.failures)
-        return res.amounts
+        return res if res.wants_write else None
 
     async def reconcile(self, ctx: ManagerContext, name: str) -> bool:
         """Recompute one node and write its status when a plugin asks; True when a patch was sent."""
@@ -201,14 +240,15 @@ class NodeResourceController:
         view = ctx.cluster.node(name)
         assert view is not None
         now = ctx.now()
-        patch = status_patch(view.node, res)
+        patch = node_patch(view.node, res)
         if patch is None:
             # Koordinator's Status().Update of an unchanged node: a no-op for the API, but a sync all the same
-            self.last_update[name] = now
+            if res.amounts is not None:
+                self.last_update[name] = now
             return False
         ctx.check_leading(f"patching nodes/{name}/status")
         try:
-            await ctx.client.request("PATCH", f"/api/v1/nodes/{name}/status", body={"status": patch},
+            await ctx.client.request("PATCH", f"/api/v1/nodes/{name}/status", body=patch,
                                      content_type="application/merge-patch+json")
         except ApiError as e:
             self.errors += 1
@@ -217,10 +257,11 @@ class NodeResourceController:
                 return False
             log.warning("could not patch node status; retrying at the next resync", node=name, error=str(e))
             return False
-        self.last_update[name] = now
+        if res.amounts is not None:  # last_update is when the resources were last written
+            self.last_update[name] = now
         self.writes += 1
         log.debug("node resources written", node=name, patch=patch)
         return True
 
 
-__all__ = ["NodeResourceController", "status_patch"]
+__all__ = ["NodeResourceController", "annotations_patch", "node_patch", "status_patch"]

@@ -62,6 +62,24 @@ from .strategy import ColocationStrategy, from_colocation_config, strategy_for_n
 log = structlog.get_logger("koordfw.batch_resource")
 
 
+def scale_batch_cpu(resources: dict[str, int | None], ratio_text: str | None) -> dict[str, int | None]:
+    """``PrepareNodeForResource``: ``kubernetes.io/batch-cpu`` multiplied by the node's cpu normalization ratio
+    when it is above 1 (``MultiplyMilliQuant``, then rounded up to an integer as the extended resource must
+    be); a missing or unparsable ratio scales nothing."""
+    cpu = resources.get(BATCH_CPU)
+    if cpu is None or not ratio_text:
+        return resources
+    try:
+        ratio = float(ratio_text)
+    except ValueError:
+        return resources
+    if not ratio > 1.0 or ratio == float("inf"):
+        return resources
+    milli = int(float(cpu * 1000) * ratio)  # the quantity's milli value, truncated
+    resources[BATCH_CPU] = -(-milli // 1000)  # Quantity.Value() rounds up
+    return resources
+
+
 class BatchResource:
     def __init__(self) -> None:
         #: node name → the last calculation, for ``report``
@@ -116,7 +134,7 @@ class BatchResource:
             else:
                 result = calculate(strategy, n, pods, info, now, self.warned)
         self.results[n.name] = result
-        new = result.resources
+        new = scale_batch_cpu(dict(result.resources), n.annotations.get(ANNOTATION_CPU_NORMALIZATION_RATIO))
         old = {r: n.allocatable.get(r) for r in new}
         if not needs_sync(old, new, last_update=last_update, now=now, strategy=strategy):
             return None
