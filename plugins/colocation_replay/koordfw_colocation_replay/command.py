@@ -50,6 +50,10 @@ def register(sub: Commands) -> None:
     p.add_argument("--batch-load", type=float, default=1.0, metavar="F",
                    help="batch work as a multiple of what the batch resources could hold at the tasks' "
                         "measured usage (default 1.0)")
+    p.add_argument("--mid-share", type=float, default=0.0, metavar="F",
+                   help="the share of the batch jobs run as Mid workloads (koord-mid, QoS LS, on the mid-cpu / "
+                        "mid-memory the manager sizes from the agents' predicted Prod peak), drawn per job "
+                        "(default 0: none)")
     p.add_argument("--mode", choices=(*MODES, "both"), default="both",
                    help="replay without colocation (kubernetes), with it (koordfw), or both (default)")
     p.add_argument("--profile", metavar="F",
@@ -119,6 +123,8 @@ def replay(args: argparse.Namespace, progress_for: Any = None) -> dict[str, Any]
     if args.days is not None and not (args.days > 0 and math.isfinite(args.days)):
         raise ConfigError(f"--days: must be > 0, got {args.days!r}")
     profile = load_profile_arg(args.profile)
+    if not (0 <= args.mid_share <= 1):
+        raise ConfigError(f"--mid-share: must be in [0, 1], got {args.mid_share!r}")
     t0 = time.perf_counter()
     ls = load_ls(args.ls_trace, days=args.days, vms=args.vms)
     tasks = load_batch(args.batch_trace)
@@ -134,12 +140,13 @@ def replay(args: argparse.Namespace, progress_for: Any = None) -> dict[str, Any]
                            "vms": len(ls.vms), "vms_resized": ls.resized, "batch_load": args.batch_load,
                            "batch_job_fraction": round(frac, 6), "batch_holdable_cores": round(holdable, 2),
                            "seed": args.seed, "load_seconds": round(load_s, 2),
-                           "profile": args.profile or "recommended",
+                           "profile": args.profile or "recommended", **({"mid_share": args.mid_share}
+                                                                          if args.mid_share else {}),
                            "ls_trace": os.path.basename(os.path.normpath(args.ls_trace)),
                            "batch_trace": os.path.basename(os.path.normpath(args.batch_trace)), "modes": {}}
     def one(mode: str, progress: Any = None) -> Result:
         r = Replay(ls, tasks, mode=mode, nodes=nodes, node_cpu=node_cpu, node_memory=node_mem, slots=ls.slots,
-                   batch_fraction=frac, seed=args.seed, profile=profile, progress=progress)
+                   batch_fraction=frac, seed=args.seed, profile=profile, progress=progress, mid_share=args.mid_share)
         return anyio.run(r.run)
 
     results: dict[str, Result] = {}

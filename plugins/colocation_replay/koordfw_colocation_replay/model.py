@@ -52,7 +52,7 @@ from koordfw.embed import (
     PodAdmission,
     update_node_resources,
 )
-from koordfw.extension import BATCH_CPU, BATCH_MEMORY, LABEL_POD_QOS
+from koordfw.extension import BATCH_CPU, BATCH_MEMORY, LABEL_POD_QOS, MID_CPU, MID_MEMORY
 from koordfw.inputs import make_node, make_pod
 
 from .traces import SLOT, LSTrace, Task, TraceError
@@ -137,6 +137,16 @@ def risk_profile(epsilon: float) -> dict[str, Any]:
     return p
 
 
+def with_mid(profile: dict[str, Any]) -> dict[str, Any]:
+    """``profile`` for a replay with Mid workloads: the agents' prediction plugin (its Koordinator defaults,
+    unless the profile configures it) publishes ``prodReclaimableMetric`` and mid_resource (Koordinator's
+    defaults, unless configured) turns it into ``kubernetes.io/mid-cpu`` / ``mid-memory``."""
+    cfg = dict(profile.get("pluginConfig", {}))
+    cfg.setdefault("prediction", {})
+    cfg.setdefault("mid_resource", {"enable": True})
+    return {**profile, "pluginConfig": cfg}
+
+
 def reclaim_percent(profile: dict[str, Any]) -> int:
     """The share of the cluster's CPU the profile's batch resources are meant to fill, which the batch sample
     is drawn for (:func:`batch_fraction`): batch_resource's ``cpuReclaimThresholdPercent`` (Koordinator's
@@ -177,6 +187,8 @@ class Executor:
     name: str = ""
     #: its node-side pod state and that state's usage dict (koordfw mode; rebuilt when the pod is rebound)
     state: tuple[PodState, dict[str, int]] | None = None
+    #: a Mid executor (koord-mid, QoS LS, mid-cpu/mid-memory requests) rather than a batch one
+    mid: bool = False
 
 
 @attrs.define
@@ -193,11 +205,12 @@ class Replay:
 
     def __init__(self, ls: LSTrace, tasks: list[Task], *, mode: str, nodes: int, node_cpu: float,
                  node_memory: int, slots: int, batch_fraction: float, seed: int, profile: dict[str, Any],
-                 progress: Callable[[int, int], None] | None = None) -> None:
+                 progress: Callable[[int, int], None] | None = None, mid_share: float = 0.0) -> None:
         self.ls, self.mode, self.n = ls, mode, nodes
         self.node_cpu, self.node_memory = node_cpu, node_memory
         self.slots = slots
-        self.profile = profile
+        self.mid_share = mid_share
+        self.profile = with_mid(profile) if mid_share > 0 else profile
         self.progress = progress
         self.rng = np.random.default_rng(seed)
         self.seed = seed
@@ -212,6 +225,10 @@ class Replay:
         for t in tasks:
             jobs.setdefault(t.job, []).append(t)
         names = sorted(jobs)
+        # a job of the hour is Mid (stable, as a streaming or online-training service) with probability
+        # mid_share, drawn once per job of the trace: it is Mid every hour it is taken
+        mid_jobs = {j for j, m in zip(names, (np.random.default_rng([self.seed, 7]).random(len(names))
+                                             < self.mid_share).tolist(), strict=True) if m}
         hours = math.ceil(self.slots * SLOT / 3600)
         rows: list[tuple[float, Task, str]] = []
         for h in range(hours):
@@ -237,12 +254,16 @@ class Replay:
                 if k is not None:
                     self.children[k].append(i)
                     self.waiting[i] += 1
-        shapes: dict[tuple[float, int], int] = {}
+        shapes: dict[tuple[float, int, bool], int] = {}
         self.shape = [0] * len(rows)
         for i, t in enumerate(self.tasks):
-            self.shape[i] = shapes.setdefault(shape_of(t), len(shapes))
-        self.shapes = sorted(shapes, key=lambda s: shapes[s])
+            self.shape[i] = shapes.setdefault((*shape_of(t), t.job in mid_jobs), len(shapes))
+        keys = sorted(shapes, key=lambda s: shapes[s])
+        #: each shape's (cpu, memory), and whether its executors are Mid
+        self.shapes = [(c, m) for c, m, _mid in keys]
+        self.shape_mid = [mid for _c, _m, mid in keys]
         self.jobs_taken = len(set(jid))
+        self.mid_jobs_taken = len({j for j, (_a, t, _) in zip(jid, rows, strict=True) if t.job in mid_jobs})
 
     # -- the cluster --------------------------------------------------------------------------------
     def _registry(self) -> Any:
@@ -282,6 +303,12 @@ class Replay:
                              "priorityClassName": "koord-batch", "koordinatorPriority": 5000}},
                    {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "koord-batch"},
                     "value": 5000},
+                   {"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+                    "metadata": {"name": "replay-mid"},
+                    "spec": {"selector": {"matchLabels": {BATCH_LABEL: "mid"}}, "qosClass": "LS",
+                             "priorityClassName": "koord-mid", "koordinatorPriority": 7000}},
+                   {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "koord-mid"},
+                    "value": 7000},
                    {"apiVersion": "v1", "kind": "Namespace",
                     "metadata": {"name": "batch", "labels": {"kubernetes.io/metadata.name": "batch"}}}]
         self.admission = PodAdmission(registry, objects, clock=self.engine.clock, seed=self.seed) if koord else None
@@ -393,8 +420,10 @@ class Replay:
         self.pending: dict[str, Executor] = {}
         self.speed = np.ones(n)
         self.speed_of = self.speed.tolist()  # the same, per node, for the event loop
+        self.speed_mid_of = [1.0] * n  # the Mid executors' speed, per node
         self.next_task = 0
         self._exec_seq = 0
+        self.mid_bound = 0
         self.retried = 0
         t0 = float(ls.start)
         for k in range(self.slots):
@@ -404,12 +433,15 @@ class Replay:
             await self._arrivals(now)
             self._dispatch_all(now)
             await self._autoscale(now)
-            # this slot's CPU: LS first, BE the rest (or what the suppress quota leaves)
+            # this slot's CPU: LS first, then Mid (LS QoS, never suppressed), BE the rest (or what the
+            # suppress quota leaves)
             placed = self.ls_node >= 0
             ls_cpu = np.bincount(self.ls_node[placed], weights=ls.cpu[k][placed], minlength=n)
             ls_mem = np.bincount(self.ls_node[placed], weights=ls.memory[k][placed], minlength=n)
-            demand, _be_mem = self._be_demand()
+            demand, mid_demand = self._be_demand()
             room = np.maximum(self.node_cpu - ls_cpu, 0.0)
+            mid_grant = np.minimum(mid_demand, room)
+            room = room - mid_grant
             if self.mode == "koordfw":
                 budget = np.where(self.quota < 0, np.inf, self.quota / CFS_PERIOD)
                 grant = np.minimum(demand, np.minimum(room, budget))
@@ -417,13 +449,15 @@ class Replay:
                 grant = np.minimum(demand, room)
             self.speed = np.where(demand > 0, grant / np.where(demand > 0, demand, 1.0), 1.0)
             self.speed_of = self.speed.tolist()
+            self.speed_mid_of = np.where(mid_demand > 0, mid_grant / np.where(mid_demand > 0, mid_demand, 1.0),
+                                         1.0).tolist()
             self._rerate_all(now)
             await self._advance(now, end)
             self._settle_all(end)
-            self.stats.slot(k, self, ls_cpu, demand, grant)
+            self.stats.slot(k, self, ls_cpu, demand + mid_demand, grant + mid_grant, mid_grant)
             self.engine.clock.advance_to(end)
             if self.mode == "koordfw":
-                await self._node_side(end, ls_cpu, ls_mem, grant)
+                await self._node_side(end, ls_cpu, ls_mem, grant, mid_grant)
             if self.progress is not None and (k % 12 == 11 or k == self.slots - 1):
                 self.progress(k + 1, self.slots)
 
@@ -441,17 +475,18 @@ class Replay:
         self.want[self.shape[i]] += self._cap(i)
 
     def _be_demand(self) -> tuple[np.ndarray, np.ndarray]:
+        """The CPU the bound executors' running instances want, per node: (batch, Mid)."""
         demand = [0.0] * self.n
-        mem = [0.0] * self.n
-        tcpu, tmem = self.task_cpu, self.task_mem
+        mid = [0.0] * self.n
+        tcpu = self.task_cpu
         for e in self.executors.values():
             nd = e.node
             if nd < 0:
                 continue
+            d = mid if e.mid else demand
             for i, lanes in e.tasks.items():
-                demand[nd] += lanes * tcpu[i]
-                mem[nd] += lanes * tmem[i]
-        return np.array(demand), np.array(mem)
+                d[nd] += lanes * tcpu[i]
+        return np.array(demand), np.array(mid)
 
     # -- the fluid progress of tasks ---------------------------------------------------------------
     def _settle(self, i: int, now: float) -> None:
@@ -463,7 +498,8 @@ class Replay:
     def _set_rate(self, i: int, now: float) -> None:
         self._settle(i, now)
         r = 0.0
-        speed = self.speed_of
+        # a task runs on executors of its shape, all of one tier
+        speed = self.speed_mid_of if self.shape_mid[self.shape[i]] else self.speed_of
         for e, lanes in self.holders.get(i, ()):
             r += lanes * speed[e.node]
         self.rate[i] = r
@@ -488,7 +524,7 @@ class Replay:
         dt = now - self.t_ref[i]
         if dt <= 0:
             return
-        speed = self.speed_of
+        speed = self.speed_mid_of if self.shape_mid[self.shape[i]] else self.speed_of
         for e, lanes in self.holders.get(i, ()):
             e.work[i] = e.work.get(i, 0.0) + lanes * speed[e.node] * dt
 
@@ -631,30 +667,36 @@ class Replay:
                 if h < len(q):
                     heads.append((self.ready_at[q[h]], sh))
         heads.sort()
-        budget, fails = MAX_NEW_PER_SLOT, 0
-        failed: list[tuple[float, int]] = []
+        # the batch and the Mid executors are two pools (two applications), each with its own limits: the Mid
+        # pool's requests finding no mid-cpu do not stop the batch pool's
+        budgets, fails = [MAX_NEW_PER_SLOT, MAX_NEW_PER_SLOT], [0, 0]
+        faileds: list[list[tuple[float, int]]] = [[], []]
         for _ready, sh in heads:
-            if budget <= 0 or fails >= MAX_FAILS:
-                break
+            tier = int(self.shape_mid[sh])
+            if budgets[tier] <= 0 or fails[tier] >= MAX_FAILS:
+                if all(b <= 0 or f >= MAX_FAILS for b, f in zip(budgets, fails, strict=True)):
+                    break
+                continue
+            failed = faileds[tier]
             cpu, mem = self.shapes[sh]
             need = wants[sh] - self.free_lanes[sh] - sum(e.lanes for e in self.by_shape[sh] if e.node < 0)
             # each request is scheduled as it is made (the scheduler places a new pod within its cycle):
             # the shape asks until the queue's lanes are covered or a request finds no node; that
             # request is withdrawn and the shape's next ones are half the size
-            while need > 0 and budget > 0:
+            while need > 0 and budgets[tier] > 0:
                 lanes = min(self.exec_lanes[sh], need)
                 c, m = lanes * cpu, lanes * mem
                 if any(fc <= c + 1e-9 and fm <= m for fc, fm in failed):
                     self.exec_lanes[sh] = max(1, lanes // 2)
                     break
                 e = await self._create(sh, lanes, cpu, mem, now)
-                budget -= 1
+                budgets[tier] -= 1
                 await self._schedule(now)
                 if e.node < 0:
                     await self._delete(e)
                     failed.append((c, m))
                     self.exec_lanes[sh] = max(1, lanes // 2)
-                    fails += 1
+                    fails[tier] += 1
                     break
                 need -= lanes
                 if self.exec_lanes[sh] < self.max_lanes[sh]:
@@ -670,12 +712,14 @@ class Replay:
     async def _create(self, sh: int, lanes: int, cpu: float, mem: int, now: float) -> Executor:
         self._exec_seq += 1
         name = f"exec-{self._exec_seq}"
+        mid = self.shape_mid[sh]
+        tier = "mid" if mid else "batch"
         req = {"cpu": f"{int(round(lanes * cpu * 1000))}m", "memory": str(lanes * mem)}
         # one template for the pool's executors (as one Spark application's executor template)
         templates = POOL_TEMPLATE
         manifest: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": name, "namespace": "batch", "uid": f"uid-{name}",
-                                 "labels": {BATCH_LABEL: "batch", "shape": str(sh)},
+                                 "labels": {BATCH_LABEL: tier, "shape": str(sh)},
                                  "annotations": {ANNOTATION_TEMPLATES: templates}},
                     # no preemptionPolicy: koord-batch's (PreemptLowerPriority, as Koordinator ships it)
                     # applies, set by the colocation profile's priority class
@@ -683,11 +727,12 @@ class Replay:
         if self.admission is not None:
             pod = await self.admission.admit(manifest)
         else:
-            pod = make_pod(name, "batch", requests=req, labels={BATCH_LABEL: "batch"})
+            pod = make_pod(name, "batch", requests=req, labels={BATCH_LABEL: tier})
             manifest["metadata"]["uid"] = pod.uid
         r = pod.requests
-        e = Executor(pod.uid, sh, lanes, r.get(BATCH_CPU, r.get("cpu", 0)) / 1000.0,
-                     float(r.get(BATCH_MEMORY, r.get("memory", 0))), idle_since=now, name=name)
+        cpu_name, mem_name = (MID_CPU, MID_MEMORY) if mid else (BATCH_CPU, BATCH_MEMORY)
+        e = Executor(pod.uid, sh, lanes, r.get(cpu_name, r.get("cpu", 0)) / 1000.0,
+                     float(r.get(mem_name, r.get("memory", 0))), idle_since=now, name=name, mid=mid)
         self.executors[e.uid] = e
         self.pending[e.uid] = e
         self.by_shape[sh].append(e)
@@ -702,6 +747,7 @@ class Replay:
                 e.idle_since = now
                 self.free_lanes[e.shape] += e.lanes - e.used
                 del self.pending[uid]
+                self.mid_bound += e.mid
 
     async def _delete(self, e: Executor) -> None:
         self.executors.pop(e.uid, None)
@@ -744,7 +790,8 @@ class Replay:
         self.stats.hour_evictions[min(int((now - self.ls.start) // 3600), len(self.stats.hour_evictions) - 1)] += 1
 
     # -- the node side (koordfw mode) ----------------------------------------------------------------
-    async def _node_side(self, now: float, ls_cpu: np.ndarray, ls_mem: np.ndarray, grant: np.ndarray) -> None:
+    async def _node_side(self, now: float, ls_cpu: np.ndarray, ls_mem: np.ndarray, grant: np.ndarray,
+                         mid_grant: np.ndarray) -> None:
         ls = self.ls
         k = int((now - ls.start) // SLOT) - 1
         report = k % REPORT_SLOTS == 0
@@ -769,6 +816,7 @@ class Replay:
             usage["memory"] = mem_k[j]
             by_node[nd].append(state)
         demand = np.zeros(self.n)
+        mid_demand = np.zeros(self.n)
         per_exec: list[tuple[Executor, float, float]] = []
         tcpu, tmem = self.task_cpu, self.task_mem
         for e in self.executors.values():
@@ -776,9 +824,10 @@ class Replay:
                 continue
             d = sum(lanes * tcpu[i] for i, lanes in e.tasks.items())
             m = sum(lanes * tmem[i] for i, lanes in e.tasks.items())
-            demand[e.node] += d
+            (mid_demand if e.mid else demand)[e.node] += d
             per_exec.append((e, d, m))
         grant_of, demand_of = grant.tolist(), demand.tolist()
+        mid_grant_of, mid_demand_of = mid_grant.tolist(), mid_demand.tolist()
         #: the BE memory in use at the slot's end, per node: the sum of its executors' (the node's usage is
         #: its pods' sum, so the agent's system usage, node minus pods, stays 0)
         be_mem_now = [0.0] * self.n
@@ -788,13 +837,18 @@ class Replay:
                 continue
             nd = e.node
             be_mem_now[nd] += int(m)
-            used = d * (grant_of[nd] / demand_of[nd]) if demand_of[nd] > 0 else 0.0
+            g, dd = (mid_grant_of[nd], mid_demand_of[nd]) if e.mid else (grant_of[nd], demand_of[nd])
+            used = d * (g / dd) if dd > 0 else 0.0
             # an executor's state is kept while it stays bound as the same pod object; its usage is the slot's
             st = e.state
             if st is None or st[0].pod is not pod:
                 be_usage: dict[str, int] = {}
-                st = e.state = (PodState(e.uid, pod, "BE", "BestEffort", f"kubepods/besteffort/pod{e.uid}",
-                                         usage=be_usage), be_usage)
+                # a Mid executor is QoS LS (Burstable, its requests mid-*): be_suppress counts it with the LS
+                # pods, eviction leaves it
+                state = (PodState(e.uid, pod, "LS", "Burstable", f"kubepods/burstable/pod{e.uid}", usage=be_usage)
+                         if e.mid else
+                         PodState(e.uid, pod, "BE", "BestEffort", f"kubepods/besteffort/pod{e.uid}", usage=be_usage))
+                st = e.state = (state, be_usage)
             st[1]["cpu"] = int(used * 1000)
             st[1]["memory"] = int(m)
             by_node[nd].append(st[0])
@@ -803,7 +857,7 @@ class Replay:
         cap = {"cpu": int(self.node_cpu * 1000), "memory": int(self.node_memory)}
         cpus = f"0-{max(math.ceil(self.node_cpu), 1) - 1}"
         for nd, view in enumerate(self.cluster.nodes):
-            used_cpu = int((ls_cpu[nd] + grant[nd]) * 1000)
+            used_cpu = int((ls_cpu[nd] + grant[nd] + mid_grant[nd]) * 1000)
             used_mem = int(ls_mem[nd]) + int(be_mem_now[nd])
             q = self.quota[nd]
             ns = NodeState(name=view.name, capacity=cap, allocatable=view.allocatable,
@@ -863,6 +917,7 @@ class _Stats:
         self.util = np.zeros(slots)
         self.alloc = np.zeros(slots)
         self.be_cpu = np.zeros(slots)
+        self.mid_cpu = np.zeros(slots)
         self.throttled = np.zeros(slots)
         self.over = np.zeros(slots)
         self.starved = np.zeros(slots)
@@ -875,12 +930,15 @@ class _Stats:
         #: the prediction plugins' collect failures (one message each)
         self.collect_errors: list[str] = []
 
-    def slot(self, k: int, r: Replay, ls_cpu: np.ndarray, demand: np.ndarray, grant: np.ndarray) -> None:
+    def slot(self, k: int, r: Replay, ls_cpu: np.ndarray, demand: np.ndarray, grant: np.ndarray,
+             mid_grant: np.ndarray) -> None:
+        """One slot: ``demand`` and ``grant`` of the executors, batch and Mid together; ``mid_grant`` Mid's."""
         cap = r.node_cpu * r.n
         self.util[k] = (ls_cpu.sum() + grant.sum()) / cap
         be_req = sum(e.cpu_req for e in r.executors.values() if e.node >= 0)
         self.alloc[k] = (r.ls_req_cpu.sum() + be_req) / cap
-        self.be_cpu[k] = grant.sum()
+        self.mid_cpu[k] = mid_grant.sum()
+        self.be_cpu[k] = grant.sum() - self.mid_cpu[k]
         self.throttled[k] = (demand - grant).sum()
         self.over[k] = int(((ls_cpu + demand) > r.node_cpu + 1e-9).sum())
         self.starved[k] = int((ls_cpu > r.node_cpu + 1e-9).sum())
@@ -942,6 +1000,10 @@ class _Stats:
             "wall_seconds": _r(wall, 2)}
         if r.predictors:
             summary["prediction_errors"] = len(self.collect_errors)
+        if r.mid_share > 0:
+            summary["mid_jobs_submitted"] = r.mid_jobs_taken
+            summary["mid_cpu_hours"] = _r(self.mid_cpu.sum() * dt_h, 2)
+            summary["mid_executor_pods_bound"] = r.mid_bound
         series = {"utilisation": self.util.tolist(), "be_cpu": self.be_cpu.tolist(),
                   "over_capacity_slots": self.over.tolist(), "above_threshold_slots": self.above.tolist(),
                   "completed_per_hour": self.hour_done.tolist()}
@@ -993,4 +1055,4 @@ def batch_fraction(ls: LSTrace, tasks: list[Task], nodes: int, node_cpu: float, 
 
 
 __all__ = ["Replay", "Result", "batch_fraction", "default_nodes", "koordinator_profile", "recommended_profile",
-           "reclaim_percent", "risk_profile"]
+           "reclaim_percent", "risk_profile", "with_mid"]

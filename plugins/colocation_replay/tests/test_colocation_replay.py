@@ -403,3 +403,58 @@ def test_risk_mode_sells_from_the_predicted_distribution(tmp_path: Path) -> None
     for name in ("kubernetes.io/batch-cpu", "kubernetes.io/mid-cpu"):
         assert 8000 - 2000 - 100 <= alloc[name] <= 8000 - 2000, (name, alloc)
     assert res.summary["prediction_errors"] == 0 and res.summary["ls_starved_slots"] == 0
+
+
+class RecordingPool(Replay):
+    """Keeps every executor pod it creates (as admitted) and the QoS its node state gave it."""
+
+    made: list
+
+    async def _create(self, sh: int, lanes: int, cpu: float, mem: int, now: float):  # type: ignore[no-untyped-def]
+        e = await super()._create(sh, lanes, cpu, mem, now)
+        self.made = [*getattr(self, "made", []), self.engine.view.pod(e.uid)]
+        return e
+
+
+def mid_run(tmp_path: Path, profile: str, slots: int = 36) -> tuple[RecordingPool, object]:
+    """Every job Mid (``mid_share`` 1): 4 VMs of 2 cores at 25 % on one 8-core node, one task of 4 instances
+    (0.5 core planned, 0.4 used) for 10 minutes arriving every hour."""
+    from koordfw_colocation_replay.command import load_profile_arg
+
+    ls = load_ls(write_ls(tmp_path / "ls", [(i, 2, 0.25) for i in range(4)], slots))
+    batch = load_batch(write_batch(tmp_path / "batch", [(0, "j1", "M1", 4, 600, 50, 0.4)]))
+    r = RecordingPool(ls, batch, mode="koordfw", nodes=1, node_cpu=8.0, node_memory=64 * GiB, slots=ls.slots,
+                      batch_fraction=1.0, seed=1, profile=load_profile_arg(profile), mid_share=1.0)
+    return r, anyio.run(r.run)
+
+
+def test_mid_executors_run_on_mid_resources_as_ls_pods(tmp_path: Path) -> None:
+    """With the risk profile's 2 h cold start, mid-cpu appears after two hours: the Mid executors then bind
+    (koord-mid, their requests renamed to mid-cpu / mid-memory by the colocation profile), run as LS pods
+    (never suppressed, never evicted) and their CPU is Mid's, not batch's."""
+    r, res = mid_run(tmp_path, "risk:1%")
+    assert r.mid_jobs_taken == 3 and all(r.shape_mid)
+    assert r.made
+    for pod in r.made:
+        assert pod.priority_class_with_default == "koord-mid" and pod.labels["koordinator.sh/qosClass"] == "LS"
+        assert "kubernetes.io/mid-cpu" in pod.requests and "cpu" not in pod.requests
+    s = res.summary
+    assert s["mid_executor_pods_bound"] >= 1 and s["mid_cpu_hours"] > 0
+    assert s["batch_cpu_hours"] == 0 and s["evictions"] == 0
+
+
+def test_mid_waits_for_the_predictor_under_koordinators_cold_start(tmp_path: Path) -> None:
+    """Koordinator's 24 h cold start: every LS pod is younger, the predictor reports nothing reclaimable, so
+    there is no mid-cpu and no Mid executor binds in the first 3 hours (the pool's requests are withdrawn)."""
+    r, res = mid_run(tmp_path, "koordinator")
+    alloc = r.engine.view.node("node-000").allocatable
+    assert alloc.get("kubernetes.io/mid-cpu", 0) == 0
+    assert res.summary["mid_executor_pods_bound"] == 0 and res.summary["mid_cpu_hours"] == 0
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "nan"])
+def test_bad_mid_share_exits_2_naming_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture, value: str) -> None:
+    d = write_ls(tmp_path / "ls", [(1, 2, 0.5)], 3)
+    b = write_batch(tmp_path / "b", [(0, "j_1", "M1", 1, 10, 100, 50)])
+    assert main(["replay", "colocation", "--ls-trace", str(d), "--batch-trace", str(b), "--mid-share", value]) == 2
+    assert "--mid-share: must be in [0, 1]" in capsys.readouterr().err
