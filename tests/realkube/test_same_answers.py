@@ -42,6 +42,7 @@ from koordfw.engines.embedded import EmbeddedEngine, build_registry
 from koordfw.engines.kube import noderesource
 from koordfw.engines.kube.client import KubeClient
 from koordfw.engines.kube.engine import KubeSchedulerEngine
+from koordfw.extension import ANNOTATION_NODE_COLOCATION_STRATEGY, NODE_METRIC_PROD_USAGE_DISTRIBUTION
 from koordfw.testing.control_plane import ControlPlane, free_port
 from koordfw.testing.fake_apiserver import FakeApiServer
 
@@ -55,7 +56,16 @@ WORK_NS = "sa-work"
 WRITTEN = ("kubernetes.io/batch-cpu", "kubernetes.io/batch-memory", "kubernetes.io/mid-cpu", "kubernetes.io/mid-memory",
            "koordinator.sh/gpu",
            "koordinator.sh/gpu-core", "koordinator.sh/gpu-memory", "koordinator.sh/gpu-memory-ratio")
-NODES = {"sa-n1": ("8", "32Gi"), "sa-n2": ("16", "64Gi"), "sa-gpu": ("8", "32Gi")}
+NODES = {"sa-n1": ("8", "32Gi"), "sa-n2": ("16", "64Gi"), "sa-gpu": ("8", "32Gi"), "sa-risk": ("8", "32Gi")}
+#: sa-risk's colocation strategy (its node annotation): koordfw's risk-budget mode for cpu at ε = 5 %
+RISK_STRATEGY = {"riskBudget": {"cpu": 0.05}}
+#: sa-risk's predicted usage distribution (the prediction plugin's NodeMetric field): with Bonferroni each of
+#: the three components at its 1 − 0.05/3 = 98.3 % quantile: sys 500m, koord-prod 4000m (2000m only 90 % of
+#: the time), no class 100m, so q = 4600m and batch-cpu = mid-cpu = 8000m − 4600m = 3400m
+RISK_DISTRIBUTION = {"components": [
+    {"model": "sys", "cpu": [[500, 1.0]], "memory": [[2**30, 1.0]]},
+    {"model": "koord-prod", "cpu": [[2000, 0.9], [4000, 0.1]], "memory": [[4 * 2**30, 1.0]]},
+    {"model": "", "cpu": [[100, 1.0]], "memory": [[2**20, 1.0]]}], "unpredicted": {"cpu": "0m", "memory": "0"}}
 PATHS = {"Namespace": "/api/v1/namespaces", "Node": "/api/v1/nodes", "Pod": "/api/v1/namespaces/{ns}/pods",
          "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
          "Device": "/apis/scheduling.koordinator.sh/v1alpha1/devices",
@@ -118,15 +128,18 @@ def base_objects(now: float) -> list[dict]:
     out: list[dict] = [{"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": "slo-controller-config", "namespace": CONFIG_NS},
                         "data": {"colocation-config": json.dumps({"enable": True})}}]
-    reclaim = {"sa-n1": ("1", "2Gi"), "sa-n2": ("2500m", "4Gi"), "sa-gpu": ("200m", "512Mi")}
+    reclaim = {"sa-n1": ("1", "2Gi"), "sa-n2": ("2500m", "4Gi"), "sa-gpu": ("200m", "512Mi"), "sa-risk": ("0", "0")}
     usage = {"sa-n1": ("3", "10Gi", "500m", "1Gi"), "sa-n2": ("5", "20Gi", "1", "2Gi"),
-             "sa-gpu": ("1500m", "6Gi", "300m", "1Gi")}
+             "sa-gpu": ("1500m", "6Gi", "300m", "1Gi"), "sa-risk": ("2500m", "6Gi", "500m", "1Gi")}
     running = {"sa-n1": [("web-a", "2", "4Gi", "1800m", "3Gi"), ("cache-a", "1", "8Gi", "600m", "6Gi")],
-               "sa-n2": [("web-b", "4", "8Gi", "3", "7Gi")], "sa-gpu": [("web-c", "1", "2Gi", "800m", "1Gi")]}
+               "sa-n2": [("web-b", "4", "8Gi", "3", "7Gi")], "sa-gpu": [("web-c", "1", "2Gi", "800m", "1Gi")],
+               "sa-risk": [("web-r", "4", "8Gi", "2", "5Gi")]}
     for name, (cpu, mem) in NODES.items():
         res = {"cpu": cpu, "memory": mem, "pods": "110"}
+        anns = {ANNOTATION_NODE_COLOCATION_STRATEGY: json.dumps(RISK_STRATEGY)} if name == "sa-risk" else {}
         out.append({"apiVersion": "v1", "kind": "Node",
-                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}},
+                    "metadata": {"name": name, "annotations": anns,
+                                 "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}},
                     "status": {"capacity": res, "allocatable": res,
                                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                                "lastHeartbeatTime": iso(now), "lastTransitionTime": iso(now)}]}})
@@ -143,7 +156,8 @@ def base_objects(now: float) -> list[dict]:
                                "nodeMetric": {"nodeUsage": {"resources": {"cpu": ncpu, "memory": nmem}},
                                               "systemUsage": {"resources": {"cpu": scpu, "memory": smem}}},
                                "podsMetric": [{"namespace": LS_NS, "name": p, "podUsage": {"resources": {
-                                   "cpu": ucpu, "memory": umem}}} for p, _, _, ucpu, umem in pods]}})
+                                   "cpu": ucpu, "memory": umem}}} for p, _, _, ucpu, umem in pods],
+                               **({NODE_METRIC_PROD_USAGE_DISTRIBUTION: RISK_DISTRIBUTION} if name == "sa-risk" else {})}})
     gpu = {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100",
            "koordinator.sh/gpu-memory": "16Gi"}
     out.append({"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device", "metadata": {"name": "sa-gpu"},
@@ -343,6 +357,10 @@ async def test_same_node_resources_from_simulate_helper_and_manager_on_real_and_
     # Mid: the reclaimable Prod resources, capped by what the node leaves unused (Koordinator's midresource)
     assert simulated["sa-n1"].get("kubernetes.io/mid-cpu") == 1000, simulated
     assert simulated["sa-n1"].get("kubernetes.io/mid-memory") == 2 * 2**30, simulated
+    # the risk-budget mode (a node annotation): batch and Mid cpu from the predicted distribution, the same
+    # through the real API server (its NodeMetric CRD keeps koordfw's status field)
+    assert simulated["sa-risk"]["kubernetes.io/batch-cpu"] == 3400, simulated
+    assert simulated["sa-risk"]["kubernetes.io/mid-cpu"] == 3400, simulated
     assert on_real == simulated, (on_real, simulated)
     assert on_fake == simulated, (on_fake, simulated)
     assert helped == simulated, (helped, simulated)

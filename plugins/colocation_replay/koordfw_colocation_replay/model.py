@@ -25,6 +25,15 @@ the be_suppress quota leaves them, shared in proportion to demand; an executor's
 same proportion (an instance given less CPU than it uses runs longer); an evicted executor's instances in
 flight lose their progress and are retried. LS pods always get what they use (BE yields first).
 
+Mid workloads (``mid_share``): a share of the jobs, drawn once per job of the trace, run on a second executor
+pool whose pods are koord-mid (QoS LS, their requests renamed to ``kubernetes.io/mid-cpu`` / ``mid-memory``
+by the colocation profile webhook); the agents then run the prediction plugin (its peak predictor publishes
+``prodReclaimableMetric``) and the manager mid_resource. Mid executors get the CPU LS leaves before BE, are
+never suppressed (be_suppress counts them with the LS pods) and never evicted.
+
+The risk-budget mode (:func:`risk_profile`): batch and Mid sized from the LS usage distribution the
+prediction plugin publishes (``riskBudget``), instead of the reclaim thresholds.
+
 ``kubernetes`` mode: the same jobs, executors as ordinary pods with the planned cpu/memory requests,
 built-in plugins only, no agent, no NodeMetric, no batch resources; BE gets whatever CPU LS leaves.
 """
