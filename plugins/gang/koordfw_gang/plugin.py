@@ -33,6 +33,7 @@ from koordfw import (
     CycleState,
     Handle,
     Pod,
+    PostFilterResult,
     QueueingHint,
     StateKey,
     Status,
@@ -42,52 +43,24 @@ from koordfw import (
 from koordfw.extension import LABEL_POD_PRIORITY
 from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE, POD_ADD, POD_DELETE
 
+from .args import CoschedulingArgs
 from .gang import (
     ANNOTATION_BIND_GANG_GROUP_ID,
     ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED,
     ANNOTATION_BIND_GANG_MEMBER_COUNT,
     ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED,
-    MATCH_POLICIES,
     MODE_STRICT,
     Gang,
     GangDefinitionError,
     gang_id_of,
     is_crd_gang,
-    parse_go_duration,
     spec_from_pod,
     spec_from_pod_group,
 )
+from .jobs import JobPreemption
 
 PLUGIN_NAME = "gang"
 _SKIP_POST_FILTER: StateKey[bool] = StateKey("gang/skip-post-filter")
-
-
-def _check_timeout(instance: Any, attribute: Any, value: str) -> None:
-    try:
-        seconds = parse_go_duration(value)
-    except ValueError:
-        raise ValueError(f"defaultTimeout: {value!r} is not a duration (e.g. \"600s\", \"10m\")") from None
-    if seconds <= 0:
-        raise ValueError(f"defaultTimeout: must be positive, got {value!r}")
-
-
-def _check_policy(instance: Any, attribute: Any, value: str) -> None:
-    if value not in MATCH_POLICIES:
-        raise ValueError(f"defaultMatchPolicy: {value!r} is not one of {', '.join(MATCH_POLICIES)}")
-
-
-@attrs.define
-class CoschedulingArgs:
-    """Koordinator's ``CoschedulingArgs`` (profile keys ``defaultTimeout``, ``defaultMatchPolicy``)."""
-
-    default_timeout: str = attrs.field(default="600s", validator=_check_timeout)
-    default_match_policy: str = attrs.field(default="once-satisfied", validator=_check_policy)
-
-    @property
-    def timeout_seconds(self) -> float:
-        return parse_go_duration(self.default_timeout)
-
-
 
 
 @attrs.define(eq=False)
@@ -101,6 +74,8 @@ class Round:
     failed: str = ""
     #: the cluster as it was when a member last failed (see ``Coscheduling._fingerprint``)
     fail_key: tuple | None = None
+    #: set once job-level preemption ran in this round (Koordinator's preemptionMessage)
+    preempted: str = ""
 
 
 def _sub_priority(pod: Any) -> int:
@@ -137,6 +112,7 @@ class Coscheduling:
         self._room_key: tuple[int, int] | None = None
         self._room: np.ndarray | None = None
         self._lowest: tuple[int, int] | None = None
+        self._jobs = JobPreemption()
 
     # -- configuration / lifecycle -----------------------------------------------------------------
     @staticmethod
@@ -148,6 +124,8 @@ class Coscheduling:
     def startup(self, handle: Handle) -> None:
         for pod in handle.cluster.all_pods():
             self._track(pod, handle)
+            if pod.node_name and pod.creation_timestamp is not None:
+                self._jobs.bound_at[pod.uid] = pod.creation_timestamp
 
     @hookimpl
     def events_to_register(self, handle: Handle) -> list[ClusterEventWithHint]:
@@ -474,6 +452,8 @@ class Coscheduling:
 
     @hookimpl
     def pre_filter(self, pod: Pod, state: CycleState, args: CoschedulingArgs, handle: Handle) -> Status | None:
+        if self._jobs.dry_run:  # job preemption's dry run filtering another member: no round bookkeeping
+            return None
         g = self._gang_of(pod, handle, args)
         if g is None:
             return None
@@ -518,25 +498,43 @@ class Coscheduling:
         return None
 
     @hookimpl
-    def post_filter(self, pod: Pod, state: CycleState, statuses: Mapping[str, Status], args: CoschedulingArgs,
-                    handle: Handle) -> Status | None:
+    async def post_filter(self, pod: Pod, state: CycleState, statuses: Mapping[str, Status], args: CoschedulingArgs,
+                          handle: Handle) -> PostFilterResult | Status | None:
         skip = state.pop(_SKIP_POST_FILTER, False)
-        g = None if skip else self._gang_of(pod, handle, args)
-        result = None
-        if g is not None and g.spec is not None and not g.passes_once_satisfied:
-            r = self._rounds.get(g.spec.group_id)
-            if r is not None:
-                r.fail_key = self._fingerprint(g, handle)
-        if g is not None and g.spec is not None and not g.passes_once_satisfied and g.spec.mode == MODE_STRICT:
+        g = self._gang_of(pod, handle, args)
+        if g is None or g.spec is None or g.passes_once_satisfied:
+            self._after_attempt(handle, args)
+            return None
+        # with job-level preemption, a member's failure is the job's: pod-level preemption (the post_filter
+        # plugins after this one) must not evict for it alone, so every answer below stops the point
+        job = args.enable_preemption
+        if skip:
+            self._after_attempt(handle, args)
+            return Status.unresolvable("job-level preemption: this member was not filtered") if job else None
+        r = self._rounds.get(g.spec.group_id)
+        if r is not None:
+            r.fail_key = self._fingerprint(g, handle)
+        outcome = None
+        if job:
+            res, pst, outcome = await self._jobs.post_filter(self, pod, g, r, state, statuses, args, handle)
+        result: PostFilterResult | Status | None = None
+        if outcome is not None and outcome.ok:
+            self._reject_group(g, f"GangGroup \"{g.spec.group_id}\" preempted: {outcome.message}", handle)
+            if r is not None:  # the rest of the round waits for the room its nomination holds
+                r.failed = f"GangGroup \"{g.spec.group_id}\" is nominated after preemption: {outcome.message}"
+            result = res
+        elif g.spec.mode == MODE_STRICT or outcome is not None:
             fit = fit_error(handle.cluster.num_nodes, statuses).message
             already = sum(len(m.waiting) for _, m in self._group(g, handle, args) if m is not None)
             self._reject_group(g, f"Gang \"{g.gang_id}\" gets rejected due to member Pod \"{pod.name}\" is "
                                   f"unschedulable with reason \"{fit}\"", handle)
-            r = self._rounds.get(g.spec.group_id)
-            if r is not None:
+            if r is not None and g.spec.mode == MODE_STRICT:
                 r.failed = (f"GangGroup \"{g.spec.group_id}\" gets rejected due to member Pod \"{pod.key}\" is "
                             f"unschedulable with reason \"{fit}\", alreadyWaitForBound: {already}")
-            result = Status.unschedulable(f"Gang \"{g.gang_id}\" gets rejected due to pod is unschedulable")
+            if outcome is not None:
+                result = Status.unresolvable(pst.message)
+            else:
+                result = Status.unschedulable(f"Gang \"{g.gang_id}\" gets rejected due to pod is unschedulable")
         self._after_attempt(handle, args)
         return result
 
@@ -594,6 +592,7 @@ class Coscheduling:
     @hookimpl
     def post_bind(self, pod: Pod, handle: Handle) -> None:
         self._binds += 1
+        self._jobs.bound_at[pod.uid] = handle.clock.now()
         g = self._track(pod, handle)
         if g is None:
             return
@@ -630,5 +629,8 @@ class Coscheduling:
     @hookimpl
     def report(self, args: CoschedulingArgs, handle: Handle) -> dict[str, Any] | None:
         rows = self.summaries(handle, args)
-        return {"gangs": rows} if rows else None
+        out: dict[str, Any] = {"gangs": rows} if rows else {}
+        if self._jobs.history:
+            out["jobPreemptions"] = list(self._jobs.history)
+        return out or None
 
