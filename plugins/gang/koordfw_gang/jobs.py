@@ -108,11 +108,16 @@ class JobPreemption:
             r.preempted = REASON_ALREADY_PREEMPTED.format(trigger.key, out.message)
         if out.ok:
             # the victims' gangs lose them (the embedded engine brings an evicted pod back under its uid)
+            hit: dict[str, Gang] = {}
             for vs in out.victims.values():
                 for v in vs:
                     vg = plugin._gangs.get(gang_id_of(v))
                     if vg is not None:
                         vg.bound.discard(v.uid)
+                        hit[vg.gang_id] = vg
+            for vg in hit.values():
+                if not vg.bound:  # evicted whole: it must be placed whole again, not member by member
+                    vg.once_satisfied = False
             if r is not None:
                 r.fail_key = None  # the cluster changed for this job: its next round must not be held back
         elif out.reason == REASON_NOT_HELPFUL:
@@ -128,7 +133,7 @@ class JobPreemption:
 
     def _record(self, job: Job, out: Outcome, handle: Handle) -> None:
         row: dict[str, Any] = {"job": job.key, "trigger": job.trigger.key, "time": handle.clock.now(),
-                               "reason": out.reason, "message": out.message}
+                               "reason": out.reason.split(",")[0], "message": out.message}
         if out.ok:
             row.update(nominations=dict(sorted(out.nominations.items())), victims=out.victim_keys(),
                        pdbViolations=out.pdb_violations, choice=out.choice, waste=out.waste)
