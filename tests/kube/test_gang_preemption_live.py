@@ -85,3 +85,23 @@ async def test_a_pod_without_a_gang_keeps_pod_level_preemption(api, client):
                        what="solo bound")
     assert deleted(api) == ["low-n0-a", "low-n0-b"] or deleted(api) == ["low-n1-a", "low-n1-b"]
     assert api.get("pods", "solo", "default")["spec"]["schedulerName"] == SCHED
+
+
+async def test_a_victim_that_cannot_be_deleted_nominates_nobody_and_the_next_attempt_finishes(api, client):
+    """Koordinator's "prepare candidates error": one victim's DELETE fails, so no member is nominated;
+    the next attempt (the other victim is gone by then) preempts what is left and the gang binds."""
+    low_pods(api)
+    api.fail(500, method="DELETE", path="/pods/low-n0-b", count=1)
+    for i in range(2):
+        api.create(member(f"train-{i}", "train", 2, cpu="2"))
+    reg = registry()
+    eng = KubeSchedulerEngine(reg, client, flush_interval=0.1)
+    async with running(eng):
+        await wait_for(lambda: all((api.get("pods", f"train-{i}", "default") or {}).get("spec", {}).get("nodeName")
+                                   for i in range(2)), what="the gang bound")
+    history = reg.plugin("gang")._jobs.history
+    assert history[0]["reason"] == "prepare candidates error"
+    assert history[0]["message"] == "prepare candidates error: could not evict default/low-n0-b"
+    assert history[-1]["reason"] == "preempt success"
+    assert {api.get("pods", f"train-{i}", "default")["spec"]["nodeName"] for i in range(2)} == {"n0"}
+    assert api.get("pods", "low-n1-a", "default") is not None and api.get("pods", "low-n1-b", "default") is not None

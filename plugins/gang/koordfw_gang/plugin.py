@@ -9,7 +9,8 @@
 * ``permit`` makes members wait (the gang's waiting time) until every gang of the group is valid for
   its match policy, then allows all waiting members at once.
 * ``post_filter`` / ``unreserve``: in Strict mode a member's failure or timeout rejects every waiting
-  member of the group, releasing their reservations; NonStrict keeps them.
+  member of the group, releasing their reservations; NonStrict keeps them. With ``enablePreemption`` a
+  member's failure first preempts for the whole group (:mod:`koordfw_gang.preemption`, once per round).
 * ``pre_bind`` writes ``bind-gang-group-id`` / ``bind-gang-member-count`` when several members were
   allowed together; ``post_bind`` marks the gang once-satisfied.
 * ``queue_sort`` (used when the profile selects it for ``queueSort``) is Koordinator's ``Less``:

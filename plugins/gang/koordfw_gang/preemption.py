@@ -43,6 +43,7 @@ REASON_TERMINATING_VICTIM = "not eligible due to terminating pod on the nominate
 REASON_NO_NODES = "no nodes available"
 REASON_NO_POTENTIAL_VICTIMS = "no potential victims"
 REASON_NOT_HELPFUL = "preemption not helpful"
+REASON_PREPARE_ERROR = "prepare candidates error"
 REASON_SUCCESS = "preempt success, alreadyWaitingForBound: {}/{}"
 #: the status of a node rejected as Unresolvable (or not tried at all) in the not-helpful message
 NOT_HELPFUL_ON_NODE = "Preemption is not helpful for scheduling"
@@ -376,10 +377,16 @@ class Evaluator:
                             out.victims.setdefault(m.node_name, []).append(m)
         out.waste = waste_report(chosen, self.strict_gang, self.run_seconds)
         out.choice = "wholeGang" if self.whole_strict_gangs else "podLevel"
+        failed = []
         for v in evict:
             if v.deletion_timestamp is not None:
                 continue  # already being deleted: no second API call
-            await handle.evict(v, f"preempted by job {job.key} (trigger {job.trigger.key}) on {v.node_name}")
+            if not await handle.evict(v, f"preempted by job {job.key} (trigger {job.trigger.key}) on {v.node_name}"):
+                failed.append(v.key)
+        if failed:  # Koordinator gives up at the first error: nobody is nominated, the next attempt tries again
+            out.reason, out.nominations = REASON_PREPARE_ERROR, {}
+            out.message = f"{REASON_PREPARE_ERROR}: could not evict {', '.join(failed)}"
+            return
         members = {p.uid for p in job.pending} | {p.uid for p, _ in job.waiting}
         for node in sorted(out.victims):
             for p in handle.nominated_pods(node):
