@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from koordfw import CycleState, Handle, Pod, PostFilterResult, Status
 
 from .gang import MODE_STRICT, gang_id_of
-from .preemption import REASON_ALREADY_PREEMPTED, REASON_NOT_HELPFUL, Evaluator, Job, Outcome
+from .preemption import REASON_ALREADY_PREEMPTED, Evaluator, Job, Outcome
 
 try:  # the quota rule applies only with the elastic_quota plugin installed and in the profile
     from koordfw_elastic_quota import api as quota_api
@@ -120,10 +120,6 @@ class JobPreemption:
                     vg.once_satisfied = False
             if r is not None:
                 r.fail_key = None  # the cluster changed for this job: its next round must not be held back
-        elif out.reason == REASON_NOT_HELPFUL:
-            for p in pending:
-                if p.nominated_node_name:
-                    handle.nominate(p, None)
         if out.reason != REASON_ALREADY_PREEMPTED:
             self._record(job, out, handle)
         result, status = out.result(trigger)

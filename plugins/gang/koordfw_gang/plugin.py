@@ -256,7 +256,8 @@ class Coscheduling:
         return None if g is None else self._init(g, handle, args)
 
     def _prune(self, g: Gang, handle: Handle) -> None:
-        """Forget members that left the cluster (Koordinator's onPodDelete)."""
+        """Forget members that left the cluster (Koordinator's onPodDelete), and count a bound member that is
+        pending again (the embedded engine brings an evicted pod back under its uid) as no longer bound."""
         cluster = handle.cluster
         gone = [u for u in g.children if cluster.pod(u) is None]
         for u in gone:
@@ -264,6 +265,8 @@ class Coscheduling:
             g.waiting.discard(u)
             g.bound.discard(u)
             self._pod_gang.pop(u, None)
+        for u in [u for u in g.bound if not (p := cluster.pod(u)) or not p.node_name]:
+            g.bound.discard(u)
 
     def _group(self, g: Gang, handle: Handle, args: Any) -> list[tuple[str, Gang | None]]:
         assert g.spec is not None
