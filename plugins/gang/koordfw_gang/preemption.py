@@ -184,8 +184,9 @@ def waste_report(victims: Sequence[Pod], strict_gangs: Callable[[Pod], tuple[str
 class Evaluator:
     """One job preemption. ``eligible(preemptor, victim)`` adds the quota rule to Koordinator's
     ``IsEligiblePod``; ``gang_of(pod)`` names a pod's gang (``""`` for none); ``strict_gang(pod)`` gives a
-    bound member's Strict gang id and its bound members (``None`` when it is not in one);
-    ``pre_filtered(pod)`` runs the profile's pre_filter for a member other than the trigger."""
+    bound member's Strict gang id and its bound members (``None`` when it is not in one); ``run_seconds(pod)``
+    is how long a victim has run (for the waste report). Members other than the trigger are filtered after the
+    profile's pre_filter runs for them into a fresh CycleState (the caller keeps its own pre_filter out)."""
 
     handle: Handle
     eligible: Callable[[Pod, Pod], bool]
