@@ -105,6 +105,14 @@ LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
 #: the deprecated PodGroup label still read after :data:`LABEL_POD_GROUP`
 LABEL_POD_GROUP_DEPRECATED = "pod-group.scheduling.sigs.k8s.io/name"
 
+# -- preemption eligibility (apis/extension/preemption.go, elastic_quota.go, schedule_explanation.go) --------
+#: ``LabelDisablePreemptible``: "true" keeps the pod from ever being a preemption victim
+LABEL_DISABLE_PREEMPTIBLE = "scheduling.koordinator.sh/disable-preemptible"
+#: ``LabelPreemptible`` (elastic quota): "false" makes the pod non-preemptible (and counted against its quota's min)
+LABEL_QUOTA_PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
+#: ``LabelQuestionedObjectKey``: the job a pod belongs to, for the job-level preemption cost
+LABEL_QUESTIONED_OBJECT_KEY = "scheduling.koordinator.sh/questioned-object-key"
+
 # -- CRD API versions (apis/slo/v1alpha1, apis/scheduling/v1alpha1: groupversion_info.go GroupVersion) ---
 SLO_GROUP_VERSION = "slo.koordinator.sh/v1alpha1"  # NodeMetric, NodeSLO
 SCHEDULING_GROUP_VERSION = "scheduling.koordinator.sh/v1alpha1"  # Device, Reservation
@@ -221,4 +229,5 @@ NODE_METRIC_PROD_USAGE_DISTRIBUTION = "koordfwProdUsageDistribution"
 
 __all__ += ["ANNOTATION_BIND_GANG_GROUP_ID", "ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED",
             "ANNOTATION_BIND_GANG_MEMBER_COUNT", "ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED",
-            "ANNOTATION_GANG_GROUPS"]
+            "ANNOTATION_GANG_GROUPS", "LABEL_DISABLE_PREEMPTIBLE", "LABEL_QUOTA_PREEMPTIBLE",
+            "LABEL_QUESTIONED_OBJECT_KEY"]

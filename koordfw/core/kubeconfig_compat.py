@@ -215,6 +215,7 @@ PLUGINS: dict[str, PluginMapping] = {
                                  tuple((f, "dropped: controller tuning") for f in _RESERVATION_DROPPED)),
     "Coscheduling": PluginMapping("gang", "", _coscheduling,
                                   (("defaultTimeout", "defaultTimeout"), ("defaultMatchPolicy", "defaultMatchPolicy"),
+                                   ("enablePreemption", "enablePreemption (job-level preemption)"),
                                    ("controllerWorkers", "dropped: controller tuning"))),
     "ElasticQuota": PluginMapping("elastic_quota", "", _elastic_quota,
                                   (("delayEvictTime", "delayEvictTime (Go duration to seconds)"),

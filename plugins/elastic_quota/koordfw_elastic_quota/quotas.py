@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from koordfw import QuantityError, canonical, parse_quantity
+from koordfw.extension import LABEL_QUOTA_PREEMPTIBLE
 from koordfw.inputs import loads_json
 
 from .runtime import Child, redistribute, scale_mins
@@ -26,7 +27,7 @@ LABEL_IS_PARENT = f"{GROUP}/is-parent"
 LABEL_ALLOW_LENT = f"{GROUP}/allow-lent-resource"
 LABEL_TREE_ID = f"{GROUP}/tree-id"
 LABEL_QUOTA_NAME = f"{GROUP}/name"
-LABEL_PREEMPTIBLE = f"{GROUP}/preemptible"
+LABEL_PREEMPTIBLE = LABEL_QUOTA_PREEMPTIBLE
 ANNOTATION_SHARED_WEIGHT = f"{GROUP}/shared-weight"
 ANNOTATION_NAMESPACES = f"{GROUP}/namespaces"
 

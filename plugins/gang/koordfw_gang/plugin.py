@@ -9,7 +9,8 @@
 * ``permit`` makes members wait (the gang's waiting time) until every gang of the group is valid for
   its match policy, then allows all waiting members at once.
 * ``post_filter`` / ``unreserve``: in Strict mode a member's failure or timeout rejects every waiting
-  member of the group, releasing their reservations; NonStrict keeps them.
+  member of the group, releasing their reservations; NonStrict keeps them. With ``enablePreemption`` a
+  member's failure first preempts for the whole group (:mod:`koordfw_gang.preemption`, once per round).
 * ``pre_bind`` writes ``bind-gang-group-id`` / ``bind-gang-member-count`` when several members were
   allowed together; ``post_bind`` marks the gang once-satisfied.
 * ``queue_sort`` (used when the profile selects it for ``queueSort``) is Koordinator's ``Less``:
@@ -24,15 +25,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import numpy as np
 
 from koordfw import (
-    BoundedCache,
     ClusterEvent,
     ClusterEventWithHint,
     CycleState,
     Handle,
     Pod,
+    PostFilterResult,
     QueueingHint,
     StateKey,
     Status,
@@ -42,52 +42,25 @@ from koordfw import (
 from koordfw.extension import LABEL_POD_PRIORITY
 from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE, POD_ADD, POD_DELETE
 
+from .args import CoschedulingArgs
 from .gang import (
     ANNOTATION_BIND_GANG_GROUP_ID,
     ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED,
     ANNOTATION_BIND_GANG_MEMBER_COUNT,
     ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED,
-    MATCH_POLICIES,
     MODE_STRICT,
     Gang,
     GangDefinitionError,
     gang_id_of,
     is_crd_gang,
-    parse_go_duration,
     spec_from_pod,
     spec_from_pod_group,
 )
+from .jobs import JobPreemption
+from .room import RoomCheck
 
 PLUGIN_NAME = "gang"
 _SKIP_POST_FILTER: StateKey[bool] = StateKey("gang/skip-post-filter")
-
-
-def _check_timeout(instance: Any, attribute: Any, value: str) -> None:
-    try:
-        seconds = parse_go_duration(value)
-    except ValueError:
-        raise ValueError(f"defaultTimeout: {value!r} is not a duration (e.g. \"600s\", \"10m\")") from None
-    if seconds <= 0:
-        raise ValueError(f"defaultTimeout: must be positive, got {value!r}")
-
-
-def _check_policy(instance: Any, attribute: Any, value: str) -> None:
-    if value not in MATCH_POLICIES:
-        raise ValueError(f"defaultMatchPolicy: {value!r} is not one of {', '.join(MATCH_POLICIES)}")
-
-
-@attrs.define
-class CoschedulingArgs:
-    """Koordinator's ``CoschedulingArgs`` (profile keys ``defaultTimeout``, ``defaultMatchPolicy``)."""
-
-    default_timeout: str = attrs.field(default="600s", validator=_check_timeout)
-    default_match_policy: str = attrs.field(default="once-satisfied", validator=_check_policy)
-
-    @property
-    def timeout_seconds(self) -> float:
-        return parse_go_duration(self.default_timeout)
-
-
 
 
 @attrs.define(eq=False)
@@ -101,6 +74,8 @@ class Round:
     failed: str = ""
     #: the cluster as it was when a member last failed (see ``Coscheduling._fingerprint``)
     fail_key: tuple | None = None
+    #: set once job-level preemption ran in this round (Koordinator's preemptionMessage)
+    preempted: str = ""
 
 
 def _sub_priority(pod: Any) -> int:
@@ -133,10 +108,8 @@ class Coscheduling:
         #: gang group -> the time its last round failed (Koordinator's GangGroupInfo.LastScheduleTime)
         self._group_time: dict[str, float] = {}
         self._binding: dict[str, tuple[str, int]] = {}
-        self._demand_cache: BoundedCache[tuple[Any, ...], bool] = BoundedCache(4096)
-        self._room_key: tuple[int, int] | None = None
-        self._room: np.ndarray | None = None
-        self._lowest: tuple[int, int] | None = None
+        self._room_check = RoomCheck()
+        self._jobs = JobPreemption()
 
     # -- configuration / lifecycle -----------------------------------------------------------------
     @staticmethod
@@ -148,6 +121,8 @@ class Coscheduling:
     def startup(self, handle: Handle) -> None:
         for pod in handle.cluster.all_pods():
             self._track(pod, handle)
+            if pod.node_name and pod.creation_timestamp is not None:
+                self._jobs.bound_at[pod.uid] = pod.creation_timestamp
 
     @hookimpl
     def events_to_register(self, handle: Handle) -> list[ClusterEventWithHint]:
@@ -209,66 +184,8 @@ class Coscheduling:
                 ClusterEventWithHint(ClusterEvent("PodGroup", "*"), its_pod_group)]
 
     def _demand_may_fit(self, pod: Any, handle: Handle) -> bool:
-        """A necessary condition for the pod's gang group to be placed: as many members as it still
-        needs (min-available minus those reserved or bound) fit in the free room node by node, each
-        counted at the size of the gang's smallest pending member; pods of lower priority count as
-        room (preemption could free it)."""
         g = self._gangs.get(self._pod_gang.get(pod.uid) or "")
-        if g is None or g.spec is None:
-            return True
-        cluster = handle.cluster
-        key = (cluster.generation, g.spec.group_id, pod.priority)
-        hit = self._demand_cache.get(key)
-        if hit is not None:
-            return hit
-        missing = 0
-        smallest: np.ndarray | None = None
-        for gid in g.spec.groups:
-            m = self._gangs.get(gid)
-            if m is None or m.spec is None or m.passes_once_satisfied:
-                continue
-            short = m.spec.min_member - len(m.waiting) - len(m.bound)
-            if short <= 0:
-                continue
-            missing += short
-            for u, p in m.children.items():
-                if u not in m.waiting and u not in m.bound:
-                    v = cluster.request_vector(p)
-                    smallest = v if smallest is None else np.minimum(smallest[: len(v)], v[: len(smallest)])
-        ok = True
-        if missing and smallest is not None and smallest.any():
-            free = self._free_room(cluster, pod.priority)
-            k = min(free.shape[1], len(smallest))
-            need = smallest[:k]
-            cols = np.flatnonzero(need)
-            fits_per_node = (free[:, cols] // need[cols]).min(axis=1)
-            ok = int(fits_per_node.sum()) >= missing
-        self._demand_cache[key] = ok
-        return ok
-
-    def _lowest_priority(self, cluster: Any) -> int:
-        """The lowest priority of any pod in the cluster (rescanned when the number of pods changes)."""
-        n = len(cluster.pods)
-        if self._lowest is None or self._lowest[0] != n:
-            self._lowest = (n, min((e.pod.priority for e in cluster.pods.values()), default=0))
-        return self._lowest[1]
-
-    def _free_room(self, cluster: Any, priority: int) -> np.ndarray:
-        """Free room per live node (rows) and resource, plus the requests of pods of lower priority."""
-        key = (cluster.generation, priority)
-        if self._room_key == key and self._room is not None:
-            return self._room
-        room = np.clip(cluster.allocatable - cluster.requested, 0, None)
-        if self._lowest_priority(cluster) < priority:
-            for e in cluster.pods.values():
-                if e.node_index >= 0 and e.pod.priority < priority:
-                    v = cluster.request_vector(e.pod)
-                    k = min(len(v), room.shape[1])
-                    room[e.node_index, :k] += v[:k]
-        if cluster.has_removed_nodes:
-            room = room[cluster.live_mask]
-        self._room_key, self._room = key, room
-        return room
+        return g is None or self._room_check.may_fit(g, self._gangs, pod, handle)
 
     # -- the gang cache --------------------------------------------------------------------------------
     def _track(self, pod: Any, handle: Handle) -> Gang | None:
@@ -339,7 +256,8 @@ class Coscheduling:
         return None if g is None else self._init(g, handle, args)
 
     def _prune(self, g: Gang, handle: Handle) -> None:
-        """Forget members that left the cluster (Koordinator's onPodDelete)."""
+        """Forget members that left the cluster (Koordinator's onPodDelete), and count a bound member that is
+        pending again (the embedded engine brings an evicted pod back under its uid) as no longer bound."""
         cluster = handle.cluster
         gone = [u for u in g.children if cluster.pod(u) is None]
         for u in gone:
@@ -347,6 +265,8 @@ class Coscheduling:
             g.waiting.discard(u)
             g.bound.discard(u)
             self._pod_gang.pop(u, None)
+        for u in [u for u in g.bound if not (p := cluster.pod(u)) or not p.node_name]:
+            g.bound.discard(u)
 
     def _group(self, g: Gang, handle: Handle, args: Any) -> list[tuple[str, Gang | None]]:
         assert g.spec is not None
@@ -474,6 +394,8 @@ class Coscheduling:
 
     @hookimpl
     def pre_filter(self, pod: Pod, state: CycleState, args: CoschedulingArgs, handle: Handle) -> Status | None:
+        if self._jobs.dry_run:  # job preemption's dry run filtering another member: no round bookkeeping
+            return None
         g = self._gang_of(pod, handle, args)
         if g is None:
             return None
@@ -518,25 +440,43 @@ class Coscheduling:
         return None
 
     @hookimpl
-    def post_filter(self, pod: Pod, state: CycleState, statuses: Mapping[str, Status], args: CoschedulingArgs,
-                    handle: Handle) -> Status | None:
+    async def post_filter(self, pod: Pod, state: CycleState, statuses: Mapping[str, Status], args: CoschedulingArgs,
+                          handle: Handle) -> PostFilterResult | Status | None:
         skip = state.pop(_SKIP_POST_FILTER, False)
-        g = None if skip else self._gang_of(pod, handle, args)
-        result = None
-        if g is not None and g.spec is not None and not g.passes_once_satisfied:
-            r = self._rounds.get(g.spec.group_id)
-            if r is not None:
-                r.fail_key = self._fingerprint(g, handle)
-        if g is not None and g.spec is not None and not g.passes_once_satisfied and g.spec.mode == MODE_STRICT:
+        g = self._gang_of(pod, handle, args)
+        if g is None or g.spec is None or g.passes_once_satisfied:
+            self._after_attempt(handle, args)
+            return None
+        # with job-level preemption, a member's failure is the job's: pod-level preemption (the post_filter
+        # plugins after this one) must not evict for it alone, so every answer below stops the point
+        job = args.enable_preemption
+        if skip:
+            self._after_attempt(handle, args)
+            return Status.unresolvable("job-level preemption: this member was not filtered") if job else None
+        r = self._rounds.get(g.spec.group_id)
+        if r is not None:
+            r.fail_key = self._fingerprint(g, handle)
+        outcome = None
+        if job:
+            res, pst, outcome = await self._jobs.post_filter(self, pod, g, r, state, statuses, args, handle)
+        result: PostFilterResult | Status | None = None
+        if outcome is not None and outcome.ok:
+            self._reject_group(g, f"GangGroup \"{g.spec.group_id}\" preempted: {outcome.message}", handle)
+            if r is not None:  # the rest of the round waits for the room its nomination holds
+                r.failed = f"GangGroup \"{g.spec.group_id}\" is nominated after preemption: {outcome.message}"
+            result = res
+        elif g.spec.mode == MODE_STRICT or outcome is not None:
             fit = fit_error(handle.cluster.num_nodes, statuses).message
             already = sum(len(m.waiting) for _, m in self._group(g, handle, args) if m is not None)
             self._reject_group(g, f"Gang \"{g.gang_id}\" gets rejected due to member Pod \"{pod.name}\" is "
                                   f"unschedulable with reason \"{fit}\"", handle)
-            r = self._rounds.get(g.spec.group_id)
-            if r is not None:
+            if r is not None and g.spec.mode == MODE_STRICT:
                 r.failed = (f"GangGroup \"{g.spec.group_id}\" gets rejected due to member Pod \"{pod.key}\" is "
                             f"unschedulable with reason \"{fit}\", alreadyWaitForBound: {already}")
-            result = Status.unschedulable(f"Gang \"{g.gang_id}\" gets rejected due to pod is unschedulable")
+            if outcome is not None:
+                result = Status.unresolvable(pst.message)
+            else:
+                result = Status.unschedulable(f"Gang \"{g.gang_id}\" gets rejected due to pod is unschedulable")
         self._after_attempt(handle, args)
         return result
 
@@ -594,6 +534,7 @@ class Coscheduling:
     @hookimpl
     def post_bind(self, pod: Pod, handle: Handle) -> None:
         self._binds += 1
+        self._jobs.bound_at[pod.uid] = handle.clock.now()
         g = self._track(pod, handle)
         if g is None:
             return
@@ -630,5 +571,8 @@ class Coscheduling:
     @hookimpl
     def report(self, args: CoschedulingArgs, handle: Handle) -> dict[str, Any] | None:
         rows = self.summaries(handle, args)
-        return {"gangs": rows} if rows else None
+        out: dict[str, Any] = {"gangs": rows} if rows else {}
+        if self._jobs.history:
+            out["jobPreemptions"] = list(self._jobs.history)
+        return out or None
 

@@ -10,12 +10,21 @@ from koordfw.testing import schedule
 def test_defaults():
     args = build_registry(autoload=True, only={"gang"}).args["gang"]
     assert (args.default_timeout, args.default_match_policy, args.timeout_seconds) == ("600s", "once-satisfied", 600.0)
+    # Koordinator's CoschedulingArgs.EnablePreemption defaults to false; evictWholeStrictGangs is koordfw's
+    assert (args.enable_preemption, args.evict_whole_strict_gangs) == (False, False)
+
+
+def test_preemption_args_by_their_wire_names():
+    args = build_registry({"pluginConfig": {"gang": {"enablePreemption": True, "evictWholeStrictGangs": True}}},
+                          autoload=True, only={"gang"}).args["gang"]
+    assert (args.enable_preemption, args.evict_whole_strict_gangs) == (True, True)
 
 
 @pytest.mark.parametrize("cfg,field", [({"defaultTimeout": "soon"}, "defaultTimeout"),
                                        ({"defaultTimeout": "0s"}, "defaultTimeout"),
                                        ({"defaultMatchPolicy": "eventually"}, "defaultMatchPolicy"),
-                                       ({"timeout": "1s"}, "timeout")])
+                                       ({"timeout": "1s"}, "timeout"),
+                                       ({"enablePreemption": "maybe"}, "enablePreemption")])
 def test_bad_args_name_the_field(cfg, field):
     with pytest.raises(ConfigError, match=field):
         build_registry({"pluginConfig": {"gang": cfg}}, autoload=True, only={"gang"})
