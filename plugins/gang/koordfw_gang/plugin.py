@@ -57,6 +57,7 @@ from .gang import (
     spec_from_pod,
     spec_from_pod_group,
 )
+from .pending import PendingJobs
 
 PLUGIN_NAME = "gang"
 _SKIP_POST_FILTER: StateKey[bool] = StateKey("gang/skip-post-filter")
@@ -137,6 +138,8 @@ class Coscheduling:
         self._room_key: tuple[int, int] | None = None
         self._room: np.ndarray | None = None
         self._lowest: tuple[int, int] | None = None
+        #: why each job is pending (pending.py)
+        self._pending = PendingJobs()
 
     # -- configuration / lifecycle -----------------------------------------------------------------
     @staticmethod
@@ -627,8 +630,31 @@ class Coscheduling:
                         "phase": phase, **({"error": g.error} if g.error else {})})
         return out
 
+    def _groups_of(self, g: Gang, handle: Handle, args: CoschedulingArgs) -> list[Gang]:
+        """The gangs of ``g``'s gang group (``g`` alone while it is not defined)."""
+        if g.spec is None:
+            return [g]
+        return [m for _, m in self._group(g, handle, args) if m is not None] or [g]
+
+    @hookimpl
+    def error_handler(self, pod: Pod, status: Status, args: CoschedulingArgs, handle: Handle) -> None:
+        """Why is my job pending: the member's failure, then the job's one message on its PodGroup."""
+        g = self._gangs.get(self._pod_gang.get(pod.uid) or "")
+        if g is not None:
+            self._pending.record(pod, status)
+            self._pending.publish(g, self._groups_of(g, handle, args), handle)
+
     @hookimpl
     def report(self, args: CoschedulingArgs, handle: Handle) -> dict[str, Any] | None:
         rows = self.summaries(handle, args)
-        return {"gangs": rows} if rows else None
+        seen: set[str] = set()
+        groups = []
+        for gid in sorted(self._gangs):
+            group = self._groups_of(self._gangs[gid], handle, args)
+            key = ",".join(sorted(m.gang_id for m in group))
+            if key not in seen:
+                seen.add(key)
+                groups.append(group)
+        jobs = self._pending.rows(groups, handle)
+        return ({"gangs": rows} if rows else {}) | ({"jobs": jobs} if jobs else {}) or None
 

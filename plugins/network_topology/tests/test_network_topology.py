@@ -199,3 +199,7 @@ def test_the_example_places_each_job_in_one_block():
     assert {g: rows[g]["domain"] for g in rows} == {"ai/llm-a": "blockLayer/b2", "ai/llm-b": "blockLayer/b3",
                                                    "ai/llm-c": "", "ai/sweep": "blockLayer/b1"}
     assert rows["ai/llm-c"]["bound"] == 0
+    # the gang plugin's one message for the refused job names the topology as what holds it
+    (job,) = r.extra["jobs"]
+    assert (job["job"], job["constraint"]) == ("ai/llm-c", "NetworkTopology")
+    assert "no candidate topology nodes can accommodate job, desiredOfferSlot: 3" in job["message"]
