@@ -231,3 +231,26 @@ __all__ += ["ANNOTATION_BIND_GANG_GROUP_ID", "ANNOTATION_BIND_GANG_GROUP_ID_DEPR
             "ANNOTATION_BIND_GANG_MEMBER_COUNT", "ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED",
             "ANNOTATION_GANG_GROUPS", "LABEL_DISABLE_PREEMPTIBLE", "LABEL_QUOTA_PREEMPTIBLE",
             "LABEL_QUESTIONED_OBJECT_KEY"]
+
+# -- network-topology-aware gangs (apis/extension/network_topology.go, apis/scheduling/v1alpha1/
+# cluster_network_topology_types.go; the tree is built by pkg/scheduler/frameworkext/networktopology) --------
+#: a gang's (PodGroup's, or its pods') gather rules: JSON ``{"gatherStrategy": [{"layer": ..., "strategy":
+#: "MustGather"|"PreferGather", "podCountMultiple": n}]}`` (AnnotationGangNetworkTopologySpec)
+ANNOTATION_GANG_NETWORK_TOPOLOGY_SPEC = f"{ANNOTATION_GANG_PREFIX}/network-topology-spec"
+#: a member's rank in its gang group (e.g. the PyTorch rank): members are placed in this order
+ANNOTATION_GANG_POD_NETWORK_TOPOLOGY_INDEX = f"{ANNOTATION_GANG_PREFIX}/network-topology-index"
+#: pods sharing this value are scored towards the topology domains already holding the most of them
+ANNOTATION_POD_NETWORK_TOPOLOGY_SELECTOR = "scheduling.koordinator.sh/network-topology-selector"
+KIND_CLUSTER_NETWORK_TOPOLOGY = "ClusterNetworkTopology"  # cluster-scoped, scheduling.koordinator.sh/v1alpha1
+#: the one ClusterNetworkTopology the scheduler reads (the tree manager's defaultClusterNetworkTopologyName)
+CLUSTER_NETWORK_TOPOLOGY_NAME = "default"
+#: the built-in layers: the root (the whole cluster) and the leaves (one per Node)
+TOPOLOGY_LAYER_CLUSTER = "ClusterTopologyLayer"
+TOPOLOGY_LAYER_NODE = "NodeTopologyLayer"
+NETWORK_TOPOLOGY_MUST_GATHER = "MustGather"
+NETWORK_TOPOLOGY_PREFER_GATHER = "PreferGather"
+
+__all__ += ["ANNOTATION_GANG_NETWORK_TOPOLOGY_SPEC", "ANNOTATION_GANG_POD_NETWORK_TOPOLOGY_INDEX",
+            "ANNOTATION_POD_NETWORK_TOPOLOGY_SELECTOR", "CLUSTER_NETWORK_TOPOLOGY_NAME",
+            "KIND_CLUSTER_NETWORK_TOPOLOGY", "NETWORK_TOPOLOGY_MUST_GATHER", "NETWORK_TOPOLOGY_PREFER_GATHER",
+            "TOPOLOGY_LAYER_CLUSTER", "TOPOLOGY_LAYER_NODE"]

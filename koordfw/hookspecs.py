@@ -314,6 +314,17 @@ def post_bind(pod: Pod, node: NodeView, state: CycleState, args: PluginArgs, han
     and does not undo the binding. May be async."""
 
 
+@hookspec
+def error_handler(pod: Pod, status: Status, args: PluginArgs, handle: Handle) -> None:
+    """Called after a pod's scheduling or binding attempt failed, with the status that failed it
+    (Koordinator's ``frameworkext`` error handlers): a rejection by any plugin, a Permit rejection or
+    timeout, a failed bind. After post_filter, before the pod goes back to the queue.
+
+    For bookkeeping across plugins, e.g. the gang plugin's one message per job naming what holds it.
+    Return value ignored; an exception is logged and the other plugins still run. May be async. Must
+    not assume it sees every attempt of a pod (a pod deleted meanwhile is not reported)."""
+
+
 # ================================================================================================
 # Node QoS loop (the node agent: collect → plan → apply)
 # ================================================================================================

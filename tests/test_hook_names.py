@@ -25,7 +25,7 @@ def test_sections_partition_the_hooks_in_order():
     assert flat == hookspecs.HOOK_NAMES
     assert all(hookspecs.SECTIONS.values()), "a section without hooks"
     assert hookspecs.SECTIONS["Scheduling cycle"][0] == "queue_sort"
-    assert hookspecs.SECTIONS["Binding cycle"][-1] == "post_bind"
+    assert hookspecs.SECTIONS["Binding cycle"][-2:] == ("post_bind", "error_handler")
 
 
 def test_profile_points_are_every_hook_but_plugin_args():

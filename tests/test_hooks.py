@@ -381,6 +381,33 @@ def test_hook_post_bind():
     assert seen == [("p", "n0")]
 
 
+def test_hook_error_handler():
+    """Every failed attempt is reported with the status that failed it (a filter's, a permit's), to every
+    plugin even when one raises; a bound pod is never reported."""
+    seen = []
+
+    class Broken:
+        @hookimpl
+        def error_handler(self, pod):
+            raise RuntimeError("boom")
+
+    class EH:
+        @hookimpl
+        def error_handler(self, pod, status):
+            seen.append((pod.name, status.code.name, status.message))
+
+        @hookimpl
+        def permit(self, pod):
+            return Status.unschedulable("not today") if pod.name == "denied" else None
+
+    b = small(1, cpu="2").pod("big", cpu="4").pod("denied", cpu="1").pod("ok", cpu="1")
+    r = schedule(b, plugins={"broken": Broken(), "eh": EH()})
+    assert r.placements() == {"default/big": None, "default/denied": None, "default/ok": "n0"}
+    assert ("big", "UNSCHEDULABLE", "0/1 nodes are available: 1 Insufficient cpu.") in seen
+    assert ("denied", "UNSCHEDULABLE", "not today") in seen
+    assert all(name != "ok" for name, _, _ in seen)
+
+
 # -- node QoS loop: these hooks are called by the node agent through the same HookCaller -------------
 
 def _caller(plugins, profile=None):

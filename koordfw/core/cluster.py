@@ -35,7 +35,8 @@ class PodEntry:
 #: kinds without a namespace: the API server ignores ``metadata.namespace`` on them, and so do we
 CLUSTER_SCOPED_KINDS = frozenset({"Node", "NodeMetric", "Device", "NodeResourceTopology", "NodeSLO",
                                   "Reservation", "PriorityClass", "Namespace", "StorageClass",
-                                  "PersistentVolume", "CSINode", "ClusterColocationProfile"})
+                                  "PersistentVolume", "CSINode", "ClusterColocationProfile",
+                                  "ClusterNetworkTopology"})
 
 
 def object_key(kind: str, meta: Mapping[str, Any]) -> str:

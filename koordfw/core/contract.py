@@ -209,6 +209,14 @@ class PostBindPlugin(Protocol):
     def post_bind(self) -> Callable[..., MaybeAwaitable[None]]: ...
 
 
+@runtime_checkable
+class ErrorHandlerPlugin(Protocol):
+    """Koordinator's error handler (``error_handler``): told of every failed attempt."""
+
+    @property
+    def error_handler(self) -> Callable[..., MaybeAwaitable[None]]: ...
+
+
 # -- node agent ------------------------------------------------------------------------------------
 @runtime_checkable
 class CollectPlugin(Protocol):
@@ -275,6 +283,7 @@ KINDS: dict[str, type] = {
     "post_filter": PostFilterPlugin, "pre_score": PreScorePlugin, "score": ScorePlugin,
     "normalize_score": ScoreExtensions, "reserve": ReservePlugin, "unreserve": UnreservePlugin,
     "permit": PermitPlugin, "pre_bind": PreBindPlugin, "bind": BindPlugin, "post_bind": PostBindPlugin,
+    "error_handler": ErrorHandlerPlugin,
     "collect": CollectPlugin, "qos_plan": QoSPlugin, "runtime_hook": RuntimeHookPlugin,
     "deschedule": DeschedulePlugin, "node_resources": NodeResourcesPlugin,
     "mutate_pod": MutatingAdmissionPlugin, "validate_pod": ValidatingAdmissionPlugin,

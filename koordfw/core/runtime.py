@@ -575,6 +575,15 @@ class Framework:
             return Status.success()
         return Status.error("no bind plugin bound the pod")
 
+    async def run_error_handler(self, pod: Pod, status: Status) -> None:
+        """error_handler of every plugin, after a failed attempt; a plugin that raised is logged by the
+        caller and the others still run."""
+        for impl in self.caller.impls("error_handler"):
+            try:
+                await self.caller.call(impl, pod=pod, status=status)
+            except PluginFailure:
+                pass
+
     async def run_post_bind(self, pod: Pod, node: NodeView, state: CycleState) -> None:
         for p in self._prepared("post_bind"):
             try:

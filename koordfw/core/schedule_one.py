@@ -554,6 +554,8 @@ class Scheduler:
             _, res = await self.framework.run_post_filter(pod, state, statuses if statuses is not None else {})
             if res is not None:
                 self.nominate_pending(pod, res.nominated_node)
+        if not placeholder:
+            await self.framework.run_error_handler(pod, st)
         unsched = st.is_rejection
         self._attempts["unschedulable" if unsched else "error"].inc()
         self.queue.failed(pod.uid, self.clock.now(), unschedulable=unsched, seq=self.assume_seq,

@@ -48,6 +48,10 @@ KOORDINATOR_CRDS = {
                                              "Namespaced", False),
     "podgroups.scheduling.sigs.k8s.io": ("scheduling.sigs.k8s.io", "v1alpha1", "PodGroup", "podgroups", "Namespaced",
                                          False),
+    # config/crd/bases/scheduling.koordinator.sh_clusternetworktopologies.yaml (the network_topology plugin reads it)
+    "clusternetworktopologies.scheduling.koordinator.sh": ("scheduling.koordinator.sh", "v1alpha1",
+                                                           "ClusterNetworkTopology", "clusternetworktopologies",
+                                                           "Cluster", True),
     # config/crd/bases/topology.node.k8s.io_noderesourcetopologies.yaml (the node agent writes it)
     "noderesourcetopologies.topology.node.k8s.io": ("topology.node.k8s.io", "v1alpha1", "NodeResourceTopology",
                                                     "noderesourcetopologies", "Cluster", False),

@@ -60,6 +60,8 @@ DEFAULT_OBJECTS = {
     "Reservation": f"/apis/{SCHEDULING_GROUP_VERSION}/reservations",
     # the live descheduler's migrations (deschedule.py: PodMigrationJobs, run by engines/migration.py)
     "PodMigrationJob": f"/apis/{SCHEDULING_GROUP_VERSION}/podmigrationjobs",
+    # the network_topology plugin's layers (its tree of blocks and spines from the nodes' labels)
+    "ClusterNetworkTopology": f"/apis/{SCHEDULING_GROUP_VERSION}/clusternetworktopologies",
     "NodeResourceTopology": "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies",
     # what kube-scheduler's own informers watch for its plugins (namespaceSelector terms, the default
     # topology spread selector, the volume plugins); system:kube-scheduler and system:volume-scheduler grant them

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from koordfw.contract import (
         EnqueueExtensions,
+        ErrorHandlerPlugin,
         PermitPlugin,
         PluginArgsProvider,
         PostBindPlugin,
@@ -36,3 +37,4 @@ if TYPE_CHECKING:
         _permit_gang: PermitPlugin = gang_
         _pre_bind_gang: PreBindPlugin = gang_
         _post_bind_gang: PostBindPlugin = gang_
+        _error_handler_gang: ErrorHandlerPlugin = gang_

@@ -58,6 +58,7 @@ from .gang import (
 )
 from .jobs import JobPreemption
 from .room import RoomCheck
+from .pending import PendingJobs
 
 PLUGIN_NAME = "gang"
 _SKIP_POST_FILTER: StateKey[bool] = StateKey("gang/skip-post-filter")
@@ -110,6 +111,8 @@ class Coscheduling:
         self._binding: dict[str, tuple[str, int]] = {}
         self._room_check = RoomCheck()
         self._jobs = JobPreemption()
+        #: why each job is pending (pending.py)
+        self._pending = PendingJobs()
 
     # -- configuration / lifecycle -----------------------------------------------------------------
     @staticmethod
@@ -568,11 +571,36 @@ class Coscheduling:
                         "phase": phase, **({"error": g.error} if g.error else {})})
         return out
 
+    def _groups_of(self, g: Gang, handle: Handle, args: CoschedulingArgs) -> list[Gang]:
+        """The gangs of ``g``'s gang group (``g`` alone while it is not defined)."""
+        if g.spec is None:
+            return [g]
+        return [m for _, m in self._group(g, handle, args) if m is not None] or [g]
+
+    @hookimpl
+    def error_handler(self, pod: Pod, status: Status, args: CoschedulingArgs, handle: Handle) -> None:
+        """Why is my job pending: the member's failure, then the job's one message on its PodGroup."""
+        g = self._gangs.get(self._pod_gang.get(pod.uid) or "")
+        if g is not None:
+            self._pending.record(pod, status)
+            self._pending.publish(g, self._groups_of(g, handle, args), handle)
+
     @hookimpl
     def report(self, args: CoschedulingArgs, handle: Handle) -> dict[str, Any] | None:
         rows = self.summaries(handle, args)
         out: dict[str, Any] = {"gangs": rows} if rows else {}
         if self._jobs.history:
             out["jobPreemptions"] = list(self._jobs.history)
+        seen: set[str] = set()
+        groups = []
+        for gid in sorted(self._gangs):
+            group = self._groups_of(self._gangs[gid], handle, args)
+            key = ",".join(sorted(m.gang_id for m in group))
+            if key not in seen:
+                seen.add(key)
+                groups.append(group)
+        jobs = self._pending.rows(groups, handle)
+        if jobs:
+            out["jobs"] = jobs
         return out or None
 
