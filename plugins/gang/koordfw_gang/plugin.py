@@ -57,8 +57,8 @@ from .gang import (
     spec_from_pod_group,
 )
 from .jobs import JobPreemption
-from .room import RoomCheck
 from .pending import PendingJobs
+from .room import RoomCheck
 
 PLUGIN_NAME = "gang"
 _SKIP_POST_FILTER: StateKey[bool] = StateKey("gang/skip-post-filter")
