@@ -17,7 +17,13 @@ annotation; init containers and the pod overhead do not count at pod level, Koor
     MilliCPUToShares(m) = clamp(m * 1024 / 1000, 2, 262144), 2 for m <= 0
     MilliCPUToQuota(m)  = m * 100000 / 1000, -1 for <= 0, at least 1000
 
-Only containers carrying some batch resource are counted (or written). The quota is ``-1`` everywhere
+A Mid+BE pod (QoS BE on Koordinator's Mid resources) is held alike to its ``kubernetes.io/mid-cpu`` and
+``mid-memory``: a container's mid and batch amounts of one kind add up (Koordinator's batchresource hook
+manages the cgroups of Mid+BE pods the same way since the Mid tier's node support, koordinator#1442; kubelet
+sees no cpu/memory requests on such a pod and gives its cgroup nothing of its own). A Mid+LS pod is left
+alone, as Koordinator leaves it.
+
+Only containers carrying some batch (or mid) resource are counted (or written). The quota is ``-1`` everywhere
 when BE suppress runs with the ``cfsQuota`` policy (NodeSLO ``resourceUsedThresholdWithBE.enable`` and
 ``cpuSuppressPolicy: cfsQuota``, here be_suppress's args): the besteffort quota then bounds them, and a
 child's quota may not exceed its parent's. A limited quota is divided by the node's
@@ -38,7 +44,15 @@ import attrs
 import structlog
 
 from koordfw import FileWrite, NodeState, PodState, QuantityError, canonical, warn_once
-from koordfw.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY, LABEL_POD_QOS, QOS_BE
+from koordfw.extension import (
+    ANNOTATION_EXTENDED_RESOURCE_SPEC,
+    BATCH_CPU,
+    BATCH_MEMORY,
+    LABEL_POD_QOS,
+    MID_CPU,
+    MID_MEMORY,
+    QOS_BE,
+)
 from koordfw.inputs import loads_json
 
 log = structlog.get_logger("koordfw.batch_resource")
@@ -138,9 +152,22 @@ class BatchSpec:
     limits: Mapping[str, int] = attrs.field(factory=dict)
 
 
+#: the resources a BE pod's cgroups are held to, under the batch name they are counted as: its batch-* and
+#: mid-* (a Mid+BE pod) of one kind add up
+HELD = ((BATCH_CPU, (BATCH_CPU, MID_CPU)), (BATCH_MEMORY, (BATCH_MEMORY, MID_MEMORY)))
+
+
+def _held(rl: Mapping[str, int]) -> dict[str, int]:
+    out = {}
+    for name, sources in HELD:
+        present = [rl[r] for r in sources if r in rl]
+        if present:
+            out[name] = sum(present)
+    return out
+
+
 def _batch_of(requests: Mapping[str, int], limits: Mapping[str, int]) -> BatchSpec | None:
-    req = {r: requests[r] for r in (BATCH_CPU, BATCH_MEMORY) if r in requests}
-    lim = {r: limits[r] for r in (BATCH_CPU, BATCH_MEMORY) if r in limits}
+    req, lim = _held(requests), _held(limits)
     return BatchSpec(req, lim) if req or lim else None
 
 
@@ -150,13 +177,13 @@ def _resource_list(raw: Any, where: str) -> dict[str, int]:
     if not isinstance(raw, Mapping):
         raise ValueError(f"{where}: expected a resource list")
     out = {}
-    for r in (BATCH_CPU, BATCH_MEMORY):
+    for r in (BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY):
         if raw.get(r) is not None:
             try:
                 out[r] = canonical(r, raw[r])
             except QuantityError as e:
                 raise ValueError(f"{where}.{r}: {e}") from None
-    return out
+    return _held(out)
 
 
 def spec_from_annotation(annotations: Mapping[str, str]) -> dict[str, BatchSpec] | None:

@@ -14,6 +14,7 @@ import math
 import pytest
 from koordfw_batch_resource.runtimehook import (
     BatchSpec,
+    Knobs,
     Rule,
     cfs_quota_enabled,
     container_knobs,
@@ -144,6 +145,26 @@ def test_batch_spec_from_the_pod_spec_then_the_annotation():
     for bad in ("{", '{"containers": []}', json.dumps({"containers": {"c": {"limits": {CPU: "lots"}}}})):
         got = pod_batch(_ps(be, annotations={"node.koordinator.sh/extended-resource-spec": bad}), set())
         assert got.pod is None and got.containers == {}
+
+
+def test_a_mid_be_pod_is_held_to_its_mid_resources():
+    """A Mid+BE pod (koord-mid, QoS BE, on mid-cpu / mid-memory) gets its cgroups from its mid resources as a
+    batch pod from its batch ones (koordinator#1442); a container with both kinds counts their sum; a Mid+LS
+    pod is not touched. By hand: 2000m requested → cpu.shares 2048; 4000m limit → quota 400,000 µs."""
+    mid_cpu, mid_mem = "kubernetes.io/mid-cpu", "kubernetes.io/mid-memory"
+    c = [{"name": "c", "resources": {"requests": {mid_cpu: "2000", mid_mem: "1Gi"},
+                                     "limits": {mid_cpu: "4000", mid_mem: "2Gi"}}},
+         {"name": "d", "resources": {"requests": {mid_cpu: "500", CPU: "500"}, "limits": {mid_cpu: "1000"}}}]
+    got = pod_batch(_ps({"koordinator.sh/qosClass": "BE"}, c))
+    assert got.containers["c"] == BatchSpec({CPU: 2000, MEM: GI}, {CPU: 4000, MEM: 2 * GI})
+    assert got.containers["d"] == BatchSpec({CPU: 1000}, {CPU: 1000})
+    rule = Rule(cfs_quota_enabled=True)
+    assert container_knobs(got.containers["c"], rule) == Knobs(2048, 400000, 2 * GI)
+    assert pod_batch(_ps({"koordinator.sh/qosClass": "LS"}, c)) is None
+    anno = {"node.koordinator.sh/extended-resource-spec": json.dumps(
+        {"containers": {"c": {"requests": {mid_cpu: "1000"}, "limits": {mid_cpu: "2000", mid_mem: "1Gi"}}}})}
+    assert pod_batch(_ps({"koordinator.sh/qosClass": "BE"}, annotations=anno)).pod == {
+        "c": BatchSpec({CPU: 1000}, {CPU: 2000, MEM: GI})}
 
 
 def test_pods_without_a_manifest_are_not_touched():
