@@ -120,7 +120,10 @@ class WaitingPodView(Protocol):
 
 
 class EventRecorder(Protocol):
-    """kube's ``events.EventRecorder``: a Kubernetes Event about an object (``namespace/name``)."""
+    """kube's ``events.EventRecorder``: a Kubernetes Event about an object. ``regarding`` names it as
+    ``"Kind namespace/name"`` (``"Kind name"`` for a cluster-scoped kind), or ``"namespace/name"`` for a Pod.
+    The live scheduler writes the Event to the API server for the kinds it watches; every engine keeps it in
+    its log."""
 
     def eventf(self, regarding: str, type: str, reason: str, message: str) -> None: ...
 

@@ -22,7 +22,7 @@ import structlog
 
 from ...core.clock import RealClock
 from ...core.cluster import ClusterState
-from ...core.events import SchedulerEvents
+from ...core.events import EventLog, SchedulerEvents
 from ...core.model import Pod
 from ...core.plugins import Registry
 from ...core.schedule_one import Scheduler
@@ -75,6 +75,41 @@ DEFAULT_OBJECTS = {
     "StorageClass": "/apis/storage.k8s.io/v1/storageclasses",
     "CSINode": "/apis/storage.k8s.io/v1/csinodes",
 }
+
+
+class ApiEventRecorder(EventLog):
+    """A plugin's ``handle.events.eventf`` as an ``events.k8s.io/v1`` Event on the API server (through the
+    writer's event queue), besides the in-memory log. ``regarding`` is ``"Kind namespace/name"``, ``"Kind name"``
+    (cluster-scoped) or ``"namespace/name"`` (a Pod); a kind the scheduler does not watch is only logged."""
+
+    def __init__(self, engine: KubeSchedulerEngine) -> None:
+        super().__init__()
+        self.engine = engine
+
+    def eventf(self, regarding: str, type: str, reason: str, message: str) -> None:
+        super().eventf(regarding, type, reason, message)
+        ref = self.reference(regarding)
+        if ref is not None:
+            self.engine.writer.object_event(ref, type, reason, "Scheduling", message)
+
+    def reference(self, regarding: str) -> dict[str, str] | None:
+        kind, _, key = regarding.partition(" ") if " " in regarding else ("Pod", "", regarding)
+        cluster = self.engine.cluster
+        if kind == "Pod":
+            pod = cluster.pod_by_key(key)
+            ns, _, name = key.rpartition("/")
+            return {"apiVersion": "v1", "kind": "Pod", "namespace": ns or "default", "name": name,
+                    **({"uid": pod.uid} if pod is not None else {})}
+        base = self.engine.object_paths.get(kind)
+        if base is None or "{version}" in base:
+            return None
+        parts = base.split("/")  # /api/v1/<plural> or /apis/<group>/<version>/<plural>
+        api_version = "v1" if parts[1] == "api" else f"{parts[2]}/{parts[3]}"
+        ns, _, name = key.rpartition("/")
+        obj = cluster.get_object(kind, key) or {}
+        uid = (obj.get("metadata") or {}).get("uid")
+        return {"apiVersion": api_version, "kind": kind, "name": name, **({"namespace": ns} if ns else {}),
+                **({"uid": uid} if uid else {})}
 
 
 def default_identity() -> str:
@@ -136,6 +171,8 @@ class KubeSchedulerEngine(SchedulerEvents):
         self.elector = leader_elector
         self.writer = Writer(client, event_client, controller=self.scheduler_name, instance=self.identity,
                              leading=self.may_write)
+        # plugins' handle.events reach the API server (and the in-memory log)
+        self.scheduler.recorder = ApiEventRecorder(self)
         self.feeder.nomination_ended = self.writer.clear_nomination
         qps = client.limiter.qps
         self.max_in_flight = max_in_flight_binds or max(16, int(qps * 2) if qps > 0 else 256)

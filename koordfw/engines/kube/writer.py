@@ -120,6 +120,22 @@ class Writer:
         self._status.pop(uid, None)
         self._last_failure_note.pop(uid, None)
 
+    def object_event(self, regarding: dict, etype: str, reason: str, action: str, note: str) -> None:
+        """Queue an Event about any object (``regarding``: an ObjectReference with apiVersion, kind,
+        namespace, name and, when known, uid): a plugin's ``handle.events.eventf``."""
+        if len(self._events) >= self.max_events:
+            self.dropped_events += 1
+            return
+        if len(note) >= NOTE_LIMIT:
+            note = note[: NOTE_LIMIT - 4] + "..."
+        self._events.append({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": f"{regarding['name']}.{secrets.token_hex(8)}",
+                         "namespace": regarding.get("namespace") or "default"},
+            "eventTime": _micro_now(), "reportingController": self.controller, "reportingInstance": self.instance,
+            "action": action, "reason": reason, "type": etype, "regarding": regarding, "note": note})
+        self._events_wake.set()
+
     def event(self, pod: Pod, etype: str, reason: str, action: str, note: str) -> None:
         if len(self._events) >= self.max_events:
             self.dropped_events += 1
@@ -226,13 +242,25 @@ class Writer:
                 self.object_status_writes += 1
                 return
             except ApiError as e:
+                if e.status == 404 and path.endswith("/status"):
+                    # gone, or a CRD without the status subresource (Koordinator's PodGroup): there the status
+                    # is written with the object itself
+                    path = path[: -len("/status")]
+                    try:
+                        cur = await self.client.request("GET", path)
+                    except ApiError:
+                        return
+                    if (cur.get("metadata") or {}).get("uid") != meta.get("uid"):
+                        return
+                    body = {**cur, "status": obj.get("status")}
+                    continue
                 if e.status == 404:
                     return
                 if e.status == 409:
                     # the object changed since it was cached: put the status on its newest version
                     self.object_status_conflicts += 1
                     try:
-                        cur = await self.client.request("GET", path.rsplit("/", 1)[0])
+                        cur = await self.client.request("GET", path.removesuffix("/status"))
                     except ApiError as g:
                         if g.status == 404:
                             return

@@ -122,7 +122,7 @@ class PendingJobs:
                            "conditions": [{"type": "Unschedulable", "status": "True", "reason": constraint,
                                            "message": message, "lastTransitionTime": now}]})
             handle.update_object_status("PodGroup", m.gang_id, status)
-            handle.events.eventf(m.gang_id, "Warning", "Unschedulable", message)
+            handle.events.eventf(f"PodGroup {m.gang_id}", "Warning", "Unschedulable", message)
 
     def rows(self, groups: Sequence[Sequence[Gang]], handle: Handle) -> list[dict[str, Any]]:
         """One row per gang group not fully bound: group, gangs, bound/minMember, constraint, message."""

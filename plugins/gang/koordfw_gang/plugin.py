@@ -393,7 +393,13 @@ class Coscheduling:
         if g is None:
             return None
         reason = self._basic_check(pod, g, handle, args)
-        return Status.unresolvable(reason) if reason else None
+        if not reason:
+            return None
+        st = Status.unresolvable(reason, plugin=PLUGIN_NAME)
+        # a gated member gets no attempt (no error_handler call): the job's message is published here
+        self._pending.record(pod, st)
+        self._pending.publish(g, self._groups_of(g, handle, args), handle)
+        return st
 
     @hookimpl
     def pre_filter(self, pod: Pod, state: CycleState, args: CoschedulingArgs, handle: Handle) -> Status | None:

@@ -76,7 +76,7 @@ def test_the_pod_group_carries_the_message_and_an_event():
     (cond,) = status["conditions"]
     assert (cond["type"], cond["status"], cond["reason"], cond["message"]) == \
         ("Unschedulable", "True", RESOURCES, message)
-    events = [e for e in r.scheduler.recorder.events if e.regarding == "default/train"]
+    events = [e for e in r.scheduler.recorder.events if e.regarding == "PodGroup default/train"]
     assert [(e.type, e.reason, e.message) for e in events] == [("Warning", "Unschedulable", message)]
 
 
