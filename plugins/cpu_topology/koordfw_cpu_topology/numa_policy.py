@@ -177,14 +177,14 @@ def merge_filtered_hints(numa_nodes: Sequence[int], filtered: Sequence[Sequence[
         score = sum(h.score for h in permutation if h.affinity is not None and h.affinity == merged.affinity)
         merged = attrs.evolve(merged, score=merged.score + score)
         cur = best[0]
-        assert cur.affinity is not None
+        m_aff, c_aff = merged.affinity or 0, cur.affinity or 0  # both set: merged masks are never nil
         if merged.preferred and not cur.preferred:
             best[0] = merged
             return
         if not merged.preferred and cur.preferred:
             return
-        if not narrower(merged.affinity, cur.affinity):
-            if merged.affinity.bit_count() == cur.affinity.bit_count() and merged.score > cur.score:
+        if not narrower(m_aff, c_aff):
+            if m_aff.bit_count() == c_aff.bit_count() and merged.score > cur.score:
                 best[0] = merged
             return
         best[0] = merged

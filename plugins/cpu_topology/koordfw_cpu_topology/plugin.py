@@ -24,10 +24,10 @@ import structlog
 from koordfw import BoundedCache, CycleState, Handle, IdentityKey, NodeBatch, NodeView, Pod, StateKey, Status, hookimpl, warn_once
 from koordfw.contract import FilterBatchResult
 from koordfw.extension import (
-    ANNOTATION_NUMA_TOPOLOGY_SPEC,
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
     ANNOTATION_NODE_CPU_ALLOCS,
     ANNOTATION_NODE_RESERVATION,
+    ANNOTATION_NUMA_TOPOLOGY_SPEC,
     ANNOTATION_RESOURCE_STATUS,
     LABEL_POD_QOS,
     PRIORITY_PROD,

@@ -10,8 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from numa_policy_cases import CASES
-
 from koordfw_cpu_topology.numa_policy import (
     EXCLUSIVE_PREFERRED,
     EXCLUSIVE_REQUIRED,
@@ -32,6 +30,7 @@ from koordfw_cpu_topology.numa_policy import (
     merge,
     merge_topology_policy,
 )
+from numa_policy_cases import CASES
 
 
 def _hint(d: dict[str, Any], numa_nodes: list[int]) -> NUMATopologyHint:

@@ -4,7 +4,7 @@ NUMA nodes in resource-status (``numaNodeResources``), and a bound pod's cpuset 
 import json
 
 import pytest
-from cpu_topology_helpers import STATUS, cpuset_of, lsr, reason_of, topo_ann
+from cpu_topology_helpers import STATUS, lsr, reason_of, topo_ann
 
 from koordfw.testing import ClusterBuilder, schedule
 
@@ -116,7 +116,8 @@ def test_bound_pod_cpuset_inside_the_chosen_numa_node(builder):
 
 
 def test_bound_pod_cpuset_follows_the_numa_choice(builder):
-    """A pod already bound on NUMA 0 holds 6 cpu there (its resource-status), so the LSR pod's NUMA node is 1 and its cpuset is drawn from NUMA 1's CPUs (8-15)."""
+    """A pod already bound on NUMA 0 holds 6 cpu there (its resource-status), so the LSR pod's NUMA node is
+    1 and its cpuset is drawn from NUMA 1's CPUs (8-15)."""
     builder.node("n1", cpu="16", memory="64Gi", labels={POLICY: "SingleNUMANode"}, annotations=topo_ann(2, 1, 4, 2))
     nrt(builder, "n1")
     builder.pod("old", requests={"cpu": "6", "memory": "1Gi"}, node="n1", annotations={STATUS: json.dumps(
