@@ -254,3 +254,10 @@ __all__ += ["ANNOTATION_GANG_NETWORK_TOPOLOGY_SPEC", "ANNOTATION_GANG_POD_NETWOR
             "ANNOTATION_POD_NETWORK_TOPOLOGY_SELECTOR", "CLUSTER_NETWORK_TOPOLOGY_NAME",
             "KIND_CLUSTER_NETWORK_TOPOLOGY", "NETWORK_TOPOLOGY_MUST_GATHER", "NETWORK_TOPOLOGY_PREFER_GATHER",
             "TOPOLOGY_LAYER_CLUSTER", "TOPOLOGY_LAYER_NODE"]
+
+# -- NUMA topology policy (apis/extension/numa_aware.go: LabelNUMATopologyPolicy, AnnotationNUMATopologySpec) ---
+#: a node's NUMA topology policy: BestEffort, Restricted or SingleNUMANode (empty: none)
+LABEL_NUMA_TOPOLOGY_POLICY = "node.koordinator.sh/numa-topology-policy"
+#: a pod's {"numaTopologyPolicy": ..., "singleNUMANodeExclusive": "Preferred"|"Required"} (since v1.5)
+ANNOTATION_NUMA_TOPOLOGY_SPEC = "scheduling.koordinator.sh/numa-topology-spec"
+__all__ += ["ANNOTATION_NUMA_TOPOLOGY_SPEC", "LABEL_NUMA_TOPOLOGY_POLICY"]

@@ -27,6 +27,7 @@ from koordfw.extension import (
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
     ANNOTATION_NODE_CPU_ALLOCS,
     ANNOTATION_NODE_RESERVATION,
+    ANNOTATION_NUMA_TOPOLOGY_SPEC,
     ANNOTATION_RESOURCE_STATUS,
     LABEL_POD_QOS,
     PRIORITY_PROD,
@@ -46,6 +47,8 @@ from .accumulator import (
     CPUAllocationError,
 )
 from .cpuset import CPUSetError, format_cpuset, parse_cpuset
+from .numa import NUMATopologySpec, format_numa_node_resources, parse_numa_topology_spec
+from .numa_plugin import NUMAPolicyMixin
 from .state import NodeAllocation, allocate_cpuset
 from .topology import ANNOTATION_CPU_TOPOLOGY, CPUTopology, TopologyError, parse_cpu_topology
 
@@ -125,6 +128,13 @@ class PodCPUState:
     cpus: tuple[int, ...] | None = None
     bind_policy: str = ""
     required_effective: bool = False
+    uid: str = ""
+    requests: dict = attrs.field(factory=dict)
+    numa: bool = False  # some node or the pod states a NUMA topology policy
+    numa_spec: NUMATopologySpec = attrs.field(factory=NUMATopologySpec)
+    numa_hints: dict = attrs.field(factory=dict)
+    numa_split: dict | None = None
+    numa_mask: frozenset[int] | None = None
 
 
 @attrs.define
@@ -168,7 +178,7 @@ def _resource_spec_json(spec: dict) -> str:
     return json.dumps(out, separators=(",", ":"))
 
 
-class CPUTopologyPlugin:
+class CPUTopologyPlugin(NUMAPolicyMixin):
     """Stateful scheduler plugin (one instance per scheduler)."""
 
     def __init__(self) -> None:
@@ -208,6 +218,7 @@ class CPUTopologyPlugin:
         self._default_strategy = LEAST_ALLOCATED
         self._forced_key: tuple = ()
         self._forced_any = False
+        self._numa_init()
 
     # -- configuration --------------------------------------------------------------------------
     @staticmethod
@@ -456,10 +467,17 @@ class CPUTopologyPlugin:
     @hookimpl
     def pre_filter(self, pod: Pod, state: CycleState, args: Args, handle: Handle) -> Status | None:
         self._configure(args)
-        st = PodCPUState()
+        st = PodCPUState(uid=pod.uid, requests=dict(pod.requests))
         state[STATE_KEY] = st
         if not any(pod.requests.values()):
             return Status.skip()
+        try:
+            st.numa_spec = parse_numa_topology_spec(pod.annotations)
+        except ValueError as e:
+            return Status.unresolvable(f"pod {pod.key}: annotation {ANNOTATION_NUMA_TOPOLOGY_SPEC}: {e}")
+        st.numa = bool(st.numa_spec.policy) or self._any_numa_node(handle.cluster)
+        if st.numa:
+            self.numa_forget_bound(handle.cluster)
         try:
             spec = parse_resource_spec(pod.annotations.get(ANNOTATION_RESOURCE_SPEC))
         except ValueError as e:
@@ -485,7 +503,7 @@ class CPUTopologyPlugin:
                     st.required = required if required in (FULL_PCPUS, SPREAD_BY_PCPUS) else ""
                     st.preferred = policy
                     st.exclusive = spec.get("preferredCPUExclusivePolicy", "")
-        if not st.request_bind:
+        if not st.request_bind and not st.numa:
             if cpu == 0:
                 return Status.skip()
             if not self._any_forced_node(handle.cluster):
@@ -523,9 +541,13 @@ class CPUTopologyPlugin:
         cluster = nodes.cluster
         self._refresh(cluster)
         idx = nodes.idx
+        numa_out: dict[str, Status] = {}
+        if st.numa:
+            st.numa_hints = {}
+            numa_out = self.numa_filter(cluster, [cluster.views[int(i)] for i in idx.tolist()], st)
         binding = self._binding_mask(st, idx)
         if not binding.any():
-            return None
+            return numa_out or None
         forced = self._forced[idx].astype(np.int64)
         required = np.where(forced != _NONE, forced, _POLICY_CODE[st.required])
         need = st.need
@@ -538,8 +560,8 @@ class CPUTopologyPlugin:
         short = binding & (avail < need)
         bad = invalid | fractional | conflict | smt | short
         if not bad.any():
-            return None
-        out: dict[str, Status] = {}
+            return numa_out or None
+        out: dict[str, Status] = dict(numa_out)
         views = cluster.views
         for j in np.flatnonzero(bad).tolist():
             i = int(idx[j])
@@ -560,7 +582,7 @@ class CPUTopologyPlugin:
     @hookimpl
     def pre_score(self, pod: Pod, nodes: NodeBatch, state: CycleState) -> Status | None:
         st = state.get(STATE_KEY)
-        if st is None or not st.request_bind:
+        if st is None or not (st.request_bind or st.numa_hints):
             return Status.skip()
         return None
 
@@ -577,7 +599,10 @@ class CPUTopologyPlugin:
     def _allocate(self, st: PodCPUState, ns: NodeCPUState, args: Args) -> list[int]:
         policy, required = self._bind_policy_for(st, ns)
         assert ns.topology is not None
-        return allocate_cpuset(ns.topology, ns.allocation, ns.reserved, need=st.need, bind_policy=policy,
+        reserved = ns.reserved
+        if st.numa_mask is not None:  # the NUMA nodes the topology policy chose
+            reserved = reserved | frozenset(c for c, i in ns.topology.details.items() if i.node & 0xFFFF not in st.numa_mask)
+        return allocate_cpuset(ns.topology, ns.allocation, reserved, need=st.need, bind_policy=policy,
                                required=required, exclusive_policy=st.exclusive, numa_strategy=ns.strategy,
                                max_ref_count=self._max_ref)
 
@@ -587,11 +612,16 @@ class CPUTopologyPlugin:
         is every CPU bound on the node once this pod's CPUs are added (×1000) and the capacity is the
         node's allocatable cpu."""
         st = state.get(STATE_KEY)
-        if st is None or not st.request_bind:
+        if st is None or not (st.request_bind or st.numa_hints):
             return None
         cluster = nodes.cluster
         self._refresh(cluster)
         idx = nodes.idx
+        narrow = np.array([self.numa_score(st, cluster.views[int(i)].name) for i in idx.tolist()], dtype=object)
+        has = np.array([v is not None for v in narrow], dtype=bool)
+        narrow_i = np.where(has, narrow, 0).astype(np.int64)
+        if not st.request_bind:
+            return narrow_i
         alloc = cluster.allocatable[idx, cluster.resource_index("cpu")]
         bound = self._n_alloc[idx] + st.need
         # the count is exact when the pod's CPUs cannot overlap held ones (maxRefCount 1) and the
@@ -615,16 +645,21 @@ class CPUTopologyPlugin:
             out = np.minimum(req, alloc) * 100 // safe
         else:
             out = np.where(req <= alloc, (alloc - req) * 100 // safe, 0)
-        return np.where((alloc > 0) & (bound >= 0), out, 0)
+        base = np.where((alloc > 0) & (bound >= 0), out, 0)
+        return np.where(has, (base + narrow_i) // 2, base)
 
     @hookimpl
-    def reserve(self, pod: Pod, node: NodeView, state: CycleState, args: Args) -> Status | None:
+    def reserve(self, pod: Pod, node: NodeView, state: CycleState, args: Args, handle: Handle) -> Status | None:
         st = state.get(STATE_KEY)
         if st is None or st.skip:
             return None
         ns = self._node_state(node)
         if ns is None:
             return Status.unresolvable(f"node {node.name} not found")
+        if st.numa:
+            refused = self.numa_reserve(handle.cluster, node, st)
+            if refused is not None:
+                return refused
         if not (st.request_bind or ns.node_policy):
             return None
         if ns.topology is None or ns.error:
@@ -634,7 +669,12 @@ class CPUTopologyPlugin:
         try:
             cpus = self._allocate(st, ns, args)
         except CPUAllocationError as e:
+            self.numa_unreserve(node.name, pod.uid)
             return Status.unschedulable(str(e))
+        if st.numa_split is not None and ns.topology is not None:  # the cpu of a bound pod: its CPUs' NUMA nodes
+            for n, res in st.numa_split.items():
+                res["cpu"] = 1000 * sum(1 for c in cpus if ns.topology.details[c].node & 0xFFFF == n)
+            st.numa_split = {n: r for n, r in st.numa_split.items() if any(r.values())}
         policy, required = self._bind_policy_for(st, ns)
         self._drop_reservation(pod.uid)
         self._reserved.setdefault(node.name, {})[pod.uid] = (frozenset(cpus), st.exclusive)
@@ -648,6 +688,8 @@ class CPUTopologyPlugin:
         st = state.get(STATE_KEY)
         if st is not None:
             st.cpus = None
+            st.numa_split = st.numa_mask = None
+        self.numa_unreserve(node.name, pod.uid)
         if pod.uid in self._reserved_node:
             self._drop_reservation(pod.uid)
             self._invalidate(node.index)
@@ -657,9 +699,16 @@ class CPUTopologyPlugin:
         """Write ``resource-status`` = {"cpuset": ...}; like Koordinator, also write the effective bind
         policy back into ``resource-spec`` when the pod did not state it."""
         st = state.get(STATE_KEY)
-        if st is None or st.cpus is None:
+        if st is None or (st.cpus is None and st.numa_split is None):
             return None
-        out = {ANNOTATION_RESOURCE_STATUS: json.dumps({"cpuset": format_cpuset(st.cpus)}, separators=(",", ":"))}
+        status: dict[str, Any] = {}
+        if st.cpus is not None:
+            status["cpuset"] = format_cpuset(st.cpus)
+        if st.numa_split:
+            status["numaNodeResources"] = format_numa_node_resources(st.numa_split)
+        out = {ANNOTATION_RESOURCE_STATUS: json.dumps(status, separators=(",", ":"))}
+        if st.cpus is None:
+            return out
         spec = dict(st.spec)
         write = False
         policy = st.bind_policy

@@ -1,0 +1,189 @@
+"""The NUMA topology policy hooks of the cpu_topology scheduler plugin (mixed into CPUTopologyPlugin).
+
+For a pod on a node whose effective policy (see :mod:`.numa`) is not None, the cpu and memory hints of
+the node's NUMA nodes are merged with the topology-manager merge (:mod:`.numa_policy`); Restricted and
+SingleNUMANode refuse a node whose merged hint is not preferred, with Koordinator's reasons. Score prefers
+nodes whose best hint is narrow (``100 // NUMA nodes in the hint``). At reserve the pod's cpu and memory
+are split over the hint's NUMA nodes (a bound pod's cpuset is taken from those NUMA nodes only), and
+pre_bind records the split as ``numaNodeResources`` in ``scheduling.koordinator.sh/resource-status``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from koordfw import BoundedCache, Status
+from koordfw.extension import ANNOTATION_RESOURCE_STATUS, LABEL_NUMA_TOPOLOGY_POLICY
+from koordfw.inputs import loads_json
+
+from .numa import (
+    ERR_NO_NUMA_RESOURCES,
+    ERR_NOT_MATCH_NUMA_TOPOLOGY,
+    NUMATopologySpec,
+    available,
+    node_policy,
+    numa_zones,
+    parse_numa_node_resources,
+    resource_hints,
+    split_over,
+)
+from .numa_policy import (
+    EXCLUSIVE_REQUIRED,
+    POLICY_NONE,
+    POLICY_RESTRICTED,
+    POLICY_SINGLE_NUMA_NODE,
+    NUMATopologyHint,
+    mask_bits,
+    merge,
+    merge_topology_policy,
+)
+
+NUMA_RESOURCES = ("cpu", "memory")
+
+
+@attrs.define
+class NodeNUMA:
+    """One node's NUMA view for one pod: its effective policy, NUMA nodes, free amounts, and an error."""
+
+    policy: str = POLICY_NONE
+    total: dict[int, dict[str, int]] = attrs.field(factory=dict)
+    avail: dict[int, dict[str, int]] = attrs.field(factory=dict)
+    error: str = ""
+
+
+class NUMAPolicyMixin:
+    """State and helpers; the host class provides ``_nrt`` and ``_node_state``."""
+
+    def _numa_init(self) -> None:
+        #: resource-status text -> its numaNodeResources ({} when none or unreadable)
+        self._numa_status: BoundedCache[str, dict[int, dict[str, int]]] = BoundedCache(65536)
+        #: NUMA resources held by reserved, not yet bound pods: node name -> pod uid -> split
+        self._numa_reserved: dict[str, dict[str, dict[int, dict[str, int]]]] = {}
+
+    def _used_numa(self, text: str) -> dict[int, dict[str, int]]:
+        hit = self._numa_status.get(text)
+        if hit is None:
+            try:
+                obj = loads_json(text)
+                hit = parse_numa_node_resources(obj) if isinstance(obj, dict) else {}
+            except ValueError:
+                hit = {}  # cpu_topology's own parse of the cpuset logs the unreadable annotation
+            self._numa_status[text] = hit
+        return hit
+
+    def _any_numa_node(self, cluster: Any) -> bool:
+        if cluster.label_mask(LABEL_NUMA_TOPOLOGY_POLICY).any():
+            return True
+        return any((o or {}).get("topologyPolicies") for o in cluster.objects_of("NodeResourceTopology").values())
+
+    def _node_numa(self, cluster: Any, view: Any, spec: NUMATopologySpec, st: Any) -> NodeNUMA:
+        nrt, _ = self._nrt(cluster, view.name)  # type: ignore[attr-defined]
+        merged = merge_topology_policy(node_policy(view.node.labels.get(LABEL_NUMA_TOPOLOGY_POLICY, ""), nrt),
+                                       spec.policy)
+        if merged is None:
+            return NodeNUMA(error=ERR_NOT_MATCH_NUMA_TOPOLOGY)
+        out = NodeNUMA(policy=merged)
+        if merged == POLICY_NONE:
+            return out
+        try:
+            out.total = numa_zones(nrt, f"NodeResourceTopology {view.name}")
+        except ValueError as e:
+            out.error = str(e)
+            return out
+        if not out.total:
+            out.error = ERR_NO_NUMA_RESOURCES
+            return out
+        used = [self._used_numa(p.annotations[ANNOTATION_RESOURCE_STATUS]) for p in cluster.pods_on(view.name)
+                if ANNOTATION_RESOURCE_STATUS in p.annotations and p.uid != st.uid]
+        used += [u for uid, u in self._numa_reserved.get(view.name, {}).items() if uid != st.uid]
+        out.avail = available(out.total, used)
+        if st.request_bind:  # trimNUMANodeResources: a bound pod's cpu is whole free CPUs of the NUMA node
+            ns = self._node_state(view)  # type: ignore[attr-defined]
+            if ns is not None and ns.topology is not None:
+                taken = set(ns.allocation.cpus) | set(ns.reserved)
+                for n, res in out.avail.items():
+                    # CPUInfo.node is socket << 16 | NUMA id (topology.py keeps node ids per socket unique)
+                    free = sum(1 for c, i in ns.topology.details.items() if i.node & 0xFFFF == n and c not in taken)
+                    res["cpu"] = min(res.get("cpu", 0), free * 1000)
+        return out
+
+    def _numa_hint(self, nn: NodeNUMA, requests: dict[str, int], spec: NUMATopologySpec
+                   ) -> tuple[NUMATopologyHint, bool, list[str]]:
+        """The merged hint on the node (cpu and memory from this plugin's hints; a provider per resource)."""
+        hints = resource_hints({k: requests.get(k, 0) for k in NUMA_RESOURCES}, nn.total, nn.avail, nn.policy)
+        exclusive = spec.exclusive or (EXCLUSIVE_REQUIRED if spec.policy else "")
+        return merge(nn.policy, list(nn.total), [hints], exclusive if nn.policy in (
+            POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE) else "", ())
+
+    def numa_filter(self, cluster: Any, views: list[Any], st: Any) -> dict[str, Status]:
+        """Refusals (and each node's best hint in ``st.numa_hints``) for nodes under a policy."""
+        out: dict[str, Status] = {}
+        for view in views:
+            nn = self._node_numa(cluster, view, st.numa_spec, st)
+            if nn.error == ERR_NOT_MATCH_NUMA_TOPOLOGY:
+                out[view.name] = Status.unresolvable(nn.error)
+                continue
+            if nn.policy == POLICY_NONE:
+                continue
+            strict = nn.policy in (POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE)
+            if nn.error:
+                if strict:
+                    out[view.name] = Status.unresolvable(nn.error)
+                continue
+            hint, admit, reasons = self._numa_hint(nn, st.requests, st.numa_spec)
+            if strict and not admit:
+                out[view.name] = Status.unschedulable(*reasons) if reasons else Status.unschedulable(
+                    ERR_NO_NUMA_RESOURCES)
+                continue
+            st.numa_hints[view.name] = hint
+        return out
+
+    def numa_reserve(self, cluster: Any, view: Any, st: Any) -> Status | None:
+        """Choose the NUMA nodes on the chosen node and hold the pod's cpu and memory on them."""
+        st.numa_split = None
+        st.numa_mask = None
+        nn = self._node_numa(cluster, view, st.numa_spec, st)
+        if nn.error == ERR_NOT_MATCH_NUMA_TOPOLOGY:
+            return Status.unresolvable(nn.error)
+        if nn.policy == POLICY_NONE or nn.error:
+            return Status.unresolvable(nn.error) if nn.error and nn.policy in (
+                POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE) else None
+        hint, admit, reasons = self._numa_hint(nn, st.requests, st.numa_spec)
+        if not admit:
+            return Status.unschedulable(*(reasons or [ERR_NO_NUMA_RESOURCES]))
+        nodes = hint.bits() if hint.affinity else list(nn.total)
+        split = split_over({k: st.requests.get(k, 0) for k in NUMA_RESOURCES}, nn.avail, nodes)
+        if split is None:
+            if nn.policy in (POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE):
+                return Status.unschedulable(ERR_NO_NUMA_RESOURCES)
+            return None
+        st.numa_mask = frozenset(nodes)
+        st.numa_split = split
+        self._numa_reserved.setdefault(view.name, {})[st.uid] = split
+        return None
+
+    def numa_unreserve(self, node: str, uid: str) -> None:
+        held = self._numa_reserved.get(node)
+        if held is not None:
+            held.pop(uid, None)
+            if not held:
+                del self._numa_reserved[node]
+
+    def numa_forget_bound(self, cluster: Any) -> None:
+        """Drop reservations of pods that now carry their resource-status (or left their node)."""
+        for name in list(self._numa_reserved):
+            on = {p.uid: p for p in cluster.pods_on(name)} if cluster.node(name) is not None else {}
+            for uid in list(self._numa_reserved[name]):
+                p = on.get(uid)
+                if p is None or ANNOTATION_RESOURCE_STATUS in p.annotations:
+                    self.numa_unreserve(name, uid)
+
+    @staticmethod
+    def numa_score(st: Any, name: str) -> int | None:
+        hint = st.numa_hints.get(name)
+        if hint is None:
+            return None
+        width = len(mask_bits(hint.affinity)) if hint.affinity else 0
+        return 100 // width if width else 100
