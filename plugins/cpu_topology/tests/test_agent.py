@@ -169,3 +169,63 @@ def test_real_cgroup_v1_cpuset():
     finally:
         for path in reversed(created):
             path.rmdir()
+
+
+def _numa_pod(name, qos, numa, cpuset=None, kube_qos="Burstable"):
+    """A pod the scheduler placed under a NUMA topology policy: numaNodeResources on ``numa`` nodes."""
+    status = {"numaNodeResources": [{"node": n, "resources": {"cpu": "1", "memory": "1Gi"}} for n in numa]}
+    if cpuset:
+        status["cpuset"] = cpuset
+    req = {"cpu": "2", "memory": "2Gi"}
+    return make_pod(name, requests=req, labels={"koordinator.sh/qosClass": qos},
+                    annotations={STATUS: json.dumps(status)}, priority=9500)
+
+
+def _numa_state(pods, current=None):
+    """8 CPUs on two NUMA nodes (0-3 on node 0, 4-7 on node 1)."""
+    ns = _state("kubepods", pods, current=current)
+    topo = tuple(CPUInfo(i, i // 2, 0, i // 4) for i in range(8))
+    import attrs
+
+    return attrs.evolve(ns, cpu_topology=topo)
+
+
+def test_numa_aware_ls_pod_gets_its_numa_nodes_share_pool_and_mems():
+    """koordlet's cpuset hook for a NUMA-aware LS pod without a cpuset: the share pool of its NUMA node
+    (CPUs 4-7 of node 1, less the LSR pod's 6-7); and cpuset.mems "1" on the pod dir and its container."""
+    ls = _numa_pod("ls", "LS", [1])
+    lsr = _numa_pod("lsr", "LSR", [1], cpuset="6-7", kube_qos="Guaranteed")
+    ns = _numa_state([(ls, "burstable"), (lsr, "")])
+    by_path = {w.path: w.value for w in plan(ns)}
+    pdir = ns.pod(ls.uid).cgroup_dir
+    assert by_path[f"cpuset/{pdir}/cpuset.cpus"] == "4-5" and by_path[f"cpuset/{pdir}/c1/cpuset.cpus"] == "4-5"
+    assert by_path[f"cpuset/{pdir}/cpuset.mems"] == "1" and by_path[f"cpuset/{pdir}/c1/cpuset.mems"] == "1"
+    # the LSR pod keeps its own cpuset, its memory on node 1 as well
+    ldir = ns.pod(lsr.uid).cgroup_dir
+    assert by_path[f"cpuset/{ldir}/cpuset.cpus"] == "6-7" and by_path[f"cpuset/{ldir}/cpuset.mems"] == "1"
+
+
+def test_numa_aware_pods_alone_are_enough_for_a_plan_and_be_pods_keep_the_be_pool():
+    """No pod holds a cpuset: a NUMA-aware pod still gets its NUMA nodes' CPUs; a BE pod with
+    numaNodeResources stays in the BE pool (Koordinator's BECPUManager gate is not modelled) and gets no mems."""
+    ls = _numa_pod("ls", "LS", [0, 1])
+    be = _numa_pod("be", "BE", [0], kube_qos="BestEffort")
+    ns = _numa_state([(ls, "burstable"), (be, "besteffort")])
+    by_path = {w.path: w.value for w in plan(ns)}
+    pdir = ns.pod(ls.uid).cgroup_dir
+    assert by_path[f"cpuset/{pdir}/cpuset.cpus"] == "0-7" and by_path[f"cpuset/{pdir}/cpuset.mems"] == "0-1"
+    assert not any(p.endswith("cpuset.mems") and ns.pod(be.uid).cgroup_dir in p for p in by_path)
+
+
+def test_narrowing_mems_writes_containers_first():
+    ls = _numa_pod("ls", "LS", [1])
+    pdir = f"kubepods/burstable/pod{ls.uid}"
+    ns = _numa_state([(ls, "burstable")])
+    import attrs
+
+    ns = attrs.evolve(ns, cgroups={**ns.cgroups, f"cpuset/{pdir}/cpuset.mems": "0-1"})
+    paths = [w.path for w in plan(ns) if w.path.endswith("cpuset.mems")]
+    assert paths == [f"cpuset/{pdir}/c1/cpuset.mems", f"cpuset/{pdir}/cpuset.mems"]
+    # a new container gets its cpus and mems at once
+    hook = CPUSetAgent().runtime_hook("container_start", ns.pod(ls.uid), ns.pod(ls.uid).containers[0], ns)
+    assert {(w.path.rsplit("/", 1)[1], w.value) for w in hook} == {("cpuset.cpus", "4-7"), ("cpuset.mems", "1")}
