@@ -53,6 +53,10 @@ class NodeNUMA:
     error: str = ""
 
 
+def _frozen(per_numa: dict[int, dict[str, int]]) -> tuple[tuple[int, tuple[tuple[str, int], ...]], ...]:
+    return tuple((n, tuple(sorted(res.items()))) for n, res in sorted(per_numa.items()))
+
+
 class NUMAPolicyMixin:
     """State and helpers; the host class provides ``_nrt`` and ``_node_state``."""
 
@@ -61,6 +65,9 @@ class NUMAPolicyMixin:
         self._numa_status: BoundedCache[str, dict[int, dict[str, int]]] = BoundedCache(65536)
         #: NUMA resources held by reserved, not yet bound pods: node name -> pod uid -> split
         self._numa_reserved: dict[str, dict[str, dict[int, dict[str, int]]]] = {}
+        #: (policy, exclusive, request, totals, free amounts) -> (merged hint, admit, reasons)
+        self._numa_hints_memo: BoundedCache[tuple[Any, ...], tuple[NUMATopologyHint, bool, tuple[str, ...]]] = \
+            BoundedCache(65536)
 
     def _used_numa(self, text: str) -> dict[int, dict[str, int]]:
         hit = self._numa_status.get(text)
@@ -111,11 +118,19 @@ class NUMAPolicyMixin:
 
     def _numa_hint(self, nn: NodeNUMA, requests: dict[str, int], spec: NUMATopologySpec
                    ) -> tuple[NUMATopologyHint, bool, list[str]]:
-        """The merged hint on the node (cpu and memory from this plugin's hints; a provider per resource)."""
-        hints = resource_hints({k: requests.get(k, 0) for k in NUMA_RESOURCES}, nn.total, nn.avail, nn.policy)
+        """The merged hint on the node (cpu and memory from this plugin's hints; a provider per resource).
+        A function of the policy, the NUMA totals and free amounts and the request only: memoised, since the
+        nodes of a fleet share a few shapes and most of them the same free amounts."""
+        req = tuple(requests.get(k, 0) for k in NUMA_RESOURCES)
         exclusive = spec.exclusive or (EXCLUSIVE_REQUIRED if spec.policy else "")
-        return merge(nn.policy, list(nn.total), [hints], exclusive if nn.policy in (
-            POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE) else "", ())
+        key = (nn.policy, exclusive, req, _frozen(nn.total), _frozen(nn.avail))
+        hit = self._numa_hints_memo.get(key)
+        if hit is None:
+            hints = resource_hints(dict(zip(NUMA_RESOURCES, req, strict=True)), nn.total, nn.avail, nn.policy)
+            hint, admit, reasons = merge(nn.policy, list(nn.total), [hints], exclusive if nn.policy in (
+                POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE) else "", ())
+            hit = self._numa_hints_memo[key] = (hint, admit, tuple(reasons))
+        return hit[0], hit[1], list(hit[2])
 
     def numa_filter(self, cluster: Any, views: list[Any], st: Any) -> dict[str, Status]:
         """Refusals (and each node's best hint in ``st.numa_hints``) for nodes under a policy."""
