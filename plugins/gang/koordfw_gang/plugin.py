@@ -312,18 +312,19 @@ class Coscheduling:
 
     def _fingerprint(self, g: Gang, handle: Handle) -> tuple:
         """What could let a failed group fit next time: binds, pods or nodes coming and going, node
-        capacity, and the reservations other groups hold at Permit."""
+        capacity, the capacity in use (an eviction frees it without changing the number of pods), and the
+        reservations other groups hold at Permit."""
         cluster = handle.cluster
         own = set(g.spec.groups) if g.spec is not None else {g.gang_id}
         others = frozenset(u for wp in handle.iterate_waiting_pods()
                            if self._pod_gang.get(u := wp.pod.uid) not in own)
-        alloc = cluster.allocatable
+        alloc, used = cluster.allocatable, cluster.requested
         return (self._binds, len(cluster.pods), cluster.num_nodes,
-                int(alloc.sum()) if alloc.size else 0, others)
+                int(alloc.sum()) if alloc.size else 0, int(used.sum()) if used.size else 0, others)
 
     @staticmethod
     def _may_help(old: tuple, new: tuple) -> bool:
-        return old[:4] != new[:4] or not old[4] <= new[4]
+        return old[:5] != new[:5] or not old[5] <= new[5]
 
     def _after_attempt(self, handle: Handle, args: Any) -> None:
         """Called when a scheduling cycle ends: close the active round once it has nothing left to try."""
