@@ -319,8 +319,16 @@ class Coscheduling:
         others = frozenset(u for wp in handle.iterate_waiting_pods()
                            if self._pod_gang.get(u := wp.pod.uid) not in own)
         alloc, used = cluster.allocatable, cluster.requested
-        return (self._binds, len(cluster.pods), cluster.num_nodes,
-                int(alloc.sum()) if alloc.size else 0, int(used.sum()) if used.size else 0, others)
+        # capacity in use by everything but the group itself (its own members come and go at Permit)
+        in_use = int(used.sum()) if used.size else 0
+        for gid in own:
+            m = self._gangs.get(gid)
+            for u in (m.waiting | m.bound) if m is not None else ():
+                p = cluster.pod(u)
+                if p is not None and p.node_name:
+                    in_use -= int(cluster.request_vector(p).sum())
+        return (self._binds, len(cluster.pods), cluster.num_nodes, int(alloc.sum()) if alloc.size else 0, in_use,
+                others)
 
     @staticmethod
     def _may_help(old: tuple, new: tuple) -> bool:

@@ -8,9 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 
 import attrs
-
-from koordfw import ClusterView, Pod
-from koordfw.extension import QUEUE_POLICY_BLOCK
 from koordfw_elastic_quota.api import QuotaFigures
 from koordfw_gang.api import (
     GangDefinitionError,
@@ -21,6 +18,9 @@ from koordfw_gang.api import (
     spec_from_pod,
     spec_from_pod_group,
 )
+
+from koordfw import ClusterView, Pod
+from koordfw.extension import QUEUE_POLICY_BLOCK
 
 
 @attrs.define

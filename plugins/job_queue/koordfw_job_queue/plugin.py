@@ -9,6 +9,7 @@ import datetime as dt
 from typing import Any
 
 import attrs
+from koordfw_elastic_quota.api import QuotaFigures, quota_figures
 
 from koordfw import ClusterEventWithHint, ClusterView, Handle, Migration, Pod, Status, hookimpl
 from koordfw.extension import (
@@ -19,7 +20,6 @@ from koordfw.extension import (
     QUEUE_UNIT_PHASE_RUNNING,
 )
 from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE, POD_ADD, POD_DELETE, ClusterEvent
-from koordfw_elastic_quota.api import QuotaFigures, quota_figures
 
 from .jobs import Job, PassResult, admission_pass, collect_jobs, fmt_res, reclaim_plan, uid_index
 
@@ -58,7 +58,7 @@ class JobQueue:
         #: jobs being reclaimed: not admitted again (nor taken for admitted by their bound pods) until the last of
         #: their pods has left its node
         self.reclaiming: set[str] = set()
-        #: the largest number of jobs seen with some but not all minimum members bound after a bind settled
+        #: jobs admitted since startup
         self.admitted_total = 0
 
     @staticmethod

@@ -4,6 +4,7 @@ between two teams' queues, and borrowed capacity reclaimed whole job by whole jo
 from __future__ import annotations
 
 import anyio
+import attrs
 
 from koordfw.core.model import make_node, make_pod
 from koordfw.engines.embedded import EmbeddedEngine, build_registry
@@ -19,8 +20,6 @@ def quota(name, mn, mx):
 
 
 def gang(ns, name, size, cpu=1, t=0.0, priority=0):
-    import attrs
-
     pods = []
     for i in range(size):
         p = make_pod(f"{name}-{i}", ns, requests={"cpu": str(cpu), "memory": "1Gi"}, priority=priority,
