@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 
     from .plugin import JobQueue
 
-    _q = JobQueue()
-    _args: PluginArgsProvider = _q
-    _events: EnqueueExtensions = _q
-    _gate: PreEnqueuePlugin = _q
-    _reclaim: DeschedulePlugin = _q
-    _report: ReportPlugin = _q
+    def _plugins_are_their_kinds(job_queue_: JobQueue) -> None:
+        _plugin_args_job_queue: PluginArgsProvider = job_queue_
+        _events_to_register_job_queue: EnqueueExtensions = job_queue_
+        _pre_enqueue_job_queue: PreEnqueuePlugin = job_queue_
+        _deschedule_job_queue: DeschedulePlugin = job_queue_
+        _report_job_queue: ReportPlugin = job_queue_
