@@ -261,3 +261,17 @@ LABEL_NUMA_TOPOLOGY_POLICY = "node.koordinator.sh/numa-topology-policy"
 #: a pod's {"numaTopologyPolicy": ..., "singleNUMANodeExclusive": "Preferred"|"Required"} (since v1.5)
 ANNOTATION_NUMA_TOPOLOGY_SPEC = "scheduling.koordinator.sh/numa-topology-spec"
 __all__ += ["ANNOTATION_NUMA_TOPOLOGY_SPEC", "LABEL_NUMA_TOPOLOGY_POLICY"]
+
+# -- the job queue (Koord-Queue, koordinator-sh/koord-queue v1.8, after kube-queue's apis/queue/v1alpha1): the
+# Queue and QueueUnit CRDs, a QueueUnit's phases (QueueUnitPhase) and a Queue's spec.queuePolicy values
+QUEUE_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
+KIND_QUEUE = "Queue"
+KIND_QUEUE_UNIT = "QueueUnit"
+QUEUE_UNIT_PHASE_ENQUEUED = "Enqueued"  # waiting in its queue
+QUEUE_UNIT_PHASE_DEQUEUED = "Dequeued"  # admitted: its pods may be scheduled
+QUEUE_UNIT_PHASE_RUNNING = "Running"  # every minimum member bound
+QUEUE_POLICY_PRIORITY = "Priority"  # by priority then age; a unit that does not fit lets the next ones by
+QUEUE_POLICY_BLOCK = "Block"  # strictly in order: the head that does not fit holds the queue
+
+__all__ += ["KIND_QUEUE", "KIND_QUEUE_UNIT", "QUEUE_API_VERSION", "QUEUE_POLICY_BLOCK", "QUEUE_POLICY_PRIORITY",
+            "QUEUE_UNIT_PHASE_DEQUEUED", "QUEUE_UNIT_PHASE_ENQUEUED", "QUEUE_UNIT_PHASE_RUNNING"]

@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from koordfw import ClusterView, Pod
+import attrs
 
-from .quotas import DEFAULT, LABEL_PREEMPTIBLE, QuotaTree, build_quotas
+from koordfw import ClusterView, Pod, canonical
 
-__all__ = ["is_quota_preemptible", "quota_names", "victim_rule"]
+from .quotas import DEFAULT, LABEL_PREEMPTIBLE, ROOT, QuotaTree, build_quotas
+
+__all__ = ["QuotaFigures", "is_quota_preemptible", "quota_figures", "quota_names", "victim_rule"]
 
 
 def is_quota_preemptible(pod: Pod) -> bool:
@@ -59,3 +61,68 @@ def victim_rule(cluster: ClusterView, args: Any) -> Callable[[Pod, Pod], str | N
         return None
 
     return rule
+
+
+@attrs.frozen
+class QuotaFigures:
+    """Each valid quota's figures as the elastic_quota plugin computes them for admission: ``min``, ``max``,
+    ``runtime`` (what it may use now) and ``used`` (its own and its descendants' bound pods), canonical
+    integers per resource; ``parent`` (``None`` under the root); ``name_of(pod)`` the pod's quota."""
+
+    min: dict[str, dict[str, int]]
+    max: dict[str, dict[str, int]]
+    runtime: dict[str, dict[str, int]]
+    used: dict[str, dict[str, int]]
+    parent: dict[str, str | None]
+    name_of: Callable[[Pod], str]
+
+    def chain(self, name: str) -> list[str]:
+        """``name`` and its ancestors, leaf first."""
+        out: list[str] = []
+        cur: str | None = name
+        while cur is not None and cur in self.parent and cur not in out:
+            out.append(cur)
+            cur = self.parent[cur]
+        return out
+
+
+def quota_figures(cluster: ClusterView, args: Any = None) -> QuotaFigures | None:
+    """The quota tree of the cluster as it is now (every non-terminal pod counted, as the plugin's runtime
+    computation does), or ``None`` without ElasticQuota objects. ``args`` are the elastic_quota plugin's
+    (its defaults when ``None``)."""
+    objs = cluster.objects_of("ElasticQuota")
+    if not objs:
+        return None
+    valid, invalid = build_quotas(o for _, o in sorted(objs.items()))
+    dmax = getattr(args, "default_quota_group_max", {}) or {}
+    smax = getattr(args, "system_quota_group_max", {}) or {}
+    tree = QuotaTree(valid, invalid, default_max={k: canonical(k, v) for k, v in dmax.items()},
+                     system_max={k: canonical(k, v) for k, v in smax.items()},
+                     enable_min_scale=bool(getattr(args, "enable_min_quota_scale", True)),
+                     guarantee_usage=bool(getattr(args, "guarantee_usage", False)))
+    for p in cluster.all_pods():
+        if p.is_terminal:
+            continue
+        tree.add_pod(tree.quota_name_of(p.labels, p.namespace), p.requests, bool(p.node_name),
+                     is_quota_preemptible(p))
+    tree.aggregate_used()
+    n = cluster.num_nodes
+    alloc = cluster.allocatable[:n]
+    if n and cluster.has_removed_nodes:
+        alloc = alloc[cluster.live_mask]
+    sums = alloc.sum(axis=0) if len(alloc) else [0] * len(cluster.resources)
+    tree.compute({r: int(sums[i]) for i, r in enumerate(cluster.resources) if sums[i]})
+    st = tree.states
+    runtime_on = bool(getattr(args, "enable_runtime_quota", True))
+
+    def name_of(pod: Pod) -> str:
+        return tree.quota_name_of(pod.labels, pod.namespace)
+
+    return QuotaFigures(
+        min={n: dict(s.quota.min) for n, s in st.items()},
+        max={n: dict(s.quota.max) for n, s in st.items()},
+        runtime={n: dict(s.runtime if runtime_on else s.quota.max) for n, s in st.items()},
+        used={n: dict(s.used) for n, s in st.items()},
+        parent={n: (None if s.quota.parent == ROOT or s.quota.parent not in st else s.quota.parent)
+                for n, s in st.items()},
+        name_of=name_of)

@@ -312,18 +312,27 @@ class Coscheduling:
 
     def _fingerprint(self, g: Gang, handle: Handle) -> tuple:
         """What could let a failed group fit next time: binds, pods or nodes coming and going, node
-        capacity, and the reservations other groups hold at Permit."""
+        capacity, the capacity in use (an eviction frees it without changing the number of pods), and the
+        reservations other groups hold at Permit."""
         cluster = handle.cluster
         own = set(g.spec.groups) if g.spec is not None else {g.gang_id}
         others = frozenset(u for wp in handle.iterate_waiting_pods()
                            if self._pod_gang.get(u := wp.pod.uid) not in own)
-        alloc = cluster.allocatable
-        return (self._binds, len(cluster.pods), cluster.num_nodes,
-                int(alloc.sum()) if alloc.size else 0, others)
+        alloc, used = cluster.allocatable, cluster.requested
+        # capacity in use by everything but the group itself (its own members come and go at Permit)
+        in_use = int(used.sum()) if used.size else 0
+        for gid in own:
+            m = self._gangs.get(gid)
+            for u in (m.waiting | m.bound) if m is not None else ():
+                p = cluster.pod(u)
+                if p is not None and p.node_name:
+                    in_use -= int(cluster.request_vector(p).sum())
+        return (self._binds, len(cluster.pods), cluster.num_nodes, int(alloc.sum()) if alloc.size else 0, in_use,
+                others)
 
     @staticmethod
     def _may_help(old: tuple, new: tuple) -> bool:
-        return old[:4] != new[:4] or not old[4] <= new[4]
+        return old[:5] != new[:5] or not old[5] <= new[5]
 
     def _after_attempt(self, handle: Handle, args: Any) -> None:
         """Called when a scheduling cycle ends: close the active round once it has nothing left to try."""

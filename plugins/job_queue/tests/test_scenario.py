@@ -1,0 +1,115 @@
+"""The job queue on whole clusters (the embedded engine): a job admitted whole or waiting whole, the fair order
+between two teams' queues, and borrowed capacity reclaimed whole job by whole job."""
+
+from __future__ import annotations
+
+import anyio
+import attrs
+
+from koordfw.core.model import make_node, make_pod
+from koordfw.engines.embedded import EmbeddedEngine, build_registry
+
+PLUGINS = {"elastic_quota", "gang", "job_queue"}
+T0 = 1_700_000_000.0
+
+
+def quota(name, mn, mx):
+    return {"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+            "metadata": {"name": name, "namespace": name},
+            "spec": {"min": {"cpu": str(mn), "memory": "1000Gi"}, "max": {"cpu": str(mx), "memory": "1000Gi"}}}
+
+
+def gang(ns, name, size, cpu=1, t=0.0, priority=0):
+    pods = []
+    for i in range(size):
+        p = make_pod(f"{name}-{i}", ns, requests={"cpu": str(cpu), "memory": "1Gi"}, priority=priority,
+                     annotations={"gang.scheduling.koordinator.sh/name": name,
+                                  "gang.scheduling.koordinator.sh/min-available": str(size)})
+        pods.append(p)
+    return [attrs.evolve(p, creation_timestamp=T0 + t) for p in pods]
+
+
+def engine(pods, quotas, nodes=2, cpu=8, args=None, disable=("default_preemption",)):
+    cfg = {"disable": list(disable), "pluginConfig": {"elastic_quota": {"monitorAllQuotas": False},
+                                                      "job_queue": args or {}}}
+    registry = build_registry(cfg, autoload=True, only=PLUGINS)
+    return EmbeddedEngine(registry, nodes=[make_node(f"n{i}", allocatable={"cpu": str(cpu), "memory": "64Gi",
+                                                                               "pods": "110"}) for i in range(nodes)],
+                          pods=pods, objects=quotas, start_time=T0 + 100)
+
+
+def bound_by_job(e):
+    out = {}
+    for p in e.view.all_pods():
+        job = p.annotations.get("gang.scheduling.koordinator.sh/name", p.name)
+        out.setdefault(job, []).append(bool(p.node_name))
+    return {j: sum(v) for j, v in out.items()}
+
+
+async def report(e):
+    return await e.scheduler.node_runtime.run_report()
+
+
+def test_a_job_is_admitted_whole_or_waits_whole():
+    # team-a may use 6 cores: job a1 (4 pods × 1 core) fits; a2 (4 more) does not fit beside it and waits
+    # whole (none of its pods bound, each held with the queue's reason) until a1 leaves, then runs whole
+    async def run():
+        e = engine(gang("team-a", "a1", 4) + gang("team-a", "a2", 4, t=1), [quota("team-a", 6, 6)])
+        await e.run()
+        first = bound_by_job(e)
+        rep = await report(e)
+        reason = e.results[[p.uid for p in e.view.all_pods() if p.name == "a2-0"][0]].reason
+        for p in [p for p in e.view.all_pods() if p.name.startswith("a1-")]:
+            await e.delete_pod(p.uid)
+        await e.drive()
+        return first, rep, reason, bound_by_job(e)
+
+    first, rep, reason, after = anyio.run(run)
+    assert first == {"a1": 4, "a2": 0}
+    assert "job team-a/a2 waits in queue team-a (position 1)" in reason
+    assert "quota team-a: cpu reserved 4 + job minimum 4 > " in reason
+    units = {u["job"]: u for u in rep["queueUnits"]}
+    assert units["team-a/a1"]["phase"] == "Running" and units["team-a/a2"]["phase"] == "Enqueued"
+    assert rep["jobQueues"][0] == {"queue": "team-a", "share": 0.667, "admitted": 1, "waiting": 1,
+                                   "reserved": {"cpu": "4", "memory": "4Gi"}}
+    assert after == {"a2": 4}
+
+
+def test_fair_order_between_queues_by_dominant_share_then_age():
+    # 8 cores, two teams of min 4 each (max 8). Team a's jobs are all older, but after a1 runs team a's share
+    # is 1 and team b's 0, so b1 goes before a2 although a2 is older; then a2 (share 1 vs 1: older head)
+    async def run():
+        pods = (gang("team-a", "a1", 4, t=0) + gang("team-a", "a2", 4, t=1) + gang("team-a", "a3", 4, t=2)
+                + gang("team-b", "b1", 4, t=5) + gang("team-b", "b2", 4, t=6))
+        e = engine(pods, [quota("team-a", 4, 8), quota("team-b", 4, 8)], nodes=1)
+        await e.run()
+        return e, await report(e)
+
+    e, rep = anyio.run(run)
+    assert bound_by_job(e) == {"a1": 4, "a2": 0, "a3": 0, "b1": 4, "b2": 0}
+    waiting = [(u["job"], u["position"]) for u in rep["queueUnits"] if u["phase"] == "Enqueued"]
+    assert waiting == [("team-a/a2", 1), ("team-a/a3", 2), ("team-b/b2", 1)]
+
+
+def test_borrowed_capacity_is_reclaimed_whole_job_by_whole_job():
+    # team a borrows all 8 cores with two 4-pod jobs while b is idle; b's job arrives: a's runtime falls to its
+    # min 4, so the newest admitted job of a (a2) is evicted whole, a1 keeps running whole, b1 then runs
+    async def run():
+        e = engine(gang("team-a", "a1", 4, t=0) + gang("team-a", "a2", 4, t=1),
+                   [quota("team-a", 4, 8), quota("team-b", 4, 8)], nodes=1)
+        await e.run()
+        before = bound_by_job(e)
+        for p in gang("team-b", "b1", 4, t=50):
+            await e.add_pod(p)
+        await e.drive()
+        held = bound_by_job(e)
+        plan = await e.deschedule()
+        return before, held, plan, bound_by_job(e), await report(e)
+
+    before, held, plan, after, rep = anyio.run(run)
+    assert before == {"a1": 4, "a2": 4}
+    assert held == {"a1": 4, "a2": 4, "b1": 0}
+    assert sorted(m.pod for m in plan) == [f"team-a/a2-{i}" for i in range(4)]
+    assert all("job team-a/a2 reclaimed whole" in m.reason for m in plan)
+    assert after == {"a1": 4, "a2": 0, "b1": 4}
+    assert rep["jobReclaims"][0]["job"] == "team-a/a2" and rep["jobReclaims"][0]["pods"] == 4
