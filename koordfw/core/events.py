@@ -5,7 +5,8 @@ An engine (the embedded cluster, the live kube-scheduler engine, the extender) s
 ``evict`` refuse (an engine that never binds, such as the extender's per-request scheduler, keeps
 those). The scheduler calls, for each pod:
 
-* ``pod_enqueued`` (may return a replacement pod), then ``pod_gated`` if pre_enqueue holds it;
+* ``pod_enqueued`` (may return a replacement pod), then ``pod_gated`` if pre_enqueue holds it (and again
+  each time the queue re-checks it and it is still held);
 * per attempt ``cycle_started`` and ``cycle_finished`` around the scheduling cycle;
 * on success ``bind`` (from the bind plugin) then ``pod_bound`` — within the cycle when binding runs
   inline (the embedded cluster), later in the binding task otherwise;
@@ -76,7 +77,7 @@ class SchedulerEvents:
         return None
 
     def pod_gated(self, pod: Pod, status: Status) -> None:
-        """pre_enqueue held the pod (``status`` says which plugin and why)."""
+        """pre_enqueue held the pod, on enqueue or on a re-check (``status`` says which plugin and why)."""
 
     def cycle_started(self, pod: Pod) -> None:
         """A scheduling cycle of ``pod`` (one attempt) begins."""

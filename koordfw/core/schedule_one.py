@@ -177,6 +177,28 @@ class Scheduler:
             if not placeholder:
                 self.engine.pod_gated(pod, st)
 
+    async def _pre_enqueue_again(self, pod: Pod) -> Status:
+        """pre_enqueue for a gated pod the queue re-checks: the engine hears of a pod still held, with the newest
+        reason (a job's position in its queue, what it now waits for)."""
+        st = await self.framework.run_pre_enqueue(pod)
+        if not st.ok and pod.uid not in self.placeholders:
+            self.engine.pod_gated(pod, st)
+        return st
+
+    async def recheck_pre_enqueue(self) -> None:
+        """Run pre_enqueue again for every queued pod not yet tried (active or backing off): the live engine calls it
+        once its caches have synced, since a pod listed before the objects its gate reads (a PodGroup, an
+        ElasticQuota) was let through against a partial cache."""
+        now = self.clock.now()
+        for uid in sorted(self.queue.active | self.queue.backoff):
+            info = self.queue.info(uid)
+            if info is None or uid in self.placeholders:
+                continue
+            st = await self.framework.run_pre_enqueue(info.pod)
+            if not st.ok:
+                self.queue.add_gated(info.pod, now, st.message, plugins=rejectors(st))
+                self.engine.pod_gated(info.pod, st)
+
     async def add_pod(self, pod: Pod) -> None:
         """A pod appeared (or was re-listed). Pending pods are queued; bound ones accounted."""
         self.cluster.add_pod(pod)
@@ -270,7 +292,7 @@ class Scheduler:
     async def cluster_event(self, event: ClusterEvent, old: Any = None, new: Any = None, *,
                             assumed_seq: int = -1) -> None:
         """A cluster change: the queue moves the pods it may help (:meth:`SchedulingQueue.on_cluster_event`)."""
-        await self.queue.on_cluster_event(event, old, new, self.clock.now(), self.framework.run_pre_enqueue,
+        await self.queue.on_cluster_event(event, old, new, self.clock.now(), self._pre_enqueue_again,
                                           assumed_seq=assumed_seq)
 
     def activate(self, uids: Iterable[str]) -> None:
@@ -298,7 +320,7 @@ class Scheduler:
         """Periodic queue maintenance: finished backoffs to active, old unschedulable pods retried."""
         if self._deferred:
             await self._run_deferred()
-        await self.queue.flush(self.clock.now(), self.framework.run_pre_enqueue, events_complete=self.events_complete)
+        await self.queue.flush(self.clock.now(), self._pre_enqueue_again, events_complete=self.events_complete)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def startup(self) -> None:

@@ -26,6 +26,8 @@ What it reproduces, from the API server's own behaviour (see docs/kubernetes.md)
   leases with optimistic concurrency, and Koordinator ``NodeMetric`` and ``NodeSLO`` objects (and
   ``Reservation`` / ``PodMigrationJob``, cluster-scoped with a status subresource: a PUT of ``/status``
   changes only the status, of the object everything but it; a stale ``resourceVersion`` is a 409);
+  scheduler-plugins' ``PodGroup`` and ``ElasticQuota`` (no status subresource: ``/status`` is a 404, the
+  object's PUT writes its status) and Koordinator's cluster-scoped ``ClusterNetworkTopology``;
 * LIST's ``resourceVersion``/``resourceVersionMatch`` as the apiserver serves them: none is a quorum
   read of the newest state; ``0`` is served from the watch cache (which ``freeze_watch_cache()`` makes
   lag behind, as a real one can); ``NotOlderThan`` (and a bare RV without ``limit``) is the newest state
@@ -131,6 +133,13 @@ RESOURCES: dict[str, ResourceType] = {r.plural: r for r in (
     ResourceType("/apis/storage.k8s.io/v1", "storageclasses", "StorageClass", False, ("metadata.name",)),
     ResourceType("/apis/storage.k8s.io/v1", "csinodes", "CSINode", False, ("metadata.name",)),
     ResourceType("/apis/config.koordinator.sh/v1alpha1", "clustercolocationprofiles", "ClusterColocationProfile",
+                 False, ("metadata.name",), True),
+    # scheduler-plugins' PodGroup and ElasticQuota as deploy/ (and Koordinator, for the PodGroup) define them: no
+    # status subresource, so a PUT of /status is a 404 and the status is written with the object
+    ResourceType("/apis/scheduling.sigs.k8s.io/v1alpha1", "podgroups", "PodGroup", True),
+    ResourceType("/apis/scheduling.sigs.k8s.io/v1alpha1", "elasticquotas", "ElasticQuota", True),
+    # Koordinator's ClusterNetworkTopology: cluster-scoped, with a status subresource
+    ResourceType("/apis/scheduling.koordinator.sh/v1alpha1", "clusternetworktopologies", "ClusterNetworkTopology",
                  False, ("metadata.name",), True),
 )}
 
@@ -969,6 +978,9 @@ class FakeApiServer:
             obj, _ = self.request_delete(rt.plural, name, ns, grace_period_seconds=grace,
                                          uid=(opts.get("preconditions") or {}).get("uid"))
             return web.json_response(obj)
+        if sub == "status" and not rt.has_status:
+            # a kind without the status subresource (a CRD that declares none, a ConfigMap): no such path
+            raise _ApiError(404, "NotFound", "the server could not find the requested resource")
         if cur is None:
             raise _not_found(rt, name)
         if m == "PATCH" and request.content_type == "application/json-patch+json":

@@ -51,8 +51,11 @@ class ClusterFeeder:
         self._sigs: dict[str, str] = {}
         self._node_sigs: dict[str, str] = {}
         self._pod_objs: dict[str, dict] = {}  # uid -> latest object seen for our in-flight pods
+        #: an object's changes within this many seconds of the one that was passed on are not events again (a
+        #: NodeMetric or a status rewritten in a burst); distinct objects are never coalesced, so a PodGroup listed
+        #: right after an ElasticQuota still re-checks the pods it gated
         self.object_event_interval = object_event_interval
-        self._last_object_event = 0.0
+        self._last_object_event: dict[tuple[str, str], float] = {}
         self.bad_objects = 0
         self.wakeup: Any = None  # an anyio.Event set when pods become active
         #: called with an assigned pod of ours that still carries status.nominatedNodeName (its
@@ -214,8 +217,11 @@ class ClusterFeeder:
                 self.s.objects.object_changed(kind, key, cached, None if etype == "DELETED" else obj)
                 self._wake()
             now = time.monotonic()
-            if now - self._last_object_event >= self.object_event_interval:
-                self._last_object_event = now
+            last = self._last_object_event.pop((kind, key), None) if etype == "DELETED" else \
+                self._last_object_event.get((kind, key))
+            if etype == "DELETED" or last is None or now - last >= self.object_event_interval:
+                if etype != "DELETED":
+                    self._last_object_event[(kind, key)] = now
                 action = "Delete" if etype == "DELETED" else "Add" if old is None else "Update"
                 await self.s.cluster_event(ClusterEvent(kind, action), old, None if etype == "DELETED" else obj)
                 self._wake()

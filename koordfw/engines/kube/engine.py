@@ -292,6 +292,13 @@ class KubeSchedulerEngine(SchedulerEvents):
         """Preemption (and any plugin's handle.evict) deletes through the API, never in memory."""
         return await self._preempt_victim(pod, reason)
 
+    def pod_gated(self, pod: Pod, st: Status) -> None:
+        # kube-scheduler writes nothing for a PreEnqueue rejection; koordfw says why the pod waits (a job held by
+        # its queue, a gang short of members) on its PodScheduled condition, as for any unschedulable pod
+        if pod.uid in self.dropped or self.cluster.pod(pod.uid) is None or pod.uid in self.feeder.gated:
+            return
+        self.writer.held(pod, st.message or f"held by {st.plugin}")
+
     async def pod_unschedulable(self, pod: Pod, st: Status) -> None:
         uid = pod.uid
         if uid in self.dropped or self.cluster.pod(uid) is None and uid not in self.feeder.gated:
@@ -413,6 +420,8 @@ class KubeSchedulerEngine(SchedulerEvents):
                     bg.start_soon(self._hold_leadership)
                 # plugins watching objects (handle.watch_objects) hear of what was listed, nodes and pods there
                 self.scheduler.objects.replay_objects()
+                # pods queued while the other caches were still listing passed pre_enqueue against part of them
+                await self.scheduler.recheck_pre_enqueue()
                 log.info("scheduling", scheduler=self.scheduler_name, nodes=self.cluster.num_nodes,
                          pending=len(self.scheduler.queue))
                 self.started.set()

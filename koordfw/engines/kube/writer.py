@@ -86,6 +86,13 @@ class Writer:
             self.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
         self._wake.set()
 
+    def held(self, pod: Pod, message: str) -> None:
+        """A pod a plugin's pre_enqueue holds: PodScheduled=False (reason Unschedulable) with why, written when the
+        reason changes (a held pod is re-checked on many cluster events)."""
+        if self._last_failure_note.get(pod.uid) == message:
+            return
+        self.unschedulable(pod, "Unschedulable", message)
+
     def clear_nomination(self, pod: Pod) -> None:
         """Queue clearing ``status.nominatedNodeName`` of a pod whose nomination ended (it is bound, or a
         preemptor of higher priority took the node);
