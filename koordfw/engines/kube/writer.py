@@ -144,20 +144,8 @@ class Writer:
         self._events_wake.set()
 
     def event(self, pod: Pod, etype: str, reason: str, action: str, note: str) -> None:
-        if len(self._events) >= self.max_events:
-            self.dropped_events += 1
-            return
-        if len(note) >= NOTE_LIMIT:
-            note = note[: NOTE_LIMIT - 4] + "..."
-        self._events.append({
-            "apiVersion": "events.k8s.io/v1", "kind": "Event",
-            "metadata": {"name": f"{pod.name}.{secrets.token_hex(8)}", "namespace": pod.namespace},
-            "eventTime": _micro_now(), "reportingController": self.controller, "reportingInstance": self.instance,
-            "action": action, "reason": reason, "type": etype,
-            "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name,
-                          "uid": pod.uid},
-            "note": note})
-        self._events_wake.set()
+        self.object_event({"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name,
+                           "uid": pod.uid}, etype, reason, action, note)
 
     @property
     def pending(self) -> int:
