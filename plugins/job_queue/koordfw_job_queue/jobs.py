@@ -80,11 +80,16 @@ def _spec(pod: Pod, cluster: ClusterView) -> GangSpec | None:
         return None  # the gang plugin holds such pods with the definition's error
 
 
-def collect_jobs(cluster: ClusterView, figures: QuotaFigures, first_seen: dict[str, float], now: float
-                 ) -> dict[str, Job]:
+#: the controller kinds whose pods are one job (batch/v1 Job and the training / big-data operators' kinds)
+WORKLOAD_KINDS = ("Job", "TFJob", "PyTorchJob", "MPIJob", "XGBoostJob", "PaddleJob", "SparkApplication", "RayJob")
+
+
+def collect_jobs(cluster: ClusterView, figures: QuotaFigures, first_seen: dict[str, float], now: float,
+                 workload_kinds: tuple[str, ...] = WORKLOAD_KINDS) -> dict[str, Job]:
     """Every job with a non-terminal pod. A gang whose definition is missing or invalid is no job (the gang
-    plugin holds its pods); ``first_seen`` (job id → time) is updated and gives a job's age when its pods
-    carry no creation time."""
+    plugin holds its pods). Pods without a gang whose controller is of one of ``workload_kinds`` are one job,
+    ``"<Kind> namespace/name"``, whose minimum is all of its pods; any other pod is a job of its own.
+    ``first_seen`` (job id → time) is updated and gives a job's age when its pods carry no creation time."""
     specs: dict[str, GangSpec | None] = {}
     jobs: dict[str, Job] = {}
     for p in sorted(cluster.all_pods(), key=lambda p: p.key):
@@ -98,6 +103,9 @@ def collect_jobs(cluster: ClusterView, figures: QuotaFigures, first_seen: dict[s
             if spec is None:
                 continue
             jid, gang, need = group_id_of(spec.groups), gid, spec.min_member
+        elif p.controller is not None and p.controller.kind in workload_kinds:
+            jid = f"{p.controller.kind} {p.namespace}/{p.controller.name}"
+            gang, need = jid, 0  # its minimum: every pod of the workload (set below)
         else:
             jid, gang, need = p.key, p.key, 1
         job = jobs.get(jid)
@@ -112,6 +120,9 @@ def collect_jobs(cluster: ClusterView, figures: QuotaFigures, first_seen: dict[s
         if gid and is_crd_gang(p) and gid not in job.pod_groups:
             job.pod_groups.append(gid)
     for job in jobs.values():
+        for gang in job.members:
+            if job.minimum[gang] == 0:  # a workload: all of its pods
+                job.minimum[gang] = len(job.members[gang])
         groups = {g for gid in job.members if (s := specs.get(gid)) is not None for g in s.groups} or set(job.members)
         missing = sorted(groups - set(job.members))
         short = [f"{g} has {len(job.members[g])}/{job.minimum[g]}" for g in sorted(job.members)

@@ -21,7 +21,7 @@ from koordfw.extension import (
 )
 from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE, POD_ADD, POD_DELETE, ClusterEvent
 
-from .jobs import Job, PassResult, admission_pass, collect_jobs, fmt_res, reclaim_plan, uid_index
+from .jobs import WORKLOAD_KINDS, Job, PassResult, admission_pass, collect_jobs, fmt_res, reclaim_plan, uid_index
 
 #: how many reclaims the report keeps (the latest)
 HISTORY = 200
@@ -39,6 +39,9 @@ class JobQueueArgs:
     queue_policy: str = attrs.field(default=QUEUE_POLICY_PRIORITY, validator=_policy)  # queuePolicy
     #: take borrowed capacity back whole job by whole job (``deschedule``)
     reclaim: bool = True  # reclaim
+    #: the controller kinds whose pods (without a gang) are one job, admitted whole: all of the workload's
+    #: pods must fit (Koord-Queue's and Kueue's batch workloads); other pods are a job each
+    workload_kinds: tuple[str, ...] = attrs.field(default=WORKLOAD_KINDS, converter=tuple)  # workloadKinds
 
 
 class JobQueue:
@@ -87,7 +90,7 @@ class JobQueue:
             self._jobs, self._uids, self._last = {}, {}, PassResult()
             return None
         now = handle.now()
-        jobs = collect_jobs(cluster, figures, self.first_seen, now)
+        jobs = collect_jobs(cluster, figures, self.first_seen, now, workload_kinds=args.workload_kinds)
         for jid in [j for j in self.admitted if j not in jobs]:  # finished or deleted
             del self.admitted[jid]
         for jid in [j for j in self.first_seen if j not in jobs]:

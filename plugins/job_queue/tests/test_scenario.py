@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import attrs
 
-from koordfw.core.model import make_node, make_pod
+from koordfw.core.model import make_node, make_pod, pod_from_manifest
 from koordfw.engines.embedded import EmbeddedEngine, build_registry
 
 PLUGINS = {"elastic_quota", "gang", "job_queue"}
@@ -113,3 +113,46 @@ def test_borrowed_capacity_is_reclaimed_whole_job_by_whole_job():
     assert all("job team-a/a2 reclaimed whole" in m.reason for m in plan)
     assert after == {"a1": 4, "a2": 0, "b1": 4}
     assert rep["jobReclaims"][0]["job"] == "team-a/a2" and rep["jobReclaims"][0]["pods"] == 4
+
+
+def job_pods(ns, name, size, cpu=1, t=0.0, kind="Job"):
+    """The pods of a batch workload without a gang: their controller is the ``kind`` named ``name``."""
+    meta_owner = {"apiVersion": "batch/v1", "kind": kind, "name": name, "uid": f"uid-{name}", "controller": True}
+    out = []
+    for i in range(size):
+        manifest = {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": f"{name}-{i}", "namespace": ns, "uid": f"uid-{name}-{i}",
+                                 "creationTimestamp": "2023-11-14T22:13:20Z", "ownerReferences": [meta_owner]},
+                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": str(cpu),
+                                                                                      "memory": "1Gi"}}}]}}
+        out.append(attrs.evolve(pod_from_manifest(manifest), creation_timestamp=T0 + t))
+    return out
+
+
+def test_a_workloads_pods_are_one_job_admitted_whole():
+    """Two batch Jobs of 4 pods × 1 core without any gang, in a queue that holds 6 cores: the first is admitted
+    whole (4 bound); the second waits whole (0 bound, not 2 of 4) under its workload's name, until the first's
+    pods leave. A ReplicaSet's pods are not of a workload kind by default: each is a job of its own, so 2 of 3
+    fit beside a Job of 4."""
+    async def run():
+        e = engine(job_pods("team-a", "etl-1", 4) + job_pods("team-a", "etl-2", 4, t=1), [quota("team-a", 6, 6)])
+        await e.run()
+        bound = {n: sum(1 for p in e.view.all_pods() if p.name.startswith(n) and p.node_name) for n in ("etl-1", "etl-2")}
+        rep = await report(e)
+        reason = e.results[[p.uid for p in e.view.all_pods() if p.name == "etl-2-0"][0]].reason
+        for p in [p for p in e.view.all_pods() if p.name.startswith("etl-1")]:
+            await e.delete_pod(p.uid)
+        await e.drive()
+        after = sum(1 for p in e.view.all_pods() if p.name.startswith("etl-2") and p.node_name)
+        e2 = engine(job_pods("team-a", "etl-1", 4) + job_pods("team-a", "web", 3, t=1, kind="ReplicaSet"),
+                    [quota("team-a", 6, 6)])
+        await e2.run()
+        web = sum(1 for p in e2.view.all_pods() if p.name.startswith("web") and p.node_name)
+        return bound, rep, reason, after, web
+
+    bound, rep, reason, after, web = anyio.run(run)
+    assert bound == {"etl-1": 4, "etl-2": 0}
+    assert "job Job team-a/etl-2 waits in queue team-a (position 1)" in reason
+    units = {u["job"]: u for u in rep["queueUnits"]}
+    assert units["Job team-a/etl-1"]["phase"] == "Running" and units["Job team-a/etl-2"]["phase"] == "Enqueued"
+    assert after == 4 and web == 2
