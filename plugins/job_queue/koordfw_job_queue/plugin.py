@@ -126,21 +126,36 @@ class JobQueue:
 
     def _write_status(self, handle: Handle) -> None:
         for job in self._jobs.values():
-            if not job.pod_groups:
+            self._write_job_status(job, handle)
+
+    def _write_job_status(self, job: Job, handle: Handle) -> None:
+        if not job.pod_groups:
+            return
+        unit = self.unit_status(job)
+        for key in job.pod_groups:
+            if self._written.get(key) == unit:
                 continue
-            unit = self.unit_status(job)
-            for key in job.pod_groups:
-                if self._written.get(key) == unit:
-                    continue
-                pg = handle.cluster.get_object("PodGroup", key)
-                if pg is None:
-                    continue
-                status = dict(pg.get("status") or {})
-                status["queueUnit"] = unit
-                if handle.update_object_status("PodGroup", key, status):
-                    self._written[key] = unit
+            pg = handle.cluster.get_object("PodGroup", key)
+            if pg is None:
+                continue
+            status = dict(pg.get("status") or {})
+            status["queueUnit"] = unit
+            if handle.update_object_status("PodGroup", key, status):
+                self._written[key] = unit
 
     # -- hooks -----------------------------------------------------------------------------------------
+    @hookimpl
+    def post_bind(self, pod: Pod, handle: Handle) -> None:
+        """A member of an admitted job bound: once the job runs, its PodGroups say so (Dequeued → Running)
+        without waiting for the next admission pass."""
+        jid = self._uids.get(pod.uid)
+        job = self._jobs.get(jid) if jid is not None else None
+        if job is None or not job.pod_groups or job.id not in self.admitted:
+            return
+        members = {g: [handle.cluster.pod(p.uid) or p for p in ms] for g, ms in job.members.items()}
+        job = self._jobs[job.id] = attrs.evolve(job, members=members)
+        self._write_job_status(job, handle)
+
     @hookimpl
     def pre_enqueue(self, pod: Pod, args: JobQueueArgs, handle: Handle) -> Status | None:
         if self.refresh(handle, args) is None:
