@@ -108,7 +108,11 @@ class Coscheduling:
         self._deferred: dict[str, None] = {}
         #: gang group -> the time its last round failed (Koordinator's GangGroupInfo.LastScheduleTime)
         self._group_time: dict[str, float] = {}
+        #: pod uid -> (gang group id, member count) of the binding snapshot it is in (GetGangBindingInfo)
         self._binding: dict[str, tuple[str, int]] = {}
+        #: gang groups allowed at Permit since their last rejection: a later member is allowed alone and the
+        #: group's binding snapshot (AllowGangGroup's member set) stays
+        self._allowed_groups: set[str] = set()
         self._room_check = RoomCheck()
         self._jobs = JobPreemption()
         #: why each job is pending (pending.py)
@@ -361,9 +365,14 @@ class Coscheduling:
             handle.activate(ready)
 
     def _reject_group(self, g: Gang, message: str, handle: Handle) -> int:
-        """Reject every member of ``g``'s gang group still waiting at Permit; returns how many."""
+        """Reject every member of ``g``'s gang group still waiting at Permit; returns how many. The group's
+        next successful round takes a new binding snapshot."""
         n = 0
         groups = g.spec.groups if g.spec is not None else (g.gang_id,)
+        if g.spec is not None:
+            self._allowed_groups.discard(g.spec.group_id)
+            for u in [u for u, (gid, _) in self._binding.items() if gid == g.spec.group_id]:
+                del self._binding[u]
         for gid in groups:
             member = self._gangs.get(gid)
             if member is None:
@@ -520,8 +529,13 @@ class Coscheduling:
         """AllowGangGroup: allow every waiting member of every gang of the group, recording the set."""
         assert g.spec is not None
         members = [u for _, m in group if m is not None for u in sorted(m.waiting)]
+        if g.spec.group_id not in self._allowed_groups:
+            # Koordinator's AllowGangGroup: the binding snapshot of this round, kept through the binding
+            # cycle (a member that fails to bind and is retried still carries it)
+            self._allowed_groups.add(g.spec.group_id)
+            for u in members:
+                self._binding[u] = (g.spec.group_id, len(members))
         for u in members:
-            self._binding[u] = (g.spec.group_id, len(members))
             if u != pod.uid:
                 wp = handle.get_waiting_pod(u)
                 if wp is not None:
@@ -533,7 +547,6 @@ class Coscheduling:
         if g is None:
             return
         g.waiting.discard(pod.uid)
-        self._binding.pop(pod.uid, None)
         if g.spec is not None and g.spec.mode == MODE_STRICT and not g.passes_once_satisfied:
             self._reject_group(g, f"Gang \"{g.gang_id}\" gets rejected due to Pod \"{pod.name}\" in Unreserve", handle)
         self._after_attempt(handle, args)
@@ -559,7 +572,9 @@ class Coscheduling:
         g.waiting.discard(pod.uid)
         g.bound.add(pod.uid)
         g.once_satisfied = True
-        self._binding.pop(pod.uid, None)
+        rec = self._binding.pop(pod.uid, None)
+        if rec is not None and not any(gid == rec[0] for gid, _ in self._binding.values()):
+            self._allowed_groups.discard(rec[0])  # the snapshot all bound: a later round takes its own
 
     # -- reporting -----------------------------------------------------------------------------------------
     def summaries(self, handle: Handle, args: CoschedulingArgs) -> list[dict[str, Any]]:
