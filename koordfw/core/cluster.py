@@ -70,6 +70,8 @@ class ClusterState:
         self.extra_allocatable: dict[str, dict[str, int]] = {}
         #: other objects by kind, then by "namespace/name" (or name for cluster-scoped)
         self.objects: dict[str, dict[str, dict]] = {}
+        #: kind -> bumped on every set/delete of an object of the kind (objects_generation)
+        self._kind_gen: dict[str, int] = {}
         #: (kind, key) -> the input file an object came from (the embedded cluster's input), so that an
         #: error a plugin raises about it can name the file
         self.sources: dict[tuple[str, str], str] = {}
@@ -506,12 +508,19 @@ class ClusterState:
         meta = obj.get("metadata") or {}
         key = object_key(kind, meta)
         self.objects.setdefault(kind, {})[key] = obj
+        self._kind_gen[kind] = self._kind_gen.get(kind, 0) + 1
         self.generation += 1
         self.free_generation += 1
 
     def delete_object(self, kind: str, key: str) -> None:
         self.objects.get(kind, {}).pop(key, None)
+        self._kind_gen[kind] = self._kind_gen.get(kind, 0) + 1
         self.generation += 1
+
+    def objects_generation(self, kind: str) -> int:
+        """Bumped whenever an object of ``kind`` is set or deleted: a cache of one kind's objects is valid while
+        it holds (cheaper than comparing the objects)."""
+        return self._kind_gen.get(kind, 0)
 
     def objects_of(self, kind: str) -> dict[str, dict]:
         return self.objects.get(kind, {})

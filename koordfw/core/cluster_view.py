@@ -186,6 +186,9 @@ class ReadOnlyCluster:
     def objects(self) -> Mapping[str, Mapping[str, dict[str, Any]]]:
         return MappingProxyType(self._c.objects)
 
+    def objects_generation(self, kind: str) -> int:
+        return self._c.objects_generation(kind)
+
     def objects_of(self, kind: str) -> Mapping[str, dict[str, Any]]:
         return MappingProxyType(self._c.objects_of(kind))
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from koordfw import BoundedCache, Status
+from koordfw import BoundedCache, IdentityKey, Status
 from koordfw.extension import ANNOTATION_RESOURCE_STATUS, LABEL_NUMA_TOPOLOGY_POLICY
 from koordfw.inputs import loads_json
 
@@ -65,6 +65,9 @@ class NUMAPolicyMixin:
         self._numa_status: BoundedCache[str, dict[int, dict[str, int]]] = BoundedCache(65536)
         #: NUMA resources held by reserved, not yet bound pods: node name -> pod uid -> split
         self._numa_reserved: dict[str, dict[str, dict[int, dict[str, int]]]] = {}
+        #: the nodes' NUMA views (see _node_numa) and, per node, a counter bumped when its reservations change
+        self._numa_nodes_memo: BoundedCache[tuple[Any, ...], NodeNUMA] = BoundedCache(65536)
+        self._numa_res_gen: dict[str, int] = {}
         #: (policy, exclusive, request, totals, free amounts) -> (merged hint, admit, reasons)
         self._numa_hints_memo: BoundedCache[tuple[Any, ...], tuple[NUMATopologyHint, bool, tuple[str, ...]]] = \
             BoundedCache(65536)
@@ -86,7 +89,21 @@ class NUMAPolicyMixin:
         return any((o or {}).get("topologyPolicies") for o in cluster.objects_of("NodeResourceTopology").values())
 
     def _node_numa(self, cluster: Any, view: Any, spec: NUMATopologySpec, st: Any) -> NodeNUMA:
+        """The node's NUMA view for the pod: memoised by the node's version (its pods), the reservations held
+        on it, its NodeResourceTopology and the pod's policy and bind request (not for a pod holding a
+        reservation on the node itself: its own share is left out)."""
         nrt, _ = self._nrt(cluster, view.name)  # type: ignore[attr-defined]
+        held = self._numa_reserved.get(view.name, {})
+        if st.uid in held:
+            return self._node_numa_now(cluster, view, spec, st, nrt)
+        key = (view.name, view.version, self._numa_res_gen.get(view.name, 0), IdentityKey(nrt), spec.policy,
+               bool(st.request_bind), IdentityKey(cluster))
+        hit = self._numa_nodes_memo.get(key)
+        if hit is None:
+            hit = self._numa_nodes_memo[key] = self._node_numa_now(cluster, view, spec, st, nrt)
+        return hit
+
+    def _node_numa_now(self, cluster: Any, view: Any, spec: NUMATopologySpec, st: Any, nrt: Any) -> NodeNUMA:
         merged = merge_topology_policy(node_policy(view.node.labels.get(LABEL_NUMA_TOPOLOGY_POLICY, ""), nrt),
                                        spec.policy)
         if merged is None:
@@ -177,12 +194,14 @@ class NUMAPolicyMixin:
         st.numa_mask = frozenset(nodes)
         st.numa_split = split
         self._numa_reserved.setdefault(view.name, {})[st.uid] = split
+        self._numa_res_gen[view.name] = self._numa_res_gen.get(view.name, 0) + 1
         return None
 
     def numa_unreserve(self, node: str, uid: str) -> None:
         held = self._numa_reserved.get(node)
         if held is not None:
             held.pop(uid, None)
+            self._numa_res_gen[node] = self._numa_res_gen.get(node, 0) + 1
             if not held:
                 del self._numa_reserved[node]
 

@@ -197,7 +197,7 @@ class CPUTopologyPlugin(NUMAPolicyMixin):
         self._nrt_objs: dict[str, Any] = {}
         self._nrt_index: dict[str, list] = {}
         #: the cluster and NodeResourceTopology objects the index was built from
-        self._nrt_index_key: IdentityKey | None = None
+        self._nrt_index_key: Any = None
         #: node errors and unreadable resource-specs already logged
         self._warned: BoundedCache[str, bool] = BoundedCache(65536)
         #: node index → what its CPU state was built from (see _signature)
@@ -264,7 +264,9 @@ class CPUTopologyPlugin(NUMAPolicyMixin):
         """The node's NodeResourceTopology by ``metadata.name`` (it is cluster-scoped: a namespace does not
         make a second one), and an error when two objects name the same node (then neither is used)."""
         nrts = cluster.objects_of(NRT_KIND)
-        key = IdentityKey(cluster, *nrts.values())
+        # the kind's generation says when the objects changed (comparing them all is O(objects) per call)
+        gen = getattr(cluster, "objects_generation", None)
+        key: Any = (IdentityKey(cluster), gen(NRT_KIND)) if gen is not None else IdentityKey(cluster, *nrts.values())
         if key != self._nrt_index_key:
             by_name: dict[str, list[tuple[str, dict]]] = {}
             for k, obj in nrts.items():
