@@ -10,6 +10,7 @@ if TYPE_CHECKING:
         DeschedulePlugin,
         EnqueueExtensions,
         PluginArgsProvider,
+        PostBindPlugin,
         PreEnqueuePlugin,
         ReportPlugin,
     )
@@ -20,5 +21,6 @@ if TYPE_CHECKING:
         _plugin_args_job_queue: PluginArgsProvider = job_queue_
         _events_to_register_job_queue: EnqueueExtensions = job_queue_
         _pre_enqueue_job_queue: PreEnqueuePlugin = job_queue_
+        _post_bind_job_queue: PostBindPlugin = job_queue_
         _deschedule_job_queue: DeschedulePlugin = job_queue_
         _report_job_queue: ReportPlugin = job_queue_
