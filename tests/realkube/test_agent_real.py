@@ -74,9 +74,8 @@ def agent_rbac(kube_plane: ControlPlane):
     for crd in CRDS:
         kube_plane.apply_file(DEPLOY / f"00-crd-{crd}.yaml")
     # the previous test's sweep may still be deleting the namespace: wait until it is gone (or was never)
-    wait_until(lambda: not _exists(kube_plane, f"/api/v1/namespaces/{AGENT_SA[0]}") or kube_plane.request(
-        "GET", f"/api/v1/namespaces/{AGENT_SA[0]}")["status"].get("phase") == "Active", timeout=60,
-        what=f"namespace {AGENT_SA[0]} deleted by the last sweep")
+    wait_until(lambda: _phase(kube_plane, f"/api/v1/namespaces/{AGENT_SA[0]}") in (None, "Active"), timeout=60,
+               what=f"namespace {AGENT_SA[0]} deleted by the last sweep")
     kube_plane.create_namespace(AGENT_SA[0])
     docs = [d for d in yaml.safe_load_all((DEPLOY / "agent.yaml").read_text()) if d]
     role = next(d for d in docs if d["kind"] == "ClusterRole")
@@ -304,6 +303,16 @@ def test_nodeslo_turns_on_evictions_live_and_the_budget_429_is_honoured(kube_pla
     assert not [r for r in records if r.get("level") in ("error", "critical")], [
         r for r in records if r.get("level") in ("error", "critical")]
     assert kube_plane.refused(AGENT_USER) == []
+
+
+def _phase(plane: ControlPlane, path: str) -> str | None:
+    """The object's ``status.phase``, ``None`` when it does not exist (one read: it may go between two)."""
+    try:
+        return (plane.request("GET", path).get("status") or {}).get("phase") or ""
+    except ControlPlaneError as e:
+        if getattr(e, "status", 0) == 404:
+            return None
+        raise
 
 
 def _exists(plane: ControlPlane, path: str) -> bool:
