@@ -11,7 +11,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from koordfw.testing.control_plane import ControlPlane
+from koordfw.testing.control_plane import ControlPlane, ControlPlaneError
 
 SCHED = "koordfw-scheduler"
 
@@ -61,3 +61,16 @@ def pods(plane: ControlPlane, ns: str) -> list[dict]:
 def bound(plane: ControlPlane, ns: str) -> dict[str, str]:
     """pod name -> node name, for the bound pods of ``ns``."""
     return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods(plane, ns) if p["spec"].get("nodeName")}
+
+
+def apply_pod(plane: ControlPlane, obj: dict) -> None:
+    """Create a pod, retrying the 500 a new namespace answers while its ServiceAccount has no token Secret yet."""
+    def created() -> bool:
+        try:
+            plane.apply(obj)
+            return True
+        except ControlPlaneError as e:
+            if "No API token found" not in str(e):
+                raise
+            return False
+    wait_until(created, what=f"pod {obj['metadata']['name']} admitted")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from contextlib import suppress
 
 import anyio
-from realkube_testkit import pod, wait_until
+from realkube_testkit import apply_pod, pod
 
 from koordfw.engines.embedded import build_registry
 from koordfw.engines.kube.engine import KubeSchedulerEngine
@@ -21,19 +21,6 @@ GANG = "gang.scheduling.koordinator.sh"
 PROFILE = {"plugins": {"postFilter": {"enabled": ["gang", "default_preemption"]}},
            "pluginConfig": {"gang": {"enablePreemption": True}}}
 CLASSES = {"gp-low": 1, "gp-high": 1000}
-
-
-def apply_pod(plane: ControlPlane, obj: dict) -> None:
-    """Create a pod, retrying the 500 a new namespace answers while its ServiceAccount has no token yet."""
-    def created() -> bool:
-        try:
-            plane.apply(obj)
-            return True
-        except ControlPlaneError as e:
-            if "No API token found" not in str(e):
-                raise
-            return False
-    wait_until(created, what=f"pod {obj['metadata']['name']} admitted")
 
 
 def get(plane: ControlPlane, name: str) -> dict:

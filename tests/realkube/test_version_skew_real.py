@@ -9,7 +9,7 @@ from contextlib import suppress
 
 import anyio
 import pytest
-from realkube_testkit import pod, wait_until
+from realkube_testkit import apply_pod, pod, wait_until
 
 from koordfw import Eviction
 from koordfw.engines.embedded import build_registry
@@ -25,19 +25,6 @@ PDB_V1BETA1 = "/apis/policy/v1beta1"
 def pdb(name: str, ns: str, labels: dict, **spec) -> dict:
     return {"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": ns},
             "spec": {"selector": {"matchLabels": labels}, **spec}}
-
-
-def apply_pod(plane: ControlPlane, obj: dict) -> None:
-    """Create a pod, retrying the 500 a new namespace answers while its ServiceAccount has no token Secret yet."""
-    def created() -> bool:
-        try:
-            plane.apply(obj)
-            return True
-        except ControlPlaneError as e:
-            if "No API token found" not in str(e):
-                raise
-            return False
-    wait_until(created, what=f"pod {obj['metadata']['name']} admitted")
 
 
 def pdb_status(plane: ControlPlane, ns: str, name: str) -> dict:
