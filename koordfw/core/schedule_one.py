@@ -3,10 +3,9 @@
 One scheduling cycle per pod: pre_filter (Skip disables the matching filter), filter over an adaptive
 number of nodes from a round-robin start, post_filter on failure, pre_score/score/normalize_score
 with profile weights and a seeded random tie-break, assume + reserve, permit (allow / reject / wait
-with per-plugin timers); then a binding cycle (wait on permit → pre_bind → bind → post_bind),
-inline or as its own task. Any failure after reserve runs ``unreserve`` for every reserve plugin in
-reverse order and forgets the assumed pod. The plugins run through :class:`~.runtime.Framework`; the
-engine driving the scheduler hears of outcomes through :class:`~.events.SchedulerEvents`.
+with per-plugin timers); then a binding cycle (wait on permit → pre_bind → bind → post_bind). A failure
+after reserve runs ``unreserve`` in reverse order and forgets the assumed pod. Plugins run through
+:class:`~.runtime.Framework`; the engine hears of outcomes through :class:`~.events.SchedulerEvents`.
 """
 
 from __future__ import annotations
@@ -178,17 +177,15 @@ class Scheduler:
                 self.engine.pod_gated(pod, st)
 
     async def _pre_enqueue_again(self, pod: Pod) -> Status:
-        """pre_enqueue for a gated pod the queue re-checks: the engine hears of a pod still held, with the newest
-        reason (a job's position in its queue, what it now waits for)."""
+        """pre_enqueue again for a gated pod; the engine hears the newest reason of one still held."""
         st = await self.framework.run_pre_enqueue(pod)
         if not st.ok and pod.uid not in self.placeholders:
             self.engine.pod_gated(pod, st)
         return st
 
     async def recheck_pre_enqueue(self) -> None:
-        """Run pre_enqueue again for every queued pod not yet tried (active or backing off): the live engine calls it
-        once its caches have synced, since a pod listed before the objects its gate reads (a PodGroup, an
-        ElasticQuota) was let through against a partial cache."""
+        """pre_enqueue again for every queued, untried pod once the live caches synced (a gate may have read a
+        partial cache: a pod listed before its PodGroup)."""
         now = self.clock.now()
         for uid in sorted(self.queue.active | self.queue.backoff):
             info = self.queue.info(uid)
@@ -227,10 +224,8 @@ class Scheduler:
     # -- placeholder pods ---------------------------------------------------------------------------
     def add_placeholder(self, pod: Pod, plugin: str, *,
                         on_unschedulable: Callable[[Pod, Status], None] | None = None) -> None:
-        """Add, or replace, a placeholder pod of ``plugin`` (see :meth:`koordfw.Handle.add_placeholder`):
-        with ``node_name`` it is accounted on that node at once, without it queued at the next scheduling
-        step. The queue hears of it (an enqueue, ``ASSIGNED_POD_DELETE`` of what it replaced,
-        ``ASSIGNED_POD_ADD``) at the next :meth:`schedule_next` or :meth:`flush`."""
+        """Add, or replace, a placeholder pod of ``plugin`` (:meth:`koordfw.Handle.add_placeholder`): with
+        ``node_name`` accounted at once, else queued; the queue hears of it at the next step or :meth:`flush`."""
         uid = pod.uid
         if uid in self.queue.in_flight:
             raise ValueError(f"placeholder {pod.key} is in its scheduling or binding cycle")

@@ -39,14 +39,16 @@ async def test_a_gang_short_of_members_says_why_on_its_podgroup_and_in_an_event(
                     conds = (pg.get("status") or {}).get("conditions") or []
                     return conds[0] if conds else None
 
-                while (cond := await anyio.to_thread.run_sync(condition)) is None:
+                # The first member's cycle may write "1 of the 3" before the second exists: wait for the
+                # message about both members, the one that stays.
+                while (cond := await anyio.to_thread.run_sync(condition)) is None or "2 of the 3" not in cond["message"]:
                     await anyio.sleep(0.2)
 
                 def events() -> list[dict]:
                     items = kube_plane.request("GET", f"/apis/events.k8s.io/v1/namespaces/{NS}/events")["items"]
                     return [e for e in items if (e.get("regarding") or {}).get("kind") == "PodGroup"]
 
-                while not (evs := await anyio.to_thread.run_sync(events)):
+                while not (evs := [e for e in await anyio.to_thread.run_sync(events) if e.get("note") == cond["message"]]):
                     await anyio.sleep(0.2)
             eng.stop()
     assert cond["type"] == "Unschedulable" and cond["status"] == "True" and cond["reason"] == "GangSize", cond
