@@ -275,3 +275,10 @@ QUEUE_POLICY_BLOCK = "Block"  # strictly in order: the head that does not fit ho
 
 __all__ += ["KIND_QUEUE", "KIND_QUEUE_UNIT", "QUEUE_API_VERSION", "QUEUE_POLICY_BLOCK", "QUEUE_POLICY_PRIORITY",
             "QUEUE_UNIT_PHASE_DEQUEUED", "QUEUE_UNIT_PHASE_ENQUEUED", "QUEUE_UNIT_PHASE_RUNNING"]
+
+# -- device topology (apis/extension/device_share.go) ------------------------------------------------------
+#: AnnotationDeviceAllocateHint: per device type, e.g. ``{"gpu": {"requiredTopologyScope": "PCIe"}}``
+ANNOTATION_DEVICE_ALLOCATE_HINT = "scheduling.koordinator.sh/device-allocate-hint"
+#: DeviceTopologyScopeLevel: a deeper scope has the higher level
+DEVICE_TOPOLOGY_SCOPE_LEVEL = _MappingProxyType({"Device": 4, "PCIe": 3, "NUMANode": 2, "Node": 1})
+__all__ += ["ANNOTATION_DEVICE_ALLOCATE_HINT", "DEVICE_TOPOLOGY_SCOPE_LEVEL"]

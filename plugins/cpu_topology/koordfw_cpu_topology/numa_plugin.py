@@ -35,6 +35,7 @@ from .numa_policy import (
     POLICY_RESTRICTED,
     POLICY_SINGLE_NUMA_NODE,
     NUMATopologyHint,
+    ProviderHints,
     mask_bits,
     merge,
     merge_topology_policy,
@@ -51,6 +52,12 @@ class NodeNUMA:
     total: dict[int, dict[str, int]] = attrs.field(factory=dict)
     avail: dict[int, dict[str, int]] = attrs.field(factory=dict)
     error: str = ""
+
+
+def _frozen_hints(hints: ProviderHints) -> tuple[Any, ...] | None:
+    if hints is None:
+        return None
+    return tuple(sorted((k, None if v is None else tuple(v)) for k, v in hints.items()))
 
 
 def _frozen(per_numa: dict[int, dict[str, int]]) -> tuple[tuple[int, tuple[tuple[str, int], ...]], ...]:
@@ -133,21 +140,33 @@ class NUMAPolicyMixin:
                     res["cpu"] = min(res.get("cpu", 0), free * 1000)
         return out
 
-    def _numa_hint(self, nn: NodeNUMA, requests: dict[str, int], spec: NUMATopologySpec
-                   ) -> tuple[NUMATopologyHint, bool, list[str]]:
-        """The merged hint on the node (cpu and memory from this plugin's hints; a provider per resource).
-        A function of the policy, the NUMA totals and free amounts and the request only: memoised, since the
-        nodes of a fleet share a few shapes and most of them the same free amounts."""
+    def _numa_hint(self, nn: NodeNUMA, requests: dict[str, int], spec: NUMATopologySpec,
+                   extra: tuple[ProviderHints, ...] = ()) -> tuple[NUMATopologyHint, bool, list[str]]:
+        """The merged hint on the node: cpu and memory from this plugin's hints, ``extra`` from the other
+        providers (:data:`.api.NUMA_HINT_PROVIDERS`: gpu_share's GPUs). A function of the policy, the NUMA
+        totals and free amounts, the request and the providers' hints only: memoised, since the nodes of a
+        fleet share a few shapes and most of them the same free amounts."""
         req = tuple(requests.get(k, 0) for k in NUMA_RESOURCES)
         exclusive = spec.exclusive or (EXCLUSIVE_REQUIRED if spec.policy else "")
-        key = (nn.policy, exclusive, req, _frozen(nn.total), _frozen(nn.avail))
+        key = (nn.policy, exclusive, req, _frozen(nn.total), _frozen(nn.avail), tuple(_frozen_hints(e) for e in extra))
         hit = self._numa_hints_memo.get(key)
         if hit is None:
             hints = resource_hints(dict(zip(NUMA_RESOURCES, req, strict=True)), nn.total, nn.avail, nn.policy)
-            hint, admit, reasons = merge(nn.policy, list(nn.total), [hints], exclusive if nn.policy in (
+            hint, admit, reasons = merge(nn.policy, list(nn.total), [hints, *extra], exclusive if nn.policy in (
                 POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE) else "", ())
             hit = self._numa_hints_memo[key] = (hint, admit, tuple(reasons))
         return hit[0], hit[1], list(hit[2])
+
+    @staticmethod
+    def _provider_hints(view: Any, st: Any) -> tuple[tuple[ProviderHints, ...], str | None]:
+        """The other providers' hints for the pod on ``view`` (in provider-name order), or a refusal."""
+        out: list[ProviderHints] = []
+        for name in sorted(st.numa_providers):
+            hints, refusal = st.numa_providers[name](view)
+            if refusal:
+                return (), refusal
+            out.append(hints)
+        return tuple(out), None
 
     def numa_filter(self, cluster: Any, views: list[Any], st: Any) -> dict[str, Status]:
         """Refusals (and each node's best hint in ``st.numa_hints``) for nodes under a policy."""
@@ -164,7 +183,11 @@ class NUMAPolicyMixin:
                 if strict:
                     out[view.name] = Status.unresolvable(nn.error)
                 continue
-            hint, admit, reasons = self._numa_hint(nn, st.requests, st.numa_spec)
+            extra, refusal = self._provider_hints(view, st) if st.numa_providers else ((), None)
+            if refusal:
+                out[view.name] = Status.unschedulable(refusal)
+                continue
+            hint, admit, reasons = self._numa_hint(nn, st.requests, st.numa_spec, extra)
             if strict and not admit:
                 out[view.name] = Status.unschedulable(*reasons) if reasons else Status.unschedulable(
                     ERR_NO_NUMA_RESOURCES)
@@ -182,7 +205,10 @@ class NUMAPolicyMixin:
         if nn.policy == POLICY_NONE or nn.error:
             return Status.unresolvable(nn.error) if nn.error and nn.policy in (
                 POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE) else None
-        hint, admit, reasons = self._numa_hint(nn, st.requests, st.numa_spec)
+        extra, refusal = self._provider_hints(view, st) if st.numa_providers else ((), None)
+        if refusal:
+            return Status.unschedulable(refusal)
+        hint, admit, reasons = self._numa_hint(nn, st.requests, st.numa_spec, extra)
         if not admit:
             return Status.unschedulable(*(reasons or [ERR_NO_NUMA_RESOURCES]))
         nodes = hint.bits() if hint.affinity else list(nn.total)

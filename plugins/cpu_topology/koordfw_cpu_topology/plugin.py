@@ -46,9 +46,11 @@ from .accumulator import (
     SPREAD_BY_PCPUS,
     CPUAllocationError,
 )
+from .api import NUMA_AFFINITY, NUMA_HINT_PROVIDERS
 from .cpuset import CPUSetError, format_cpuset, parse_cpuset
 from .numa import NUMATopologySpec, format_numa_node_resources, parse_numa_topology_spec
 from .numa_plugin import NUMAPolicyMixin
+from .numa_policy import mask_of
 from .state import NodeAllocation, allocate_cpuset
 from .topology import ANNOTATION_CPU_TOPOLOGY, CPUTopology, TopologyError, parse_cpu_topology
 
@@ -135,6 +137,8 @@ class PodCPUState:
     numa_hints: dict = attrs.field(factory=dict)
     numa_split: dict | None = None
     numa_mask: frozenset[int] | None = None
+    #: other plugins' NUMA hint providers for this pod (api.NUMA_HINT_PROVIDERS, read at filter)
+    numa_providers: dict = attrs.field(factory=dict)
 
 
 @attrs.define
@@ -546,7 +550,14 @@ class CPUTopologyPlugin(NUMAPolicyMixin):
         numa_out: dict[str, Status] = {}
         if st.numa:
             st.numa_hints = {}
+            providers = state.get(NUMA_HINT_PROVIDERS)
+            st.numa_providers = dict(providers) if providers else {}
             numa_out = self.numa_filter(cluster, [cluster.views[int(i)] for i in idx.tolist()], st)
+            if st.numa_hints:  # what the other providers place at reserve: each admitted node's merged NUMA mask
+                aff = state.get(NUMA_AFFINITY)
+                if aff is None:
+                    aff = state[NUMA_AFFINITY] = {}
+                aff.update((name, h.affinity) for name, h in st.numa_hints.items())
         binding = self._binding_mask(st, idx)
         if not binding.any():
             return numa_out or None
@@ -662,6 +673,11 @@ class CPUTopologyPlugin(NUMAPolicyMixin):
             refused = self.numa_reserve(handle.cluster, node, st)
             if refused is not None:
                 return refused
+            if st.numa_mask is not None:  # the NUMA nodes chosen now (the filter's hint, unless the node changed)
+                aff = state.get(NUMA_AFFINITY)
+                if aff is None:
+                    aff = state[NUMA_AFFINITY] = {}
+                aff[node.name] = mask_of(*st.numa_mask)
         if not (st.request_bind or ns.node_policy):
             return None
         if ns.topology is None or ns.error:

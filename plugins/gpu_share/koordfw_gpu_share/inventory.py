@@ -82,8 +82,13 @@ def _show(v: Any, width: int = 40) -> str:
     return r if len(r) <= width else r[:width] + "…"
 
 
-def _device_list(obj: Any, node: str) -> list[tuple[int, bool, int, int, int]]:
-    """``[(minor, healthy, core milli, memory milli, memory bytes)]`` of a Device object's GPUs.
+#: one GPU of a node: (minor, healthy, core milli, memory milli, memory bytes, NUMA node, PCIe switch)
+DeviceRow = tuple[int, bool, int, int, int, int, str]
+
+
+def _device_list(obj: Any, node: str) -> list[DeviceRow]:
+    """``[(minor, healthy, core milli, memory milli, memory bytes, NUMA node, PCIe switch)]`` of a Device
+    object's GPUs (NUMA node and PCIe switch from ``topology``: see :func:`topology_of`).
 
     Raises :class:`InventoryError` naming the Device and the field for anything Koordinator's API would
     not accept (or that would not fit the columns): a non-mapping spec, devices not a list, a minor that
@@ -98,7 +103,7 @@ def _device_list(obj: Any, node: str) -> list[tuple[int, bool, int, int, int]]:
     devs = spec.get("devices") or []
     if not isinstance(devs, list):
         raise InventoryError(f"{ctx}: spec.devices must be a list")
-    out: list[tuple[int, bool, int, int, int]] = []
+    out: list[DeviceRow] = []
     seen: dict[int, int] = {}
     for i, d in enumerate(devs):
         where = f"{ctx}: spec.devices[{i}]"
@@ -121,8 +126,28 @@ def _device_list(obj: Any, node: str) -> list[tuple[int, bool, int, int, int]]:
         ratio = _amount(res, RESOURCE_GPU_MEMORY_RATIO, 100, f"{where}.resources", MAX_PERCENT, 10)
         mem = _amount(res, RESOURCE_GPU_MEMORY, 0, f"{where}.resources", MAX_DEVICE_MEMORY)
         healthy = d.get("health", True) not in (False, "false", "False", "Unhealthy")
-        out.append((minor, healthy, core, ratio, mem))
+        numa, _socket, pcie = topology_of(d, where)
+        out.append((minor, healthy, core, ratio, mem, numa, pcie))
     return sorted(out)
+
+
+def topology_of(d: Mapping[str, Any], where: str) -> tuple[int, int, str]:
+    """(NUMA node, socket, PCIe switch) of one Device entry's ``topology``: NUMA node -2 when the GPU has no
+    topology, -1 when it reports none (``nodeID: -1``). Raises :class:`InventoryError` naming the field."""
+    topo = d.get("topology")
+    if topo is None:
+        return -2, -1, ""
+    if not isinstance(topo, Mapping):
+        raise InventoryError(f"{where}.topology must be a mapping")
+    node = topo.get("nodeID", 0)  # Go's int32 zero value for a missing field, as Koordinator decodes it
+    socket = topo.get("socketID", 0)
+    for name, v in (("nodeID", node), ("socketID", socket)):
+        if isinstance(v, bool) or not isinstance(v, int) or not -1 <= v <= 63:
+            raise InventoryError(f"{where}.topology.{name}: expected an integer in [-1, 63], got {v!r:.40}")
+    pcie = topo.get("pcieID", "")
+    if not isinstance(pcie, str) or len(pcie) > 253:
+        raise InventoryError(f"{where}.topology.pcieID: expected a string of at most 253 characters")
+    return node, socket, pcie
 
 
 def devices_by_node(cluster: Any) -> tuple[dict[str, Any], dict[str, str]]:
@@ -154,13 +179,13 @@ class Inventory:
         views = cluster.views
         n = cluster.num_nodes
         devices, dup_errors = devices_by_node(cluster)
-        per_node: list[list[tuple[int, bool, int, int, int]]] = []
+        per_node: list[list[DeviceRow]] = []
         self.errors: dict[str, str] = {}
         models: list[str] = []
         model_of: list[str] = []
         for v in views:
             name = v.name
-            devs: list[tuple[int, bool, int, int, int]] = []
+            devs: list[DeviceRow] = []
             obj = devices.get(name)
             try:
                 if name in dup_errors:
@@ -184,9 +209,17 @@ class Inventory:
         self.total_mem = np.zeros((n, g), dtype=np.int64)
         self.mem_bytes = np.zeros((n, g), dtype=np.int64)
         self.minor = np.full((n, g), -1, dtype=np.int64)
+        #: each slot's NUMA node (-1: reported as none, -2: no topology) and PCIe switch (an index, in
+        #: pcieID order within the node; -1: none)
+        self.numa = np.full((n, g), -2, dtype=np.int64)
+        self.pcie = np.full((n, g), -1, dtype=np.int64)
         for i, devs in enumerate(per_node):
-            for j, (minor, healthy, core, ratio, mem) in enumerate(devs):
+            switches = {p: k for k, p in enumerate(sorted({(d[5], d[6]) for d in devs if d[5] != -2}))}
+            for j, (minor, healthy, core, ratio, mem, numa, pcie) in enumerate(devs):
                 self.minor[i, j] = minor
+                self.numa[i, j] = numa
+                if numa != -2:
+                    self.pcie[i, j] = switches[(numa, pcie)]
                 if healthy:
                     self.total_core[i, j], self.total_mem[i, j], self.mem_bytes[i, j] = core, ratio, mem
         self.ngpu = (self.total_core > 0).sum(axis=1)
@@ -199,11 +232,13 @@ class Inventory:
         self.allocs: dict[str, Alloc] = {}
         self.tags: list[dict[str, int]] = [dict() for _ in range(n)]
         self.any_gpu = bool(self.ngpu.any())
+        #: some GPU reports its NUMA node (only then does gpu_share offer NUMA hints)
+        self.any_numa = bool((self.numa >= 0).any())
         #: (pod uid, annotation) already warned about as unreadable
         self.bad_annotations: BoundedCache[tuple[str, str], bool] = BoundedCache(65536)
 
     @staticmethod
-    def _from_allocatable(view: Any) -> list[tuple[int, bool, int, int, int]]:
+    def _from_allocatable(view: Any) -> list[DeviceRow]:
         alloc = view.allocatable
         count = alloc.get(NVIDIA_GPU, 0)
         if not count:
@@ -217,7 +252,7 @@ class Inventory:
         if mem > MAX_DEVICE_MEMORY:
             raise InventoryError(f"Node {view.name}: status.allocatable.{RESOURCE_GPU_MEMORY}: more than "
                                  f"{MAX_DEVICE_MEMORY} bytes per GPU")
-        return [(i, True, MILLI, MILLI, mem) for i in range(count)]
+        return [(i, True, MILLI, MILLI, mem, -2, "") for i in range(count)]
 
     # -- allocation bookkeeping -------------------------------------------------------------------
     def _apply(self, a: Alloc, sign: int) -> None:

@@ -21,10 +21,12 @@ import json
 import math
 from collections import Counter, deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any, cast
 
 import attrs
 import numpy as np
+from koordfw_cpu_topology.api import NUMA_AFFINITY, NUMA_HINT_PROVIDERS, NUMATopologyHint, ProviderResult
 
 from koordfw import (
     BoundedCache,
@@ -41,7 +43,12 @@ from koordfw import (
     hookimpl,
 )
 from koordfw.contract import FilterBatchResult
-from koordfw.extension import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
+from koordfw.extension import (
+    ANNOTATION_DEVICE_ALLOCATE_HINT,
+    RESOURCE_GPU_CORE,
+    RESOURCE_GPU_MEMORY,
+    RESOURCE_GPU_MEMORY_RATIO,
+)
 from koordfw.inputs import camel
 
 from . import (
@@ -50,6 +57,7 @@ from . import (
     lp,
 )
 from . import node_resources as node_res
+from . import topology as topo
 from .inventory import DEVICE_ALLOCATED, MAX_GPUS_PER_NODE, MILLI, Alloc, Inventory
 from .policies import CHOICE as _CHOICE
 from .policies import POLICIES, Policy, pod_tag, sub_select  # noqa: F401  (pod_tag, sub_select: public)
@@ -57,6 +65,7 @@ from .requests import GpuRequest, InvalidGpuRequest, pod_gpu_request, pod_key
 
 _REQ: StateKey[GpuRequest | None] = StateKey("gpu_share/request")
 _ALLOC: StateKey[Alloc] = StateKey("gpu_share/alloc")
+_SCOPE: StateKey[int] = StateKey("gpu_share/required_scope")
 _LP_UNDO: StateKey[tuple] = StateKey("gpu_share/lp")
 #: fgdlp with a learnt share distribution: first LP after this many shared pods, then again every as many
 LP_LEARN_EVERY = 300
@@ -129,6 +138,8 @@ class Args:
     #: fgdlp opens a GPU for a configuration only on a node whose CPU left after the pod is at least this
     #: many times the typical CPU of the configuration's other shares (1.5 measured best of 1, 1.5, 2)
     lp_cpu_margin: float = attrs.field(default=1.5, validator=_number(0))
+    #: Koordinator's DeviceShareArgs field: no GPU NUMA hints, no GPU choice by the NUMA policy's affinity
+    disable_device_NUMA_topology_alignment: bool = False
 
 
 def typical_weights(pods: list[TypicalPod]) -> list[tuple[frag.PodKey, float]]:
@@ -158,6 +169,7 @@ class GpuShare:
         self._lp_counted: dict[str, None] = {}  # insertion-ordered, bounded by LP_COUNTED_MAX
         self._warned: BoundedCache[Any, bool] = BoundedCache(65536)  # inventory errors already logged
         self._policies: dict[str, Policy] = {}
+        self._numa_memo: BoundedCache[tuple, ProviderResult] = BoundedCache(65536)  # GPU NUMA hints per node state
 
     def policy(self, args: Args) -> Policy:
         """The policy object of ``args.policy``, bound to this plugin."""
@@ -307,6 +319,11 @@ class GpuShare:
         except InvalidGpuRequest as e:
             return Status.unresolvable(str(e))
         state[_REQ] = req
+        if req is not None and ANNOTATION_DEVICE_ALLOCATE_HINT in pod.annotations:
+            try:
+                state[_SCOPE] = topo.required_scope(pod.annotations)
+            except ValueError as e:
+                return Status.unresolvable(f"pod {pod.key}: annotation {ANNOTATION_DEVICE_ALLOCATE_HINT}: {e}")
         if self.policy(args).needs_lp and not args.share_sizes and pod.uid not in self._lp_counted:
             self._lp_counted[pod.uid] = None  # count each pod once, however often it is retried
             if len(self._lp_counted) > LP_COUNTED_MAX:
@@ -314,9 +331,35 @@ class GpuShare:
             self._learn_share(req, args)
         if req is None:
             return Status.skip()
-        if not cast(Inventory, self.inv).any_gpu:  # synced above
+        inv = cast(Inventory, self.inv)  # synced above
+        if not inv.any_gpu:
             return Status.unresolvable(f"{INSUFFICIENT}: no node has GPU devices")
+        if inv.any_numa and not args.disable_device_NUMA_topology_alignment:  # a NUMA hint provider (topology.py)
+            providers = state.get(NUMA_HINT_PROVIDERS)
+            if providers is None:
+                providers = state[NUMA_HINT_PROVIDERS] = {}
+            providers["gpu_share"] = partial(self.numa_hints, req)
         return None
+
+    def numa_hints(self, req: GpuRequest, view: NodeView) -> ProviderResult:
+        """The GPU NUMA hints of ``view`` for ``req`` (:func:`.topology.numa_hints`), memoised by the node's
+        GPU state."""
+        inv = cast(Inventory, self.inv)
+        i = view.index
+        key = (IdentityKey(inv), i, int(inv.version[i]), req.core, req.memory_ratio, req.memory_bytes, req.count, req.milli)
+        hit = self._numa_memo.get(key)
+        if hit is None:
+            fit = inv.fit_devices(np.array([i]), req.core, req.memory_ratio, req.memory_bytes)[0]
+            hints, feasible = topo.numa_hints(inv, i, fit, req.count, req.milli >= MILLI)
+            if hints is None:
+                hit = (None, None)
+            elif not feasible:
+                hit = (None, topo.ERR_INSUFFICIENT_NUMA_SCOPED_DEVICES)
+            else:
+                hit = ({topo.GPU_HINT_RESOURCE: [NUMATopologyHint(h.mask, preferred=h.preferred, score=h.score)
+                                                  for h in hints]}, None)
+            self._numa_memo[key] = hit
+        return hit
 
     @hookimpl
     def filter(self, pod: Pod, nodes: NodeBatch, state: CycleState) -> FilterBatchResult:
@@ -329,6 +372,9 @@ class GpuShare:
         if req.spec:
             allowed = np.array([m in req.spec.split("|") for m in inv.models] + [False], dtype=np.bool_)
             ok &= allowed[inv.model[idx]]
+        required = state.get(_SCOPE, 0)
+        if required and req.milli >= MILLI:  # whole GPUs within the required topology scope: node by node
+            return self._filter_scoped(nodes, ok, req, required)
         if ok.all():
             return None
         # the kernel's mask form: one shared Status, no per-node Python work for the common case
@@ -338,6 +384,24 @@ class GpuShare:
         reasons = [None if good else (inv.errors.get(views[i].name) or _INSUFFICIENT)
                    for i, good in zip(idx.tolist(), ok.tolist())]
         return ok, reasons
+
+    def _filter_scoped(self, nodes: NodeBatch, ok: np.ndarray, req: GpuRequest, required: int) -> FilterBatchResult:
+        """The filter for a pod whose ``requiredTopologyScope`` asks its GPUs to share a scope (Koordinator
+        runs the allocator at Filter): a node passes when :func:`.topology.scope_choose` finds them."""
+        inv = cast(Inventory, self.inv)
+        views = nodes.cluster.views
+        out: list[Status | None] = []
+        for i, good in zip(nodes.idx.tolist(), ok.tolist()):
+            if not good:
+                out.append(Status.unschedulable(inv.errors.get(views[i].name) or INSUFFICIENT))
+            elif not topo.has_tree(inv, i):
+                out.append(Status.unresolvable(topo.ERR_NODE_MISSING_GPU_DEVICE_TOPOLOGY_TREE))
+            else:
+                fit = inv.fit_devices(np.array([i]), req.core, req.memory_ratio, req.memory_bytes)[0]
+                found = topo.scope_choose(inv, i, fit, req.count, required) is not None
+                out.append(None if found else Status.unschedulable(topo.ERR_INSUFFICIENT_TOPOLOGY_SCOPED_GPU_DEVICES))
+        mask = np.array([s is None for s in out], dtype=bool)
+        return None if mask.all() else (mask, out)
 
     @hookimpl
     def pre_score(self, pod: Pod, nodes: NodeBatch, state: CycleState, args: Args) -> Status | None:
@@ -355,13 +419,24 @@ class GpuShare:
 
     # -- device choice ---------------------------------------------------------------------------
     def choose_slots(self, cluster: ClusterView, i: int, pod: Pod, req: GpuRequest, args: Args,
-                     choice: tuple | None = None) -> list[int]:
+                     choice: tuple | None = None, numa_mask: int | None = None, required: int = 0) -> list[int]:
+        """The GPUs for ``req`` on node ``i``: within ``numa_mask`` (the NUMA policy's affinity) when given;
+        whole GPUs from one topology scope (:func:`.topology.scope_choose`) on a node whose GPUs report their
+        topology; else the policy's choice."""
         inv = self.inv
         assert inv is not None  # sync built it
         fit = inv.fit_devices(np.array([i]), req.core, req.memory_ratio, req.memory_bytes)[0]
+        if numa_mask is not None:
+            fit &= topo.in_affinity(inv, i, numa_mask)
         cand = np.flatnonzero(fit)
         if len(cand) < req.count:
             return []
+        if req.milli >= MILLI:
+            got = topo.scope_choose(inv, i, fit, req.count, required)
+            if got is not None:
+                return got
+            if required and topo.has_tree(inv, i):
+                return []
         return self.policy(args).choose(cluster, i, pod, req, args, fit, cand, choice)
 
     @hookimpl
@@ -370,9 +445,12 @@ class GpuShare:
         if req is None:
             return None
         inv = self.sync(handle.cluster)
-        slots = self.choose_slots(handle.cluster, node.index, pod, req, args, state.get(_CHOICE))
+        mask = None if args.disable_device_NUMA_topology_alignment else (state.get(NUMA_AFFINITY) or {}).get(node.name)
+        required = state.get(_SCOPE, 0)
+        slots = self.choose_slots(handle.cluster, node.index, pod, req, args, state.get(_CHOICE), mask, required)
         if len(slots) < req.count:
-            return Status.unschedulable(INSUFFICIENT)
+            return Status.unschedulable(topo.ERR_INSUFFICIENT_NUMA_SCOPED_DEVICES if mask is not None else
+                                        topo.ERR_INSUFFICIENT_TOPOLOGY_SCOPED_GPU_DEVICES if required else INSUFFICIENT)
         rec = self.policy(args).reserved(node.index, slots, req, state.get(_CHOICE))
         if rec is not None:
             state[_LP_UNDO] = rec

@@ -1,0 +1,50 @@
+"""cpu_topology's public API for other packages: the NUMA hint exchange of the topology policy (Koordinator's
+``frameworkext/topologymanager``: ``NUMATopologyHintProvider`` and the affinity store).
+
+The cpu_topology plugin owns the NUMA topology policy: for a pod on a node under ``BestEffort``,
+``Restricted`` or ``SingleNUMANode`` it merges NUMA hints per resource (its own for cpu and memory) and keeps
+the best merged hint. Another plugin that places NUMA-local resources (gpu_share's GPUs) takes part through
+the pod's :class:`~koordfw.CycleState`, with nothing else of this package:
+
+* at ``pre_filter`` it adds a provider under :data:`NUMA_HINT_PROVIDERS` (``state.setdefault``-style: read
+  the dict, add its entry by plugin name). A provider is called with the node (a :class:`~koordfw.NodeView`)
+  and returns ``(hints, refusal)``: ``hints`` maps a resource name to its hints (``None``: no preference,
+  an empty list: no NUMA set can hold it), ``refusal`` is a message when the node cannot take the pod at all;
+* after the filters, :data:`NUMA_AFFINITY` maps each node the policy admitted to the NUMA nodes of its
+  merged hint (a bitmask, bit *n* = NUMA node *n*; ``None``: no preference). At ``reserve`` the provider
+  places its resources on the chosen node's NUMA nodes (Koordinator's ``Allocate(affinity)``).
+
+A provider's hints must be a function of the node's state: cpu_topology memoises merges by their inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from koordfw import StateKey
+
+from .numa_policy import (
+    POLICY_BEST_EFFORT,
+    POLICY_NONE,
+    POLICY_RESTRICTED,
+    POLICY_SINGLE_NUMA_NODE,
+    NUMATopologyHint,
+    iterate_masks,
+    mask_bits,
+    mask_of,
+)
+
+__all__ = ["NUMA_AFFINITY", "NUMA_HINT_PROVIDERS", "POLICY_BEST_EFFORT", "POLICY_NONE", "POLICY_RESTRICTED",
+           "POLICY_SINGLE_NUMA_NODE", "HintProvider", "NUMATopologyHint", "ProviderResult", "iterate_masks",
+           "mask_bits", "mask_of"]
+
+#: what a provider returns for one node: (resource name -> hints or None, refusal message or None)
+ProviderResult = tuple[Mapping[str, Sequence[NUMATopologyHint] | None] | None, str | None]
+#: a NUMA hint provider: the node (a NodeView) -> its hints for the pod of the cycle
+HintProvider = Callable[[Any], ProviderResult]
+
+#: plugin name -> its provider, for this pod's cycle (set at pre_filter)
+NUMA_HINT_PROVIDERS: StateKey[dict[str, HintProvider]] = StateKey("cpu_topology/numa_hint_providers")
+#: node name -> the merged hint's NUMA mask (None: any NUMA node), for the nodes the policy admitted
+NUMA_AFFINITY: StateKey[dict[str, int | None]] = StateKey("cpu_topology/numa_affinity")
