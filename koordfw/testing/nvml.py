@@ -39,6 +39,13 @@ class MemoryInfo:
     used: int
 
 
+@attrs.frozen
+class PciInfo:
+    """``nvmlPciInfo_t``: ``busId`` as NVML writes it (8-digit domain, upper case: ``00000000:3B:00.0``)."""
+
+    busId: str  # noqa: N815 (NVML's field name)
+
+
 @attrs.define
 class FakeGPU:
     uuid: str
@@ -102,6 +109,10 @@ class FakeNVML:
             if _norm(g.bus_id) == want:
                 return g
         raise NVMLError(NVMLError.ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetPciInfo(self, h: FakeGPU) -> PciInfo:
+        self._check()
+        return PciInfo("0000" + _norm(h.bus_id).upper())
 
     def nvmlDeviceGetUUID(self, h: FakeGPU) -> str:
         self._check()

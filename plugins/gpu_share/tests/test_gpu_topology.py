@@ -246,37 +246,24 @@ def test_required_topology_scope_filters_nodes_and_names_the_reason():
 
 
 # -- the node side: koordlet's topology from the PCI bus id ----------------------------------------------------
-def fake_sysfs(tmp_path, gpus: dict[str, tuple[str, int]]):
-    """/sys/bus/pci/devices with a symlink per bus id into /sys/devices/<root complex>/..., and numa_node."""
-    devices = tmp_path / "bus" / "pci" / "devices"
-    devices.mkdir(parents=True)
-    for bdf, (root, numa) in gpus.items():
-        real = tmp_path / "devices" / root / f"{root[3:]}:00.0" / bdf
-        real.mkdir(parents=True)
-        (real / "numa_node").write_text(f"{numa}\n")
-        (devices / bdf).symlink_to(real)
-    return devices
-
-
 def test_agent_reports_each_gpus_numa_node_and_root_complex(tmp_path):
-    import types
-
+    """koordfw.testing's fake NVML and its sysfs tree: each GPU's NUMA node and PCIe root complex, as the
+    scheduler then reads them; numa_node -1 reads as 0; a GPU sysfs does not know gets no topology."""
     from koordfw_gpu_share.agent_devices import build_device, pci_topology
 
-    pci = fake_sysfs(tmp_path, {"0000:3b:00.0": ("pci0000:3a", 0), "0000:86:00.0": ("pci0000:85", 1),
-                                "0000:af:00.0": ("pci0000:ae", -1)})
-    buses = {0: b"00000000:3B:00.0", 1: "00000000:86:00.0", 2: "00000000:AF:00.0", 3: "00000000:D8:00.0"}
-    fake = types.SimpleNamespace(
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 4,
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
-        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=2**34),
-        nvmlDeviceGetMinorNumber=lambda h: h, nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=buses[h]))
-    devs = build_device("g1", fake, pci_dir=pci)["spec"]["devices"]
+    from koordfw.testing.nvml import FakeGPU, FakeNVML
+
+    gpus = [FakeGPU("GPU-0", "0000:3b:00.0", 0, numa_node=0, pcie_root="pci0000:3a"),
+            FakeGPU("GPU-1", "0000:86:00.0", 1, numa_node=1, pcie_root="pci0000:85"),
+            FakeGPU("GPU-2", "0000:af:00.0", 2, numa_node=-1, pcie_root="pci0000:ae")]
+    FakeNVML(gpus).write_sysfs(tmp_path)
+    gpus.append(FakeGPU("GPU-3", "0000:d8:00.0", 3))  # not in sysfs
+    pci = tmp_path / "bus" / "pci" / "devices"
+    devs = build_device("g1", FakeNVML(gpus), pci_dir=pci)["spec"]["devices"]
     assert devs[0]["topology"] == {"socketID": -1, "nodeID": 0, "pcieID": "pci0000:3a", "busID": "0000:3b:00.0"}
     assert devs[1]["topology"]["nodeID"] == 1 and devs[1]["topology"]["pcieID"] == "pci0000:85"
-    assert devs[2]["topology"]["nodeID"] == 0  # numa_node -1 (no NUMA affinity) reads as 0, as koordlet does
-    assert "topology" not in devs[3]  # sysfs does not know it
+    assert devs[2]["topology"]["nodeID"] == 0
+    assert "topology" not in devs[3]
     assert pci_topology("not a bus id", pci) is None
-    # what the agent reports, the scheduler reads
     inv = inventory(device={"kind": "Device", "metadata": {"name": "test-node-1"}, "spec": {"devices": devs}})
     assert inv.numa[0, :4].tolist() == [0, 1, 0, -2]
