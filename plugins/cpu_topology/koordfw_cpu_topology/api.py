@@ -14,13 +14,17 @@ the pod's :class:`~koordfw.CycleState`, with nothing else of this package:
   merged hint (a bitmask, bit *n* = NUMA node *n*; ``None``: no preference). At ``reserve`` the provider
   places its resources on the chosen node's NUMA nodes (Koordinator's ``Allocate(affinity)``).
 
-A provider's hints must be a function of the node's state: cpu_topology memoises merges by their inputs.
+A provider's hints must be a function of the node's state: cpu_topology memoises merges by their inputs. A
+provider may also answer for many nodes at once (:class:`SingleNUMAProvider`), which lets cpu_topology decide
+SingleNUMANode for a whole batch of nodes with numpy instead of a merge per node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 from koordfw import StateKey
 
@@ -36,13 +40,26 @@ from .numa_policy import (
 )
 
 __all__ = ["NUMA_AFFINITY", "NUMA_HINT_PROVIDERS", "POLICY_BEST_EFFORT", "POLICY_NONE", "POLICY_RESTRICTED",
-           "POLICY_SINGLE_NUMA_NODE", "HintProvider", "NUMATopologyHint", "ProviderResult", "iterate_masks",
+           "POLICY_SINGLE_NUMA_NODE", "HintProvider", "SingleNUMAProvider", "NUMATopologyHint", "ProviderResult", "iterate_masks",
            "mask_bits", "mask_of"]
 
 #: what a provider returns for one node: (resource name -> hints or None, refusal message or None)
 ProviderResult = tuple[Mapping[str, Sequence[NUMATopologyHint] | None] | None, str | None]
 #: a NUMA hint provider: the node (a NodeView) -> its hints for the pod of the cycle
 HintProvider = Callable[[Any], ProviderResult]
+
+@runtime_checkable
+class SingleNUMAProvider(Protocol):
+    """A provider that also answers, for many nodes at once, where a single NUMA node holds its resources."""
+
+    def __call__(self, view: Any) -> ProviderResult: ...
+
+    def single_numa(self, idx: np.ndarray, zones: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """For the cluster's nodes ``idx``: (has a preference at all: a node without one, e.g. without NUMA
+        information, takes any NUMA node; a (len(idx), len(zones)) bool array: NUMA node ``zones[k]`` alone
+        holds the request, i.e. the provider would give a hint of exactly that node)."""
+        ...
+
 
 #: plugin name -> its provider, for this pod's cycle (set at pre_filter)
 NUMA_HINT_PROVIDERS: StateKey[dict[str, HintProvider]] = StateKey("cpu_topology/numa_hint_providers")

@@ -21,7 +21,6 @@ import json
 import math
 from collections import Counter, deque
 from collections.abc import Callable
-from functools import partial
 from typing import Any, cast
 
 import attrs
@@ -338,7 +337,7 @@ class GpuShare:
             providers = state.get(NUMA_HINT_PROVIDERS)
             if providers is None:
                 providers = state[NUMA_HINT_PROVIDERS] = {}
-            providers["gpu_share"] = partial(self.numa_hints, req)
+            providers["gpu_share"] = GpuNUMAHints(self, req)
         return None
 
     def numa_hints(self, req: GpuRequest, view: NodeView) -> ProviderResult:
@@ -502,3 +501,30 @@ def device_allocated_json(inv: Inventory, a: Alloc) -> str:
                 res[RESOURCE_GPU_MEMORY] = format_quantity(RESOURCE_GPU_MEMORY, a.mem // 10 * total_b // 100)
         out.append({"minor": int(inv.minor[a.node, s]), "resources": dict(sorted(res.items()))})
     return json.dumps({"gpu": out}, separators=(",", ":"))
+
+
+class GpuNUMAHints:
+    """gpu_share's NUMA hint provider for one pod's cycle (:data:`koordfw_cpu_topology.api.NUMA_HINT_PROVIDERS`):
+    called with a node, its hints; :meth:`single_numa` answers the SingleNUMANode question for many nodes at once."""
+
+    def __init__(self, plugin: GpuShare, req: GpuRequest) -> None:
+        self.plugin = plugin
+        self.req = req
+
+    def __call__(self, view: NodeView) -> ProviderResult:
+        return self.plugin.numa_hints(self.req, view)
+
+    def single_numa(self, idx: np.ndarray, zones: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """For nodes ``idx``: (whether the node's GPUs report NUMA nodes at all: the others have no preference,
+        whether NUMA node ``zones[k]`` alone holds the request's GPUs: a (len(idx), len(zones)) bool array).
+        The single-NUMA-node hints :func:`.topology.numa_hints` gives, vectorised."""
+        inv = cast(Inventory, self.plugin.inv)
+        req = self.req
+        fit = inv.fit_devices(idx, req.core, req.memory_ratio, req.memory_bytes)
+        numa = inv.numa[idx]
+        healthy = inv.total_core[idx] > 0
+        has = ((numa >= 0) & healthy).any(axis=1)
+        out = np.zeros((len(idx), len(zones)), dtype=bool)
+        for k, z in enumerate(zones):
+            out[:, k] = (fit & (numa == z)).sum(axis=1) >= req.count
+        return has, out

@@ -267,3 +267,43 @@ def test_agent_reports_each_gpus_numa_node_and_root_complex(tmp_path):
     assert pci_topology("not a bus id", pci) is None
     inv = inventory(device={"kind": "Device", "metadata": {"name": "test-node-1"}, "spec": {"devices": devs}})
     assert inv.numa[0, :4].tolist() == [0, 1, 0, -2]
+
+
+def test_single_numa_batch_answers_as_the_hints_do():
+    """GpuNUMAHints.single_numa (numpy, for many nodes) against numa_hints' single-node hints, node by node, on
+    seeded random GPU layouts, holdings and requests: the same nodes have a preference, the same NUMA nodes
+    alone hold the GPUs."""
+    from koordfw_gpu_share.plugin import GpuNUMAHints, GpuShare
+
+    rng = np.random.default_rng(7)
+    c = ClusterState()
+    for k in range(40):
+        gpus = int(rng.integers(1, 9))
+        name = f"n{k}"
+        c.add_node(make_node(name, allocatable={"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": str(gpus)}))
+        numa = {m: int(rng.integers(-1, 3)) for m in range(gpus)}
+        dev = fake_device(name, numa=numa, pcie={m: str(m // 2) for m in range(gpus)}, gpus=gpus)
+        if k % 7 == 0:  # a node without topology
+            for d in dev["spec"]["devices"]:
+                del d["topology"]
+        c.set_object("Device", dev)
+        for m in range(gpus):
+            used = int(rng.choice([0, 0, 30, 60, 100]))
+            if used:
+                ann = {ALLOCATED: json.dumps({"gpu": [{"minor": m, "resources": {
+                    "koordinator.sh/gpu-core": str(used), "koordinator.sh/gpu-memory-ratio": str(used)}}]})}
+                c.add_pod(make_pod(f"h-{k}-{m}", requests={"koordinator.sh/gpu-core": str(used)}, annotations=ann,
+                                   node_name=name))
+    plugin = GpuShare()
+    plugin.sync(c)
+    idx = np.arange(c.num_nodes)
+    zones = [0, 1, 2]
+    for requests in ({"nvidia.com/gpu": 1}, {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 3},
+                     {"koordinator.sh/gpu-core": 50, "koordinator.sh/gpu-memory-ratio": 50}):
+        provider = GpuNUMAHints(plugin, normalize_request(requests))
+        has, fits = provider.single_numa(idx, zones)
+        for i in idx.tolist():
+            hints, refusal = provider(c.views[i])
+            assert bool(has[i]) == (hints is not None or refusal is not None), (requests, i)
+            singles = {h.affinity for h in (hints or {}).get("gpu", []) if h.affinity.bit_count() == 1}
+            assert {1 << z for z, ok in zip(zones, fits[i].tolist()) if ok} == singles, (requests, i)
