@@ -7,7 +7,7 @@ ElasticQuota objects; with none, :func:`victim_rule` returns ``None`` (no quota 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -16,7 +16,7 @@ from koordfw import ClusterView, Pod, canonical
 
 from .quotas import DEFAULT, LABEL_PREEMPTIBLE, ROOT, QuotaTree, build_quotas
 
-__all__ = ["QuotaFigures", "is_quota_preemptible", "quota_figures", "quota_names", "victim_rule"]
+__all__ = ["QuotaFigures", "QuotaFiguresCache", "is_quota_preemptible", "quota_figures", "quota_names", "victim_rule"]
 
 
 def is_quota_preemptible(pod: Pod) -> bool:
@@ -86,25 +86,26 @@ class QuotaFigures:
         return out
 
 
-def quota_figures(cluster: ClusterView, args: Any = None) -> QuotaFigures | None:
-    """The quota tree of the cluster as it is now (every non-terminal pod counted, as the plugin's runtime
-    computation does), or ``None`` without ElasticQuota objects. ``args`` are the elastic_quota plugin's
-    (its defaults when ``None``)."""
-    objs = cluster.objects_of("ElasticQuota")
-    if not objs:
-        return None
+def _tree(objs: Mapping[str, Mapping[str, Any]], args: Any) -> QuotaTree:
     valid, invalid = build_quotas(o for _, o in sorted(objs.items()))
     dmax = getattr(args, "default_quota_group_max", {}) or {}
     smax = getattr(args, "system_quota_group_max", {}) or {}
-    tree = QuotaTree(valid, invalid, default_max={k: canonical(k, v) for k, v in dmax.items()},
+    return QuotaTree(valid, invalid, default_max={k: canonical(k, v) for k, v in dmax.items()},
                      system_max={k: canonical(k, v) for k, v in smax.items()},
                      enable_min_scale=bool(getattr(args, "enable_min_quota_scale", True)),
                      guarantee_usage=bool(getattr(args, "guarantee_usage", False)))
-    for p in cluster.all_pods():
-        if p.is_terminal:
-            continue
-        tree.add_pod(tree.quota_name_of(p.labels, p.namespace), p.requests, bool(p.node_name),
-                     is_quota_preemptible(p))
+
+
+def _args_key(args: Any) -> tuple[Any, ...]:
+    """What of the plugin's args shapes the tree."""
+    return (tuple(sorted((getattr(args, "default_quota_group_max", {}) or {}).items())),
+            tuple(sorted((getattr(args, "system_quota_group_max", {}) or {}).items())),
+            bool(getattr(args, "enable_min_quota_scale", True)), bool(getattr(args, "guarantee_usage", False)),
+            bool(getattr(args, "enable_runtime_quota", True)))
+
+
+def _figures(tree: QuotaTree, cluster: ClusterView, args: Any) -> QuotaFigures:
+    """The figures of a tree whose pods were added: usage up the tree, the runtimes from the live nodes."""
     tree.aggregate_used()
     n = cluster.num_nodes
     alloc = cluster.allocatable[:n]
@@ -126,3 +127,101 @@ def quota_figures(cluster: ClusterView, args: Any = None) -> QuotaFigures | None
         parent={n: (None if s.quota.parent == ROOT or s.quota.parent not in st else s.quota.parent)
                 for n, s in st.items()},
         name_of=name_of)
+
+
+def quota_figures(cluster: ClusterView, args: Any = None) -> QuotaFigures | None:
+    """The quota tree of the cluster as it is now (every non-terminal pod counted, as the plugin's runtime
+    computation does), or ``None`` without ElasticQuota objects. ``args`` are the elastic_quota plugin's
+    (its defaults when ``None``). :class:`QuotaFiguresCache` gives the same figures without recounting
+    every pod at every call."""
+    objs = cluster.objects_of("ElasticQuota")
+    if not objs:
+        return None
+    tree = _tree(objs, args)
+    for p in cluster.all_pods():
+        if p.is_terminal:
+            continue
+        tree.add_pod(tree.quota_name_of(p.labels, p.namespace), p.requests, bool(p.node_name),
+                     is_quota_preemptible(p))
+    return _figures(tree, cluster, args)
+
+
+#: per resource: [the sum of the requests, how many pods requested it] (a resource no pod requests has no key,
+#: as when the requests are summed afresh)
+_Sums = dict[str, list[int]]
+
+
+def _count(into: _Sums, request: Mapping[str, int], sign: int) -> None:
+    for r, v in request.items():
+        cell = into.get(r)
+        if cell is None:
+            cell = into[r] = [0, 0]
+        cell[0] += sign * v
+        cell[1] += sign
+        if not cell[1]:
+            del into[r]
+
+
+class QuotaFiguresCache:
+    """:func:`quota_figures` kept from one call to the next, for a caller that asks at every cluster change
+    (the job queue's admission pass): each pod's share of its quota's usage is added or taken back when the
+    pod object changes (added, bound, deleted, relabelled), instead of recounting every pod; the tree is
+    rebuilt when the ElasticQuota objects or the plugin's args change. The figures are those of
+    :func:`quota_figures` on the same cluster."""
+
+    def __init__(self) -> None:
+        self._key: tuple[Any, ...] | None = None
+        self._tree: QuotaTree | None = None
+        #: uid → the pod object counted, and its share: (quota, requests, assigned, preemptible)
+        self._pods: dict[str, Pod] = {}
+        self._share: dict[str, tuple[str, Mapping[str, int], bool, bool]] = {}
+        #: quota → its own pods' sums: requests (pending and bound), used (bound), non-preemptible used
+        self._own: dict[str, tuple[_Sums, _Sums, _Sums]] = {}
+
+    def _put(self, uid: str, sign: int) -> None:
+        quota, req, assigned, preemptible = self._share[uid]
+        own = self._own.get(quota)
+        if own is None:
+            own = self._own[quota] = ({}, {}, {})
+        _count(own[0], req, sign)
+        if assigned:
+            _count(own[1], req, sign)
+            if not preemptible:
+                _count(own[2], req, sign)
+
+    def figures(self, cluster: ClusterView, args: Any = None) -> QuotaFigures | None:
+        objs = cluster.objects_of("ElasticQuota")
+        if not objs:
+            self._key, self._tree = None, None
+            return None
+        key = (cluster.objects_generation("ElasticQuota"), _args_key(args))
+        if key != self._key or self._tree is None:
+            self._key, self._tree = key, _tree(objs, args)
+            self._pods, self._share, self._own = {}, {}, {}
+        tree = self._tree
+        seen = self._pods
+        entries = cluster.pods
+        for uid in [u for u in seen if u not in entries]:
+            self._put(uid, -1)
+            del seen[uid], self._share[uid]
+        for uid, e in entries.items():
+            p = e.pod
+            if seen.get(uid) is p:
+                continue
+            if uid in self._share:
+                self._put(uid, -1)
+                del self._share[uid]
+            seen[uid] = p
+            if p.is_terminal:
+                continue
+            self._share[uid] = (tree.quota_name_of(p.labels, p.namespace), p.requests, bool(p.node_name),
+                                is_quota_preemptible(p))
+            self._put(uid, 1)
+        for name, st in tree.states.items():
+            own = self._own.get(name)
+            if own is None:
+                st.pod_request, st.used, st.non_preemptible_used = {}, {}, {}
+            else:
+                st.pod_request, st.used, st.non_preemptible_used = (
+                    {r: c[0] for r, c in sums.items()} for sums in own)
+        return _figures(tree, cluster, args)

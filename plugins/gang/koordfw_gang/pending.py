@@ -96,9 +96,11 @@ class PendingJobs:
             if len(g.children) < g.spec.min_member:
                 return GANG_SIZE, (f"{head}; gang {g.gang_id} has {len(g.children)} of the {g.spec.min_member} "
                                    f"pods of its minMember")
+        # every gang is defined and has its members now: a member's GangSize cause (say, gated before its
+        # PodGroup was seen, and rejected since only as another member's echo) no longer holds
         causes = [c for g in group for u, c in self._causes.items()
-                  if u in g.children and u not in g.bound and (p := handle.cluster.pod(u)) is not None
-                  and not p.node_name]
+                  if u in g.children and u not in g.bound and c.constraint != GANG_SIZE
+                  and (p := handle.cluster.pod(u)) is not None and not p.node_name]
         if not causes:
             return None
         c = min(causes, key=lambda c: (_rank(c), c.pod))

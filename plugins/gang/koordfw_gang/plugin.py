@@ -265,14 +265,14 @@ class Coscheduling:
     def _prune(self, g: Gang, handle: Handle) -> None:
         """Forget members that left the cluster (Koordinator's onPodDelete), and count a bound member that is
         pending again (the embedded engine brings an evicted pod back under its uid) as no longer bound."""
-        cluster = handle.cluster
-        gone = [u for u in g.children if cluster.pod(u) is None]
+        entries = handle.cluster.pods  # looked up directly: this runs for every gated member at every event
+        gone = [u for u in g.children if u not in entries]
         for u in gone:
             g.children.pop(u, None)
             g.waiting.discard(u)
             g.bound.discard(u)
             self._pod_gang.pop(u, None)
-        for u in [u for u in g.bound if not (p := cluster.pod(u)) or not p.node_name]:
+        for u in [u for u in g.bound if (e := entries.get(u)) is None or not e.pod.node_name]:
             g.bound.discard(u)
 
     def _group(self, g: Gang, handle: Handle, args: Any) -> list[tuple[str, Gang | None]]:

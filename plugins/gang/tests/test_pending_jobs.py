@@ -91,3 +91,19 @@ def test_the_pod_group_carries_the_message_and_an_event():
 def test_classify(message, plugin, want):
     assert classify(Pod("p"), Status.unschedulable(message, plugin=plugin) if plugin else
                     Status.unschedulable(message)) == want
+
+
+
+def test_a_stale_gang_size_cause_gives_way_once_the_gang_is_complete():
+    """A member gated while its PodGroup was not yet seen (GangSize), then rejected only as an echo of another
+    member's failure: once the gang is defined with all its members, the job names the real failure."""
+    pg = {"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "PodGroup",
+          "metadata": {"name": "train", "namespace": "default"}, "spec": {"minMember": 2}}
+    members = [pod(f"train-{i}", cpu="6", labels={"pod-group.scheduling.sigs.k8s.io": "train"}) for i in range(2)]
+    r = schedule(cluster(1, "8").obj(pg, *members), only=("gang",))
+    gang = r.scheduler.registry.plugin("gang")
+    stale = r.cluster.pod_by_key("default/train-0")  # rejected only as train-1's echo
+    gang._pending.record(stale, Status.unresolvable('Gang "default/train" not found: no PodGroup default/train',
+                                                    plugin="gang"))
+    (row,) = gang._pending.rows([[gang._gangs["default/train"]]], r.scheduler.handle_for("gang"))
+    assert row["constraint"] == RESOURCES, row

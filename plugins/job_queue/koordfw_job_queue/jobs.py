@@ -6,6 +6,7 @@ each job whose whole minimum fits its quota and every ancestor (``reserved + min
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
+from typing import Any
 
 import attrs
 from koordfw_elastic_quota.api import QuotaFigures
@@ -25,7 +26,8 @@ from koordfw.extension import QUEUE_POLICY_BLOCK
 
 @attrs.define
 class Job:
-    """One job as the cluster has it now."""
+    """One job as the cluster has it now. A job is built once and not changed after (a pod that changes makes
+    a new Job), so what is derived from its members is computed once."""
 
     id: str
     queue: str
@@ -39,6 +41,7 @@ class Job:
     incomplete: str = ""
     #: the PodGroup keys of its CRD gangs (their status shows the queue state live)
     pod_groups: list[str] = attrs.field(factory=list)
+    _derived: dict[str, Any] = attrs.field(factory=dict, init=False, repr=False, eq=False)
 
     @property
     def pods(self) -> list[Pod]:
@@ -46,30 +49,39 @@ class Job:
 
     def min_request(self) -> dict[str, int]:
         """The requests of each gang's first ``minMember`` members (by name): what must fit to run at all."""
-        out: dict[str, int] = {}
-        for gid, ms in self.members.items():
-            for p in sorted(ms, key=lambda p: p.name)[: self.minimum.get(gid, 1)]:
-                for r, v in p.requests.items():
-                    out[r] = out.get(r, 0) + v
-        return out
+        out = self._derived.get("min_request")
+        if out is None:
+            out = self._derived["min_request"] = {}
+            for gid, ms in self.members.items():
+                for p in sorted(ms, key=lambda p: p.name)[: self.minimum.get(gid, 1)]:
+                    for r, v in p.requests.items():
+                        out[r] = out.get(r, 0) + v
+        return dict(out)
 
     def pending_request(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for p in self.pods:
-            if not p.node_name:
-                for r, v in p.requests.items():
-                    out[r] = out.get(r, 0) + v
-        return out
+        out = self._derived.get("pending_request")
+        if out is None:
+            out = self._derived["pending_request"] = {}
+            for p in self.pods:
+                if not p.node_name:
+                    for r, v in p.requests.items():
+                        out[r] = out.get(r, 0) + v
+        return dict(out)
 
     def bound(self) -> int:
-        return sum(1 for p in self.pods if p.node_name)
+        n = self._derived.get("bound")
+        if n is None:
+            n = self._derived["bound"] = sum(1 for p in self.pods if p.node_name)
+        return int(n)
 
     def running(self) -> bool:
         """Every gang has at least its minimum bound."""
         return all(sum(1 for p in ms if p.node_name) >= self.minimum.get(g, 1) for g, ms in self.members.items())
 
 
-def _spec(pod: Pod, cluster: ClusterView) -> GangSpec | None:
+def spec_of(pod: Pod, cluster: ClusterView) -> GangSpec | None:
+    """The gang spec a pod's gang has (its PodGroup's, or its annotations'), ``None`` when it is missing or
+    invalid."""
     gid = gang_id_of(pod)
     try:
         if is_crd_gang(pod):
@@ -83,55 +95,73 @@ def _spec(pod: Pod, cluster: ClusterView) -> GangSpec | None:
 #: the controller kinds whose pods are one job (batch/v1 Job and the training / big-data operators' kinds)
 WORKLOAD_KINDS = ("Job", "TFJob", "PyTorchJob", "MPIJob", "XGBoostJob", "PaddleJob", "SparkApplication", "RayJob")
 
+#: one pod's place in its job: (job id, gang key, the gang's minimum; 0: every pod of the workload)
+Place = tuple[str, str, int]
+
+
+def loose_place(p: Pod, workload_kinds: tuple[str, ...]) -> Place:
+    """The place of a pod without a gang: its workload's job, or a job of its own."""
+    if p.controller is not None and p.controller.kind in workload_kinds:
+        jid = f"{p.controller.kind} {p.namespace}/{p.controller.name}"
+        return jid, jid, 0  # its minimum: every pod of the workload (set by build_job)
+    return p.key, p.key, 1
+
+
+def build_job(jid: str, placed: list[tuple[Pod, str, int]], specs: Mapping[str, GangSpec | None],
+              figures: QuotaFigures, first_seen: dict[str, float], now: float) -> Job:
+    """The job ``jid`` of its non-terminal pods ``placed`` (each with its gang key and minimum), in key order."""
+    job: Job | None = None
+    for p, gang, need in placed:
+        if job is None:
+            seen = first_seen.setdefault(jid, now)
+            job = Job(jid, figures.name_of(p), p.priority, p.creation_timestamp or seen, {}, {})
+        job.priority = max(job.priority, p.priority)
+        if p.creation_timestamp is not None:
+            job.created = min(job.created, p.creation_timestamp)
+        job.members.setdefault(gang, []).append(p)
+        job.minimum[gang] = need
+        if is_crd_gang(p) and (gid := gang_id_of(p)) and gid not in job.pod_groups:
+            job.pod_groups.append(gid)
+    assert job is not None, f"job {jid} without a pod"
+    for gang in job.members:
+        if job.minimum[gang] == 0:  # a workload: all of its pods
+            job.minimum[gang] = len(job.members[gang])
+    groups = {g for gid in job.members if (s := specs.get(gid)) is not None for g in s.groups} or set(job.members)
+    missing = sorted(groups - set(job.members))
+    short = [f"{g} has {len(job.members[g])}/{job.minimum[g]}" for g in sorted(job.members)
+             if len(job.members[g]) < job.minimum[g]]
+    if missing:
+        job.incomplete = f"gang(s) {', '.join(missing)} of the group have no pod yet"
+    elif short:
+        job.incomplete = "not all members exist: " + "; ".join(short)
+    return job
+
 
 def collect_jobs(cluster: ClusterView, figures: QuotaFigures, first_seen: dict[str, float], now: float,
                  workload_kinds: tuple[str, ...] = WORKLOAD_KINDS) -> dict[str, Job]:
-    """Every job with a non-terminal pod. A gang whose definition is missing or invalid is no job (the gang
-    plugin holds its pods). Pods without a gang whose controller is of one of ``workload_kinds`` are one job,
-    ``"<Kind> namespace/name"``, whose minimum is all of its pods; any other pod is a job of its own.
-    ``first_seen`` (job id → time) is updated and gives a job's age when its pods carry no creation time."""
+    """Every job with a non-terminal pod, from every pod (:class:`~koordfw_job_queue.index.JobIndex` keeps the
+    same jobs from one cluster change to the next). A gang whose definition is missing or invalid is no job (the
+    gang plugin holds its pods); its spec is read from the gang's first pod by key. Pods without a gang whose
+    controller is of one of ``workload_kinds`` are one job, ``"<Kind> namespace/name"``, whose minimum is all
+    of its pods; any other pod is a job of its own. ``first_seen`` (job id → time) is updated and gives a job's
+    age when its pods carry no creation time."""
     specs: dict[str, GangSpec | None] = {}
-    jobs: dict[str, Job] = {}
+    placed: dict[str, list[tuple[Pod, str, int]]] = {}
     for p in sorted(cluster.all_pods(), key=lambda p: p.key):
         if p.is_terminal:
             continue
         gid = gang_id_of(p)
         if gid:
             if gid not in specs:
-                specs[gid] = _spec(p, cluster)
+                specs[gid] = spec_of(p, cluster)
             spec = specs[gid]
             if spec is None:
                 continue
             jid, gang, need = group_id_of(spec.groups), gid, spec.min_member
-        elif p.controller is not None and p.controller.kind in workload_kinds:
-            jid = f"{p.controller.kind} {p.namespace}/{p.controller.name}"
-            gang, need = jid, 0  # its minimum: every pod of the workload (set below)
         else:
-            jid, gang, need = p.key, p.key, 1
-        job = jobs.get(jid)
-        if job is None:
-            seen = first_seen.setdefault(jid, now)
-            job = jobs[jid] = Job(jid, figures.name_of(p), p.priority, p.creation_timestamp or seen, {}, {})
-        job.priority = max(job.priority, p.priority)
-        if p.creation_timestamp is not None:
-            job.created = min(job.created, p.creation_timestamp)
-        job.members.setdefault(gang, []).append(p)
-        job.minimum[gang] = need
-        if gid and is_crd_gang(p) and gid not in job.pod_groups:
-            job.pod_groups.append(gid)
-    for job in jobs.values():
-        for gang in job.members:
-            if job.minimum[gang] == 0:  # a workload: all of its pods
-                job.minimum[gang] = len(job.members[gang])
-        groups = {g for gid in job.members if (s := specs.get(gid)) is not None for g in s.groups} or set(job.members)
-        missing = sorted(groups - set(job.members))
-        short = [f"{g} has {len(job.members[g])}/{job.minimum[g]}" for g in sorted(job.members)
-                 if len(job.members[g]) < job.minimum[g]]
-        if missing:
-            job.incomplete = f"gang(s) {', '.join(missing)} of the group have no pod yet"
-        elif short:
-            job.incomplete = "not all members exist: " + "; ".join(short)
-    return jobs
+            jid, gang, need = loose_place(p, workload_kinds)
+        placed.setdefault(jid, []).append((p, gang, need))
+    return {jid: build_job(jid, ps, specs, figures, first_seen, now) for jid, ps in placed.items()}
 
 
 def fmt_res(r: str, v: int) -> str:
@@ -280,4 +310,5 @@ def uid_index(jobs: Mapping[str, Job]) -> dict[str, str]:
     return {p.uid: j.id for j in jobs.values() for p in j.pods}
 
 
-__all__ = ["Job", "PassResult", "admission_pass", "collect_jobs", "dominant_share", "reclaim_plan", "uid_index"]
+__all__ = ["Job", "PassResult", "admission_pass", "build_job", "collect_jobs", "dominant_share", "loose_place",
+           "reclaim_plan", "spec_of", "uid_index"]

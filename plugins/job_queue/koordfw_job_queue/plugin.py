@@ -9,7 +9,7 @@ import datetime as dt
 from typing import Any
 
 import attrs
-from koordfw_elastic_quota.api import QuotaFigures, quota_figures
+from koordfw_elastic_quota.api import QuotaFigures, QuotaFiguresCache
 
 from koordfw import ClusterEventWithHint, ClusterView, Handle, Migration, Pod, Status, hookimpl
 from koordfw.extension import (
@@ -21,7 +21,8 @@ from koordfw.extension import (
 )
 from koordfw.hints import ASSIGNED_POD_DELETE, NODE_ADD, NODE_UPDATE, POD_ADD, POD_DELETE, ClusterEvent
 
-from .jobs import WORKLOAD_KINDS, Job, PassResult, admission_pass, collect_jobs, fmt_res, reclaim_plan, uid_index
+from .index import JobIndex
+from .jobs import WORKLOAD_KINDS, Job, PassResult, admission_pass, fmt_res, reclaim_plan
 
 #: how many reclaims the report keeps (the latest)
 HISTORY = 200
@@ -52,6 +53,9 @@ class JobQueue:
         self.first_seen: dict[str, float] = {}
         self._key: int | None = None
         self._figures: QuotaFigures | None = None
+        #: the quota figures and the jobs, updated from what changed since the last pass
+        self._quota_cache = QuotaFiguresCache()
+        self._index: JobIndex | None = None
         self._jobs: dict[str, Job] = {}
         self._uids: dict[str, str] = {}
         self._last = PassResult()
@@ -85,12 +89,14 @@ class JobQueue:
         if key == self._key:
             return self._figures
         self._key = key
-        figures = self._figures = quota_figures(cluster, handle.plugin_args("elastic_quota"))
+        figures = self._figures = self._quota_cache.figures(cluster, handle.plugin_args("elastic_quota"))
         if figures is None:
             self._jobs, self._uids, self._last = {}, {}, PassResult()
             return None
         now = handle.now()
-        jobs = collect_jobs(cluster, figures, self.first_seen, now, workload_kinds=args.workload_kinds)
+        if self._index is None or self._index.workload_kinds != args.workload_kinds:
+            self._index = JobIndex(args.workload_kinds)
+        jobs = self._index.jobs(cluster, figures, self.first_seen, now)
         for jid in [j for j in self.admitted if j not in jobs]:  # finished or deleted
             del self.admitted[jid]
         for jid in [j for j in self.first_seen if j not in jobs]:
@@ -103,7 +109,7 @@ class JobQueue:
         for jid in result.admitted:
             self.admitted[jid] = now
         self.admitted_total += len(result.admitted)
-        self._jobs, self._uids, self._last = jobs, uid_index(jobs), result
+        self._jobs, self._uids, self._last = jobs, self._index.uids, result
         self._write_status(handle)
         return figures
 
