@@ -46,10 +46,9 @@ from .accumulator import (
     SPREAD_BY_PCPUS,
     CPUAllocationError,
 )
-from .cpuset import CPUSetError, format_cpuset, parse_cpuset
-from .numa import NUMATopologySpec, format_numa_node_resources, parse_numa_topology_spec
 from .amplification import AmplificationMixin, merge_refusals
-from .numa import ERR_NOT_MATCH_NUMA_TOPOLOGY
+from .cpuset import CPUSetError, format_cpuset, parse_cpuset
+from .numa import ERR_NOT_MATCH_NUMA_TOPOLOGY, NUMATopologySpec, format_numa_node_resources, parse_numa_topology_spec
 from .numa_plugin import NUMAPolicyMixin
 from .state import NodeAllocation, allocate_cpuset
 from .topology import ANNOTATION_CPU_TOPOLOGY, CPUTopology, TopologyError, parse_cpu_topology

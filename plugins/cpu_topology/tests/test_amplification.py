@@ -32,7 +32,7 @@ ONLY = ["cpu_topology"]
 
 def ratio_text(r: float) -> str:
     """As Koordinator's ``SetNodeResourceAmplificationRatio`` writes it (two decimals)."""
-    return '{"cpu":%.2f}' % r
+    return '{"cpu":' + f"{r:.2f}" + "}"
 
 
 # -- the pure parts ------------------------------------------------------------------------------------
@@ -279,3 +279,65 @@ def test_score_counts_bound_cpus_amplified() -> None:
     assert scores(1.5, 2, "2", "LeastAllocated") == {"plain": 50, "amp": 50}
     assert scores(1.5, 3, "1", "MostAllocated") == {"plain": 50, "amp": 50}
     assert scores(1.5, 6, "2", "MostAllocated") == {"plain": 100, "amp": 100}
+
+
+# -- TestScoreWithAmplifiedCPUs: the accounting ------------------------------------------------------------
+
+def _koord_score(strategy: str, requested: dict[str, int], allocatable: dict[str, int]) -> int:
+    """Koordinator's nodenumaresource least/most allocated scorer over cpu and memory, weight 1 each."""
+    total = 0
+    for r in ("cpu", "memory"):
+        req, cap = requested[r], allocatable[r]
+        if strategy == "MostAllocated":
+            total += min(req, cap) * 100 // cap
+        else:
+            total += (cap - req) * 100 // cap if req <= cap else 0
+    return total // 2
+
+
+GI = 1 << 30
+# name, strategy, pod (cpu cores, memory Gi, cpuset), existing pod on each node (cpu, memory Gi, cpuset) or None,
+# want {node: score}; nodes: node1 32 cpus/40Gi ×1.0, node2 64 cpus/60Gi ×2.0, node3 32 cpus/40Gi ×2.0
+SCORE_CASES = [
+    ("MostAllocated, non-cpuset pod", "MostAllocated", (8, 16, False), None, {"node1": 32, "node2": 16, "node3": 26}),
+    ("MostAllocated, cpuset pod", "MostAllocated", (8, 16, True), None, {"node1": 32, "node2": 19, "node3": 32}),
+    ("MostAllocated, non-cpuset pods, and existing cpuset pod on node", "MostAllocated", (8, 16, False),
+     (20, 4, True), {"node1": 68, "node2": 35}),
+    ("MostAllocated, scheduling cpuset pod with existing non-cpuset pods", "MostAllocated", (8, 16, True),
+     (20, 4, False), {"node1": 68, "node2": 30}),
+    ("MostAllocated, cpuset pods on node, scheduling cpuset pod", "MostAllocated", (8, 16, True), (20, 4, True),
+     {"node1": 68, "node2": 38}),
+    ("LeastAllocated, no cpuset pod", "LeastAllocated", (8, 16, False), (20, 4, False), {"node1": 31, "node2": 72}),
+    ("LeastAllocated, non-cpuset pod with existing cpuset pods", "LeastAllocated", (8, 16, False), (20, 4, True),
+     {"node1": 31, "node2": 64}),
+    ("LeastAllocated, scheduling cpuset pod with existing non-cpuset pods", "LeastAllocated", (8, 16, True),
+     (20, 4, False), {"node1": 31, "node2": 68}),
+    ("LeastAllocated, cpuset pods on node,scheduling cpuset pod", "LeastAllocated", (8, 16, True), (20, 4, True),
+     {"node1": 31, "node2": 61}),
+]
+SCORE_NODES = {"node1": (32, 40, 1.0), "node2": (64, 60, 2.0), "node3": (32, 40, 2.0)}
+
+
+@pytest.mark.parametrize("name, strategy, pod, existing, want", SCORE_CASES, ids=[c[0] for c in SCORE_CASES])
+def test_score_with_amplified_cpus_accounting(name: str, strategy: str, pod: tuple, existing: tuple | None,
+                                              want: dict[str, int]) -> None:
+    """Koordinator's ``TestScoreWithAmplifiedCPUs`` (nodenumaresource/scoring_test.go), for the accounting
+    this module shares with it: the node's requested cpu with its bound CPUs amplified
+    (:func:`amplified_requested`) and a cpuset pod's cpu amplified (:func:`amplify`), fed to Koordinator's
+    cpu + memory scorer (``scoreWithAmplifiedCPUs``). E.g. node2 (64 CPUs ×2 = 128 cores, 60Gi) with a
+    20-CPU cpuset pod, scheduling a plain 8-core 16Gi pod, MostAllocated: cpu (40000 + 8000) × 100 // 128000
+    = 37, memory 20 × 100 // 60 = 33, (37 + 33) // 2 = 35. cpu_topology's own score is cpu-only for bound
+    pods (docs/plugins/cpu_topology.md); it uses the same two functions on amplified nodes."""
+    cpu, mem, cpuset = pod
+    got = {}
+    for node in want:
+        cpus, mem_gi, ratio = SCORE_NODES[node]
+        alloc = {"cpu": amplify(cpus * 1000, ratio), "memory": mem_gi * GI}
+        req_cpu, req_mem, bound = 0, 0, 0
+        if existing is not None:
+            req_cpu, req_mem = existing[0] * 1000, existing[1] * GI
+            bound = existing[0] if existing[2] else 0
+        pod_cpu = amplify(cpu * 1000, ratio) if cpuset else cpu * 1000
+        requested = {"cpu": amplified_requested(req_cpu, bound, ratio) + pod_cpu, "memory": req_mem + mem * GI}
+        got[node] = _koord_score(strategy, requested, alloc)
+    assert got == want
