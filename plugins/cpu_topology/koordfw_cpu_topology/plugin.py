@@ -46,9 +46,10 @@ from .accumulator import (
     SPREAD_BY_PCPUS,
     CPUAllocationError,
 )
+from .amplification import AmplificationMixin, merge_refusals
 from .api import NUMA_AFFINITY, NUMA_HINT_PROVIDERS
 from .cpuset import CPUSetError, format_cpuset, parse_cpuset
-from .numa import NUMATopologySpec, format_numa_node_resources, parse_numa_topology_spec
+from .numa import ERR_NOT_MATCH_NUMA_TOPOLOGY, NUMATopologySpec, format_numa_node_resources, parse_numa_topology_spec
 from .numa_plugin import NUMAPolicyMixin
 from .numa_policy import mask_of
 from .state import NodeAllocation, allocate_cpuset
@@ -182,7 +183,7 @@ def _resource_spec_json(spec: dict) -> str:
     return json.dumps(out, separators=(",", ":"))
 
 
-class CPUTopologyPlugin(NUMAPolicyMixin):
+class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
     """Stateful scheduler plugin (one instance per scheduler)."""
 
     def __init__(self) -> None:
@@ -223,6 +224,7 @@ class CPUTopologyPlugin(NUMAPolicyMixin):
         self._forced_key: tuple = ()
         self._forced_any = False
         self._numa_init()
+        self._amp_init()
 
     # -- configuration --------------------------------------------------------------------------
     @staticmethod
@@ -445,9 +447,13 @@ class CPUTopologyPlugin(NUMAPolicyMixin):
         topo = st.topology
         self._forced[i] = _POLICY_CODE[{NODE_FULL_PCPUS_ONLY: FULL_PCPUS,
                                         NODE_SPREAD_BY_PCPUS: SPREAD_BY_PCPUS}.get(st.node_policy, "")]
+        # CPUs bound (the amplified-cpu filter counts them on any node with a topology); -1: the topology
+        # is there but unreadable (the bare error means there is none)
+        self._n_alloc[i] = (sum(1 for c in st.allocation.cpus if c in topo.details) if topo is not None else
+                            0 if st.error == ERR_INVALID_CPU_TOPOLOGY else -1)
         if topo is None or st.error:
             self._valid[i] = False
-            self._n_avail[i] = self._n_full[i] = self._n_cores[i] = self._n_alloc[i] = 0
+            self._n_avail[i] = self._n_full[i] = self._n_cores[i] = 0
             self._max_full_block[i] = 0
             return
         held = frozenset(c for c, a in st.allocation.cpus.items() if a.ref_count >= self._max_ref)
@@ -459,7 +465,6 @@ class CPUTopologyPlugin(NUMAPolicyMixin):
         self._valid[i] = True
         self._cpc[i] = max(topo.cpus_per_core(), 1)
         self._n_avail[i], self._n_full[i], self._n_cores[i], self._max_full_block[i] = stats
-        self._n_alloc[i] = sum(1 for c in st.allocation.cpus if c in topo.details)
 
     def _node_state(self, view: Any) -> NodeCPUState | None:
         self._refresh(view.cluster)
@@ -512,7 +517,7 @@ class CPUTopologyPlugin(NUMAPolicyMixin):
         if not st.request_bind and not st.numa:
             if cpu == 0:
                 return Status.skip()
-            if not self._any_forced_node(handle.cluster):
+            if not self._any_forced_node(handle.cluster) and not self.any_amplified(handle.cluster):
                 return Status.skip()
         st.skip = False
         return None
@@ -559,6 +564,8 @@ class CPUTopologyPlugin(NUMAPolicyMixin):
                     aff = state[NUMA_AFFINITY] = {}
                 aff.update((name, h.affinity) for name, h in st.numa_hints.items())
         binding = self._binding_mask(st, idx)
+        amp_out = self.amplified_cpu_filter(cluster, idx, st.cpu_milli, binding)
+        numa_out = merge_refusals(numa_out, amp_out, ERR_NOT_MATCH_NUMA_TOPOLOGY)
         if not binding.any():
             return numa_out or None
         forced = self._forced[idx].astype(np.int64)
@@ -581,6 +588,8 @@ class CPUTopologyPlugin(NUMAPolicyMixin):
             name = views[i].name
             if fractional[j]:
                 out[name] = Status.unresolvable(ERR_INVALID_REQUESTED_CPUS)
+            elif name in amp_out:  # Koordinator checks the amplified cpu first
+                out[name] = numa_out[name]
             elif invalid[j]:
                 ns = self._nodes[i]
                 out[name] = Status.unresolvable(ns.error if ns is not None and ns.error else ERR_INVALID_CPU_TOPOLOGY)
@@ -652,7 +661,7 @@ class CPUTopologyPlugin(NUMAPolicyMixin):
                 bound[j] = len(set(cpus) | set(ns.allocation.cpus))
             except CPUAllocationError:
                 bound[j] = -1
-        req = bound * 1000
+        req = self.amplified_bound_milli(cluster, idx, st.cpu_milli, bound)
         safe = np.where(alloc > 0, alloc, 1)
         if args.scoring_strategy.type == MOST_ALLOCATED:
             out = np.minimum(req, alloc) * 100 // safe
