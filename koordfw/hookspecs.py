@@ -205,6 +205,37 @@ def pre_filter(pod: Pod, state: CycleState, args: PluginArgs, handle: Handle) ->
 
 
 @hookspec
+def pre_filter_add_pod(
+    pod: Pod, state: CycleState, pod_to_add: Pod, node: NodeView, args: PluginArgs, handle: Handle
+) -> StatusResult:
+    """kube's ``PreFilterExtensions.AddPod``: in a what-if for ``pod`` (preemption reprieving a victim, a
+    job's member placed by a dry run), ``pod_to_add`` now counts on ``node``; update what this plugin's
+    ``pre_filter`` wrote into ``state`` so that its ``filter`` sees the pod there.
+
+    Called only by the kernel, for a plugin running the what-if through its handle
+    (``handle.run_pre_filter_extension_add_pod``), never in a plain cycle; plugins whose ``pre_filter``
+    returned Skip for ``state`` are not called. ``state`` may be a :meth:`CycleState.clone` sharing its
+    values with other clones: write a new value under your key, never change a shared one in place.
+    Return ``None`` for success or a ``Status`` (not a success: the what-if fails). May be async.
+    """
+
+
+@hookspec
+def pre_filter_remove_pod(
+    pod: Pod, state: CycleState, pod_to_remove: Pod, node: NodeView, args: PluginArgs, handle: Handle
+) -> StatusResult:
+    """kube's ``PreFilterExtensions.RemovePod``: in a what-if for ``pod`` (preemption taking a possible
+    victim off its node), ``pod_to_remove`` no longer counts on ``node``; update what this plugin's
+    ``pre_filter`` wrote into ``state`` (e.g. release the victim's quota usage) so that its ``filter``
+    sees the pod gone.
+
+    Called as :func:`pre_filter_add_pod` is (``handle.run_pre_filter_extension_remove_pod``), with the
+    same rules for ``state``. Return ``None`` for success or a ``Status`` (not a success: the what-if
+    fails). May be async.
+    """
+
+
+@hookspec
 def filter(
     pod: Pod, nodes: NodeBatch, node: NodeView, state: CycleState, args: PluginArgs, handle: Handle
 ) -> FilterResult:

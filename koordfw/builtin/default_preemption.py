@@ -4,7 +4,9 @@ For a pod that fits nowhere, it looks for nodes where evicting lower-priority po
 candidates are nodes rejected as Unschedulable (not Unresolvable), visited from a random offset until
 ``max(numNodes * minCandidateNodesPercentage / 100, minCandidateNodesAbsolute)`` candidates are found.
 Victims per node are chosen as ``SelectVictimsOnNode`` does (remove every lower-priority pod; reprieve
-the most important ones first, PDB-violating before the rest); the node is chosen by
+the most important ones first, PDB-violating before the rest), telling the plugins' pre_filter state of each
+pod removed or put back through the pre_filter extensions (kube's ``RunPreFilterExtensionRemovePod`` /
+``AddPod``: elastic_quota releases a victim's quota usage); the node is chosen by
 ``pickOneNodeForPreemption``'s criteria. ``preemptionPolicy: Never`` pods do not preempt.
 """
 
@@ -57,12 +59,20 @@ def split_by_pdb(pods: Iterable[Pod], pdbs: Mapping[str, dict[str, Any]]) -> tup
 
 async def select_victims_on_node(pod: Pod, node_name: str, state: CycleState,
                                  handle: Handle) -> tuple[list[Pod], int] | None:
+    """kube's SelectVictimsOnNode, in a clone of ``state``: every lower-priority pod is taken off the node and
+    out of the plugins' pre_filter state (``run_pre_filter_extension_remove_pod``: e.g. its quota usage
+    released); if the pod then fits, each is put back (``..._add_pod``), most important first, and stays
+    unless the pod no longer fits. (victims, how many of them a PDB protects), or None."""
     cluster = handle.cluster
     lower = [p for p in cluster.pods_on(node_name) if p.priority < pod.priority]
     if not lower:
         return None
+    st = state.clone()
+    for p in lower:
+        if not (await handle.run_pre_filter_extension_remove_pod(pod, st, p, node_name)).ok:
+            return None
     with handle.without_pods(node_name, lower):
-        if not (await handle.run_filters(pod, node_name, state)).ok:
+        if not (await handle.run_filters(pod, node_name, st)).ok:
             return None
     lower.sort(key=_sort_key)
     violating, ok = split_by_pdb(lower, cluster.objects_of("PodDisruptionBudget"))
@@ -70,12 +80,17 @@ async def select_victims_on_node(pod: Pod, node_name: str, state: CycleState,
     pdb_violations = 0
     for group, is_violating in ((violating, True), (ok, False)):
         for p in group:
+            if not (await handle.run_pre_filter_extension_add_pod(pod, st, p, node_name)).ok:
+                return None
             trial = [v for v in victims if v.uid != p.uid]
             with handle.without_pods(node_name, trial):
-                fits = (await handle.run_filters(pod, node_name, state)).ok
+                fits = (await handle.run_filters(pod, node_name, st)).ok
             if fits:
                 victims = trial
-            elif is_violating:
+                continue
+            if not (await handle.run_pre_filter_extension_remove_pod(pod, st, p, node_name)).ok:
+                return None
+            if is_violating:
                 pdb_violations += 1
     return victims, pdb_violations
 

@@ -121,6 +121,22 @@ class PreFilterPlugin(Protocol):
 
 
 @runtime_checkable
+class PreFilterAddPodExtension(Protocol):
+    """The AddPod half of kube's PreFilterExtensions (``pre_filter_add_pod``)."""
+
+    @property
+    def pre_filter_add_pod(self) -> Callable[..., MaybeAwaitable[StatusResult]]: ...
+
+
+@runtime_checkable
+class PreFilterRemovePodExtension(Protocol):
+    """The RemovePod half of kube's PreFilterExtensions (``pre_filter_remove_pod``)."""
+
+    @property
+    def pre_filter_remove_pod(self) -> Callable[..., MaybeAwaitable[StatusResult]]: ...
+
+
+@runtime_checkable
 class FilterPlugin(Protocol):
     """kube's FilterPlugin (``filter``, batch or per-node form)."""
 
@@ -279,7 +295,9 @@ class ValidatingAdmissionPlugin(Protocol):
 KINDS: dict[str, type] = {
     "plugin_args": PluginArgsProvider, "startup": StartupPlugin, "shutdown": ShutdownPlugin,
     "report": ReportPlugin, "queue_sort": QueueSortPlugin, "events_to_register": EnqueueExtensions,
-    "pre_enqueue": PreEnqueuePlugin, "pre_filter": PreFilterPlugin, "filter": FilterPlugin,
+    "pre_enqueue": PreEnqueuePlugin, "pre_filter": PreFilterPlugin,
+    "pre_filter_add_pod": PreFilterAddPodExtension, "pre_filter_remove_pod": PreFilterRemovePodExtension,
+    "filter": FilterPlugin,
     "post_filter": PostFilterPlugin, "pre_score": PreScorePlugin, "score": ScorePlugin,
     "normalize_score": ScoreExtensions, "reserve": ReservePlugin, "unreserve": UnreservePlugin,
     "permit": PermitPlugin, "pre_bind": PreBindPlugin, "bind": BindPlugin, "post_bind": PostBindPlugin,

@@ -143,6 +143,17 @@ class PluginsRunner(Protocol):
     async def run_scores(self, pod: Pod, node_names: Sequence[str],
                          state: CycleState) -> tuple[Status, dict[str, int]]:
         """pre_score, score, normalize_score and weights over ``node_names``: their weighted totals."""
+    async def run_pre_filter_extension_add_pod(self, pod: Pod, state: CycleState, pod_to_add: Pod,
+                                               node_name: str) -> Status:
+        """kube's ``RunPreFilterExtensionAddPod``: tell the plugins that ran pre_filter into ``state`` that
+        ``pod_to_add`` now counts on ``node_name`` in this what-if (each plugin's ``pre_filter_add_pod``, in
+        profile order; the first failure is returned). Call it where the what-if adds the pod (a reprieved
+        victim back on its node, a member placed by a dry run held there)."""
+    async def run_pre_filter_extension_remove_pod(self, pod: Pod, state: CycleState, pod_to_remove: Pod,
+                                                  node_name: str) -> Status:
+        """kube's ``RunPreFilterExtensionRemovePod``: as :meth:`run_pre_filter_extension_add_pod`, for
+        ``pod_to_remove`` taken off ``node_name`` (a possible victim, while :meth:`Handle.without_pods`
+        holds it off)."""
 
 
 class Handle(PluginsRunner, Protocol):

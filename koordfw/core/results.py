@@ -146,6 +146,63 @@ def fit_error(n_all: int, statuses: Mapping[str, Status]) -> Status:
     return Status(code, (msg,), ",".join(plugins) or None)
 
 
+def filter_rejections(plugin: str, res: Any, cur: np.ndarray, cluster: ClusterState,
+                      pos: np.ndarray) -> tuple[np.ndarray, Any]:
+    """Normalise a batch filter result to (positions rejected in ``cur``, their reasons): a list
+    aligned with the positions, or one reason shared by all of them. ``pos``: the runtime's scratch array
+    of -1, at least ``cluster.num_nodes`` long (left as it was found); a malformed result raises
+    :class:`PluginFailure` naming ``plugin``."""
+    n = len(cur)
+    if type(res) is tuple and len(res) == 2 and isinstance(res[0], np.ndarray):
+        ok, reason = res
+        if ok.shape != (n,):
+            raise PluginFailure(Status.error(
+                f"plugin {plugin} returned a mask of {ok.size} for {n} nodes", plugin))
+        bad = (ok == 0).nonzero()[0]
+        if isinstance(reason, (str, Status)) or reason is None:
+            return bad, reason or f"node(s) rejected by {plugin}"
+        reasons = list(reason)
+        return bad, [reasons[j] for j in bad.tolist()]
+    if isinstance(res, dict):
+        if not res:
+            return np.zeros(0, dtype=np.int64), []
+        pos[cur] = np.arange(n)
+        js, rs = [], []
+        for name, reason in res.items():
+            gi = cluster.node_index(name)
+            j = int(pos[gi]) if gi is not None else -1
+            if j < 0 or reason is None or reason is True:
+                continue
+            if isinstance(reason, Status) and reason.ok:
+                continue
+            js.append(j)
+            rs.append(reason)
+        pos[cur] = -1
+        return np.asarray(js, dtype=np.int64), rs
+    if isinstance(res, np.ndarray) and res.dtype == bool:
+        if res.shape != (n,):
+            raise PluginFailure(Status.error(
+                f"plugin {plugin} returned {res.size} filter results for {n} nodes", plugin))
+        return (~res).nonzero()[0], f"node(s) rejected by {plugin}"
+    try:
+        items = list(res)
+    except TypeError:
+        raise PluginFailure(Status.error(
+            f"plugin {plugin} returned an unexpected {type(res).__name__} from filter", plugin)) from None
+    if len(items) != n:
+        raise PluginFailure(Status.error(
+            f"plugin {plugin} returned {len(items)} filter results for {n} nodes", plugin))
+    js, rs = [], []
+    for j, r in enumerate(items):
+        if r is None or r is True or (isinstance(r, np.bool_) and bool(r)):
+            continue
+        if isinstance(r, Status) and r.ok:
+            continue
+        js.append(j)
+        rs.append(bool(r) if isinstance(r, np.bool_) else r)
+    return np.asarray(js, dtype=np.int64), rs
+
+
 def shared_status(plugin: str, reason: Any) -> Status:
     """The rejection status of one reason shared by every node a filter call rejected."""
     st = as_status(reason or f"node(s) rejected by {plugin}", plugin)

@@ -36,6 +36,7 @@ from .results import (
     NodeStatuses,
     PostFilterResult,
     PreFilterResult,
+    filter_rejections,
     node_statuses,
     score_array,
     shared_status,
@@ -206,6 +207,24 @@ class Framework:
                 unsched = unsched or st
         return (unsched or Status.success()), candidates
 
+    async def run_pre_filter_extension(self, point: str, pod: Pod, state: CycleState, other: Pod,
+                                       node: NodeView) -> Status:
+        """kube's ``RunPreFilterExtensionAddPod`` / ``RemovePod`` (``point``: ``pre_filter_add_pod`` or
+        ``pre_filter_remove_pod``; ``other`` the pod added or removed): in profile order, not the plugins whose
+        pre_filter returned Skip for ``state``; the first non-success (or a plugin that raised) stops."""
+        kw = {"pod": pod, "state": state, "node": node,
+              ("pod_to_add" if point == "pre_filter_add_pod" else "pod_to_remove"): other}
+        for impl in self.caller.impls(point):
+            if impl.plugin in state.skip_filter:
+                continue
+            try:
+                st = as_status(await self.caller.call(impl, **kw), impl.plugin)
+            except PluginFailure as f:
+                return f.status
+            if not st.ok:
+                return st
+        return Status.success()
+
     async def run_filters(self, pod: Pod, state: CycleState, idx: np.ndarray
                           ) -> tuple[Status, np.ndarray, NodeStatuses]:
         """The filters over node indices ``idx`` (all of them), nominated pods counted:
@@ -339,60 +358,9 @@ class Framework:
         return cur[keep]
 
     def _filter_rejections(self, impl: Impl, res: Any, cur: np.ndarray) -> tuple[np.ndarray, Any]:
-        """Normalise a batch filter result to (positions rejected in ``cur``, their reasons): a list
-        aligned with the positions, or one reason shared by all of them."""
-        n = len(cur)
-        if type(res) is tuple and len(res) == 2 and isinstance(res[0], np.ndarray):
-            ok, reason = res
-            if ok.shape != (n,):
-                raise PluginFailure(Status.error(
-                    f"plugin {impl.plugin} returned a mask of {ok.size} for {n} nodes", impl.plugin))
-            bad = (ok == 0).nonzero()[0]
-            if isinstance(reason, (str, Status)) or reason is None:
-                return bad, reason or f"node(s) rejected by {impl.plugin}"
-            reasons = list(reason)
-            return bad, [reasons[j] for j in bad.tolist()]
-        if isinstance(res, dict):
-            if not res:
-                return np.zeros(0, dtype=np.int64), []
-            pos = self._pos
-            if len(pos) < self.cluster.num_nodes:
-                self._pos = pos = np.full(max(self.cluster.num_nodes, 2 * len(pos)), -1, dtype=np.int64)
-            pos[cur] = np.arange(n)
-            js, rs = [], []
-            for name, reason in res.items():
-                gi = self.cluster.node_index(name)
-                j = int(pos[gi]) if gi is not None else -1
-                if j < 0 or reason is None or reason is True:
-                    continue
-                if isinstance(reason, Status) and reason.ok:
-                    continue
-                js.append(j)
-                rs.append(reason)
-            pos[cur] = -1
-            return np.asarray(js, dtype=np.int64), rs
-        if isinstance(res, np.ndarray) and res.dtype == bool:
-            if res.shape != (n,):
-                raise PluginFailure(Status.error(
-                    f"plugin {impl.plugin} returned {res.size} filter results for {n} nodes", impl.plugin))
-            return (~res).nonzero()[0], f"node(s) rejected by {impl.plugin}"
-        try:
-            items = list(res)
-        except TypeError:
-            raise PluginFailure(Status.error(
-                f"plugin {impl.plugin} returned an unexpected {type(res).__name__} from filter", impl.plugin)) from None
-        if len(items) != n:
-            raise PluginFailure(Status.error(
-                f"plugin {impl.plugin} returned {len(items)} filter results for {n} nodes", impl.plugin))
-        js, rs = [], []
-        for j, r in enumerate(items):
-            if r is None or r is True or (isinstance(r, np.bool_) and bool(r)):
-                continue
-            if isinstance(r, Status) and r.ok:
-                continue
-            js.append(j)
-            rs.append(bool(r) if isinstance(r, np.bool_) else r)
-        return np.asarray(js, dtype=np.int64), rs
+        if len(self._pos) < self.cluster.num_nodes:
+            self._pos = np.full(max(self.cluster.num_nodes, 2 * len(self._pos)), -1, dtype=np.int64)
+        return filter_rejections(impl.plugin, res, cur, self.cluster, self._pos)
 
     async def run_post_filter(self, pod: Pod, state: CycleState,
                               statuses: Mapping[str, Status]) -> tuple[Status, PostFilterResult | None]:

@@ -177,6 +177,20 @@ class SchedulerHandle:
     async def run_filters(self, pod: Pod, node_name: str, state: CycleState | None = None) -> Status:
         return await self._s.framework.run_filters_on_node(pod, node_name, state or CycleState())
 
+    async def run_pre_filter_extension_add_pod(self, pod: Pod, state: CycleState, pod_to_add: Pod,
+                                               node_name: str) -> Status:
+        return await self._extension("pre_filter_add_pod", pod, state, pod_to_add, node_name)
+
+    async def run_pre_filter_extension_remove_pod(self, pod: Pod, state: CycleState, pod_to_remove: Pod,
+                                                  node_name: str) -> Status:
+        return await self._extension("pre_filter_remove_pod", pod, state, pod_to_remove, node_name)
+
+    async def _extension(self, point: str, pod: Pod, state: CycleState, other: Pod, node_name: str) -> Status:
+        view = self._s.cluster.node(node_name)
+        if view is None:
+            return Status.unresolvable(f"node {node_name} not found")
+        return await self._s.framework.run_pre_filter_extension(point, pod, state, other, view)
+
     async def run_scores(self, pod: Pod, node_names: Sequence[str],
                          state: CycleState) -> tuple[Status, dict[str, int]]:
         cluster = self._s.cluster

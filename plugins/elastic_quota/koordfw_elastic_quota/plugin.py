@@ -3,6 +3,9 @@
 * ``pre_filter`` admits a pod only if ``used + request <= runtime`` for every resource of its quota's
   max (max instead of runtime when ``enableRuntimeQuota`` is off), and a non-preemptible pod only if
   ``nonPreemptibleUsed + request <= min``; the parents too when ``enableCheckParentQuota`` is on.
+* ``pre_filter`` snapshots the quota check into the cycle state (:mod:`.check`); ``pre_filter_remove_pod`` /
+  ``pre_filter_add_pod`` release or charge a pod there in a preemption's what-if, and ``filter`` checks the
+  snapshot, so a dry run sees its victims' usage released.
 * ``post_filter`` preempts, on one node, lower-priority preemptible pods of the preemptor's own
   quota (never of the default quota), reprieving the most important first.
 * ``deschedule`` is the over-use revoke controller: a quota whose used stays above its runtime for
@@ -30,6 +33,7 @@ from koordfw import (
     Handle,
     IdentityKey,
     Migration,
+    NodeBatch,
     Pod,
     PostFilterResult,
     PreFilterResult,
@@ -39,9 +43,11 @@ from koordfw import (
     hookimpl,
     warn_once,
 )
+from koordfw.contract import FilterResult
 from koordfw.extension import ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD, KIND_RESERVATION
 from koordfw.inputs import camel
 
+from .check import CHECK, QuotaCheck, exceeded
 from .quotas import DEFAULT, LABEL_PREEMPTIBLE, ROOT, SYSTEM, QuotaTree, build_quotas, fmt, fmt_map
 
 reservation_from_manifest: Any
@@ -282,17 +288,7 @@ class ElasticQuota:
     def exceeded(tree: QuotaTree, name: str, request: Mapping[str, int], args: Args, *,
                  used: Mapping[str, int] | None = None) -> str | None:
         """Why ``request`` does not fit ``name``'s limit (runtime, or max), or None if it fits."""
-        st = tree.states[name]
-        q = st.quota
-        limit = st.runtime if args.enable_runtime_quota and name not in (SYSTEM, DEFAULT) else q.max
-        used = st.used if used is None else used
-        bad = [r for r in sorted(q.max) if used.get(r, 0) + request.get(r, 0) > limit.get(r, 0)]
-        if not bad:
-            return None
-        what = "runtime" if limit is st.runtime else "max"
-        return (f"Insufficient quota {name}: " + "; ".join(
-            f"{r} used {fmt(r, used.get(r, 0))} + request {fmt(r, request.get(r, 0))} > {what} "
-            f"{fmt(r, limit.get(r, 0))}" for r in bad))
+        return exceeded(tree, name, request, args, used=used)
 
     # -- hooks ---------------------------------------------------------------------------------------
     @staticmethod
@@ -309,35 +305,64 @@ class ElasticQuota:
         state[STATE_KEY] = name
         if name in tree.invalid:
             return Status.unresolvable(f"the pod's quota is invalid: {tree.invalid[name].error}")
-        def why_not(reserved: Mapping[str, int]) -> str | None:
-            for q in (name, *(tree.ancestors(name) if args.enable_check_parent_quota else ())):
-                used = self.used_with_nominated(tree, q, pod)
-                for k, v in reserved.items():
-                    used[k] = max(used.get(k, 0) - v, 0)
-                why = self.exceeded(tree, q, pod.requests, args, used=used)
-                if why is not None:
-                    return why
-            return None
-
-        why = why_not({})
+        checked = (name, *(tree.ancestors(name) if args.enable_check_parent_quota else ()))
+        check = QuotaCheck(tree, name, checked, {q: self.used_with_nominated(tree, q, pod) for q in checked})
+        why = check.why_not(pod, args)
         only: frozenset[str] | None = None
         if why is not None:
             # an owner of a reservation charged to this quota fits on the reservation's node, where it
             # allocates from what is already charged (reservations: charged once)
-            nodes = frozenset(node for node, take in self.reserved_for(pod, name, handle.cluster) if why_not(take) is None)
-            if not nodes:
-                return Status.unschedulable(why)
-            only = nodes
+            reserved = {node: take for node, take in self.reserved_for(pod, name, handle.cluster)}
+            check = attrs.evolve(check, reserved=reserved)
+            only = frozenset(node for node, take in reserved.items() if check.why_not(pod, args, take) is None)
+        np_why = None
         if not is_preemptible(pod):
             st = tree.states[name]
             q = st.quota
             bad = [r for r in sorted(q.max) if r in q.min
                    and st.non_preemptible_used.get(r, 0) + pod.requests.get(r, 0) > q.min[r]]
             if bad:
-                return Status.unschedulable(f"Insufficient non-preemptible quota {name}: " + "; ".join(
+                np_why = f"Insufficient non-preemptible quota {name}: " + "; ".join(
                     f"{r} non-preemptible used {fmt(r, st.non_preemptible_used.get(r, 0))} + request "
-                    f"{fmt(r, pod.requests.get(r, 0))} > min {fmt(r, q.min[r])}" for r in bad))
+                    f"{fmt(r, pod.requests.get(r, 0))} > min {fmt(r, q.min[r])}" for r in bad)
+        # written before deciding: a preemption after a rejection releases its victims' usage from it
+        state[CHECK] = attrs.evolve(check, non_preemptible=np_why, fits=why is None and np_why is None)
+        if why is not None and not only:
+            return Status.unschedulable(why)
+        if np_why is not None:
+            return Status.unschedulable(np_why)
         return PreFilterResult(only) if only is not None else None
+
+    @hookimpl
+    def filter(self, pod: Pod, nodes: NodeBatch, state: CycleState, args: Args) -> FilterResult:
+        """The quota check again, on the cycle's snapshot: the same answer as ``pre_filter`` in a plain
+        cycle (nothing to do), the what-if's answer once a preemption moved pods in or out of it."""
+        check = state.get(CHECK)
+        if check is None or check.fits:
+            return None
+        why = check.non_preemptible or check.why_not(pod, args)
+        if why is None:
+            return None
+        if not check.reserved:
+            return np.zeros(len(nodes), dtype=bool), why
+        ok = np.array([n.name in check.reserved and check.why_not(pod, args, check.reserved[n.name]) is None
+                       for n in nodes], dtype=bool)
+        return ok, why
+
+    def _moved(self, pod: Pod, state: CycleState, other: Pod, sign: int) -> None:
+        check = state.get(CHECK)
+        if check is not None and not other.is_terminal:
+            state[CHECK] = check.moved(other, self.quota_of(other, check.tree), sign)
+
+    @hookimpl
+    def pre_filter_remove_pod(self, pod: Pod, state: CycleState, pod_to_remove: Pod) -> None:
+        """Koordinator's ``RemovePod``: a victim taken off in a what-if no longer uses its quota."""
+        self._moved(pod, state, pod_to_remove, -1)
+
+    @hookimpl
+    def pre_filter_add_pod(self, pod: Pod, state: CycleState, pod_to_add: Pod) -> None:
+        """Koordinator's ``AddPod``: a pod put back (or placed) in a what-if uses its quota again."""
+        self._moved(pod, state, pod_to_add, 1)
 
     @hookimpl
     async def post_filter(self, pod: Pod, state: CycleState, statuses: Mapping[str, Status], args: Args,
@@ -375,29 +400,38 @@ class ElasticQuota:
 
     async def _select_victims(self, pod: Pod, node: str, potential: list[Pod], tree: QuotaTree, name: str,
                               state: CycleState, args: Args, handle: Handle) -> list[Pod] | None:
-        used = self.used_with_nominated(tree, name, pod)
+        """Koordinator's ``SelectVictimsOnNode``: take every potential victim off (node and quota, through the
+        pre_filter extensions, into a clone of the cycle's state), then put them back one by one, most
+        important first, keeping out those without which the pod no longer fits its node or its quota."""
+        st = state.clone()
+        if CHECK not in st:  # pre_filter did not run into this state: snapshot the quota now
+            st[CHECK] = QuotaCheck(tree, name, (name,), {name: self.used_with_nominated(tree, name, pod)})
 
-        def quota_ok(removed: Iterable[Pod]) -> bool:
-            after = dict(used)
-            for v in removed:
-                for r, x in v.requests.items():
-                    after[r] = after.get(r, 0) - x
-            return self.exceeded(tree, name, pod.requests, args, used=after) is None
+        async def move(v: Pod, add: bool) -> bool:
+            if add:
+                return (await handle.run_pre_filter_extension_add_pod(pod, st, v, node)).ok
+            return (await handle.run_pre_filter_extension_remove_pod(pod, st, v, node)).ok
 
-        if not quota_ok(potential):
-            return None
-        with handle.without_pods(node, potential):
-            if not (await handle.run_filters(pod, node, state)).ok:
+        async def fits(removed: list[Pod]) -> bool:
+            if st[CHECK].why_not(pod, args) is not None:  # Koordinator checks used + request <= limit itself
+                return False
+            with handle.without_pods(node, removed):
+                return (await handle.run_filters(pod, node, st)).ok
+
+        for v in potential:
+            if not await move(v, False):
                 return None
+        if not await fits(potential):
+            return None
         victims = sorted(potential, key=_importance_desc)
         for p in list(victims):
             trial = [v for v in victims if v.uid != p.uid]
-            if not quota_ok(trial):
-                continue
-            with handle.without_pods(node, trial):
-                fits = (await handle.run_filters(pod, node, state)).ok
-            if fits:
+            if not await move(p, True):
+                return None
+            if await fits(trial):
                 victims = trial
+            elif not await move(p, False):
+                return None
         return victims or None
 
     @hookimpl

@@ -304,7 +304,12 @@ class Evaluator:
                 stack.enter_context(handle.without_pods(n, vs))
             feasible = list(potential)
             for p in members:
-                st = state if p.uid == job.trigger.uid else await self._pre_filtered(p)
+                st = state.clone() if p.uid == job.trigger.uid else await self._pre_filtered(p)
+                if not isinstance(st, Status):
+                    # Koordinator's removePossibleVictims / addPod: the victims are out of the member's
+                    # pre_filter state too (their quota usage released), the members placed are in it
+                    st = await self._extended(p, st, [(v, n) for n, vs in possible.items() for v in vs],
+                                              [(m, nominations[m.key]) for m in members if m.key in nominations])
                 if isinstance(st, Status):
                     status_map.update({n: st for n in feasible})
                     return Outcome(REASON_NOT_HELPFUL, fit_error(n_all, status_map).message,
@@ -325,10 +330,17 @@ class Evaluator:
                 placed.setdefault(node, []).append(p)
                 nominations[p.key] = node
                 stack.enter_context(handle.with_requests_held(node, cluster.request_vector(p)))
+        # choosing the victims, each member's state holds the whole job (those placed after it added too), so
+        # a reprieve is checked against the job's total usage whichever member filters it
+        for i, p in enumerate(members):
+            st = await self._extended(p, states[p.uid], [], [(m, nominations[m.key]) for m in members[i + 1:]])
+            if isinstance(st, Status):
+                return Outcome(REASON_NOT_HELPFUL, st.message, possible_victims=possible)
+            states[p.uid] = st
         victims: dict[str, list[Pod]] = {}
         for node in sorted(placed):
             chosen = await self._select_on_node(node, placed[node], possible.get(node, []),
-                                                protected.get(node, set()), states)
+                                                protected.get(node, set()), states, members)
             if chosen:
                 victims[node] = chosen
         violations = sum(len(pdb_protected(victim_order(vs, self.gang_of, set()), pdbs)) for vs in victims.values())
@@ -336,19 +348,43 @@ class Evaluator:
                        pdb_violations=violations)
 
     async def _pre_filtered(self, pod: Pod) -> CycleState | Status:
+        """The profile's pre_filter for another member, into a fresh state. A resolvable rejection does not
+        end the dry run: as in Koordinator (which filters every member with the trigger's state) the filters
+        decide, once the victims are out of the state (a quota check, say)."""
         st = CycleState()
         status, _ = await self.handle.run_pre_filters(pod, st)
-        return st if status.ok or status.code == Code.SKIP else status
+        return st if status.ok or status.code in (Code.SKIP, Code.UNSCHEDULABLE) else status
+
+    async def _extended(self, pod: Pod, st: CycleState, removed: Sequence[tuple[Pod, str]],
+                        added: Sequence[tuple[Pod, str]]) -> CycleState | Status:
+        """``st`` told, through the pre_filter extensions, of the pods (pod, node) ``removed`` and ``added``."""
+        handle = self.handle
+        for v, n in removed:
+            res = await handle.run_pre_filter_extension_remove_pod(pod, st, v, n)
+            if not res.ok:
+                return res
+        for m, n in added:
+            res = await handle.run_pre_filter_extension_add_pod(pod, st, m, n)
+            if not res.ok:
+                return res
+        return st
 
     async def _select_on_node(self, node: str, pods: list[Pod], possible: list[Pod], protected: set[str],
-                              states: Mapping[str, CycleState]) -> list[Pod]:
-        """``selectVictims`` on one node: re-add each possible victim, most important first, and keep it
-        if every member placed there still fits (each filtered with those before it holding their room)."""
+                              states: Mapping[str, CycleState], members: Sequence[Pod]) -> list[Pod]:
+        """``selectVictims`` on one node: re-add each possible victim, most important first (into every
+        member's state as well), and keep it if every member placed there still fits (each filtered with those
+        before it holding their room)."""
+        handle = self.handle
         victims = list(possible)
         for v in victim_order(possible, self.gang_of, protected):
             trial = [x for x in victims if x.uid != v.uid]
-            if await self._all_fit(node, pods, trial, states):
+            back = [await handle.run_pre_filter_extension_add_pod(m, states[m.uid], v, node) for m in members]
+            if all(b.ok for b in back) and await self._all_fit(node, pods, trial, states):
                 victims = trial
+                continue
+            for m, b in zip(members, back):
+                if b.ok:
+                    await handle.run_pre_filter_extension_remove_pod(m, states[m.uid], v, node)
         return victims
 
     async def _all_fit(self, node: str, pods: list[Pod], removed: list[Pod], states: Mapping[str, CycleState]) -> bool:

@@ -259,3 +259,34 @@ def test_the_example_through_koordfw_simulate(capsys):
     assert train["job"] == "ai/train" and train["victims"] == ["ai/batch-3", "ai/batch-4"]
     assert sweep == {"job": "ai/sweep", "trigger": "ai/sweep-0", "time": sweep["time"],
                      "reason": "preemption not helpful", "message": "0/3 nodes are available: 3 Insufficient cpu."}
+
+
+def test_dry_run_releases_the_victims_quota_usage():
+    """Issue 34's leftover: the dry run tells elastic_quota (its pre_filter extensions) that the victims are
+    gone and the members already placed are there. Quota qa (max 5 CPU) uses 4 (a-low-1/2 on n0); the job
+    asks 1 + 3. The trigger p-0 passes the quota (4 + 1) but fits no node; p-1's own check (4 + 3 > 5) fails
+    unless the victims' usage is released (0 + p-0's 1 + 3 <= 5): before, the job was "not helpful". n1's
+    pod is in quota qb, never a victim."""
+    qn = "quota.scheduling.koordinator.sh/name"
+
+    def quota(name: str, mx: str) -> dict:
+        q = _quota(name)
+        q["spec"] = {"min": {"cpu": "1"}, "max": {"cpu": mx}}
+        return q
+
+    objs = [quota("qa", "5"), quota("qb", "64"),
+            pod("a-low-1", cpu="2", node="n0", priority=LOW, labels={qn: "qa"}),
+            pod("a-low-2", cpu="2", node="n0", priority=LOW, labels={qn: "qa"}),
+            pod("b-big", cpu="4", node="n1", priority=LOW, labels={qn: "qb"}),
+            pod("p-0", cpu="1", t=10, priority=HIGH, labels={qn: "qa"}, annotations=gang_ann("p", 2)),
+            pod("p-1", cpu="3", t=11, priority=HIGH, labels={qn: "qa"}, annotations=gang_ann("p", 2))]
+    # gang's post_filter before elastic_quota's (its own pod-level preemption would act for p-0 alone)
+    prof = {"plugins": {"postFilter": {"enabled": ["gang", "elastic_quota", "default_preemption"]}},
+            "pluginConfig": {"gang": {"enablePreemption": True}, "elastic_quota": {"enableRuntimeQuota": False}}}
+    pods, d = run([("n0", "4"), ("n1", "4")], objs, prof=prof, only=("gang", "elastic_quota"))
+    assert evicted(pods) == ["a-low-1", "a-low-2"]
+    assert bound(pods) == {"b-big": "n1", "p-0": "n0", "p-1": "n0"}
+    row = next(r for r in d["jobPreemptions"] if r["reason"] == "preempt success")
+    assert row["nominations"] == {"default/p-0": "n0", "default/p-1": "n0"}
+    used = {q["name"]: q["used"] for q in d["quotas"]}
+    assert used["qa"] == {"cpu": "4"}  # the job's 1 + 3, within max 5
