@@ -381,7 +381,7 @@ class ElasticQuota:
             if (p.node_name and not p.is_terminal and p.priority < pod.priority and is_preemptible(p)
                     and self.quota_of(p, tree) == name and not cluster.is_assumed(p.uid)):
                 by_node.setdefault(p.node_name, []).append(p)
-        if "koordfw/filtered_statuses" in state:
+        if statuses:  # the filters ran: the nodes they found Unschedulable (not Unresolvable) only
             allowed = {n for n, st in statuses.items() if st.code == Code.UNSCHEDULABLE}
             nodes = sorted(n for n in by_node if n in allowed)
         else:  # pre_filter rejected the pod: every node is a candidate, as in kube
