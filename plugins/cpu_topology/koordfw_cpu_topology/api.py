@@ -10,9 +10,11 @@ the pod's :class:`~koordfw.CycleState`, with nothing else of this package:
   the dict, add its entry by plugin name). A provider is called with the node (a :class:`~koordfw.NodeView`)
   and returns ``(hints, refusal)``: ``hints`` maps a resource name to its hints (``None``: no preference,
   an empty list: no NUMA set can hold it), ``refusal`` is a message when the node cannot take the pod at all;
-* after the filters, :data:`NUMA_AFFINITY` maps each node the policy admitted to the NUMA nodes of its
-  merged hint (a bitmask, bit *n* = NUMA node *n*; ``None``: no preference). At ``reserve`` the provider
-  places its resources on the chosen node's NUMA nodes (Koordinator's ``Allocate(affinity)``).
+* from the filters on, :data:`NUMA_AFFINITY` answers, for a node, the NUMA nodes the policy takes there
+  (a bitmask, bit *n* = NUMA node *n*; ``None``: the node is under no policy, or any NUMA node will do):
+  what cpu_topology's reserve chose on it, or the merged hint it will choose. At ``reserve`` the provider
+  places its resources on those NUMA nodes (Koordinator's ``Allocate(affinity)``), whichever plugin's
+  reserve runs first.
 
 A provider's hints must be a function of the node's state: cpu_topology memoises merges by their inputs. A
 provider may also answer for many nodes at once (:class:`SingleNUMAProvider`), which lets cpu_topology decide
@@ -63,5 +65,5 @@ class SingleNUMAProvider(Protocol):
 
 #: plugin name -> its provider, for this pod's cycle (set at pre_filter)
 NUMA_HINT_PROVIDERS: StateKey[dict[str, HintProvider]] = StateKey("cpu_topology/numa_hint_providers")
-#: node name -> the merged hint's NUMA mask (None: any NUMA node), for the nodes the policy admitted
-NUMA_AFFINITY: StateKey[dict[str, int | None]] = StateKey("cpu_topology/numa_affinity")
+#: a node (NodeView) -> the NUMA mask the policy takes there (None: no policy, or any NUMA node); set at filter
+NUMA_AFFINITY: StateKey[Callable[[Any], int | None]] = StateKey("cpu_topology/numa_affinity")

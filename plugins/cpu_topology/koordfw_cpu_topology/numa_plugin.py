@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import numpy as np
 
 from koordfw import BoundedCache, IdentityKey, Status
 from koordfw.extension import ANNOTATION_RESOURCE_STATUS, LABEL_NUMA_TOPOLOGY_POLICY
@@ -29,6 +30,7 @@ from .numa import (
     resource_hints,
     split_over,
 )
+from .numa_columns import NUMAColumns, Row, decide
 from .numa_policy import (
     EXCLUSIVE_REQUIRED,
     POLICY_NONE,
@@ -65,7 +67,8 @@ def _frozen(per_numa: dict[int, dict[str, int]]) -> tuple[tuple[int, tuple[tuple
 
 
 class NUMAPolicyMixin:
-    """State and helpers; the host class provides ``_nrt`` and ``_node_state``."""
+    """State and helpers; the host class provides ``_nrt``, ``_node_state`` and ``_nodes`` (CPU states by
+    node index)."""
 
     def _numa_init(self) -> None:
         #: resource-status text -> its numaNodeResources ({} when none or unreadable)
@@ -78,6 +81,14 @@ class NUMAPolicyMixin:
         #: (policy, exclusive, request, totals, free amounts) -> (merged hint, admit, reasons)
         self._numa_hints_memo: BoundedCache[tuple[Any, ...], tuple[NUMATopologyHint, bool, tuple[str, ...]]] = \
             BoundedCache(65536)
+        #: (cluster and NodeResourceTopology, node name, reservations counter, resource-status) -> _numa_amounts_now
+        self._numa_amounts_memo: BoundedCache[tuple[Any, ...], tuple[NodeNUMA, tuple[str, ...]]] = BoundedCache(16384)
+        #: (NodeResourceTopology object, node name) -> its NUMA nodes' allocatable, or the error
+        self._numa_zones: BoundedCache[tuple[IdentityKey, str], dict[int, dict[str, int]] | str] = BoundedCache(65536)
+        #: the nodes' NUMA columns (see numa_columns), for deciding many nodes at once
+        self._numa_cols = NUMAColumns()
+        #: (cluster, label generation, NodeResourceTopology generation) -> whether any node states a policy
+        self._numa_any: tuple[Any, bool] = (None, False)
 
     def _used_numa(self, text: str) -> dict[int, dict[str, int]]:
         hit = self._numa_status.get(text)
@@ -91,9 +102,17 @@ class NUMAPolicyMixin:
         return hit
 
     def _any_numa_node(self, cluster: Any) -> bool:
-        if cluster.label_mask(LABEL_NUMA_TOPOLOGY_POLICY).any():
-            return True
-        return any((o or {}).get("topologyPolicies") for o in cluster.objects_of("NodeResourceTopology").values())
+        """Whether some node states a policy (label or NRT ``topologyPolicies``); kept while node labels and
+        NodeResourceTopology objects stay the same, so that a fleet without policies pays nothing per pod."""
+        nrts = cluster.objects_of("NodeResourceTopology")
+        gen = getattr(cluster, "objects_generation", None)
+        key = (IdentityKey(cluster), cluster.labels_generation,
+               gen("NodeResourceTopology") if gen is not None else IdentityKey(*nrts.values()))
+        if self._numa_any[0] != key:
+            found = bool(cluster.label_mask(LABEL_NUMA_TOPOLOGY_POLICY).any()) or any(
+                (o or {}).get("topologyPolicies") for o in nrts.values())
+            self._numa_any = (key, found)
+        return self._numa_any[1]
 
     def _node_numa(self, cluster: Any, view: Any, spec: NUMATopologySpec, st: Any) -> NodeNUMA:
         """The node's NUMA view for the pod: memoised by the node's version (its pods), the reservations held
@@ -115,30 +134,73 @@ class NUMAPolicyMixin:
                                        spec.policy)
         if merged is None:
             return NodeNUMA(error=ERR_NOT_MATCH_NUMA_TOPOLOGY)
-        out = NodeNUMA(policy=merged)
         if merged == POLICY_NONE:
-            return out
-        try:
-            out.total = numa_zones(nrt, f"NodeResourceTopology {view.name}")
-        except ValueError as e:
-            out.error = str(e)
-            return out
+            return NodeNUMA(policy=merged)
+        base, uids = self._numa_amounts(cluster, view, nrt)
+        if st.uid in uids:  # the pod's own share (its reservation here) is left out
+            base = self._numa_amounts_now(cluster, view, nrt, st.uid)[0]
+        out = NodeNUMA(policy=merged, total=base.total, avail=base.avail, error=base.error)
+        if st.request_bind and not out.error:  # trimNUMANodeResources: a bound pod's cpu is whole free CPUs
+            free = self._numa_free_cpus(self._node_state(view))  # type: ignore[attr-defined]
+            if free is not None:
+                out.avail = {n: {**res, "cpu": min(res.get("cpu", 0), free.get(n, 0) * 1000)}
+                             for n, res in out.avail.items()}
+        return out
+
+    def _numa_amounts(self, cluster: Any, view: Any, nrt: Any) -> tuple[NodeNUMA, tuple[str, ...]]:
+        """:meth:`_numa_amounts_now` for no pod in particular (shared: never changed), memoised by what it is
+        made of: the node's NodeResourceTopology, its pods' resource-status and the reservations on it (not
+        the node's version: a pod assumed there changes that, not the amounts)."""
+        status = tuple((p.uid, t) for p in cluster.pods_on(view.name)
+                       if (t := p.annotations.get(ANNOTATION_RESOURCE_STATUS)) is not None)
+        key = (IdentityKey(cluster, nrt), view.name, self._numa_res_gen.get(view.name, 0), status)
+        hit = self._numa_amounts_memo.get(key)
+        if hit is None:
+            hit = self._numa_amounts_memo[key] = self._numa_amounts_now(cluster, view, nrt, "")
+        return hit
+
+    def _numa_amounts_now(self, cluster: Any, view: Any, nrt: Any, uid: str) -> tuple[NodeNUMA, tuple[str, ...]]:
+        """The node's NUMA totals and what is free on each NUMA node leaving out pod ``uid``'s share, or the
+        error (policy left None); and the pods whose shares count (resource-status or reservation)."""
+        out = NodeNUMA()
+        key = (IdentityKey(nrt), view.name)
+        zones = self._numa_zones.get(key)
+        if zones is None:
+            try:
+                zones = numa_zones(nrt, f"NodeResourceTopology {view.name}")
+            except ValueError as e:
+                zones = str(e)
+            self._numa_zones[key] = zones
+        if isinstance(zones, str):
+            out.error = zones
+            return out, ()
+        out.total = zones  # shared by the node's views: never changed
         if not out.total:
             out.error = ERR_NO_NUMA_RESOURCES
-            return out
-        used = [self._used_numa(p.annotations[ANNOTATION_RESOURCE_STATUS]) for p in cluster.pods_on(view.name)
-                if ANNOTATION_RESOURCE_STATUS in p.annotations and p.uid != st.uid]
-        used += [u for uid, u in self._numa_reserved.get(view.name, {}).items() if uid != st.uid]
+            return out, ()
+        pods = [p for p in cluster.pods_on(view.name) if ANNOTATION_RESOURCE_STATUS in p.annotations and p.uid != uid]
+        held = self._numa_reserved.get(view.name, {})
+        used = [self._used_numa(p.annotations[ANNOTATION_RESOURCE_STATUS]) for p in pods]
+        used += [u for h, u in held.items() if h != uid]
         out.avail = available(out.total, used)
-        if st.request_bind:  # trimNUMANodeResources: a bound pod's cpu is whole free CPUs of the NUMA node
-            ns = self._node_state(view)  # type: ignore[attr-defined]
-            if ns is not None and ns.topology is not None:
-                taken = set(ns.allocation.cpus) | set(ns.reserved)
-                for n, res in out.avail.items():
-                    # CPUInfo.node is socket << 16 | NUMA id (topology.py keeps node ids per socket unique)
-                    free = sum(1 for c, i in ns.topology.details.items() if i.node & 0xFFFF == n and c not in taken)
-                    res["cpu"] = min(res.get("cpu", 0), free * 1000)
-        return out
+        return out, (*(p.uid for p in pods), *held)
+
+    @staticmethod
+    def _numa_free_cpus(ns: Any) -> dict[int, int] | None:
+        """NUMA id -> whole CPUs no pod holds and not reserved on a node of CPU state ``ns`` (``None``: the node
+        has no CPU topology)."""
+        if ns is None or ns.topology is None:
+            return None
+        details = ns.topology.details
+        # CPUInfo.node is socket << 16 | NUMA id (topology.py keeps node ids per socket unique)
+        free: dict[int, int] = {}
+        for node, cpus in ns.topology.cpus_in_node.items():
+            free[node & 0xFFFF] = free.get(node & 0xFFFF, 0) + len(cpus)
+        for c in set(ns.allocation.cpus) | ns.reserved:
+            info = details.get(c)
+            if info is not None:
+                free[info.node & 0xFFFF] -= 1
+        return free
 
     def _numa_hint(self, nn: NodeNUMA, requests: dict[str, int], spec: NUMATopologySpec,
                    extra: tuple[ProviderHints, ...] = ()) -> tuple[NUMATopologyHint, bool, list[str]]:
@@ -168,32 +230,90 @@ class NUMAPolicyMixin:
             out.append(hints)
         return tuple(out), None
 
-    def numa_filter(self, cluster: Any, views: list[Any], st: Any) -> dict[str, Status]:
-        """Refusals (and each node's best hint in ``st.numa_hints``) for nodes under a policy."""
+    def _numa_refresh(self, cluster: Any, idx: np.ndarray) -> NUMAColumns:
+        """The NUMA columns of ``cluster`` with the rows of ``idx`` fresh."""
+        cols = self._numa_cols
+        key = IdentityKey(cluster)
+        if cols.key != key:
+            cols = self._numa_cols = NUMAColumns(key)
+        cols.grow(cluster.num_nodes)
+        views = cluster.views
+        rows = []
+        states = self._nodes  # type: ignore[attr-defined]  # the host's CPU states, fresh: filter refreshed them
+        for i in cols.stale(idx, cluster.node_version, cluster.node_index):
+            view = views[i]
+            nrt, _ = self._nrt(cluster, view.name)  # type: ignore[attr-defined]
+            nn, uids = self._numa_amounts(cluster, view, nrt)
+            rows.append(Row(i, view.version, node_policy(view.node.labels.get(LABEL_NUMA_TOPOLOGY_POLICY, ""), nrt),
+                            nn.total, nn.avail, self._numa_free_cpus(states[i]) if not nn.error else None, nn.error,
+                            uids))
+        cols.set_rows(rows)
+        return cols
+
+    def numa_filter(self, cluster: Any, idx: np.ndarray, st: Any) -> dict[str, Status]:
+        """Refusals of the nodes ``idx`` by the NUMA topology policy; each admitted node's hint score goes to
+        ``st.numa_scores`` (by node index)."""
+        if st.numa_scores is None or len(st.numa_scores) < cluster.num_nodes:
+            scores = np.full(cluster.num_nodes, -1, dtype=np.int64)
+            if st.numa_scores is not None:
+                scores[: len(st.numa_scores)] = st.numa_scores
+            st.numa_scores = scores
+        views = cluster.views
         out: dict[str, Status] = {}
-        for view in views:
-            nn = self._node_numa(cluster, view, st.numa_spec, st)
-            if nn.error == ERR_NOT_MATCH_NUMA_TOPOLOGY:
-                out[view.name] = Status.unresolvable(nn.error)
-                continue
-            if nn.policy == POLICY_NONE:
-                continue
-            strict = nn.policy in (POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE)
-            if nn.error:
-                if strict:
-                    out[view.name] = Status.unresolvable(nn.error)
-                continue
-            extra, refusal = self._provider_hints(view, st) if st.numa_providers else ((), None)
-            if refusal:
-                out[view.name] = Status.unschedulable(refusal)
-                continue
-            hint, admit, reasons = self._numa_hint(nn, st.requests, st.numa_spec, extra)
-            if strict and not admit:
-                out[view.name] = Status.unschedulable(*reasons) if reasons else Status.unschedulable(
-                    ERR_NO_NUMA_RESOURCES)
-                continue
-            st.numa_hints[view.name] = hint
+        # the columns know this plugin's cpu and memory hints only: a pod with hints from other providers
+        # takes the exact merge on every node
+        if st.numa_extra_hints:
+            for i in idx.tolist():
+                self._numa_filter_exact(cluster, views[i], st, out)
+            return out
+        cols = self._numa_refresh(cluster, idx)
+        v = decide(cols, idx, st.numa_spec.policy, st.requests, bool(st.request_bind), st.uid)
+        st.numa_scores[idx] = v.score
+        st.numa_scored = st.numa_scored or v.scored
+        for j in v.mismatch:
+            out[views[int(idx[j])].name] = Status.unresolvable(ERR_NOT_MATCH_NUMA_TOPOLOGY)
+        for j in v.slow:  # refusals carry the exact merge's reasons
+            self._numa_filter_exact(cluster, views[int(idx[j])], st, out)
         return out
+
+    def _numa_filter_exact(self, cluster: Any, view: Any, st: Any, out: dict[str, Status]) -> None:
+        """One node by the exact merge: its refusal into ``out``, else its hint's score into ``st``."""
+        nn = self._node_numa(cluster, view, st.numa_spec, st)
+        if nn.error == ERR_NOT_MATCH_NUMA_TOPOLOGY:
+            out[view.name] = Status.unresolvable(nn.error)
+            return
+        if nn.policy == POLICY_NONE:
+            return
+        strict = nn.policy in (POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE)
+        if nn.error:
+            if strict:
+                out[view.name] = Status.unresolvable(nn.error)
+            return
+        extra, refusal = self._provider_hints(view, st) if st.numa_providers else ((), None)
+        if refusal:
+            out[view.name] = Status.unschedulable(refusal)
+            return
+        hint, admit, reasons = self._numa_hint(nn, st.requests, st.numa_spec, extra)
+        if strict and not admit:
+            out[view.name] = Status.unschedulable(*reasons) if reasons else Status.unschedulable(ERR_NO_NUMA_RESOURCES)
+            return
+        st.numa_scores[view.index] = hint_score(hint)
+        st.numa_scored = True
+
+    def numa_affinity(self, cluster: Any, st: Any, view: Any) -> int | None:
+        """:data:`.api.NUMA_AFFINITY` for the pod: the NUMA mask the policy takes on ``view`` (what reserve
+        chose there, else the merged hint reserve will choose; None: the node is under no policy, or any NUMA
+        node will do)."""
+        if view.name in st.numa_chosen:
+            return int(st.numa_chosen[view.name])
+        nn = self._node_numa(cluster, view, st.numa_spec, st)
+        if nn.policy == POLICY_NONE or nn.error:
+            return None
+        extra, refusal = self._provider_hints(view, st) if st.numa_providers else ((), None)
+        if refusal:
+            return None
+        hint, admit, _ = self._numa_hint(nn, st.requests, st.numa_spec, extra)
+        return hint.affinity if admit else None
 
     def numa_reserve(self, cluster: Any, view: Any, st: Any) -> Status | None:
         """Choose the NUMA nodes on the chosen node and hold the pod's cpu and memory on them."""
@@ -221,6 +341,7 @@ class NUMAPolicyMixin:
         st.numa_split = split
         self._numa_reserved.setdefault(view.name, {})[st.uid] = split
         self._numa_res_gen[view.name] = self._numa_res_gen.get(view.name, 0) + 1
+        self._numa_cols.touch_name(view.name)
         return None
 
     def numa_unreserve(self, node: str, uid: str) -> None:
@@ -228,6 +349,7 @@ class NUMAPolicyMixin:
         if held is not None:
             held.pop(uid, None)
             self._numa_res_gen[node] = self._numa_res_gen.get(node, 0) + 1
+            self._numa_cols.touch_name(node)
             if not held:
                 del self._numa_reserved[node]
 
@@ -240,10 +362,8 @@ class NUMAPolicyMixin:
                 if p is None or ANNOTATION_RESOURCE_STATUS in p.annotations:
                     self.numa_unreserve(name, uid)
 
-    @staticmethod
-    def numa_score(st: Any, name: str) -> int | None:
-        hint = st.numa_hints.get(name)
-        if hint is None:
-            return None
-        width = len(mask_bits(hint.affinity)) if hint.affinity else 0
-        return 100 // width if width else 100
+
+def hint_score(hint: NUMATopologyHint) -> int:
+    """Score prefers narrow hints: ``100 // NUMA nodes in the hint`` (100 for "any")."""
+    width = len(mask_bits(hint.affinity)) if hint.affinity else 0
+    return 100 // width if width else 100

@@ -15,6 +15,8 @@ annotation or leaves the node. Filter and score read numpy columns of that state
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import partial
 from typing import Any, cast
 
 import attrs
@@ -135,11 +137,18 @@ class PodCPUState:
     requests: dict = attrs.field(factory=dict)
     numa: bool = False  # some node or the pod states a NUMA topology policy
     numa_spec: NUMATopologySpec = attrs.field(factory=NUMATopologySpec)
-    numa_hints: dict = attrs.field(factory=dict)
+    #: per node index, the score of the node's NUMA hint (-1: none), filled by filter
+    numa_scores: np.ndarray | None = None
+    numa_scored: bool = False  # some node has a NUMA hint score
+    #: NUMA hints from providers other than this plugin's cpu and memory (GPUs): every node takes the
+    #: exact merge, the columns cannot decide them
+    numa_extra_hints: bool = False
     numa_split: dict | None = None
     numa_mask: frozenset[int] | None = None
     #: other plugins' NUMA hint providers for this pod (api.NUMA_HINT_PROVIDERS, read at filter)
     numa_providers: dict = attrs.field(factory=dict)
+    #: node name -> the NUMA mask reserve chose there
+    numa_chosen: dict = attrs.field(factory=dict)
 
 
 @attrs.define
@@ -200,6 +209,7 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
         self._forced = np.zeros(0, dtype=np.int8)
         #: NodeResourceTopology key -> the object the columns were built with (held: compared with 'is')
         self._nrt_objs: dict[str, Any] = {}
+        self._nrt_gen: int | None = None  # the kind's generation _nrt_objs is of
         self._nrt_index: dict[str, list] = {}
         #: the cluster and NodeResourceTopology objects the index was built from
         self._nrt_index_key: Any = None
@@ -397,11 +407,16 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
             self._max_full_block = np.zeros(0, dtype=np.int64)
             self._forced = np.zeros(0, dtype=np.int8)
             self._nrt_objs = {}
+            self._nrt_gen = None
             self._sigs = {}
         n = cluster.num_nodes
         self._grow(n)
         nrts = cluster.objects_of(NRT_KIND)
-        if nrts or self._nrt_objs:
+        gen = getattr(cluster, "objects_generation", None)
+        nrt_gen = gen(NRT_KIND) if gen is not None else None
+        # comparing every object is O(objects): only when the kind's generation says they changed
+        if (nrts or self._nrt_objs) and (nrt_gen is None or nrt_gen != self._nrt_gen):
+            self._nrt_gen = nrt_gen
             cur = dict(nrts)
             changed = set(cur) ^ set(self._nrt_objs) | {k for k, v in cur.items() if self._nrt_objs.get(k) is not v}
             if changed:
@@ -412,6 +427,7 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
                     i = cluster.node_index(name)
                     if i is not None:
                         self._ver[i] = -1
+                        self._numa_cols.touch(i)
                 self._nrt_objs = cur
         stale = np.flatnonzero(self._ver[:n] != cluster.node_version)
         if len(stale) == 0:
@@ -432,15 +448,18 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
                 continue
             st = self._build(cluster, views[i])
             self._nodes[i] = st
+            self._numa_cols.touch(i)  # a bound pod's NUMA room is the node's whole free CPUs
             self._sigs[i] = self._signature(cluster, views[i])  # _build may drop stale reservations
             self._store_columns(i, st)
             self._ver[i] = cluster.node_version[i]
 
     def _signature(self, cluster: Any, view: Any) -> tuple:
         held = self._reserved.get(view.node.name, {})
+        # a resource-status without CPUs (a NUMA split only) leaves the CPU state as it is
         pods = tuple((p.uid, p.annotations.get(ANNOTATION_RESOURCE_STATUS), p.annotations.get(ANNOTATION_RESOURCE_SPEC))
                      for p in cluster.pods_on(view.node.name)
-                     if p.uid in held or ANNOTATION_RESOURCE_STATUS in p.annotations)
+                     if p.uid in held or (ANNOTATION_RESOURCE_STATUS in p.annotations
+                                          and self._pod_cpus(p.annotations[ANNOTATION_RESOURCE_STATUS], p)))
         return (IdentityKey(view.node, self._nrt(cluster, view.node.name)[0]), pods, tuple(held.items()))
 
     def _store_columns(self, i: int, st: NodeCPUState) -> None:
@@ -526,7 +545,10 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
         """Whether any node forces a bind policy (label or kubelet full-pcpus-only); cached until node
         labels/annotations or NodeResourceTopology objects change, so ordinary pods stay cheap."""
         nrts = cluster.objects_of(NRT_KIND)
-        key = (cluster.labels_generation, IdentityKey(cluster, *nrts.values()))
+        gen = getattr(cluster, "objects_generation", None)
+        # the kind's generation stands for its objects (a key holding them all is O(objects) per pod)
+        key = (cluster.labels_generation, IdentityKey(cluster) if gen is not None else IdentityKey(cluster, *nrts.values()),
+               gen(NRT_KIND) if gen is not None else None)
         if key != self._forced_key:
             forced = bool(cluster.label_mask(LABEL_CPU_BIND_POLICY).any())
             if not forced:
@@ -554,15 +576,14 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
         idx = nodes.idx
         numa_out: dict[str, Status] = {}
         if st.numa:
-            st.numa_hints = {}
             providers = state.get(NUMA_HINT_PROVIDERS)
             st.numa_providers = dict(providers) if providers else {}
-            numa_out = self.numa_filter(cluster, [cluster.views[int(i)] for i in idx.tolist()], st)
-            if st.numa_hints:  # what the other providers place at reserve: each admitted node's merged NUMA mask
-                aff = state.get(NUMA_AFFINITY)
-                if aff is None:
-                    aff = state[NUMA_AFFINITY] = {}
-                aff.update((name, h.affinity) for name, h in st.numa_hints.items())
+            st.numa_extra_hints = bool(st.numa_providers)
+            if st.numa_providers and state.get(NUMA_AFFINITY) is None:
+                # what the providers place at reserve: the NUMA nodes chosen on the node (api.NUMA_AFFINITY)
+                affinity: Callable[[Any], int | None] = partial(self.numa_affinity, cluster, st)
+                state[NUMA_AFFINITY] = affinity
+            numa_out = self.numa_filter(cluster, idx, st)
         binding = self._binding_mask(st, idx)
         amp_out = self.amplified_cpu_filter(cluster, idx, st.cpu_milli, binding)
         numa_out = merge_refusals(numa_out, amp_out, ERR_NOT_MATCH_NUMA_TOPOLOGY)
@@ -604,7 +625,7 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
     @hookimpl
     def pre_score(self, pod: Pod, nodes: NodeBatch, state: CycleState) -> Status | None:
         st = state.get(STATE_KEY)
-        if st is None or not (st.request_bind or st.numa_hints):
+        if st is None or not (st.request_bind or st.numa_scored):
             return Status.skip()
         return None
 
@@ -634,16 +655,16 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
         is every CPU bound on the node once this pod's CPUs are added (×1000) and the capacity is the
         node's allocatable cpu."""
         st = state.get(STATE_KEY)
-        if st is None or not (st.request_bind or st.numa_hints):
+        if st is None or not (st.request_bind or st.numa_scored):
             return None
         cluster = nodes.cluster
-        self._refresh(cluster)
         idx = nodes.idx
-        narrow = np.array([self.numa_score(st, cluster.views[int(i)].name) for i in idx.tolist()], dtype=object)
-        has = np.array([v is not None for v in narrow], dtype=bool)
-        narrow_i = np.where(has, narrow, 0).astype(np.int64)
+        narrow = st.numa_scores[idx] if st.numa_scores is not None else np.full(len(idx), -1, dtype=np.int64)
+        has = narrow >= 0
+        narrow_i = np.where(has, narrow, 0)
         if not st.request_bind:
             return narrow_i
+        self._refresh(cluster)
         alloc = cluster.allocatable[idx, cluster.resource_index("cpu")]
         bound = self._n_alloc[idx] + st.need
         # the count is exact when the pod's CPUs cannot overlap held ones (maxRefCount 1) and the
@@ -682,11 +703,8 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
             refused = self.numa_reserve(handle.cluster, node, st)
             if refused is not None:
                 return refused
-            if st.numa_mask is not None:  # the NUMA nodes chosen now (the filter's hint, unless the node changed)
-                aff = state.get(NUMA_AFFINITY)
-                if aff is None:
-                    aff = state[NUMA_AFFINITY] = {}
-                aff[node.name] = mask_of(*st.numa_mask)
+            if st.numa_mask is not None:  # what api.NUMA_AFFINITY answers for this node from now on
+                st.numa_chosen[node.name] = mask_of(*st.numa_mask)
         if not (st.request_bind or ns.node_policy):
             return None
         if ns.topology is None or ns.error:

@@ -444,7 +444,8 @@ class GpuShare:
         if req is None:
             return None
         inv = self.sync(handle.cluster)
-        mask = None if args.disable_device_NUMA_topology_alignment else (state.get(NUMA_AFFINITY) or {}).get(node.name)
+        affinity = None if args.disable_device_NUMA_topology_alignment else state.get(NUMA_AFFINITY)
+        mask = affinity(node) if affinity is not None else None
         required = state.get(_SCOPE, 0)
         slots = self.choose_slots(handle.cluster, node.index, pod, req, args, state.get(_CHOICE), mask, required)
         if len(slots) < req.count:
