@@ -24,6 +24,7 @@ NodeResourceTopology, a node where the pod itself holds resources) are flagged f
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 import numpy as np
@@ -51,7 +52,8 @@ _VER, _POLICY, _EXACT, _ZONES, _REPORTED = 0, 1, 2, 3, 4
 _CPU = _REPORTED + len(RESOURCES)
 _CPU_BIND = _CPU + MAX_ZONES
 _MEM = _CPU_BIND + MAX_ZONES
-_WIDTH = _MEM + MAX_ZONES
+_IDS = _MEM + MAX_ZONES
+_WIDTH = _IDS + MAX_ZONES
 
 
 def _subsets(z: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -125,6 +127,8 @@ class NUMAColumns:
         self.cpu = t[:, _CPU:_CPU + MAX_ZONES]
         self.cpu_bind = t[:, _CPU_BIND:_CPU_BIND + MAX_ZONES]
         self.mem = t[:, _MEM:_MEM + MAX_ZONES]
+        #: the NUMA id of each slot (-1 past the node's NUMA nodes)
+        self.ids = t[:, _IDS:_IDS + MAX_ZONES]
 
     def touch(self, index: int) -> None:
         self._touched.add(index)
@@ -175,9 +179,9 @@ class NUMAColumns:
                   or any(abs(v) >= _EXACT_LIMIT for v in (*c, *cb, *m) if v != _UNREPORTED))
             pad = [_PAD] * (MAX_ZONES - len(ids))
             if ex:
-                table.append([row.version, code, 1, 0, *rep, *[_PAD] * (3 * MAX_ZONES)])
+                table.append([row.version, code, 1, 0, *rep, *[_PAD] * (4 * MAX_ZONES)])
             else:
-                table.append([row.version, code, 0, len(ids), *rep, *c, *pad, *cb, *pad, *m, *pad])
+                table.append([row.version, code, 0, len(ids), *rep, *c, *pad, *cb, *pad, *m, *pad, *ids, *pad])
             self._index_uids(row.index, row.uids)
         if len(rows) == 1:
             self.table[rows[0].index] = table[0]
@@ -285,3 +289,28 @@ def _min_width(cpu: np.ndarray | None, mem: np.ndarray | None, rc: int, rm: int,
             fits &= (amounts.astype(np.float64) @ member.T) >= want
     fits &= (lack_bits[:, None] & masks[None, :]) == 0
     return np.where(fits.any(axis=1), sizes[fits.argmax(axis=1)], _NO_WIDTH)
+
+
+def single_numa_with_providers(cols: NUMAColumns, rows: np.ndarray, requests: Mapping[str, int], bound: bool,
+                               providers: list[Any]) -> np.ndarray:
+    """SingleNUMANode's verdict on ``rows`` (error-free rows under that policy, fresh) for a pod whose other
+    hints come from ``providers`` (:class:`~.api.SingleNUMAProvider`): some NUMA node holds the pod's cpu and
+    memory alone and, for every provider that has a preference on the node, its resources too. The merge's
+    closed form: under SingleNUMANode each resource keeps its preferred one-node hints, which are its
+    one-node sets that hold it whenever there are any, and the merged hint is one NUMA node every resource
+    keeps (a provider without a preference keeps any)."""
+    rc, rm = int(requests.get("cpu", 0)), int(requests.get("memory", 0))
+    ids = cols.ids[rows]
+    fit = np.arange(MAX_ZONES)[None, :] < cols.zones[rows][:, None]
+    if rc > 0:
+        fit &= (cols.cpu_bind if bound else cols.cpu)[rows] >= rc
+    if rm > 0:
+        fit &= cols.mem[rows] >= rm
+    zone_ids = sorted({int(z) for z in np.unique(ids).tolist() if z >= 0})
+    for provider in providers:
+        has, got = provider.single_numa(rows, zone_ids)
+        per_slot = np.zeros_like(fit)
+        for k, z in enumerate(zone_ids):
+            per_slot |= (ids == z) & got[:, k:k + 1]
+        fit &= np.where(has[:, None], per_slot, True)
+    return fit.any(axis=1)

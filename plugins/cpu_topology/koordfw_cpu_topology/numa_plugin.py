@@ -19,6 +19,7 @@ from koordfw import BoundedCache, IdentityKey, Status
 from koordfw.extension import ANNOTATION_RESOURCE_STATUS, LABEL_NUMA_TOPOLOGY_POLICY
 from koordfw.inputs import loads_json
 
+from .api import SingleNUMAProvider
 from .numa import (
     ERR_NO_NUMA_RESOURCES,
     ERR_NOT_MATCH_NUMA_TOPOLOGY,
@@ -30,7 +31,7 @@ from .numa import (
     resource_hints,
     split_over,
 )
-from .numa_columns import NUMAColumns, Row, decide
+from .numa_columns import CODE_NONE, CODE_SINGLE, POLICY_CODES, NUMAColumns, Row, decide, single_numa_with_providers
 from .numa_policy import (
     EXCLUSIVE_REQUIRED,
     POLICY_NONE,
@@ -263,8 +264,7 @@ class NUMAPolicyMixin:
         # the columns know this plugin's cpu and memory hints only: a pod with hints from other providers
         # takes the exact merge on every node
         if st.numa_extra_hints:
-            for i in idx.tolist():
-                self._numa_filter_exact(cluster, views[i], st, out)
+            self._numa_filter_providers(cluster, idx, st, out)
             return out
         cols = self._numa_refresh(cluster, idx)
         v = decide(cols, idx, st.numa_spec.policy, st.requests, bool(st.request_bind), st.uid)
@@ -275,6 +275,35 @@ class NUMAPolicyMixin:
         for j in v.slow:  # refusals carry the exact merge's reasons
             self._numa_filter_exact(cluster, views[int(idx[j])], st, out)
         return out
+
+    def _numa_filter_providers(self, cluster: Any, idx: np.ndarray, st: Any, out: dict[str, Status]) -> None:
+        """The nodes ``idx`` for a pod with hints from other providers (GPUs): nodes under SingleNUMANode by
+        :func:`.numa_columns.single_numa_with_providers` when every provider answers for many nodes
+        (:class:`.api.SingleNUMAProvider`), the others and every refusal (its message) by the exact merge."""
+        views = cluster.views
+        providers = list(st.numa_providers.values())
+        if not all(isinstance(p, SingleNUMAProvider) for p in providers):
+            for i in idx.tolist():
+                self._numa_filter_exact(cluster, views[i], st, out)
+            return
+        cols = self._numa_refresh(cluster, idx)
+        pod_code = POLICY_CODES[st.numa_spec.policy]
+        node_code = cols.policy[idx]
+        eff = node_code if not pod_code else np.where(node_code == CODE_NONE, pod_code, node_code)
+        fast = (eff == CODE_SINGLE) & (cols.exact[idx] == 0)
+        if pod_code:
+            fast &= (node_code == CODE_NONE) | (node_code == pod_code)
+        held = cols.uid_rows.get(st.uid)
+        if held:
+            fast &= ~np.isin(idx, np.fromiter(held, dtype=np.int64, count=len(held)))
+        rows = idx[fast]
+        if len(rows):
+            ok = single_numa_with_providers(cols, rows, st.requests, bool(st.request_bind), providers)
+            st.numa_scores[rows[ok]] = 100
+            st.numa_scored = st.numa_scored or bool(ok.any())
+            fast[np.flatnonzero(fast)[~ok]] = False  # refused: the exact merge gives the message
+        for j in np.flatnonzero(~fast & (eff != CODE_NONE)).tolist():
+            self._numa_filter_exact(cluster, views[int(idx[j])], st, out)
 
     def _numa_filter_exact(self, cluster: Any, view: Any, st: Any, out: dict[str, Status]) -> None:
         """One node by the exact merge: its refusal into ``out``, else its hint's score into ``st``."""

@@ -307,3 +307,61 @@ def test_single_numa_batch_answers_as_the_hints_do():
             assert bool(has[i]) == (hints is not None or refusal is not None), (requests, i)
             singles = {h.affinity for h in (hints or {}).get("gpu", []) if h.affinity.bit_count() == 1}
             assert {1 << z for z, ok in zip(zones, fits[i].tolist()) if ok} == singles, (requests, i)
+
+
+def _gpu_fleet(seed: int) -> ClusterBuilder:
+    """Seeded random nodes (policies SingleNUMANode / Restricted / none; 2 or 4 NUMA nodes; GPUs on random NUMA
+    nodes, some without topology) and pods (cpu, memory, whole or shared GPUs, some with a pod policy)."""
+    rng = np.random.default_rng(seed)
+    b = ClusterBuilder()
+    for k in range(24):
+        zones = int(rng.choice([2, 4]))
+        gpus = int(rng.integers(1, 9))
+        policy = str(rng.choice(["SingleNUMANode", "SingleNUMANode", "Restricted", ""]))
+        labels = {"node.koordinator.sh/numa-topology-policy": policy} if policy else {}
+        b.node(f"n{k}", cpu=str(8 * zones), memory=f"{32 * zones}Gi", labels=labels,
+               **{"nvidia.com__gpu": str(gpus), "koordinator.sh__gpu-core": str(100 * gpus),
+                  "koordinator.sh__gpu-memory-ratio": str(100 * gpus)})
+        b.obj({"apiVersion": "topology.node.k8s.io/v1alpha1", "kind": "NodeResourceTopology",
+               "metadata": {"name": f"n{k}"},
+               "zones": [{"name": f"node-{z}", "type": "Node",
+                          "resources": [{"name": "cpu", "capacity": "8", "allocatable": "8"},
+                                        {"name": "memory", "capacity": "32Gi", "allocatable": "32Gi"}]}
+                         for z in range(zones)]})
+        dev = fake_device(f"n{k}", numa={m: int(rng.integers(-1, zones)) for m in range(gpus)},
+                          pcie={m: str(m // 2) for m in range(gpus)}, gpus=gpus)
+        if k % 5 == 0:
+            for d in dev["spec"]["devices"]:
+                del d["topology"]
+        b.obj(dev)
+    for j in range(90):
+        req = {"cpu": str(int(rng.integers(1, 9))), "memory": f"{int(rng.integers(1, 24))}Gi"}
+        g = int(rng.choice([0, 1, 1, 2, 4, 50]))
+        if g == 50:
+            req.update({"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"})
+        elif g:
+            req["nvidia.com/gpu"] = str(g)
+        ann = {}
+        if rng.random() < 0.15:
+            ann["scheduling.koordinator.sh/numa-topology-spec"] = json.dumps({"numaTopologyPolicy": "SingleNUMANode"})
+        b.pod(f"p{j:02d}", requests=req, annotations=ann)
+    return b
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_gpu_single_numa_fast_path_schedules_as_the_exact_merge(seed, monkeypatch):
+    """Whole scheduling runs on random GPU fleets: SingleNUMANode decided with numpy for many nodes
+    (numa_columns.single_numa_with_providers with gpu_share's single_numa) gives the same pods, nodes,
+    annotations and refusal messages as the exact merge on every node."""
+    from koordfw_cpu_topology import numa_plugin
+
+    fast = schedule(_gpu_fleet(seed), only=["cpu_topology", "gpu_share"], seed=seed).to_dict()
+
+    class Nothing:  # no provider is a SingleNUMAProvider: every node takes the exact merge
+        pass
+
+    monkeypatch.setattr(numa_plugin, "SingleNUMAProvider", Nothing)
+    exact = schedule(_gpu_fleet(seed), only=["cpu_topology", "gpu_share"], seed=seed).to_dict()
+    assert fast["pods"] == exact["pods"]
+    placed = [p for p in fast["pods"] if p["node"]]
+    assert 20 < len(placed) < 90  # the fleet is neither empty nor everything fits
