@@ -62,6 +62,11 @@ class SingleNUMAProvider(Protocol):
         holds the request, i.e. the provider would give a hint of exactly that node)."""
         ...
 
+    def versions(self, idx: np.ndarray) -> tuple[Any, np.ndarray]:
+        """What the provider's answers for nodes ``idx`` depend on beyond the pod's requests: a token (hashable)
+        and a number per node; while both stay the same, so do the hints for a pod of the same requests."""
+        ...
+
 
 #: plugin name -> its provider, for this pod's cycle (set at pre_filter)
 NUMA_HINT_PROVIDERS: StateKey[dict[str, HintProvider]] = StateKey("cpu_topology/numa_hint_providers")

@@ -86,6 +86,8 @@ class NUMAPolicyMixin:
         self._numa_amounts_memo: BoundedCache[tuple[Any, ...], tuple[NodeNUMA, tuple[str, ...]]] = BoundedCache(16384)
         #: (NodeResourceTopology object, node name) -> its NUMA nodes' allocatable, or the error
         self._numa_zones: BoundedCache[tuple[IdentityKey, str], dict[int, dict[str, int]] | str] = BoundedCache(65536)
+        #: (pod shape, node index, its row, the providers' versions of it) -> the exact merge's (refusal, score)
+        self._numa_exact_memo: BoundedCache[tuple[Any, ...], tuple[Status | None, int | None]] = BoundedCache(65536)
         #: the nodes' NUMA columns (see numa_columns), for deciding many nodes at once
         self._numa_cols = NUMAColumns()
         #: (cluster, label generation, NodeResourceTopology generation) -> whether any node states a policy
@@ -302,8 +304,39 @@ class NUMAPolicyMixin:
             st.numa_scores[rows[ok]] = 100
             st.numa_scored = st.numa_scored or bool(ok.any())
             fast[np.flatnonzero(fast)[~ok]] = False  # refused: the exact merge gives the message
-        for j in np.flatnonzero(~fast & (eff != CODE_NONE)).tolist():
-            self._numa_filter_exact(cluster, views[int(idx[j])], st, out)
+        slow = np.flatnonzero(~fast & (eff != CODE_NONE))
+        if not len(slow):
+            return
+        # the exact merge, memoised by everything it reads: the node's row, the providers' versions of the
+        # node, the pod's requests and policy (not for a node where the pod holds a share of its own)
+        tokens, versions = [], []
+        for p in providers:
+            token, ver = p.versions(idx[slow])
+            tokens.append(token)
+            versions.append(ver.tolist())
+        pod_key = (tuple(sorted(st.requests.items())), st.numa_spec.policy, st.numa_spec.exclusive,
+                   bool(st.request_bind), tuple(tokens), IdentityKey(cluster),
+                   cluster.objects_generation("NodeResourceTopology"), cluster.labels_generation)
+        for k, j in enumerate(slow.tolist()):
+            i = int(idx[j])
+            view = views[i]
+            if held and i in held or cols.ver[i] != view.version:
+                self._numa_filter_exact(cluster, view, st, out)
+                continue
+            key = (pod_key, i, cols.table[i].tobytes(), tuple(v[k] for v in versions))
+            hit = self._numa_exact_memo.get(key)
+            if hit is None:
+                one: dict[str, Status] = {}
+                st.numa_scores[i] = -1
+                self._numa_filter_exact(cluster, view, st, one)
+                got = int(st.numa_scores[i])
+                hit = self._numa_exact_memo[key] = (one.get(view.name), got if got >= 0 else None)
+            refusal, score = hit
+            if refusal is not None:
+                out[view.name] = refusal
+            elif score is not None:
+                st.numa_scores[i] = score
+                st.numa_scored = True
 
     def _numa_filter_exact(self, cluster: Any, view: Any, st: Any, out: dict[str, Status]) -> None:
         """One node by the exact merge: its refusal into ``out``, else its hint's score into ``st``."""

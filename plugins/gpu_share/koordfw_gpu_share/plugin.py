@@ -515,6 +515,11 @@ class GpuNUMAHints:
     def __call__(self, view: NodeView) -> ProviderResult:
         return self.plugin.numa_hints(self.req, view)
 
+    def versions(self, idx: np.ndarray) -> tuple[Any, np.ndarray]:
+        """The inventory (its identity) and the nodes' GPU versions: the hints change only with them."""
+        inv = cast(Inventory, self.plugin.inv)
+        return IdentityKey(inv), inv.version[idx]
+
     def single_numa(self, idx: np.ndarray, zones: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """For nodes ``idx``: (whether the node's GPUs report NUMA nodes at all: the others have no preference,
         whether NUMA node ``zones[k]`` alone holds the request's GPUs: a (len(idx), len(zones)) bool array).
