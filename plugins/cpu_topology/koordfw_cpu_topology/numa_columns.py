@@ -113,6 +113,9 @@ class NUMAColumns:
         self.key = key  # the cluster's
         #: every row's numbers in one table (a rebuilt row is one assignment); the columns are views of it
         self.table = np.zeros((0, _WIDTH), dtype=np.int64)
+        #: per row, a number no earlier build of any row had (answers derived from a row keep it as their key)
+        self.stamp = np.zeros(0, dtype=np.int64)
+        self._stamps = 0
         self._views()
         #: pod uid -> the rows its resource-status or reservation counts in (the pod's own share must not count)
         self.uid_rows: dict[str, set[int]] = {}
@@ -144,6 +147,7 @@ class NUMAColumns:
         extra[:, _VER] = -1
         extra[:, _CPU:] = _PAD
         self.table = np.concatenate([self.table, extra])
+        self.stamp = np.concatenate([self.stamp, np.full(n - old, -1, dtype=np.int64)])
         self._views()
 
     def stale(self, idx: np.ndarray, versions: np.ndarray, index_of: Callable[[str], int | None]) -> list[int]:
@@ -187,6 +191,9 @@ class NUMAColumns:
             self.table[rows[0].index] = table[0]
         else:
             self.table[[row.index for row in rows]] = table
+        built = np.fromiter((row.index for row in rows), dtype=np.int64, count=len(rows))
+        self.stamp[built] = np.arange(self._stamps + 1, self._stamps + 1 + len(rows), dtype=np.int64)
+        self._stamps += len(rows)
 
     def _index_uids(self, i: int, uids: tuple[str, ...]) -> None:
         for uid in self._row_uids.pop(i, ()):

@@ -86,8 +86,8 @@ class NUMAPolicyMixin:
         self._numa_amounts_memo: BoundedCache[tuple[Any, ...], tuple[NodeNUMA, tuple[str, ...]]] = BoundedCache(16384)
         #: (NodeResourceTopology object, node name) -> its NUMA nodes' allocatable, or the error
         self._numa_zones: BoundedCache[tuple[IdentityKey, str], dict[int, dict[str, int]] | str] = BoundedCache(65536)
-        #: (pod shape, node index, its row, the providers' versions of it) -> the exact merge's (refusal, score)
-        self._numa_exact_memo: BoundedCache[tuple[Any, ...], tuple[Status | None, int | None]] = BoundedCache(65536)
+        #: a GPU pod's shape -> the exact merge's answers per node (see _numa_filter_providers)
+        self._numa_exact_memo: BoundedCache[tuple[Any, ...], _ExactAnswers] = BoundedCache(256)
         #: the nodes' NUMA columns (see numa_columns), for deciding many nodes at once
         self._numa_cols = NUMAColumns()
         #: (cluster, label generation, NodeResourceTopology generation) -> whether any node states a policy
@@ -307,35 +307,42 @@ class NUMAPolicyMixin:
         slow = np.flatnonzero(~fast & (eff != CODE_NONE))
         if not len(slow):
             return
-        # the exact merge, memoised by everything it reads: the node's row, the providers' versions of the
-        # node, the pod's requests and policy (not for a node where the pod holds a share of its own)
+        # the exact merge, memoised per pod shape by everything else it reads: the node's NUMA row (its
+        # stamp) and the providers' versions of the node (not for a node where the pod holds a share)
+        rows = idx[slow]
         tokens, versions = [], []
         for p in providers:
-            token, ver = p.versions(idx[slow])
+            token, ver = p.versions(rows)
             tokens.append(token)
-            versions.append(ver.tolist())
-        pod_key = (tuple(sorted(st.requests.items())), st.numa_spec.policy, st.numa_spec.exclusive,
-                   bool(st.request_bind), tuple(tokens), IdentityKey(cluster),
-                   cluster.objects_generation("NodeResourceTopology"), cluster.labels_generation)
-        for k, j in enumerate(slow.tolist()):
-            i = int(idx[j])
+            versions.append(ver)
+        shape = (tuple(sorted(st.requests.items())), st.numa_spec.policy, st.numa_spec.exclusive,
+                 bool(st.request_bind), tuple(tokens), IdentityKey(cluster),
+                 cluster.objects_generation("NodeResourceTopology"), cluster.labels_generation)
+        memo = self._numa_exact_memo.get(shape)
+        n = cluster.num_nodes
+        if memo is None or len(memo.stamp) < n:
+            memo = self._numa_exact_memo[shape] = _ExactAnswers(n, len(providers))
+        hit = memo.stamp[rows] == cols.stamp[rows]
+        for k, ver in enumerate(versions):
+            hit &= memo.versions[k, rows] == ver
+        if held:
+            hit &= ~np.isin(rows, np.fromiter(held, dtype=np.int64, count=len(held)))
+        for j, i in enumerate(rows.tolist()):
             view = views[i]
-            if held and i in held or cols.ver[i] != view.version:
-                self._numa_filter_exact(cluster, view, st, out)
-                continue
-            key = (pod_key, i, cols.table[i].tobytes(), tuple(v[k] for v in versions))
-            hit = self._numa_exact_memo.get(key)
-            if hit is None:
+            if not hit[j]:
                 one: dict[str, Status] = {}
                 st.numa_scores[i] = -1
                 self._numa_filter_exact(cluster, view, st, one)
-                got = int(st.numa_scores[i])
-                hit = self._numa_exact_memo[key] = (one.get(view.name), got if got >= 0 else None)
-            refusal, score = hit
-            if refusal is not None:
-                out[view.name] = refusal
-            elif score is not None:
-                st.numa_scores[i] = score
+                refusal = one.get(view.name)
+                memo.answer[i] = memo.code(refusal) if refusal is not None else -2 - max(int(st.numa_scores[i]), -1)
+                memo.stamp[i] = cols.stamp[i]
+                for k, ver in enumerate(versions):
+                    memo.versions[k, i] = ver[j]
+            got = int(memo.answer[i])
+            if got >= 0:
+                out[view.name] = memo.statuses[got]
+            elif got <= -2:
+                st.numa_scores[i] = -2 - got
                 st.numa_scored = True
 
     def _numa_filter_exact(self, cluster: Any, view: Any, st: Any, out: dict[str, Status]) -> None:
@@ -423,6 +430,26 @@ class NUMAPolicyMixin:
                 p = on.get(uid)
                 if p is None or ANNOTATION_RESOURCE_STATUS in p.annotations:
                     self.numa_unreserve(name, uid)
+
+
+class _ExactAnswers:
+    """The exact merge's answers for one pod shape, per node index: ``answer`` is a refusal (an index into
+    ``statuses``), -1 (no hint: nothing to say) or ``-2 - score``; valid while the node's row ``stamp`` and
+    the providers' ``versions`` of it are the ones stored."""
+
+    def __init__(self, n: int, providers: int) -> None:
+        self.stamp = np.full(n, -1, dtype=np.int64)
+        self.versions = np.full((providers, n), -1, dtype=np.int64)
+        self.answer = np.full(n, -1, dtype=np.int64)
+        self.statuses: list[Status] = []
+        self._codes: dict[Status, int] = {}
+
+    def code(self, status: Status) -> int:
+        got = self._codes.get(status)
+        if got is None:
+            got = self._codes[status] = len(self.statuses)
+            self.statuses.append(status)
+        return got
 
 
 def hint_score(hint: NUMATopologyHint) -> int:
