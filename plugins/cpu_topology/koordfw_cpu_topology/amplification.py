@@ -93,6 +93,42 @@ def fits_amplified(pod_milli: int, request_bind: bool, ratio: float, allocatable
     return need <= allocatable_milli - amplified_requested(requested_milli, bound_cpus, ratio)
 
 
+def parse_ratios(text: str | None) -> dict[str, float]:
+    """``GetNodeResourceAmplificationRatios``: resource -> ratio of the annotation's JSON map ({} without it);
+    ValueError as :func:`parse_cpu_ratio`."""
+    if text is None:
+        return {}
+    parse_cpu_ratio(text)  # the same checks
+    obj = json.loads(text)
+    return {str(k): float(v or 0) for k, v in (obj or {}).items()}
+
+
+def amplify_numa(total: Mapping[int, Mapping[str, int]], ratios: Mapping[str, float]) -> dict[int, dict[str, int]]:
+    """``amplifyNUMANodeResources``: each NUMA node's resources amplified by the node's ratios."""
+    return {n: {r: amplify(v, ratios.get(r, 1.0)) for r, v in res.items()} for n, res in total.items()}
+
+
+def numa_available_amplified(total: Mapping[int, Mapping[str, int]], allocated: Mapping[int, Mapping[str, int]],
+                             bound_cpus: Mapping[int, int], cpu_ratio: float
+                             ) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]:
+    """``NodeAllocation.getAvailableNUMANodeResources`` on an amplified node: (available, allocated) per NUMA
+    node, from the amplified totals and what the pods hold there (``allocated``, physical); on a NUMA node
+    where pods hold something, its cpuset-bound CPUs (``bound_cpus``) count amplified."""
+    avail: dict[int, dict[str, int]] = {}
+    held: dict[int, dict[str, int]] = {}
+    for n, res in total.items():
+        got = allocated.get(n)
+        used: dict[str, int] = {}
+        if got is not None:
+            used = dict(got)
+            if cpu_ratio > 1:
+                bound = bound_cpus.get(n, 0) * 1000
+                used["cpu"] = used.get("cpu", 0) - bound + amplify(bound, cpu_ratio)
+            held[n] = used
+        avail[n] = {r: max(v - used.get(r, 0), 0) for r, v in res.items()}
+    return avail, held
+
+
 class AmplificationMixin:
     """Per-node cpu ratio columns, the amplified-cpu filter and the score's amplified accounting. The host
     class (:class:`~.plugin.CPUTopologyPlugin`) provides ``_n_alloc`` (CPUs bound per node; -1 when the

@@ -341,3 +341,30 @@ def test_score_with_amplified_cpus_accounting(name: str, strategy: str, pod: tup
         requested = {"cpu": amplified_requested(req_cpu, bound, ratio) + pod_cpu, "memory": req_mem + mem * GI}
         got[node] = _koord_score(strategy, requested, alloc)
     assert got == want
+
+
+# -- per NUMA node (Koordinator's amplifyNUMANodeResources / NodeAllocation.getAvailableNUMANodeResources) --------
+GI = 2**30
+
+
+@pytest.mark.parametrize("case, ratio, allocated, bound, want_avail, want_alloc", [
+    ("normal node", None, {}, 0, {0: 16000, 1: 16000}, {}),
+    ("normal node with amplification ratios", 1.5, {}, 0, {0: 24000, 1: 24000}, {}),
+    ("normal node with amplification ratios and allocated CPUSets", 1.5, {0: 4000}, 4, {0: 18000, 1: 24000},
+     {0: 6000}),
+    ("normal node with amplification ratios and allocated CPUSets and CPU Shares", 1.5, {0: 8000}, 4,
+     {0: 14000, 1: 24000}, {0: 10000}),
+])
+def test_available_numa_resources_on_an_amplified_node(case, ratio, allocated, bound, want_avail, want_alloc):
+    """Koordinator's Test_getAvailableNUMANodeResources: 2 NUMA nodes of 16 cpus and 32 GiB, amplified ×1.5 to
+    24 cpus; the first ``bound`` CPUs (all on NUMA node 0) are cpuset-bound and count 1.5× there."""
+    from koordfw_cpu_topology.amplification import amplify_numa, numa_available_amplified
+
+    total = {n: {"cpu": 16000, "memory": 32 * GI} for n in (0, 1)}
+    if ratio:
+        total = amplify_numa(total, {"cpu": ratio})
+    avail, held = numa_available_amplified(total, {n: {"cpu": c} for n, c in allocated.items()}, {0: bound},
+                                           ratio or -1.0)
+    assert {n: r["cpu"] for n, r in avail.items()} == want_avail, case
+    assert all(r["memory"] == 32 * GI for r in avail.values())
+    assert {n: r["cpu"] for n, r in held.items()} == want_alloc, case
