@@ -122,6 +122,8 @@ class NUMAColumns:
         self._row_uids: dict[int, tuple[str, ...]] = {}
         self._touched: set[int] = set()
         self._touched_names: set[str] = set()
+        #: per row, what its last build was made of (the caller's: see :meth:`keep`)
+        self.sources: dict[int, tuple[Any, ...]] = {}
 
     def _views(self) -> None:
         t = self.table
@@ -163,6 +165,17 @@ class NUMAColumns:
             self.ver[t[t < len(self.ver)]] = -1
             self._touched.clear()
         return idx[self.ver[idx] != versions[idx]].tolist()
+
+    def keep(self, index: int, version: int, source: tuple[Any, ...]) -> bool:
+        """Whether the row of ``index`` was built from ``source`` (compared by value, its first item by
+        identity): then it is marked fresh at ``version`` as it stands (and keeps its stamp); else
+        ``source`` is remembered for the build the caller makes."""
+        old = self.sources.get(index)
+        if old is not None and old[0] is source[0] and old[1:] == source[1:]:
+            self.ver[index] = version
+            return True
+        self.sources[index] = source
+        return False
 
     def set_rows(self, rows: list[Row]) -> None:
         """Rebuild the rows."""
@@ -321,3 +334,35 @@ def single_numa_with_providers(cols: NUMAColumns, rows: np.ndarray, requests: Ma
             per_slot |= (ids == z) & got[:, k:k + 1]
         fit &= np.where(has[:, None], per_slot, True)
     return fit.any(axis=1)
+
+
+def reserve_single_numa(cols: NUMAColumns, i: int, pod_policy: str, requests: Mapping[str, int], bound: bool,
+                        uid: str) -> tuple[list[int], dict[int, dict[str, int]]] | None:
+    """What reserve takes on node ``i`` (its row fresh) under SingleNUMANode for a pod with only this plugin's
+    hints: (the NUMA nodes, the split), or ``None`` when the exact path must say (another policy, a row the
+    columns cannot describe, the pod's own share on the node, a requested resource the node does not
+    report, or nothing fits: the refusal's reasons are the exact merge's).
+
+    The merge's answer in closed form: under SingleNUMANode the hints kept are the one-NUMA-node sets
+    holding every requested resource (the same list for cpu and memory), a pair of hints merges only when
+    it is the same NUMA node, and of the merged hints (all preferred, score 0) the lowest-numbered wins.
+    ``split_over`` on one NUMA node that holds the request takes all of each requested resource there."""
+    pod_code = POLICY_CODES.get(pod_policy, -1)
+    node_code = int(cols.policy[i])
+    if cols.exact[i] or not ((node_code == CODE_SINGLE and pod_code in (CODE_NONE, CODE_SINGLE))
+                             or (node_code == CODE_NONE and pod_code == CODE_SINGLE)):
+        return None
+    held = cols.uid_rows.get(uid)
+    if held and i in held:
+        return None
+    want = [(k, int(requests.get(k, 0))) for k in RESOURCES]
+    want = [(k, v) for k, v in want if v > 0]
+    reported = cols.reported[i]
+    if not want or not all(reported[RESOURCES.index(k)] for k, _ in want):
+        return None
+    free = {"cpu": (cols.cpu_bind if bound else cols.cpu)[i].tolist(), "memory": cols.mem[i].tolist()}
+    for z in range(int(cols.zones[i])):
+        if all(free[k][z] >= v for k, v in want):
+            n = int(cols.ids[i, z])
+            return [n], {n: dict(want)}
+    return None

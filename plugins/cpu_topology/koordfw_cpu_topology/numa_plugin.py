@@ -31,7 +31,16 @@ from .numa import (
     resource_hints,
     split_over,
 )
-from .numa_columns import CODE_NONE, CODE_SINGLE, POLICY_CODES, NUMAColumns, Row, decide, single_numa_with_providers
+from .numa_columns import (
+    CODE_NONE,
+    CODE_SINGLE,
+    POLICY_CODES,
+    NUMAColumns,
+    Row,
+    decide,
+    reserve_single_numa,
+    single_numa_with_providers,
+)
 from .numa_policy import (
     EXCLUSIVE_REQUIRED,
     POLICY_NONE,
@@ -82,8 +91,8 @@ class NUMAPolicyMixin:
         #: (policy, exclusive, request, totals, free amounts) -> (merged hint, admit, reasons)
         self._numa_hints_memo: BoundedCache[tuple[Any, ...], tuple[NUMATopologyHint, bool, tuple[str, ...]]] = \
             BoundedCache(65536)
-        #: (cluster and NodeResourceTopology, node name, reservations counter, resource-status) -> _numa_amounts_now
-        self._numa_amounts_memo: BoundedCache[tuple[Any, ...], tuple[NodeNUMA, tuple[str, ...]]] = BoundedCache(16384)
+        #: per cluster, node name -> its _UsedLedger (see _numa_amounts)
+        self._numa_ledgers: BoundedCache[IdentityKey, dict[str, _UsedLedger]] = BoundedCache(8)
         #: (NodeResourceTopology object, node name) -> its NUMA nodes' allocatable, or the error
         self._numa_zones: BoundedCache[tuple[IdentityKey, str], dict[int, dict[str, int]] | str] = BoundedCache(65536)
         #: a GPU pod's shape -> the exact merge's answers per node (see _numa_filter_providers)
@@ -151,21 +160,51 @@ class NUMAPolicyMixin:
         return out
 
     def _numa_amounts(self, cluster: Any, view: Any, nrt: Any) -> tuple[NodeNUMA, tuple[str, ...]]:
-        """:meth:`_numa_amounts_now` for no pod in particular (shared: never changed), memoised by what it is
-        made of: the node's NodeResourceTopology, its pods' resource-status and the reservations on it (not
-        the node's version: a pod assumed there changes that, not the amounts)."""
-        status = tuple((p.uid, t) for p in cluster.pods_on(view.name)
-                       if (t := p.annotations.get(ANNOTATION_RESOURCE_STATUS)) is not None)
-        key = (IdentityKey(cluster, nrt), view.name, self._numa_res_gen.get(view.name, 0), status)
-        hit = self._numa_amounts_memo.get(key)
-        if hit is None:
-            hit = self._numa_amounts_memo[key] = self._numa_amounts_now(cluster, view, nrt, "")
-        return hit
+        """:meth:`_numa_amounts_now` for no pod in particular (shared: never changed). Kept per node in a
+        :class:`_UsedLedger`: while the node's version, its NodeResourceTopology and its reservations stay
+        the same the answer stands; otherwise only the pods whose resource-status came, went or changed are
+        taken out of / added to the node's running sums."""
+        ck = IdentityKey(cluster)
+        ledgers = self._numa_ledgers.get(ck)
+        if ledgers is None:
+            ledgers = self._numa_ledgers[ck] = {}
+        led = ledgers.get(view.name)
+        gen = self._numa_res_gen.get(view.name, 0)
+        version = view.version
+        if led is not None and led.nrt is nrt:
+            if led.version == version and led.res_gen == gen:
+                return led.out
+        else:
+            led = ledgers[view.name] = _UsedLedger(nrt, self._zones(view, nrt))
+        led.version, led.res_gen = version, gen
+        if isinstance(led.zones, str):
+            led.out = NodeNUMA(error=led.zones), ()
+            return led.out
+        if not led.zones:
+            led.out = NodeNUMA(total=led.zones, error=ERR_NO_NUMA_RESOURCES), ()
+            return led.out
+        texts = {p.uid: t for p in cluster.pods_on(view.name)
+                 if (t := p.annotations.get(ANNOTATION_RESOURCE_STATUS)) is not None}
+        old = led.texts
+        if texts == old and gen == led.made_gen:  # a pod without a share came or went: the same answer
+            return led.out
+        for uid, t in old.items():
+            if texts.get(uid) != t:
+                led.add(self._used_numa(t), -1)
+        for uid, t in texts.items():
+            if old.get(uid) != t:
+                led.add(self._used_numa(t), 1)
+        led.texts, led.made_gen = texts, gen
+        held = self._numa_reserved.get(view.name, {})
+        avail = available(led.zones, [led.sums, *held.values()])
+        uids = (*texts, *held)
+        if avail != led.out[0].avail or uids != led.out[1] or led.out[0].total is not led.zones:
+            # kept otherwise (the same object): e.g. a bound pod's resource-status standing for its reservation
+            led.out = (NodeNUMA(total=led.zones, avail=avail), uids)
+        return led.out
 
-    def _numa_amounts_now(self, cluster: Any, view: Any, nrt: Any, uid: str) -> tuple[NodeNUMA, tuple[str, ...]]:
-        """The node's NUMA totals and what is free on each NUMA node leaving out pod ``uid``'s share, or the
-        error (policy left None); and the pods whose shares count (resource-status or reservation)."""
-        out = NodeNUMA()
+    def _zones(self, view: Any, nrt: Any) -> dict[int, dict[str, int]] | str:
+        """The node's NUMA nodes' allocatable (shared: never changed), or the error."""
         key = (IdentityKey(nrt), view.name)
         zones = self._numa_zones.get(key)
         if zones is None:
@@ -174,6 +213,13 @@ class NUMAPolicyMixin:
             except ValueError as e:
                 zones = str(e)
             self._numa_zones[key] = zones
+        return zones
+
+    def _numa_amounts_now(self, cluster: Any, view: Any, nrt: Any, uid: str) -> tuple[NodeNUMA, tuple[str, ...]]:
+        """The node's NUMA totals and what is free on each NUMA node leaving out pod ``uid``'s share, or the
+        error (policy left None); and the pods whose shares count (resource-status or reservation)."""
+        out = NodeNUMA()
+        zones = self._zones(view, nrt)
         if isinstance(zones, str):
             out.error = zones
             return out, ()
@@ -247,9 +293,12 @@ class NUMAPolicyMixin:
             view = views[i]
             nrt, _ = self._nrt(cluster, view.name)  # type: ignore[attr-defined]
             nn, uids = self._numa_amounts(cluster, view, nrt)
-            rows.append(Row(i, view.version, node_policy(view.node.labels.get(LABEL_NUMA_TOPOLOGY_POLICY, ""), nrt),
-                            nn.total, nn.avail, self._numa_free_cpus(states[i]) if not nn.error else None, nn.error,
-                            uids))
+            policy = node_policy(view.node.labels.get(LABEL_NUMA_TOPOLOGY_POLICY, ""), nrt)
+            free = self._numa_free_cpus(states[i]) if not nn.error else None
+            # the amounts (the same object while they hold), the policy and the free CPUs make the row
+            if cols.keep(i, view.version, (nn, policy, free)):
+                continue
+            rows.append(Row(i, view.version, policy, nn.total, nn.avail, free, nn.error, uids))
         cols.set_rows(rows)
         return cols
 
@@ -388,6 +437,12 @@ class NUMAPolicyMixin:
         """Choose the NUMA nodes on the chosen node and hold the pod's cpu and memory on them."""
         st.numa_split = None
         st.numa_mask = None
+        got = None if st.numa_providers else reserve_single_numa(
+            self._numa_refresh(cluster, np.array([view.index], dtype=np.int64)), view.index, st.numa_spec.policy,
+            st.requests, bool(st.request_bind), st.uid)
+        if got is not None:
+            self._numa_hold(view.name, st, *got)
+            return None
         nn = self._node_numa(cluster, view, st.numa_spec, st)
         if nn.error == ERR_NOT_MATCH_NUMA_TOPOLOGY:
             return Status.unresolvable(nn.error)
@@ -406,12 +461,15 @@ class NUMAPolicyMixin:
             if nn.policy in (POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE):
                 return Status.unschedulable(ERR_NO_NUMA_RESOURCES)
             return None
+        self._numa_hold(view.name, st, nodes, split)
+        return None
+
+    def _numa_hold(self, name: str, st: Any, nodes: list[int], split: dict[int, dict[str, int]]) -> None:
         st.numa_mask = frozenset(nodes)
         st.numa_split = split
-        self._numa_reserved.setdefault(view.name, {})[st.uid] = split
-        self._numa_res_gen[view.name] = self._numa_res_gen.get(view.name, 0) + 1
-        self._numa_cols.touch_name(view.name)
-        return None
+        self._numa_reserved.setdefault(name, {})[st.uid] = split
+        self._numa_res_gen[name] = self._numa_res_gen.get(name, 0) + 1
+        self._numa_cols.touch_name(name)
 
     def numa_unreserve(self, node: str, uid: str) -> None:
         held = self._numa_reserved.get(node)
@@ -430,6 +488,39 @@ class NUMAPolicyMixin:
                 p = on.get(uid)
                 if p is None or ANNOTATION_RESOURCE_STATUS in p.annotations:
                     self.numa_unreserve(name, uid)
+
+
+class _UsedLedger:
+    """One node's NUMA usage by its pods' resource-status: ``texts`` (pod uid -> the resource-status counted),
+    ``sums`` (NUMA id -> resource -> the sum of their numaNodeResources; a resource some status names is
+    present even at 0, as :func:`.numa.available` has it) and the answer (``out``) for the node ``version``
+    and reservations counter ``res_gen`` it stands for (``made_gen``: the counter when its sums last moved)."""
+
+    __slots__ = ("_counts", "made_gen", "nrt", "out", "res_gen", "sums", "texts", "version", "zones")
+
+    def __init__(self, nrt: Any, zones: dict[int, dict[str, int]] | str) -> None:
+        self.nrt = nrt
+        self.zones = zones
+        self.version = self.res_gen = self.made_gen = -1
+        self.texts: dict[str, str] = {}
+        self.sums: dict[int, dict[str, int]] = {}
+        self._counts: dict[tuple[int, str], int] = {}  # statuses naming each (NUMA id, resource)
+        self.out: tuple[NodeNUMA, tuple[str, ...]] = (NodeNUMA(), ())
+
+    def add(self, used: dict[int, dict[str, int]], sign: int) -> None:
+        """Count one pod's numaNodeResources in (``sign`` 1) or out (-1)."""
+        for n, res in used.items():
+            sums = self.sums.setdefault(n, {})
+            for k, v in res.items():
+                c = self._counts.get((n, k), 0) + sign
+                if c:
+                    self._counts[n, k] = c
+                    sums[k] = sums.get(k, 0) + sign * v
+                else:
+                    del self._counts[n, k]
+                    del sums[k]
+            if not sums:
+                del self.sums[n]
 
 
 class _ExactAnswers:
