@@ -23,7 +23,7 @@ NodeResourceTopology, a node where the pod itself holds resources) are flagged f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -111,6 +111,7 @@ class NUMAColumns:
 
     def __init__(self, key: IdentityKey | None = None) -> None:
         self.key = key  # the cluster's
+        self.cluster: Any = None  # the cluster object last refreshed with (held: compared with 'is')
         #: every row's numbers in one table (a rebuilt row is one assignment); the columns are views of it
         self.table = np.zeros((0, _WIDTH), dtype=np.int64)
         #: per row, a number no earlier build of any row had (answers derived from a row keep it as their key)
@@ -207,6 +208,34 @@ class NUMAColumns:
         built = np.fromiter((row.index for row in rows), dtype=np.int64, count=len(rows))
         self.stamp[built] = np.arange(self._stamps + 1, self._stamps + 1 + len(rows), dtype=np.int64)
         self._stamps += len(rows)
+
+    def patch(self, i: int, avail: Mapping[int, Mapping[str, int]], changed: Iterable[int],
+              free_cpu: Mapping[int, int] | None, uids: tuple[str, ...]) -> bool:
+        """Rebuild row ``i`` in place where only the free amounts of the NUMA ids ``changed`` moved (the row
+        as :meth:`set_rows` would make it from ``avail``, the same policy, totals and ``free_cpu``); False
+        (nothing done) when the row goes to the exact path or a new amount is too large for the columns."""
+        if self.exact[i]:
+            return False
+        ids = self.ids[i, : int(self.zones[i])].tolist()
+        rep = self.reported[i].tolist()
+        slots = []
+        for n in changed:
+            if n not in ids:
+                continue
+            res = avail.get(n, {})
+            c = res.get("cpu", 0) if rep[0] else _UNREPORTED
+            m = res.get("memory", 0) if rep[1] else _UNREPORTED
+            cb = c if free_cpu is None or not rep[0] else min(c, free_cpu.get(n, 0) * 1000)
+            if any(abs(v) >= _EXACT_LIMIT for v in (c, cb, m) if v != _UNREPORTED):
+                return False
+            slots.append((ids.index(n), c, cb, m))
+        t = self.table[i]
+        for z, c, cb, m in slots:
+            t[_CPU + z], t[_CPU_BIND + z], t[_MEM + z] = c, cb, m
+        self._index_uids(i, uids)
+        self._stamps += 1
+        self.stamp[i] = self._stamps
+        return True
 
     def _index_uids(self, i: int, uids: tuple[str, ...]) -> None:
         for uid in self._row_uids.pop(i, ()):

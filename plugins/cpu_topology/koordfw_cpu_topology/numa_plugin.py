@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from koordfw import BoundedCache, IdentityKey, Status
+from koordfw import BoundedCache, IdentityKey, Status, canonical, format_quantity, memo
 from koordfw.extension import ANNOTATION_RESOURCE_STATUS, LABEL_NUMA_TOPOLOGY_POLICY
 from koordfw.inputs import loads_json
 
@@ -93,6 +93,7 @@ class NUMAPolicyMixin:
             BoundedCache(65536)
         #: per cluster, node name -> its _UsedLedger (see _numa_amounts)
         self._numa_ledgers: BoundedCache[IdentityKey, dict[str, _UsedLedger]] = BoundedCache(8)
+        self._numa_last: tuple[Any, dict[str, _UsedLedger]] = (None, {})
         #: (NodeResourceTopology object, node name) -> its NUMA nodes' allocatable, or the error
         self._numa_zones: BoundedCache[tuple[IdentityKey, str], dict[int, dict[str, int]] | str] = BoundedCache(65536)
         #: a GPU pod's shape -> the exact merge's answers per node (see _numa_filter_providers)
@@ -112,6 +113,13 @@ class NUMAPolicyMixin:
                 hit = {}  # cpu_topology's own parse of the cpuset logs the unreadable annotation
             self._numa_status[text] = hit
         return hit
+
+    def numa_status_written(self, text: str, split: dict[int, dict[str, int]]) -> None:
+        """pre_bind wrote ``text``, a resource-status with ``split`` as its numaNodeResources: remember what it
+        reads back as (every amount's quantity reads back as itself: checked per value), sparing the parse."""
+        if text not in self._numa_status and all(_round_trips(k, v) for res in split.values()
+                                                 for k, v in res.items() if v):
+            self._numa_status[text] = {n: {k: v for k, v in res.items() if v} for n, res in split.items()}
 
     def _any_numa_node(self, cluster: Any) -> bool:
         """Whether some node states a policy (label or NRT ``topologyPolicies``); kept while node labels and
@@ -164,10 +172,7 @@ class NUMAPolicyMixin:
         :class:`_UsedLedger`: while the node's version, its NodeResourceTopology and its reservations stay
         the same the answer stands; otherwise only the pods whose resource-status came, went or changed are
         taken out of / added to the node's running sums."""
-        ck = IdentityKey(cluster)
-        ledgers = self._numa_ledgers.get(ck)
-        if ledgers is None:
-            ledgers = self._numa_ledgers[ck] = {}
+        ledgers = self._ledgers_of(cluster)
         led = ledgers.get(view.name)
         gen = self._numa_res_gen.get(view.name, 0)
         version = view.version
@@ -202,6 +207,17 @@ class NUMAPolicyMixin:
             # kept otherwise (the same object): e.g. a bound pod's resource-status standing for its reservation
             led.out = (NodeNUMA(total=led.zones, avail=avail), uids)
         return led.out
+
+    def _ledgers_of(self, cluster: Any) -> dict[str, _UsedLedger]:
+        """The cluster's ledgers; the cluster object last asked about (held: its identity is not reused) is
+        answered without building its key."""
+        if cluster is not self._numa_last[0]:
+            ck = IdentityKey(cluster)
+            ledgers = self._numa_ledgers.get(ck)
+            if ledgers is None:
+                ledgers = self._numa_ledgers[ck] = {}
+            self._numa_last = (cluster, ledgers)
+        return self._numa_last[1]
 
     def _zones(self, view: Any, nrt: Any) -> dict[int, dict[str, int]] | str:
         """The node's NUMA nodes' allocatable (shared: never changed), or the error."""
@@ -282,9 +298,11 @@ class NUMAPolicyMixin:
     def _numa_refresh(self, cluster: Any, idx: np.ndarray) -> NUMAColumns:
         """The NUMA columns of ``cluster`` with the rows of ``idx`` fresh."""
         cols = self._numa_cols
-        key = IdentityKey(cluster)
-        if cols.key != key:
-            cols = self._numa_cols = NUMAColumns(key)
+        if cols.cluster is not cluster:
+            key = IdentityKey(cluster)
+            if cols.key != key:
+                cols = self._numa_cols = NUMAColumns(key)
+            cols.cluster = cluster
         cols.grow(cluster.num_nodes)
         views = cluster.views
         rows = []
@@ -441,7 +459,7 @@ class NUMAPolicyMixin:
             self._numa_refresh(cluster, np.array([view.index], dtype=np.int64)), view.index, st.numa_spec.policy,
             st.requests, bool(st.request_bind), st.uid)
         if got is not None:
-            self._numa_hold(view.name, st, *got)
+            self._numa_hold(cluster, view, st, *got)
             return None
         nn = self._node_numa(cluster, view, st.numa_spec, st)
         if nn.error == ERR_NOT_MATCH_NUMA_TOPOLOGY:
@@ -461,15 +479,38 @@ class NUMAPolicyMixin:
             if nn.policy in (POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE):
                 return Status.unschedulable(ERR_NO_NUMA_RESOURCES)
             return None
-        self._numa_hold(view.name, st, nodes, split)
+        self._numa_hold(cluster, view, st, nodes, split)
         return None
 
-    def _numa_hold(self, name: str, st: Any, nodes: list[int], split: dict[int, dict[str, int]]) -> None:
+    def _numa_hold(self, cluster: Any, view: Any, st: Any, nodes: list[int], split: dict[int, dict[str, int]]) -> None:
+        """Hold the pod's ``split`` on the node; its NUMA row is patched (the split's NUMA nodes only) when it
+        and the node's ledger are fresh, else rebuilt at the next refresh."""
+        name = view.name
         st.numa_mask = frozenset(nodes)
         st.numa_split = split
-        self._numa_reserved.setdefault(name, {})[st.uid] = split
-        self._numa_res_gen[name] = self._numa_res_gen.get(name, 0) + 1
-        self._numa_cols.touch_name(name)
+        held = self._numa_reserved.setdefault(name, {})
+        held[st.uid] = split
+        gen = self._numa_res_gen[name] = self._numa_res_gen.get(name, 0) + 1
+        cols, i = self._numa_cols, view.index
+        led = self._ledgers_of(cluster).get(name) if cols.cluster is cluster else None
+        src = cols.sources.get(i)
+        if (led is None or src is None or src[0] is not led.out[0] or isinstance(led.zones, str) or not led.zones
+                or led.version != view.version or int(cols.ver[i]) != view.version):
+            cols.touch_name(name)
+            return
+        # what _numa_amounts gives from now on (the node's version and pods are the ones the ledger is of)
+        led.res_gen = led.made_gen = gen
+        nn = NodeNUMA(total=led.zones, avail=available(led.zones, [led.sums, *held.values()]))
+        led.out = (nn, (*led.texts, *held))
+        if not cols.patch(i, nn.avail, split, src[2], led.out[1]):
+            cols.touch_name(name)
+            return
+        cols.sources[i] = (nn, *src[1:])
+
+    def numa_held_changed(self, node: str) -> None:
+        """A split held on ``node`` was changed in place (a bound pod's cpu moved to its CPUs' NUMA nodes)."""
+        self._numa_res_gen[node] = self._numa_res_gen.get(node, 0) + 1
+        self._numa_cols.touch_name(node)
 
     def numa_unreserve(self, node: str, uid: str) -> None:
         held = self._numa_reserved.get(node)
@@ -541,6 +582,15 @@ class _ExactAnswers:
             got = self._codes[status] = len(self.statuses)
             self.statuses.append(status)
         return got
+
+
+@memo(4096)
+def _round_trips(resource: str, value: int) -> bool:
+    """Whether ``value`` written as a quantity (numaNodeResources) reads back as ``value``."""
+    try:
+        return canonical(resource, format_quantity(resource, value)) == value
+    except ValueError:
+        return False
 
 
 def hint_score(hint: NUMATopologyHint) -> int:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from cpu_topology_helpers import STATUS, topo_ann
 from koordfw_cpu_topology import numa_plugin
-from koordfw_cpu_topology.numa import NUMATopologySpec, available, split_over
+from koordfw_cpu_topology.numa import NUMATopologySpec, available, format_numa_node_resources, split_over
 from koordfw_cpu_topology.numa_columns import MAX_ZONES, NUMAColumns, Row, Verdict, decide, reserve_single_numa
 from koordfw_cpu_topology.numa_plugin import NodeNUMA, NUMAPolicyMixin, hint_score
 from koordfw_cpu_topology.numa_policy import POLICIES, merge_topology_policy
@@ -231,3 +231,20 @@ def test_scheduling_with_the_columns_equals_the_exact_path(seed, monkeypatch):
     assert fast["pods"] == exact["pods"]
     placed = [p for p in fast["pods"] if p.get("node")]
     assert 20 < len(placed) < len(fast["pods"])  # some pods are refused: the reasons were compared too
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_written_resource_status_is_remembered_as_it_reads_back(seed):
+    """numa_status_written (pre_bind) stores for the text what _used_numa's parse of it gives."""
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        split = {int(n): {k: int(rng.choice([0, 1, 7, 500, 1000, 1500, 3 << 20, 5 << 30, 12345]))
+                          for k in ("cpu", "memory") if rng.random() < 0.8}
+                 for n in rng.choice(8, size=int(rng.integers(1, 4)), replace=False).tolist()}
+        text = json.dumps({"cpuset": "0-1", "numaNodeResources": format_numa_node_resources(split)})
+        seeded, parsed = NUMAPolicyMixin(), NUMAPolicyMixin()
+        seeded._numa_init()
+        parsed._numa_init()
+        seeded.numa_status_written(text, split)
+        assert seeded._numa_status.get(text) is not None
+        assert seeded._used_numa(text) == parsed._used_numa(text), split
