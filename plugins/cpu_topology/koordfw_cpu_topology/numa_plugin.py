@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
 import numpy as np
 
 from koordfw import BoundedCache, IdentityKey, Status, canonical, format_quantity, memo
@@ -41,6 +40,7 @@ from .numa_columns import (
     reserve_single_numa,
     single_numa_with_providers,
 )
+from .numa_ledger import NodeNUMA, UsedLedger
 from .numa_policy import (
     EXCLUSIVE_REQUIRED,
     POLICY_NONE,
@@ -54,16 +54,6 @@ from .numa_policy import (
 )
 
 NUMA_RESOURCES = ("cpu", "memory")
-
-
-@attrs.define
-class NodeNUMA:
-    """One node's NUMA view for one pod: its effective policy, NUMA nodes, free amounts, and an error."""
-
-    policy: str = POLICY_NONE
-    total: dict[int, dict[str, int]] = attrs.field(factory=dict)
-    avail: dict[int, dict[str, int]] = attrs.field(factory=dict)
-    error: str = ""
 
 
 def _frozen_hints(hints: ProviderHints) -> tuple[Any, ...] | None:
@@ -91,9 +81,9 @@ class NUMAPolicyMixin:
         #: (policy, exclusive, request, totals, free amounts) -> (merged hint, admit, reasons)
         self._numa_hints_memo: BoundedCache[tuple[Any, ...], tuple[NUMATopologyHint, bool, tuple[str, ...]]] = \
             BoundedCache(65536)
-        #: per cluster, node name -> its _UsedLedger (see _numa_amounts)
-        self._numa_ledgers: BoundedCache[IdentityKey, dict[str, _UsedLedger]] = BoundedCache(8)
-        self._numa_last: tuple[Any, dict[str, _UsedLedger]] = (None, {})
+        #: per cluster, node name -> its UsedLedger (see _numa_amounts)
+        self._numa_ledgers: BoundedCache[IdentityKey, dict[str, UsedLedger]] = BoundedCache(8)
+        self._numa_last: tuple[Any, dict[str, UsedLedger]] = (None, {})
         #: (NodeResourceTopology object, node name) -> its NUMA nodes' allocatable, or the error
         self._numa_zones: BoundedCache[tuple[IdentityKey, str], dict[int, dict[str, int]] | str] = BoundedCache(65536)
         #: a GPU pod's shape -> the exact merge's answers per node (see _numa_filter_providers)
@@ -169,7 +159,7 @@ class NUMAPolicyMixin:
 
     def _numa_amounts(self, cluster: Any, view: Any, nrt: Any) -> tuple[NodeNUMA, tuple[str, ...]]:
         """:meth:`_numa_amounts_now` for no pod in particular (shared: never changed). Kept per node in a
-        :class:`_UsedLedger`: while the node's version, its NodeResourceTopology and its reservations stay
+        :class:`UsedLedger`: while the node's version, its NodeResourceTopology and its reservations stay
         the same the answer stands; otherwise only the pods whose resource-status came, went or changed are
         taken out of / added to the node's running sums."""
         ledgers = self._ledgers_of(cluster)
@@ -180,7 +170,7 @@ class NUMAPolicyMixin:
             if led.version == version and led.res_gen == gen:
                 return led.out
         else:
-            led = ledgers[view.name] = _UsedLedger(nrt, self._zones(view, nrt))
+            led = ledgers[view.name] = UsedLedger(nrt, self._zones(view, nrt))
         led.version, led.res_gen = version, gen
         if isinstance(led.zones, str):
             led.out = NodeNUMA(error=led.zones), ()
@@ -208,7 +198,7 @@ class NUMAPolicyMixin:
             led.out = (NodeNUMA(total=led.zones, avail=avail), uids)
         return led.out
 
-    def _ledgers_of(self, cluster: Any) -> dict[str, _UsedLedger]:
+    def _ledgers_of(self, cluster: Any) -> dict[str, UsedLedger]:
         """The cluster's ledgers; the cluster object last asked about (held: its identity is not reused) is
         answered without building its key."""
         if cluster is not self._numa_last[0]:
@@ -529,39 +519,6 @@ class NUMAPolicyMixin:
                 p = on.get(uid)
                 if p is None or ANNOTATION_RESOURCE_STATUS in p.annotations:
                     self.numa_unreserve(name, uid)
-
-
-class _UsedLedger:
-    """One node's NUMA usage by its pods' resource-status: ``texts`` (pod uid -> the resource-status counted),
-    ``sums`` (NUMA id -> resource -> the sum of their numaNodeResources; a resource some status names is
-    present even at 0, as :func:`.numa.available` has it) and the answer (``out``) for the node ``version``
-    and reservations counter ``res_gen`` it stands for (``made_gen``: the counter when its sums last moved)."""
-
-    __slots__ = ("_counts", "made_gen", "nrt", "out", "res_gen", "sums", "texts", "version", "zones")
-
-    def __init__(self, nrt: Any, zones: dict[int, dict[str, int]] | str) -> None:
-        self.nrt = nrt
-        self.zones = zones
-        self.version = self.res_gen = self.made_gen = -1
-        self.texts: dict[str, str] = {}
-        self.sums: dict[int, dict[str, int]] = {}
-        self._counts: dict[tuple[int, str], int] = {}  # statuses naming each (NUMA id, resource)
-        self.out: tuple[NodeNUMA, tuple[str, ...]] = (NodeNUMA(), ())
-
-    def add(self, used: dict[int, dict[str, int]], sign: int) -> None:
-        """Count one pod's numaNodeResources in (``sign`` 1) or out (-1)."""
-        for n, res in used.items():
-            sums = self.sums.setdefault(n, {})
-            for k, v in res.items():
-                c = self._counts.get((n, k), 0) + sign
-                if c:
-                    self._counts[n, k] = c
-                    sums[k] = sums.get(k, 0) + sign * v
-                else:
-                    del self._counts[n, k]
-                    del sums[k]
-            if not sums:
-                del self.sums[n]
 
 
 class _ExactAnswers:
