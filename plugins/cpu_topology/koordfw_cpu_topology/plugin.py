@@ -760,9 +760,13 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
             status["cpuset"] = format_cpuset(st.cpus)
         if st.numa_split:
             status["numaNodeResources"] = format_numa_node_resources(st.numa_split)
-        out = {ANNOTATION_RESOURCE_STATUS: json.dumps(status, separators=(",", ":"))}
+        text = json.dumps(status, separators=(",", ":"))
+        out = {ANNOTATION_RESOURCE_STATUS: text}
+        # what the text reads back as (_pod_cpus, _used_numa), spared a parse when the node is rebuilt
+        if text not in self._status_cache:
+            self._status_cache[text] = parse_cpuset(status.get("cpuset") or "")
         if st.numa_split:
-            self.numa_status_written(out[ANNOTATION_RESOURCE_STATUS], st.numa_split)
+            self.numa_status_written(text, st.numa_split)
         if st.cpus is None:
             return out
         spec = dict(st.spec)

@@ -248,3 +248,21 @@ def test_a_written_resource_status_is_remembered_as_it_reads_back(seed):
         seeded.numa_status_written(text, split)
         assert seeded._numa_status.get(text) is not None
         assert seeded._used_numa(text) == parsed._used_numa(text), split
+
+
+def test_pre_bind_remembers_what_its_resource_status_reads_back_as():
+    """The resource-status pre_bind writes is remembered as the parse of it gives (cpuset and numaNodeResources)."""
+    from koordfw_cpu_topology.plugin import STATE_KEY, CPUTopologyPlugin, PodCPUState
+
+    from koordfw import CycleState
+    from koordfw.core.model import make_pod
+
+    pod = make_pod("p", "ns", requests={"cpu": "2"})
+    for cpus, split in (((0, 1, 5, 9), {1: {"cpu": 4000, "memory": 3 << 30}}), (None, {0: {"cpu": 1500}}),
+                        ((2, 3), None)):
+        plugin, fresh, state = CPUTopologyPlugin(), CPUTopologyPlugin(), CycleState()
+        state[STATE_KEY] = PodCPUState(uid="u", cpus=cpus, numa_split=split)
+        text = plugin.pre_bind(pod, None, state)["scheduling.koordinator.sh/resource-status"]
+        assert plugin._status_cache.get(text, "missing") == fresh._pod_cpus(text, pod)
+        if split:
+            assert plugin._numa_status.get(text) == fresh._used_numa(text) != {}
