@@ -23,7 +23,7 @@ NodeResourceTopology, a node where the pod itself holds resources) are flagged f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -111,6 +111,7 @@ class NUMAColumns:
 
     def __init__(self, key: IdentityKey | None = None) -> None:
         self.key = key  # the cluster's
+        self.cluster: Any = None  # the cluster object last refreshed with (held: compared with 'is')
         #: every row's numbers in one table (a rebuilt row is one assignment); the columns are views of it
         self.table = np.zeros((0, _WIDTH), dtype=np.int64)
         #: per row, a number no earlier build of any row had (answers derived from a row keep it as their key)
@@ -122,6 +123,8 @@ class NUMAColumns:
         self._row_uids: dict[int, tuple[str, ...]] = {}
         self._touched: set[int] = set()
         self._touched_names: set[str] = set()
+        #: per row, what its last build was made of (the caller's: see :meth:`keep`)
+        self.sources: dict[int, tuple[Any, ...]] = {}
 
     def _views(self) -> None:
         t = self.table
@@ -164,6 +167,17 @@ class NUMAColumns:
             self._touched.clear()
         return idx[self.ver[idx] != versions[idx]].tolist()
 
+    def keep(self, index: int, version: int, source: tuple[Any, ...]) -> bool:
+        """Whether the row of ``index`` was built from ``source`` (compared by value, its first item by
+        identity): then it is marked fresh at ``version`` as it stands (and keeps its stamp); else
+        ``source`` is remembered for the build the caller makes."""
+        old = self.sources.get(index)
+        if old is not None and old[0] is source[0] and old[1:] == source[1:]:
+            self.ver[index] = version
+            return True
+        self.sources[index] = source
+        return False
+
     def set_rows(self, rows: list[Row]) -> None:
         """Rebuild the rows."""
         if not rows:
@@ -194,6 +208,34 @@ class NUMAColumns:
         built = np.fromiter((row.index for row in rows), dtype=np.int64, count=len(rows))
         self.stamp[built] = np.arange(self._stamps + 1, self._stamps + 1 + len(rows), dtype=np.int64)
         self._stamps += len(rows)
+
+    def patch(self, i: int, avail: Mapping[int, Mapping[str, int]], changed: Iterable[int],
+              free_cpu: Mapping[int, int] | None, uids: tuple[str, ...]) -> bool:
+        """Rebuild row ``i`` in place where only the free amounts of the NUMA ids ``changed`` moved (the row
+        as :meth:`set_rows` would make it from ``avail``, the same policy, totals and ``free_cpu``); False
+        (nothing done) when the row goes to the exact path or a new amount is too large for the columns."""
+        if self.exact[i]:
+            return False
+        ids = self.ids[i, : int(self.zones[i])].tolist()
+        rep = self.reported[i].tolist()
+        slots = []
+        for n in changed:
+            if n not in ids:
+                continue
+            res = avail.get(n, {})
+            c = res.get("cpu", 0) if rep[0] else _UNREPORTED
+            m = res.get("memory", 0) if rep[1] else _UNREPORTED
+            cb = c if free_cpu is None or not rep[0] else min(c, free_cpu.get(n, 0) * 1000)
+            if any(abs(v) >= _EXACT_LIMIT for v in (c, cb, m) if v != _UNREPORTED):
+                return False
+            slots.append((ids.index(n), c, cb, m))
+        t = self.table[i]
+        for z, c, cb, m in slots:
+            t[_CPU + z], t[_CPU_BIND + z], t[_MEM + z] = c, cb, m
+        self._index_uids(i, uids)
+        self._stamps += 1
+        self.stamp[i] = self._stamps
+        return True
 
     def _index_uids(self, i: int, uids: tuple[str, ...]) -> None:
         for uid in self._row_uids.pop(i, ()):
@@ -321,3 +363,35 @@ def single_numa_with_providers(cols: NUMAColumns, rows: np.ndarray, requests: Ma
             per_slot |= (ids == z) & got[:, k:k + 1]
         fit &= np.where(has[:, None], per_slot, True)
     return fit.any(axis=1)
+
+
+def reserve_single_numa(cols: NUMAColumns, i: int, pod_policy: str, requests: Mapping[str, int], bound: bool,
+                        uid: str) -> tuple[list[int], dict[int, dict[str, int]]] | None:
+    """What reserve takes on node ``i`` (its row fresh) under SingleNUMANode for a pod with only this plugin's
+    hints: (the NUMA nodes, the split), or ``None`` when the exact path must say (another policy, a row the
+    columns cannot describe, the pod's own share on the node, a requested resource the node does not
+    report, or nothing fits: the refusal's reasons are the exact merge's).
+
+    The merge's answer in closed form: under SingleNUMANode the hints kept are the one-NUMA-node sets
+    holding every requested resource (the same list for cpu and memory), a pair of hints merges only when
+    it is the same NUMA node, and of the merged hints (all preferred, score 0) the lowest-numbered wins.
+    ``split_over`` on one NUMA node that holds the request takes all of each requested resource there."""
+    pod_code = POLICY_CODES.get(pod_policy, -1)
+    node_code = int(cols.policy[i])
+    if cols.exact[i] or not ((node_code == CODE_SINGLE and pod_code in (CODE_NONE, CODE_SINGLE))
+                             or (node_code == CODE_NONE and pod_code == CODE_SINGLE)):
+        return None
+    held = cols.uid_rows.get(uid)
+    if held and i in held:
+        return None
+    want = [(k, int(requests.get(k, 0))) for k in RESOURCES]
+    want = [(k, v) for k, v in want if v > 0]
+    reported = cols.reported[i]
+    if not want or not all(reported[RESOURCES.index(k)] for k, _ in want):
+        return None
+    free = {"cpu": (cols.cpu_bind if bound else cols.cpu)[i].tolist(), "memory": cols.mem[i].tolist()}
+    for z in range(int(cols.zones[i])):
+        if all(free[k][z] >= v for k, v in want):
+            n = int(cols.ids[i, z])
+            return [n], {n: dict(want)}
+    return None

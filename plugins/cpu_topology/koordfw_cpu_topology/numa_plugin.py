@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
 import numpy as np
 
-from koordfw import BoundedCache, IdentityKey, Status
+from koordfw import BoundedCache, IdentityKey, Status, canonical, format_quantity, memo
 from koordfw.extension import ANNOTATION_RESOURCE_STATUS, LABEL_NUMA_TOPOLOGY_POLICY
 from koordfw.inputs import loads_json
 
@@ -31,7 +30,17 @@ from .numa import (
     resource_hints,
     split_over,
 )
-from .numa_columns import CODE_NONE, CODE_SINGLE, POLICY_CODES, NUMAColumns, Row, decide, single_numa_with_providers
+from .numa_columns import (
+    CODE_NONE,
+    CODE_SINGLE,
+    POLICY_CODES,
+    NUMAColumns,
+    Row,
+    decide,
+    reserve_single_numa,
+    single_numa_with_providers,
+)
+from .numa_ledger import NodeNUMA, UsedLedger
 from .numa_policy import (
     EXCLUSIVE_REQUIRED,
     POLICY_NONE,
@@ -45,16 +54,6 @@ from .numa_policy import (
 )
 
 NUMA_RESOURCES = ("cpu", "memory")
-
-
-@attrs.define
-class NodeNUMA:
-    """One node's NUMA view for one pod: its effective policy, NUMA nodes, free amounts, and an error."""
-
-    policy: str = POLICY_NONE
-    total: dict[int, dict[str, int]] = attrs.field(factory=dict)
-    avail: dict[int, dict[str, int]] = attrs.field(factory=dict)
-    error: str = ""
 
 
 def _frozen_hints(hints: ProviderHints) -> tuple[Any, ...] | None:
@@ -82,8 +81,9 @@ class NUMAPolicyMixin:
         #: (policy, exclusive, request, totals, free amounts) -> (merged hint, admit, reasons)
         self._numa_hints_memo: BoundedCache[tuple[Any, ...], tuple[NUMATopologyHint, bool, tuple[str, ...]]] = \
             BoundedCache(65536)
-        #: (cluster and NodeResourceTopology, node name, reservations counter, resource-status) -> _numa_amounts_now
-        self._numa_amounts_memo: BoundedCache[tuple[Any, ...], tuple[NodeNUMA, tuple[str, ...]]] = BoundedCache(16384)
+        #: per cluster, node name -> its UsedLedger (see _numa_amounts)
+        self._numa_ledgers: BoundedCache[IdentityKey, dict[str, UsedLedger]] = BoundedCache(8)
+        self._numa_last: tuple[Any, dict[str, UsedLedger]] = (None, {})
         #: (NodeResourceTopology object, node name) -> its NUMA nodes' allocatable, or the error
         self._numa_zones: BoundedCache[tuple[IdentityKey, str], dict[int, dict[str, int]] | str] = BoundedCache(65536)
         #: a GPU pod's shape -> the exact merge's answers per node (see _numa_filter_providers)
@@ -103,6 +103,13 @@ class NUMAPolicyMixin:
                 hit = {}  # cpu_topology's own parse of the cpuset logs the unreadable annotation
             self._numa_status[text] = hit
         return hit
+
+    def numa_status_written(self, text: str, split: dict[int, dict[str, int]]) -> None:
+        """pre_bind wrote ``text``, a resource-status with ``split`` as its numaNodeResources: remember what it
+        reads back as (every amount's quantity reads back as itself: checked per value), sparing the parse."""
+        if text not in self._numa_status and all(_round_trips(k, v) for res in split.values()
+                                                 for k, v in res.items() if v):
+            self._numa_status[text] = {n: {k: v for k, v in res.items() if v} for n, res in split.items()}
 
     def _any_numa_node(self, cluster: Any) -> bool:
         """Whether some node states a policy (label or NRT ``topologyPolicies``); kept while node labels and
@@ -151,21 +158,59 @@ class NUMAPolicyMixin:
         return out
 
     def _numa_amounts(self, cluster: Any, view: Any, nrt: Any) -> tuple[NodeNUMA, tuple[str, ...]]:
-        """:meth:`_numa_amounts_now` for no pod in particular (shared: never changed), memoised by what it is
-        made of: the node's NodeResourceTopology, its pods' resource-status and the reservations on it (not
-        the node's version: a pod assumed there changes that, not the amounts)."""
-        status = tuple((p.uid, t) for p in cluster.pods_on(view.name)
-                       if (t := p.annotations.get(ANNOTATION_RESOURCE_STATUS)) is not None)
-        key = (IdentityKey(cluster, nrt), view.name, self._numa_res_gen.get(view.name, 0), status)
-        hit = self._numa_amounts_memo.get(key)
-        if hit is None:
-            hit = self._numa_amounts_memo[key] = self._numa_amounts_now(cluster, view, nrt, "")
-        return hit
+        """:meth:`_numa_amounts_now` for no pod in particular (shared: never changed). Kept per node in a
+        :class:`UsedLedger`: while the node's version, its NodeResourceTopology and its reservations stay
+        the same the answer stands; otherwise only the pods whose resource-status came, went or changed are
+        taken out of / added to the node's running sums."""
+        ledgers = self._ledgers_of(cluster)
+        led = ledgers.get(view.name)
+        gen = self._numa_res_gen.get(view.name, 0)
+        version = view.version
+        if led is not None and led.nrt is nrt:
+            if led.version == version and led.res_gen == gen:
+                return led.out
+        else:
+            led = ledgers[view.name] = UsedLedger(nrt, self._zones(view, nrt))
+        led.version, led.res_gen = version, gen
+        if isinstance(led.zones, str):
+            led.out = NodeNUMA(error=led.zones), ()
+            return led.out
+        if not led.zones:
+            led.out = NodeNUMA(total=led.zones, error=ERR_NO_NUMA_RESOURCES), ()
+            return led.out
+        texts = {p.uid: t for p in cluster.pods_on(view.name)
+                 if (t := p.annotations.get(ANNOTATION_RESOURCE_STATUS)) is not None}
+        old = led.texts
+        if texts == old and gen == led.made_gen:  # a pod without a share came or went: the same answer
+            return led.out
+        for uid, t in old.items():
+            if texts.get(uid) != t:
+                led.add(self._used_numa(t), -1)
+        for uid, t in texts.items():
+            if old.get(uid) != t:
+                led.add(self._used_numa(t), 1)
+        led.texts, led.made_gen = texts, gen
+        held = self._numa_reserved.get(view.name, {})
+        avail = available(led.zones, [led.sums, *held.values()])
+        uids = (*texts, *held)
+        if avail != led.out[0].avail or uids != led.out[1] or led.out[0].total is not led.zones:
+            # kept otherwise (the same object): e.g. a bound pod's resource-status standing for its reservation
+            led.out = (NodeNUMA(total=led.zones, avail=avail), uids)
+        return led.out
 
-    def _numa_amounts_now(self, cluster: Any, view: Any, nrt: Any, uid: str) -> tuple[NodeNUMA, tuple[str, ...]]:
-        """The node's NUMA totals and what is free on each NUMA node leaving out pod ``uid``'s share, or the
-        error (policy left None); and the pods whose shares count (resource-status or reservation)."""
-        out = NodeNUMA()
+    def _ledgers_of(self, cluster: Any) -> dict[str, UsedLedger]:
+        """The cluster's ledgers; the cluster object last asked about (held: its identity is not reused) is
+        answered without building its key."""
+        if cluster is not self._numa_last[0]:
+            ck = IdentityKey(cluster)
+            ledgers = self._numa_ledgers.get(ck)
+            if ledgers is None:
+                ledgers = self._numa_ledgers[ck] = {}
+            self._numa_last = (cluster, ledgers)
+        return self._numa_last[1]
+
+    def _zones(self, view: Any, nrt: Any) -> dict[int, dict[str, int]] | str:
+        """The node's NUMA nodes' allocatable (shared: never changed), or the error."""
         key = (IdentityKey(nrt), view.name)
         zones = self._numa_zones.get(key)
         if zones is None:
@@ -174,6 +219,13 @@ class NUMAPolicyMixin:
             except ValueError as e:
                 zones = str(e)
             self._numa_zones[key] = zones
+        return zones
+
+    def _numa_amounts_now(self, cluster: Any, view: Any, nrt: Any, uid: str) -> tuple[NodeNUMA, tuple[str, ...]]:
+        """The node's NUMA totals and what is free on each NUMA node leaving out pod ``uid``'s share, or the
+        error (policy left None); and the pods whose shares count (resource-status or reservation)."""
+        out = NodeNUMA()
+        zones = self._zones(view, nrt)
         if isinstance(zones, str):
             out.error = zones
             return out, ()
@@ -236,9 +288,11 @@ class NUMAPolicyMixin:
     def _numa_refresh(self, cluster: Any, idx: np.ndarray) -> NUMAColumns:
         """The NUMA columns of ``cluster`` with the rows of ``idx`` fresh."""
         cols = self._numa_cols
-        key = IdentityKey(cluster)
-        if cols.key != key:
-            cols = self._numa_cols = NUMAColumns(key)
+        if cols.cluster is not cluster:
+            key = IdentityKey(cluster)
+            if cols.key != key:
+                cols = self._numa_cols = NUMAColumns(key)
+            cols.cluster = cluster
         cols.grow(cluster.num_nodes)
         views = cluster.views
         rows = []
@@ -247,9 +301,12 @@ class NUMAPolicyMixin:
             view = views[i]
             nrt, _ = self._nrt(cluster, view.name)  # type: ignore[attr-defined]
             nn, uids = self._numa_amounts(cluster, view, nrt)
-            rows.append(Row(i, view.version, node_policy(view.node.labels.get(LABEL_NUMA_TOPOLOGY_POLICY, ""), nrt),
-                            nn.total, nn.avail, self._numa_free_cpus(states[i]) if not nn.error else None, nn.error,
-                            uids))
+            policy = node_policy(view.node.labels.get(LABEL_NUMA_TOPOLOGY_POLICY, ""), nrt)
+            free = self._numa_free_cpus(states[i]) if not nn.error else None
+            # the amounts (the same object while they hold), the policy and the free CPUs make the row
+            if cols.keep(i, view.version, (nn, policy, free)):
+                continue
+            rows.append(Row(i, view.version, policy, nn.total, nn.avail, free, nn.error, uids))
         cols.set_rows(rows)
         return cols
 
@@ -388,6 +445,12 @@ class NUMAPolicyMixin:
         """Choose the NUMA nodes on the chosen node and hold the pod's cpu and memory on them."""
         st.numa_split = None
         st.numa_mask = None
+        got = None if st.numa_providers else reserve_single_numa(
+            self._numa_refresh(cluster, np.array([view.index], dtype=np.int64)), view.index, st.numa_spec.policy,
+            st.requests, bool(st.request_bind), st.uid)
+        if got is not None:
+            self._numa_hold(cluster, view, st, *got)
+            return None
         nn = self._node_numa(cluster, view, st.numa_spec, st)
         if nn.error == ERR_NOT_MATCH_NUMA_TOPOLOGY:
             return Status.unresolvable(nn.error)
@@ -406,12 +469,38 @@ class NUMAPolicyMixin:
             if nn.policy in (POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE):
                 return Status.unschedulable(ERR_NO_NUMA_RESOURCES)
             return None
+        self._numa_hold(cluster, view, st, nodes, split)
+        return None
+
+    def _numa_hold(self, cluster: Any, view: Any, st: Any, nodes: list[int], split: dict[int, dict[str, int]]) -> None:
+        """Hold the pod's ``split`` on the node; its NUMA row is patched (the split's NUMA nodes only) when it
+        and the node's ledger are fresh, else rebuilt at the next refresh."""
+        name = view.name
         st.numa_mask = frozenset(nodes)
         st.numa_split = split
-        self._numa_reserved.setdefault(view.name, {})[st.uid] = split
-        self._numa_res_gen[view.name] = self._numa_res_gen.get(view.name, 0) + 1
-        self._numa_cols.touch_name(view.name)
-        return None
+        held = self._numa_reserved.setdefault(name, {})
+        held[st.uid] = split
+        gen = self._numa_res_gen[name] = self._numa_res_gen.get(name, 0) + 1
+        cols, i = self._numa_cols, view.index
+        led = self._ledgers_of(cluster).get(name) if cols.cluster is cluster else None
+        src = cols.sources.get(i)
+        if (led is None or src is None or src[0] is not led.out[0] or isinstance(led.zones, str) or not led.zones
+                or led.version != view.version or int(cols.ver[i]) != view.version):
+            cols.touch_name(name)
+            return
+        # what _numa_amounts gives from now on (the node's version and pods are the ones the ledger is of)
+        led.res_gen = led.made_gen = gen
+        nn = NodeNUMA(total=led.zones, avail=available(led.zones, [led.sums, *held.values()]))
+        led.out = (nn, (*led.texts, *held))
+        if not cols.patch(i, nn.avail, split, src[2], led.out[1]):
+            cols.touch_name(name)
+            return
+        cols.sources[i] = (nn, *src[1:])
+
+    def numa_held_changed(self, node: str) -> None:
+        """A split held on ``node`` was changed in place (a bound pod's cpu moved to its CPUs' NUMA nodes)."""
+        self._numa_res_gen[node] = self._numa_res_gen.get(node, 0) + 1
+        self._numa_cols.touch_name(node)
 
     def numa_unreserve(self, node: str, uid: str) -> None:
         held = self._numa_reserved.get(node)
@@ -450,6 +539,15 @@ class _ExactAnswers:
             got = self._codes[status] = len(self.statuses)
             self.statuses.append(status)
         return got
+
+
+@memo(4096)
+def _round_trips(resource: str, value: int) -> bool:
+    """Whether ``value`` written as a quantity (numaNodeResources) reads back as ``value``."""
+    try:
+        return canonical(resource, format_quantity(resource, value)) == value
+    except ValueError:
+        return False
 
 
 def hint_score(hint: NUMATopologyHint) -> int:

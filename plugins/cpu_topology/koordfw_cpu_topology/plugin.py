@@ -213,6 +213,7 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
         self._nrt_index: dict[str, list] = {}
         #: the cluster and NodeResourceTopology objects the index was built from
         self._nrt_index_key: Any = None
+        self._nrt_cluster: Any = None
         #: node errors and unreadable resource-specs already logged
         self._warned: BoundedCache[str, bool] = BoundedCache(65536)
         #: node index → what its CPU state was built from (see _signature)
@@ -279,10 +280,14 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
     def _nrt(self, cluster: Any, name: str) -> tuple[dict | None, str]:
         """The node's NodeResourceTopology by ``metadata.name`` (it is cluster-scoped: a namespace does not
         make a second one), and an error when two objects name the same node (then neither is used)."""
-        nrts = cluster.objects_of(NRT_KIND)
-        # the kind's generation says when the objects changed (comparing them all is O(objects) per call)
+        # the kind's generation says when the objects changed (comparing them all is O(objects) per call);
+        # the cluster object last seen (held, so its identity is not reused) spares building its key
         gen = getattr(cluster, "objects_generation", None)
+        if gen is not None and cluster is self._nrt_cluster and gen(NRT_KIND) == self._nrt_index_key[1]:
+            return self._nrt_found(name)
+        nrts = cluster.objects_of(NRT_KIND)
         key: Any = (IdentityKey(cluster), gen(NRT_KIND)) if gen is not None else IdentityKey(cluster, *nrts.values())
+        self._nrt_cluster = cluster if gen is not None else None
         if key != self._nrt_index_key:
             by_name: dict[str, list[tuple[str, dict]]] = {}
             for k, obj in nrts.items():
@@ -291,6 +296,9 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
                 by_name.setdefault(n, []).append((str(k), obj))
             self._nrt_index = by_name
             self._nrt_index_key = key
+        return self._nrt_found(name)
+
+    def _nrt_found(self, name: str) -> tuple[dict | None, str]:
         found = self._nrt_index.get(name) or []
         if len(found) > 1:
             return None, (f"NodeResourceTopology {name}: defined {len(found)} times "
@@ -720,6 +728,7 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
             for n, res in st.numa_split.items():
                 res["cpu"] = 1000 * sum(1 for c in cpus if ns.topology.details[c].node & 0xFFFF == n)
             st.numa_split = {n: r for n, r in st.numa_split.items() if any(r.values())}
+            self.numa_held_changed(node.name)
         policy, required = self._bind_policy_for(st, ns)
         self._drop_reservation(pod.uid)
         self._reserved.setdefault(node.name, {})[pod.uid] = (frozenset(cpus), st.exclusive)
@@ -751,7 +760,13 @@ class CPUTopologyPlugin(NUMAPolicyMixin, AmplificationMixin):
             status["cpuset"] = format_cpuset(st.cpus)
         if st.numa_split:
             status["numaNodeResources"] = format_numa_node_resources(st.numa_split)
-        out = {ANNOTATION_RESOURCE_STATUS: json.dumps(status, separators=(",", ":"))}
+        text = json.dumps(status, separators=(",", ":"))
+        out = {ANNOTATION_RESOURCE_STATUS: text}
+        # what the text reads back as (_pod_cpus, _used_numa), spared a parse when the node is rebuilt
+        if text not in self._status_cache:
+            self._status_cache[text] = parse_cpuset(status.get("cpuset") or "")
+        if st.numa_split:
+            self.numa_status_written(text, st.numa_split)
         if st.cpus is None:
             return out
         spec = dict(st.spec)

@@ -1,5 +1,6 @@
-"""The vectorised NUMA policy verdict (numa_columns.decide) against the exact merge (_numa_hint), on seeded random
-node states and requests for every policy; and whole scheduling runs with the columns vs the exact path only."""
+"""The vectorised NUMA policy verdict (numa_columns.decide) and reserve's SingleNUMANode shortcut
+(numa_columns.reserve_single_numa) against the exact merge (_numa_hint, split_over), on seeded random node states
+and requests for every policy; and whole scheduling runs with the columns vs the exact path only."""
 
 import json
 
@@ -7,8 +8,8 @@ import numpy as np
 import pytest
 from cpu_topology_helpers import STATUS, topo_ann
 from koordfw_cpu_topology import numa_plugin
-from koordfw_cpu_topology.numa import NUMATopologySpec, available
-from koordfw_cpu_topology.numa_columns import MAX_ZONES, NUMAColumns, Row, Verdict, decide
+from koordfw_cpu_topology.numa import NUMATopologySpec, available, format_numa_node_resources, split_over
+from koordfw_cpu_topology.numa_columns import MAX_ZONES, NUMAColumns, Row, Verdict, decide, reserve_single_numa
 from koordfw_cpu_topology.numa_plugin import NodeNUMA, NUMAPolicyMixin, hint_score
 from koordfw_cpu_topology.numa_policy import POLICIES, merge_topology_policy
 
@@ -133,6 +134,50 @@ def test_rows_the_columns_cannot_describe_go_to_the_exact_path():
     assert v.slow == [0, 1, 2, 3, 4] and v.mismatch == []
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_reserve_single_numa_matches_the_exact_merge_and_split(seed):
+    """Where reserve_single_numa answers, the exact path (merged hint, then split_over on its NUMA nodes) admits
+    and takes the same NUMA nodes and the same split; where it does not, the exact path decides."""
+    rng = np.random.default_rng(seed)
+    mixin = NUMAPolicyMixin()
+    mixin._numa_init()
+    nodes = [_random_node(rng) for _ in range(300)]
+    cols = NUMAColumns()
+    cols.grow(len(nodes))
+    cols.set_rows([Row(i, 0, policy, total, avail, free, error, (f"pod-{i}",) if i % 97 == 0 else ())
+                   for i, (policy, total, avail, free, error) in enumerate(nodes)])
+    answered = refused = 0
+    for _ in range(40):
+        pod_policy = str(rng.choice(POLICIES))
+        requests, bound = _random_request(rng), bool(rng.random() < 0.3)
+        uid = "pod-97" if rng.random() < 0.2 else "other"
+        for i, (policy, total, avail, free, error) in enumerate(nodes):
+            got = reserve_single_numa(cols, i, pod_policy, requests, bound, uid)
+            merged = merge_topology_policy(policy, pod_policy)
+            if merged != "SingleNUMANode" or error or (uid == "pod-97" and i == 97):
+                assert got is None, (i, policy, pod_policy)
+                continue
+            av = {n: dict(r) for n, r in avail.items()}
+            if bound and free is not None:
+                for n, res in av.items():
+                    res["cpu"] = min(res.get("cpu", 0), free.get(n, 0) * 1000)
+            try:
+                hint, admit, _ = mixin._numa_hint(NodeNUMA(policy=merged, total=total, avail=av), requests,
+                                                  NUMATopologySpec(pod_policy, ""))
+            except ValueError:  # a NUMA id a mask cannot hold
+                assert got is None
+                continue
+            if got is None:
+                refused += not admit
+                continue
+            answered += 1
+            assert admit, (i, requests)
+            numa_nodes = hint.bits() if hint.affinity else list(total)
+            split = split_over({k: requests.get(k, 0) for k in ("cpu", "memory")}, av, numa_nodes)
+            assert got == (numa_nodes, split), (i, total, av, requests, bound)
+    assert answered > 200 and refused > 100  # the draws reached both
+
+
 def _fleet(seed):
     """A small random fleet: 1-4 NUMA nodes of varying size per node (some without memory), policies by
     node label, pods (some bound LSR, some with a pod-level policy, some already on nodes)."""
@@ -181,7 +226,43 @@ def test_scheduling_with_the_columns_equals_the_exact_path(seed, monkeypatch):
     decide or every node goes through the exact merge."""
     fast = schedule(_fleet(seed), only=["cpu_topology"], seed=seed).to_dict()
     monkeypatch.setattr(numa_plugin, "decide", _exact_only)
+    monkeypatch.setattr(numa_plugin, "reserve_single_numa", lambda *a: None)
     exact = schedule(_fleet(seed), only=["cpu_topology"], seed=seed).to_dict()
     assert fast["pods"] == exact["pods"]
     placed = [p for p in fast["pods"] if p.get("node")]
     assert 20 < len(placed) < len(fast["pods"])  # some pods are refused: the reasons were compared too
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_written_resource_status_is_remembered_as_it_reads_back(seed):
+    """numa_status_written (pre_bind) stores for the text what _used_numa's parse of it gives."""
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        split = {int(n): {k: int(rng.choice([0, 1, 7, 500, 1000, 1500, 3 << 20, 5 << 30, 12345]))
+                          for k in ("cpu", "memory") if rng.random() < 0.8}
+                 for n in rng.choice(8, size=int(rng.integers(1, 4)), replace=False).tolist()}
+        text = json.dumps({"cpuset": "0-1", "numaNodeResources": format_numa_node_resources(split)})
+        seeded, parsed = NUMAPolicyMixin(), NUMAPolicyMixin()
+        seeded._numa_init()
+        parsed._numa_init()
+        seeded.numa_status_written(text, split)
+        assert seeded._numa_status.get(text) is not None
+        assert seeded._used_numa(text) == parsed._used_numa(text), split
+
+
+def test_pre_bind_remembers_what_its_resource_status_reads_back_as():
+    """The resource-status pre_bind writes is remembered as the parse of it gives (cpuset and numaNodeResources)."""
+    from koordfw_cpu_topology.plugin import STATE_KEY, CPUTopologyPlugin, PodCPUState
+
+    from koordfw import CycleState
+    from koordfw.core.model import make_pod
+
+    pod = make_pod("p", "ns", requests={"cpu": "2"})
+    for cpus, split in (((0, 1, 5, 9), {1: {"cpu": 4000, "memory": 3 << 30}}), (None, {0: {"cpu": 1500}}),
+                        ((2, 3), None)):
+        plugin, fresh, state = CPUTopologyPlugin(), CPUTopologyPlugin(), CycleState()
+        state[STATE_KEY] = PodCPUState(uid="u", cpus=cpus, numa_split=split)
+        text = plugin.pre_bind(pod, None, state)["scheduling.koordinator.sh/resource-status"]
+        assert plugin._status_cache.get(text, "missing") == fresh._pod_cpus(text, pod)
+        if split:
+            assert plugin._numa_status.get(text) == fresh._used_numa(text) != {}
