@@ -129,6 +129,50 @@ def numa_available_amplified(total: Mapping[int, Mapping[str, int]], allocated: 
     return avail, held
 
 
+class NUMAAmplification:
+    """The NUMA policy's side of amplification (mixed into the NUMA policy mixin; the host class provides
+    ``_node_state``)."""
+
+    def _numa_amp_init(self) -> None:
+        #: amplification ratio annotation text -> its ratios above 1
+        self._numa_ratio_texts: BoundedCache[str, dict[str, float]] = BoundedCache(4096)
+
+    def _numa_ratios(self, view: Any) -> dict[str, float]:
+        """The node's amplification ratios above 1 ({} for a node not amplified, or whose annotation is
+        unreadable: the amplified-cpu filter refuses that node)."""
+        text = view.node.annotations.get(ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO)
+        if text is None:
+            return {}
+        hit = self._numa_ratio_texts.get(text)
+        if hit is None:
+            try:
+                hit = {k: v for k, v in parse_ratios(text).items() if v > 1}
+            except ValueError:
+                hit = {}
+            self._numa_ratio_texts[text] = hit
+        return hit
+
+    def _numa_bound_cpus(self, view: Any) -> dict[int, int]:
+        """NUMA id -> the node's cpuset-bound CPUs there."""
+        ns = self._node_state(view)  # type: ignore[attr-defined]
+        if ns is None or ns.topology is None:
+            return {}
+        out: dict[int, int] = {}
+        for c in ns.allocation.cpus:
+            info = ns.topology.details.get(c)
+            if info is not None:
+                out[info.node & 0xFFFF] = out.get(info.node & 0xFFFF, 0) + 1
+        return out
+
+    def _numa_requests(self, view: Any, st: Any) -> dict[str, int]:
+        """The pod's requests as the NUMA hints see them on ``view``: a bound pod's cpu amplified on an amplified
+        node (``getResourceOptions``); the split at reserve stays physical."""
+        ratio = self._numa_ratios(view).get("cpu", 1.0) if st.request_bind else 1.0
+        if ratio <= 1 or not st.requests.get("cpu"):
+            return st.requests
+        return {**st.requests, "cpu": amplify(int(st.requests["cpu"]), ratio)}
+
+
 class AmplificationMixin:
     """Per-node cpu ratio columns, the amplified-cpu filter and the score's amplified accounting. The host
     class (:class:`~.plugin.CPUTopologyPlugin`) provides ``_n_alloc`` (CPUs bound per node; -1 when the

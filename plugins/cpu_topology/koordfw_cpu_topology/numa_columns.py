@@ -98,6 +98,8 @@ class Row:
     free_cpu: Mapping[int, int] | None
     error: str
     uids: tuple[str, ...]
+    #: the exact path must judge the node (an amplified node: a bound pod's request is amplified there)
+    exact: bool = False
 
 
 class NUMAColumns:
@@ -193,7 +195,7 @@ class NUMAColumns:
             cb = c if free is None or not rep[0] else [min(v, free.get(n, 0) * 1000) for v, n in zip(c, ids, strict=True)]
             # the columns describe an error-free node of at most MAX_ZONES NUMA nodes with ids a mask can hold
             # and amounts float64 sums hold exactly
-            ex = (bool(row.error) or code < 0 or len(ids) > MAX_ZONES or any(n > 63 for n in ids)
+            ex = (row.exact or bool(row.error) or code < 0 or len(ids) > MAX_ZONES or any(n > 63 for n in ids)
                   or any(abs(v) >= _EXACT_LIMIT for v in (*c, *cb, *m) if v != _UNREPORTED))
             pad = [_PAD] * (MAX_ZONES - len(ids))
             if ex:

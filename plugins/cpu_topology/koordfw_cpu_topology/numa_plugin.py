@@ -18,6 +18,7 @@ from koordfw import BoundedCache, IdentityKey, Status, canonical, format_quantit
 from koordfw.extension import ANNOTATION_RESOURCE_STATUS, LABEL_NUMA_TOPOLOGY_POLICY
 from koordfw.inputs import loads_json
 
+from .amplification import NUMAAmplification, amplify_numa, numa_available_amplified
 from .api import SingleNUMAProvider
 from .numa import (
     ERR_NO_NUMA_RESOURCES,
@@ -66,11 +67,12 @@ def _frozen(per_numa: dict[int, dict[str, int]]) -> tuple[tuple[int, tuple[tuple
     return tuple((n, tuple(sorted(res.items()))) for n, res in sorted(per_numa.items()))
 
 
-class NUMAPolicyMixin:
+class NUMAPolicyMixin(NUMAAmplification):
     """State and helpers; the host class provides ``_nrt``, ``_node_state`` and ``_nodes`` (CPU states by
     node index)."""
 
     def _numa_init(self) -> None:
+        self._numa_amp_init()
         #: resource-status text -> its numaNodeResources ({} when none or unreadable)
         self._numa_status: BoundedCache[str, dict[int, dict[str, int]]] = BoundedCache(65536)
         #: NUMA resources held by reserved, not yet bound pods: node name -> pod uid -> split
@@ -162,6 +164,8 @@ class NUMAPolicyMixin:
         :class:`UsedLedger`: while the node's version, its NodeResourceTopology and its reservations stay
         the same the answer stands; otherwise only the pods whose resource-status came, went or changed are
         taken out of / added to the node's running sums."""
+        if self._numa_ratios(view):  # an amplified node (rare): no ledger, computed afresh
+            return self._numa_amounts_now(cluster, view, nrt, "")
         ledgers = self._ledgers_of(cluster)
         led = ledgers.get(view.name)
         gen = self._numa_res_gen.get(view.name, 0)
@@ -237,7 +241,20 @@ class NUMAPolicyMixin:
         held = self._numa_reserved.get(view.name, {})
         used = [self._used_numa(p.annotations[ANNOTATION_RESOURCE_STATUS]) for p in pods]
         used += [u for h, u in held.items() if h != uid]
-        out.avail = available(out.total, used)
+        ratios = self._numa_ratios(view)
+        if ratios:  # amplifyNUMANodeResources, and the bound CPUs counted amplified
+            out.total = amplify_numa(zones, ratios)
+            allocated: dict[int, dict[str, int]] = {}
+            for u in used:
+                for n, res in u.items():
+                    if n in zones:
+                        a = allocated.setdefault(n, {})
+                        for k, v in res.items():
+                            a[k] = a.get(k, 0) + v
+            out.avail = numa_available_amplified(out.total, allocated, self._numa_bound_cpus(view),
+                                                 ratios.get("cpu", 1.0))[0]
+        else:
+            out.avail = available(out.total, used)
         return out, (*(p.uid for p in pods), *held)
 
     @staticmethod
@@ -306,7 +323,8 @@ class NUMAPolicyMixin:
             # the amounts (the same object while they hold), the policy and the free CPUs make the row
             if cols.keep(i, view.version, (nn, policy, free)):
                 continue
-            rows.append(Row(i, view.version, policy, nn.total, nn.avail, free, nn.error, uids))
+            rows.append(Row(i, view.version, policy, nn.total, nn.avail, free, nn.error, uids,
+                            exact=bool(self._numa_ratios(view))))
         cols.set_rows(rows)
         return cols
 
@@ -419,7 +437,7 @@ class NUMAPolicyMixin:
         if refusal:
             out[view.name] = Status.unschedulable(refusal)
             return
-        hint, admit, reasons = self._numa_hint(nn, st.requests, st.numa_spec, extra)
+        hint, admit, reasons = self._numa_hint(nn, self._numa_requests(view, st), st.numa_spec, extra)
         if strict and not admit:
             out[view.name] = Status.unschedulable(*reasons) if reasons else Status.unschedulable(ERR_NO_NUMA_RESOURCES)
             return
@@ -438,7 +456,7 @@ class NUMAPolicyMixin:
         extra, refusal = self._provider_hints(view, st) if st.numa_providers else ((), None)
         if refusal:
             return None
-        hint, admit, _ = self._numa_hint(nn, st.requests, st.numa_spec, extra)
+        hint, admit, _ = self._numa_hint(nn, self._numa_requests(view, st), st.numa_spec, extra)
         return hint.affinity if admit else None
 
     def numa_reserve(self, cluster: Any, view: Any, st: Any) -> Status | None:
@@ -460,7 +478,7 @@ class NUMAPolicyMixin:
         extra, refusal = self._provider_hints(view, st) if st.numa_providers else ((), None)
         if refusal:
             return Status.unschedulable(refusal)
-        hint, admit, reasons = self._numa_hint(nn, st.requests, st.numa_spec, extra)
+        hint, admit, reasons = self._numa_hint(nn, self._numa_requests(view, st), st.numa_spec, extra)
         if not admit:
             return Status.unschedulable(*(reasons or [ERR_NO_NUMA_RESOURCES]))
         nodes = hint.bits() if hint.affinity else list(nn.total)
@@ -484,7 +502,8 @@ class NUMAPolicyMixin:
         cols, i = self._numa_cols, view.index
         led = self._ledgers_of(cluster).get(name) if cols.cluster is cluster else None
         src = cols.sources.get(i)
-        if (led is None or src is None or src[0] is not led.out[0] or isinstance(led.zones, str) or not led.zones
+        if (self._numa_ratios(view) or led is None or src is None or src[0] is not led.out[0]
+                or isinstance(led.zones, str) or not led.zones
                 or led.version != view.version or int(cols.ver[i]) != view.version):
             cols.touch_name(name)
             return

@@ -368,3 +368,77 @@ def test_available_numa_resources_on_an_amplified_node(case, ratio, allocated, b
     assert {n: r["cpu"] for n, r in avail.items()} == want_avail, case
     assert all(r["memory"] == 32 * GI for r in avail.values())
     assert {n: r["cpu"] for n, r in held.items()} == want_alloc, case
+
+
+def amplified_numa_node(b: ClusterBuilder, ratio: float | None = 1.5) -> None:
+    """2 NUMA nodes of 8 CPUs (2 sockets × 4 cores × 2 threads) and 32 GiB, labelled SingleNUMANode, amplified
+    ``ratio`` (16 physical CPUs -> 24 allocatable cores at 1.5), with its NodeResourceTopology."""
+    anns = dict(topo_ann(2, 1, 4, 2))
+    cpu = "16"
+    if ratio:
+        anns[RATIO] = ratio_text(ratio)
+        cpu = f"{amplify(16000, ratio)}m"
+    b.node("n1", cpu=cpu, memory="64Gi", annotations=anns,
+           labels={"node.koordinator.sh/numa-topology-policy": "SingleNUMANode"})
+    b.obj({"apiVersion": "topology.node.k8s.io/v1alpha1", "kind": "NodeResourceTopology", "metadata": {"name": "n1"},
+           "zones": [{"name": f"node-{z}", "type": "Node",
+                      "resources": [{"name": "cpu", "capacity": "8", "allocatable": "8"},
+                                    {"name": "memory", "capacity": "32Gi", "allocatable": "32Gi"}]} for z in (0, 1)]})
+
+
+def _numa_of(r: Any, name: str) -> list[int]:
+    for p in r.to_dict()["pods"]:
+        if p["name"] == name:
+            raw = p["annotations"].get(STATUS)
+            return [int(x["node"]) for x in (json.loads(raw).get("numaNodeResources") or [])] if raw else []
+    raise KeyError(name)
+
+
+def test_simulate_numa_nodes_amplified_under_a_numa_policy() -> None:
+    """amplifyNUMANodeResources and the amplified per-NUMA accounting, hand-derived. Each NUMA node: 8 CPUs
+    × 1.5 = 12000m.
+
+    * ``ls-a`` (LS, 10 cores): 10000 ≤ 12000 on NUMA node 0 (it would not fit 8 physical CPUs): NUMA 0.
+    * ``lsr-b`` (LSR, 4 CPUs): asks Amplify(4000, 1.5) = 6000; NUMA 0 has 2000 left, NUMA 1 12000 (and 8 whole
+      free CPUs, 8000 ≥ 6000): NUMA 1, its cpuset there; its resource-status records the physical 4 cores.
+    * ``ls-c`` (LS, 7 cores): NUMA 1 holds 4000 with 4 CPUs bound, counted 4000 − 4000 + 6000 = 6000, so 6000
+      left: refused (counting the bound CPUs physically would leave 8000).
+    * ``ls-e`` (LS, 6 cores): 6000 ≤ 6000 on NUMA 1 (the whole-node amplified check: 14000 − 4000 + 6000 =
+      16000 requested of 24000).
+    """
+    b = ClusterBuilder()
+    amplified_numa_node(b)
+    b.pod("ls-a", cpu="10", memory="4Gi", labels={"koordinator.sh/qosClass": "LS"}, priority=9400)
+    lsr(b, "lsr-b", "4", priority=9300)
+    b.pod("ls-c", cpu="7", memory="1Gi", labels={"koordinator.sh/qosClass": "LS"}, priority=9200)
+    b.pod("ls-e", cpu="6", memory="1Gi", labels={"koordinator.sh/qosClass": "LS"}, priority=9100)
+    r = schedule(b, only=ONLY)
+    placed = r.placements()
+    assert placed["default/ls-a"] == "n1" and _numa_of(r, "ls-a") == [0]
+    assert placed["default/lsr-b"] == "n1" and _numa_of(r, "lsr-b") == [1]
+    status = json.loads(next(p for p in r.to_dict()["pods"] if p["name"] == "lsr-b")["annotations"][STATUS])
+    assert status["numaNodeResources"][0]["resources"]["cpu"] == "4"
+    assert placed.get("default/ls-c") is None  # (retried after ls-e: its last reason is then the plain fit's)
+    assert placed["default/ls-e"] == "n1" and _numa_of(r, "ls-e") == [1]
+
+
+def test_simulate_numa_without_amplification_keeps_physical_numa_nodes() -> None:
+    """The control: the same node not amplified (16 cores, NUMA nodes of 8): the 10-core pod fits no NUMA node."""
+    b = ClusterBuilder()
+    amplified_numa_node(b, ratio=None)
+    b.pod("ls-a", cpu="10", memory="4Gi", labels={"koordinator.sh/qosClass": "LS"}, priority=9400)
+    r = schedule(b, only=ONLY)
+    assert r.placements().get("default/ls-a") is None and "NUMA" in reason_of(r, "ls-a")
+
+
+def test_simulate_bound_cpus_count_amplified_on_their_numa_node() -> None:
+    """``ls-c`` alone after ``ls-a`` and ``lsr-b`` (see above): NUMA 1 has 12000 − 6000 = 6000 left for its 7000
+    (4000 − 4000 + Amplify(4000) held), NUMA 0 2000: SingleNUMANode refuses it with the merge's message."""
+    b = ClusterBuilder()
+    amplified_numa_node(b)
+    b.pod("ls-a", cpu="10", memory="4Gi", labels={"koordinator.sh/qosClass": "LS"}, priority=9400)
+    lsr(b, "lsr-b", "4", priority=9300)
+    b.pod("ls-c", cpu="7", memory="1Gi", labels={"koordinator.sh/qosClass": "LS"}, priority=9200)
+    r = schedule(b, only=ONLY)
+    assert r.placements().get("default/ls-c") is None
+    assert "Unaligned NUMA Hint cause cpu prefer [11] among [11]" in reason_of(r, "ls-c")
