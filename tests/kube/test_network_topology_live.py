@@ -9,29 +9,17 @@ only the parts that do not are asserted."""
 
 from __future__ import annotations
 
-import json
-
 import anyio
 from kube_testkit import SCHED, node, pod, running, wait_for
+from network_topology_testkit import BLOCK, CNT, INDEX, MUST_GATHER_BLOCK, PG_LABEL, SPEC, SPINE
 
 from koordfw.engines.embedded import build_registry
 from koordfw.engines.kube.engine import KubeSchedulerEngine
 from koordfw.testing.fake_apiserver import FakeApiServer
 
 NS = "ai"
-PG_LABEL = "pod-group.scheduling.sigs.k8s.io"
-SPEC = "gang.scheduling.koordinator.sh/network-topology-spec"
-INDEX = "gang.scheduling.koordinator.sh/network-topology-index"
-SPINE, BLOCK = "network.topology.nvidia.com/spine", "network.topology.nvidia.com/block"
-CNT = {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "ClusterNetworkTopology",
-       "metadata": {"name": "default"},
-       "spec": {"networkTopologySpec": [
-           {"topologyLayer": "spineLayer", "labelKey": [SPINE]},
-           {"topologyLayer": "blockLayer", "parentTopologyLayer": "spineLayer", "labelKey": [BLOCK]},
-           {"topologyLayer": "NodeTopologyLayer", "parentTopologyLayer": "blockLayer"}]}}
 #: node -> block; one spine
 LAYOUT = {"t0": "b1", "t1": "b1", "t2": "b2", "t3": "b2", "t4": "b2"}
-MUST_GATHER_BLOCK = json.dumps({"gatherStrategy": [{"layer": "blockLayer", "strategy": "MustGather"}]})
 
 
 def job(api: FakeApiServer, name: str, members: int) -> None:

@@ -10,11 +10,11 @@ refusal depend on that order (b2's are 0 once the first gang is placed), so only
 
 from __future__ import annotations
 
-import json
 from contextlib import suppress
 from pathlib import Path
 
 import anyio
+from network_topology_testkit import BLOCK, CNT, INDEX, MUST_GATHER_BLOCK, PG_LABEL, SPEC, SPINE
 from realkube_testkit import apply_pod, pod, pods
 
 from koordfw.engines.embedded import build_registry
@@ -26,19 +26,8 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 CRD = "clusternetworktopologies.scheduling.koordinator.sh"
 CNT_PATH = "/apis/scheduling.koordinator.sh/v1alpha1/clusternetworktopologies"
 PG_PATH = f"/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{NS}/podgroups"
-PG_LABEL = "pod-group.scheduling.sigs.k8s.io"
-SPEC = "gang.scheduling.koordinator.sh/network-topology-spec"
-INDEX = "gang.scheduling.koordinator.sh/network-topology-index"
-SPINE, BLOCK = "network.topology.nvidia.com/spine", "network.topology.nvidia.com/block"
-CNT = {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "ClusterNetworkTopology",
-       "metadata": {"name": "default"},
-       "spec": {"networkTopologySpec": [
-           {"topologyLayer": "spineLayer", "labelKey": [SPINE]},
-           {"topologyLayer": "blockLayer", "parentTopologyLayer": "spineLayer", "labelKey": [BLOCK]},
-           {"topologyLayer": "NodeTopologyLayer", "parentTopologyLayer": "blockLayer"}]}}
 #: node -> block, all under spine s1
 LAYOUT = {"nt-n0": "b1", "nt-n1": "b1", "nt-n2": "b2", "nt-n3": "b2", "nt-n4": "b2"}
-MUST_GATHER_BLOCK = json.dumps({"gatherStrategy": [{"layer": "blockLayer", "strategy": "MustGather"}]})
 
 
 def scheduled_condition(p: dict) -> dict | None:
