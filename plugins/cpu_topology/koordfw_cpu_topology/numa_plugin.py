@@ -420,29 +420,33 @@ class NUMAPolicyMixin(NUMAAmplification):
                 st.numa_scores[i] = -2 - got
                 st.numa_scored = True
 
-    def _numa_filter_exact(self, cluster: Any, view: Any, st: Any, out: dict[str, Status]) -> None:
-        """One node by the exact merge: its refusal into ``out``, else its hint's score into ``st``."""
+    def _numa_merged(self, cluster: Any, view: Any, st: Any) -> tuple[NodeNUMA, NUMATopologyHint | None, Status | None]:
+        """The exact merge for the pod on ``view`` (filter, reserve and :data:`.api.NUMA_AFFINITY` alike): the node's
+        NUMA view, the merged hint (None: no policy applies, or the node is refused) and the refusal."""
         nn = self._node_numa(cluster, view, st.numa_spec, st)
         if nn.error == ERR_NOT_MATCH_NUMA_TOPOLOGY:
-            out[view.name] = Status.unresolvable(nn.error)
-            return
+            return nn, None, Status.unresolvable(nn.error)
         if nn.policy == POLICY_NONE:
-            return
+            return nn, None, None
         strict = nn.policy in (POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE)
         if nn.error:
-            if strict:
-                out[view.name] = Status.unresolvable(nn.error)
-            return
+            return nn, None, Status.unresolvable(nn.error) if strict else None
         extra, refusal = self._provider_hints(view, st) if st.numa_providers else ((), None)
         if refusal:
-            out[view.name] = Status.unschedulable(refusal)
-            return
+            return nn, None, Status.unschedulable(refusal)
         hint, admit, reasons = self._numa_hint(nn, self._numa_requests(view, st), st.numa_spec, extra)
-        if strict and not admit:
-            out[view.name] = Status.unschedulable(*reasons) if reasons else Status.unschedulable(ERR_NO_NUMA_RESOURCES)
-            return
-        st.numa_scores[view.index] = hint_score(hint)
-        st.numa_scored = True
+        if strict and not admit:  # (BestEffort always admits)
+            return nn, None, Status.unschedulable(*(reasons or [ERR_NO_NUMA_RESOURCES]))
+        return nn, hint, None
+
+    def _numa_filter_exact(self, cluster: Any, view: Any, st: Any, out: dict[str, Status]) -> None:
+        """One node by the exact merge: its refusal into ``out``, else its hint's score into ``st``."""
+        _, hint, refusal = self._numa_merged(cluster, view, st)
+        if refusal is not None:
+            out[view.name] = refusal
+        elif hint is not None:
+            st.numa_scores[view.index] = hint_score(hint)
+            st.numa_scored = True
 
     def numa_affinity(self, cluster: Any, st: Any, view: Any) -> int | None:
         """:data:`.api.NUMA_AFFINITY` for the pod: the NUMA mask the policy takes on ``view`` (what reserve
@@ -450,14 +454,8 @@ class NUMAPolicyMixin(NUMAAmplification):
         node will do)."""
         if view.name in st.numa_chosen:
             return int(st.numa_chosen[view.name])
-        nn = self._node_numa(cluster, view, st.numa_spec, st)
-        if nn.policy == POLICY_NONE or nn.error:
-            return None
-        extra, refusal = self._provider_hints(view, st) if st.numa_providers else ((), None)
-        if refusal:
-            return None
-        hint, admit, _ = self._numa_hint(nn, self._numa_requests(view, st), st.numa_spec, extra)
-        return hint.affinity if admit else None
+        _, hint, _ = self._numa_merged(cluster, view, st)
+        return hint.affinity if hint is not None else None
 
     def numa_reserve(self, cluster: Any, view: Any, st: Any) -> Status | None:
         """Choose the NUMA nodes on the chosen node and hold the pod's cpu and memory on them."""
@@ -469,18 +467,9 @@ class NUMAPolicyMixin(NUMAAmplification):
         if got is not None:
             self._numa_hold(cluster, view, st, *got)
             return None
-        nn = self._node_numa(cluster, view, st.numa_spec, st)
-        if nn.error == ERR_NOT_MATCH_NUMA_TOPOLOGY:
-            return Status.unresolvable(nn.error)
-        if nn.policy == POLICY_NONE or nn.error:
-            return Status.unresolvable(nn.error) if nn.error and nn.policy in (
-                POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE) else None
-        extra, refusal = self._provider_hints(view, st) if st.numa_providers else ((), None)
-        if refusal:
-            return Status.unschedulable(refusal)
-        hint, admit, reasons = self._numa_hint(nn, self._numa_requests(view, st), st.numa_spec, extra)
-        if not admit:
-            return Status.unschedulable(*(reasons or [ERR_NO_NUMA_RESOURCES]))
+        nn, hint, refusal = self._numa_merged(cluster, view, st)
+        if refusal is not None or hint is None:
+            return refusal
         nodes = hint.bits() if hint.affinity else list(nn.total)
         split = split_over({k: st.requests.get(k, 0) for k in NUMA_RESOURCES}, nn.avail, nodes)
         if split is None:
