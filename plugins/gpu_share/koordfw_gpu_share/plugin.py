@@ -25,7 +25,7 @@ from typing import Any, cast
 
 import attrs
 import numpy as np
-from koordfw_cpu_topology.api import NUMA_AFFINITY, NUMA_HINT_PROVIDERS, NUMATopologyHint, ProviderResult
+from koordfw_cpu_topology.api import NUMA_AFFINITY, NUMA_HINT_PROVIDERS, ProviderResult
 
 from koordfw import (
     BoundedCache,
@@ -355,8 +355,7 @@ class GpuShare:
             elif not feasible:
                 hit = (None, topo.ERR_INSUFFICIENT_NUMA_SCOPED_DEVICES)
             else:
-                hit = ({topo.GPU_HINT_RESOURCE: [NUMATopologyHint(h.mask, preferred=h.preferred, score=h.score)
-                                                  for h in hints]}, None)
+                hit = ({topo.GPU_HINT_RESOURCE: hints}, None)
             self._numa_memo[key] = hit
         return hit
 

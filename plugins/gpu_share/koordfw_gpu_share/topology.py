@@ -23,10 +23,9 @@ The topology comes from each GPU's ``topology`` in Koordinator's ``Device`` (``s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import combinations
 
-import attrs
 import numpy as np
+from koordfw_cpu_topology.api import NUMATopologyHint, iterate_masks
 
 from koordfw.extension import ANNOTATION_DEVICE_ALLOCATE_HINT, DEVICE_TOPOLOGY_SCOPE_LEVEL
 from koordfw.inputs import loads_json
@@ -38,32 +37,6 @@ DEFAULT_NUMA_SCORE = 500
 #: the resource name of the GPU hints in the merge (Koordinator's device type)
 GPU_HINT_RESOURCE = "gpu"
 ERR_INSUFFICIENT_NUMA_SCOPED_DEVICES = "Insufficient NUMA Scoped Devices"
-
-
-@attrs.frozen
-class Hint:
-    """One GPU NUMA hint: a mask of NUMA nodes (bit n = NUMA node n), preferred, score."""
-
-    mask: int
-    preferred: bool
-    score: int
-
-
-def _bits(mask: int) -> list[int]:
-    return [n for n in range(mask.bit_length()) if mask >> n & 1]
-
-
-def _masks(nodes: list[int]) -> list[int]:
-    """Every non-empty subset of ``nodes`` as a mask, by size then in combination order
-    (``bitmask.IterateBitMasks``)."""
-    out = []
-    for size in range(1, len(nodes) + 1):
-        for combo in combinations(nodes, size):
-            m = 0
-            for n in combo:
-                m |= 1 << n
-            out.append(m)
-    return out
 
 
 def in_affinity(inv: Inventory, i: int, mask: int) -> np.ndarray:
@@ -148,7 +121,8 @@ def proxy_choice(inv: Inventory, i: int, fit: np.ndarray, count: int, whole: boo
     return [int(s) for s in order[:count]]
 
 
-def numa_hints(inv: Inventory, i: int, fit: np.ndarray, count: int, whole: bool) -> tuple[list[Hint] | None, bool]:
+def numa_hints(inv: Inventory, i: int, fit: np.ndarray, count: int, whole: bool
+               ) -> tuple[list[NUMATopologyHint] | None, bool]:
     """The GPU hints of node ``i`` (``fit``: the slots that can hold one GPU's share): (None, True) when
     no GPU reports a NUMA node (no preference); ([], False) when no set of NUMA nodes can hold the
     request; else (hints, True)."""
@@ -160,7 +134,7 @@ def numa_hints(inv: Inventory, i: int, fit: np.ndarray, count: int, whole: bool)
     best = proxy_choice(inv, i, fit, count, whole)
     best_set = frozenset(best) if best is not None else None
     feasible: list[tuple[int, bool]] = []
-    for mask in _masks(nodes):
+    for mask in iterate_masks(nodes):
         allowed = in_affinity(inv, i, mask) & (numa != -1)  # the set's own GPUs (nodeID -1 belongs to none)
         if int((allowed & healthy).sum()) < count:
             continue
@@ -172,7 +146,8 @@ def numa_hints(inv: Inventory, i: int, fit: np.ndarray, count: int, whole: bool)
     if not feasible:
         return [], False
     width = min(m.bit_count() for m, _ in feasible)
-    return [Hint(m, m.bit_count() == width, DEFAULT_NUMA_SCORE if same else 0) for m, same in feasible], True
+    return [NUMATopologyHint(m, preferred=m.bit_count() == width, score=DEFAULT_NUMA_SCORE if same else 0)
+            for m, same in feasible], True
 
 
 ERR_INSUFFICIENT_TOPOLOGY_SCOPED_GPU_DEVICES = "Insufficient Topology Scoped GPU Devices"

@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 import pytest
+from koordfw_cpu_topology.api import NUMATopologyHint
 from koordfw_cpu_topology.topology import detail_for_test, topology_annotation
 from koordfw_gpu_share import topology as topo
 from koordfw_gpu_share.inventory import Inventory, InventoryError, _device_list
@@ -73,7 +74,8 @@ def test_gpu_hints_for_one_gpu():
     fit, count, whole = fit_of(inv, {"koordinator.sh/gpu-core": 100, "koordinator.sh/gpu-memory-ratio": 100})
     hints, ok = topo.numa_hints(inv, 0, fit, count, whole)
     assert ok
-    assert hints == [topo.Hint(0b01, True, 500), topo.Hint(0b10, True, 0), topo.Hint(0b11, False, 500)]
+    assert hints == [NUMATopologyHint(0b01, preferred=True, score=500), NUMATopologyHint(0b10, preferred=True, score=0),
+                     NUMATopologyHint(0b11, preferred=False, score=500)]
 
 
 def test_gpu_hints_for_more_gpus_than_the_node_has_refuse_it():
@@ -90,7 +92,7 @@ def test_gpu_hints_with_assigned_devices():
     fit, count, whole = fit_of(inv, {"koordinator.sh/gpu-core": 400, "koordinator.sh/gpu-memory-ratio": 400})
     hints, ok = topo.numa_hints(inv, 0, fit, count, whole)
     assert ok
-    assert hints == [topo.Hint(0b10, True, 500), topo.Hint(0b11, False, 500)]
+    assert hints == [NUMATopologyHint(0b10, preferred=True, score=500), NUMATopologyHint(0b11, preferred=False, score=500)]
 
 
 def test_a_node_whose_gpus_report_no_numa_node_gives_no_preference():
