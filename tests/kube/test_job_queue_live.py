@@ -7,6 +7,7 @@ are deleted."""
 from __future__ import annotations
 
 import anyio
+from job_queue_live_testkit import CONFIG, quota
 from kube_testkit import SCHED, node, pod, running, wait_for
 
 from koordfw.engines.embedded import build_registry
@@ -14,14 +15,6 @@ from koordfw.engines.kube.engine import KubeSchedulerEngine
 from koordfw.testing.fake_apiserver import FakeApiServer
 
 PG_LABEL = "pod-group.scheduling.sigs.k8s.io"
-CONFIG = {"disable": ["default_preemption"],
-          "pluginConfig": {"elastic_quota": {"monitorAllQuotas": False}, "job_queue": {}}}
-
-
-def quota(name: str, cpu: int) -> dict:
-    res = {"cpu": str(cpu), "memory": "100Gi"}
-    return {"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
-            "metadata": {"name": name, "namespace": name}, "spec": {"min": res, "max": res}}
 
 
 def pod_group(name: str, ns: str, members: int) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+from job_queue_live_testkit import CONFIG, quota
 from realkube_testkit import bound, pod, pods, wait_until
 
 from koordfw.engines.embedded import build_registry
@@ -17,14 +18,6 @@ from koordfw.engines.kube.engine import KubeSchedulerEngine
 NS = "team-a"
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 GROUP = "/apis/scheduling.sigs.k8s.io/v1alpha1"
-CONFIG = {"disable": ["default_preemption"],
-          "pluginConfig": {"elastic_quota": {"monitorAllQuotas": False}, "job_queue": {}}}
-
-
-def quota(name: str, cpu: int) -> dict:
-    res = {"cpu": str(cpu), "memory": "100Gi"}
-    return {"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
-            "metadata": {"name": name, "namespace": name}, "spec": {"min": res, "max": res}}
 
 
 async def test_a_job_binds_whole_or_waits_whole_in_its_queue(kube_plane):
